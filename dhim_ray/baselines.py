@@ -1,0 +1,129 @@
+"""Classic unsupervised hashing on the same frozen sentence vectors (numpy only).
+
+Each baseline is fitted on the database's vectors, then hashes any vectors to
+packed codes. PCA-sign equals BERT-whitening + sign (whitening only rescales
+each principal axis, which does not change a sign).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .codes import check_n_bits, pack_codes
+from .errors import ConfigError
+
+BASELINES = ("lsh", "pca-sign", "pca-median", "itq")
+
+
+class Baseline:
+    name = ""
+
+    def __init__(self, n_bits: int, seed: int = 0):
+        self.n_bits = check_n_bits(n_bits)
+        self.seed = seed
+        self.mean: np.ndarray | None = None
+
+    def fit(self, vectors: np.ndarray) -> "Baseline":
+        raise NotImplementedError
+
+    def project(self, vectors: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def hash(self, vectors: np.ndarray) -> np.ndarray:
+        """Vectors (n, d) -> packed codes (n, n_bits // 8)."""
+        if self.mean is None:
+            raise ConfigError(f"{self.name}: call fit(database_vectors) before hash()")
+        return pack_codes(self.bits(vectors))
+
+    def bits(self, vectors: np.ndarray) -> np.ndarray:
+        return self.project(vectors) > 0
+
+    def _pca(self, vectors: np.ndarray) -> np.ndarray:
+        x = np.asarray(vectors, dtype=np.float64)
+        if self.n_bits > min(x.shape):
+            raise ConfigError(
+                f"--bits {self.n_bits}: {self.name} needs at most min(documents, dims) = {min(x.shape)} bits "
+                f"for these features; use --bits {8 * (min(x.shape) // 8)} or less, or --baseline lsh"
+            )
+        self.mean = x.mean(axis=0)
+        # Principal axes by the covariance's eigenvectors, largest variance first.
+        cov = np.cov(x - self.mean, rowvar=False)
+        values, vectors_ = np.linalg.eigh(cov)
+        order = np.argsort(values)[::-1][: self.n_bits]
+        return vectors_[:, order]  # (d, n_bits)
+
+
+class LSH(Baseline):
+    """Random Gaussian projection of centred vectors, then sign (Charikar 2002)."""
+
+    name = "lsh"
+
+    def fit(self, vectors):
+        x = np.asarray(vectors, dtype=np.float64)
+        self.mean = x.mean(axis=0)
+        self.w = np.random.default_rng(self.seed).standard_normal((x.shape[1], self.n_bits))
+        return self
+
+    def project(self, vectors):
+        return (np.asarray(vectors, dtype=np.float64) - self.mean) @ self.w
+
+
+class PCASign(Baseline):
+    """Top principal components, sign; identical bits to BERT-whitening + sign."""
+
+    name = "pca-sign"
+
+    def fit(self, vectors):
+        self.w = self._pca(vectors)
+        return self
+
+    def project(self, vectors):
+        return (np.asarray(vectors, dtype=np.float64) - self.mean) @ self.w
+
+
+class PCAMedian(PCASign):
+    """Top principal components thresholded at the database median (balanced bits)."""
+
+    name = "pca-median"
+
+    def fit(self, vectors):
+        super().fit(vectors)
+        self.median = np.median(super().project(vectors), axis=0)
+        return self
+
+    def project(self, vectors):
+        return super().project(vectors) - self.median
+
+
+class ITQ(PCASign):
+    """Iterative quantisation (Gong & Lazebnik 2011): PCA, then the rotation that
+    minimises the quantisation error to the hypercube vertices."""
+
+    name = "itq"
+
+    def __init__(self, n_bits: int, seed: int = 0, n_iter: int = 50):
+        super().__init__(n_bits, seed)
+        self.n_iter = n_iter
+
+    def fit(self, vectors):
+        super().fit(vectors)
+        v = super().project(vectors)  # (n, bits)
+        rng = np.random.default_rng(self.seed)
+        r, _ = np.linalg.qr(rng.standard_normal((self.n_bits, self.n_bits)))
+        for _ in range(self.n_iter):
+            b = np.where(v @ r >= 0, 1.0, -1.0)
+            u, _, wt = np.linalg.svd(b.T @ v)
+            r = (u @ wt).T
+        self.rotation = r
+        return self
+
+    def project(self, vectors):
+        return super().project(vectors) @ self.rotation
+
+
+def make_baseline(name: str, n_bits: int, seed: int = 0) -> Baseline:
+    """Build a baseline by name: lsh, pca-sign, pca-median or itq."""
+    classes = {"lsh": LSH, "pca-sign": PCASign, "pca-median": PCAMedian, "itq": ITQ}
+    if name not in classes:
+        raise ConfigError(f"--baseline {name!r}: choose one of {', '.join(BASELINES)}")
+    return classes[name](n_bits, seed)

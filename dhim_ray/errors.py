@@ -1,0 +1,66 @@
+"""One root exception with narrow subclasses.
+
+Every message says what was given, what was expected and how to fix it, in one
+line, so the CLI can print it as is.
+"""
+
+from __future__ import annotations
+
+
+class DHIMRayError(Exception):
+    """Root of every error dhim-ray raises on purpose."""
+
+    #: True when retrying the same call later may succeed (network, locks).
+    retriable: bool = False
+
+
+class ConfigError(DHIMRayError, ValueError):
+    """A setting is out of range (bit length, batch size, ...)."""
+
+
+class DataError(DHIMRayError, ValueError):
+    """A corpus cannot be used: empty, bad rows, missing column or split."""
+
+
+class UnknownDatasetError(DataError):
+    """The corpus name is neither a preset, a local path nor a hub id."""
+
+
+class HubUnreachableError(DataError):
+    """The Hugging Face hub cannot be reached and nothing is cached."""
+
+    retriable = True
+
+
+class CheckpointError(DHIMRayError):
+    """A checkpoint folder is missing, incomplete, corrupt or incompatible."""
+
+
+class EncoderMismatchError(CheckpointError):
+    """The encoder loaded does not match the one a checkpoint was trained on."""
+
+
+class CodeFormatError(DHIMRayError, ValueError):
+    """Packed codes have the wrong dtype, shape or width."""
+
+
+class StoreError(DHIMRayError):
+    """A vector store refused or failed an operation."""
+
+
+class StoreUnreachableError(StoreError):
+    """The vector store cannot be reached."""
+
+    retriable = True
+
+
+class CollectionMismatchError(StoreError):
+    """An existing collection has another code width, metric or model."""
+
+
+class ClusterError(DHIMRayError):
+    """The Ray cluster cannot run what was asked (workers, GPUs, address)."""
+
+
+class EncoderError(DHIMRayError):
+    """The encoder model cannot be found or loaded."""

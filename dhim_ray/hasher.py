@@ -1,0 +1,106 @@
+"""A trained model ready to hash text: ``Hasher.load(dir).encode(texts)``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .checkpoint import load_checkpoint
+from .codes import codes_to_bytes
+from .config import DHIMConfig
+from .encoder import Features, FrozenEncoder
+from .errors import DataError, EncoderMismatchError
+from .model import DHIM
+from .training import hash_features
+
+
+def _fingerprint_body(fingerprint: str) -> str:
+    # The first field is the encoder's name or path, which may differ between
+    # machines for the same model; the rest describes the model and tokenisation.
+    return fingerprint.split("|", 1)[-1]
+
+
+class Hasher:
+    """Text -> packed binary codes with a trained DHIM model and its frozen encoder.
+
+    Example:
+        >>> hasher = Hasher.load("runs/dbpedia-64")
+        >>> codes = hasher.encode(["a query"])      # uint8 (1, 8)
+        >>> hasher.encode_bytes(["a query"])         # [b'...'] for MilvusClient.search
+    """
+
+    def __init__(self, model: DHIM, config: DHIMConfig, encoder: FrozenEncoder, meta: dict | None = None):
+        self.model = model.eval()
+        self.config = config
+        self.encoder = encoder
+        self.meta = meta or {}
+
+    @classmethod
+    def load(cls, path: str | Path, device: str = "cpu", encoder: FrozenEncoder | None = None) -> "Hasher":
+        """Load a checkpoint folder and its encoder. Raises CheckpointError or
+        EncoderMismatchError when the encoder differs from the one trained on."""
+        model, config, meta = load_checkpoint(path)
+        if encoder is None:
+            encoder = FrozenEncoder(config.features, device=device)
+        recorded = meta.get("encoder", {})
+        if encoder.hidden_size != config.model.hidden_size:
+            raise EncoderMismatchError(
+                f"checkpoint {path} was trained on {recorded.get('name', '?')} (width {config.model.hidden_size}) "
+                f"but encoder {encoder.config.encoder} has width {encoder.hidden_size}; use the training encoder"
+            )
+        fp = recorded.get("fingerprint")
+        if fp and _fingerprint_body(fp) != _fingerprint_body(encoder.fingerprint):
+            raise EncoderMismatchError(
+                f"checkpoint {path} was trained on encoder [{fp}] but [{encoder.fingerprint}] was loaded; "
+                "use the encoder and --max-words it was trained with"
+            )
+        return cls(model.to(encoder.device), config, encoder, meta)
+
+    @property
+    def n_bits(self) -> int:
+        return self.config.model.n_bits
+
+    @property
+    def n_bytes(self) -> int:
+        return self.n_bits // 8
+
+    def features(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> Features:
+        texts = check_texts(texts)
+        return self.encoder.features(texts, batch_size=batch_size, progress=progress)
+
+    def encode(self, texts: list[str] | str, batch_size: int = 64, progress: bool = False) -> np.ndarray:
+        """Texts -> packed codes, uint8 (n, n_bits // 8), most significant bit first."""
+        if isinstance(texts, str):
+            texts = [texts]
+        texts = check_texts(texts)
+        out = np.empty((len(texts), self.n_bytes), dtype=np.uint8)
+        for start in range(0, len(texts), batch_size):
+            feats = self.encoder.encode_batch(texts[start : start + batch_size])
+            out[start : start + len(feats)] = self.hash_features(feats)
+        return out
+
+    def hash_features(self, feats: Features) -> np.ndarray:
+        return hash_features(self.model, feats, device=self.encoder.device)
+
+    def encode_bytes(self, texts: list[str] | str, batch_size: int = 64) -> list[bytes]:
+        """Texts -> one ``bytes`` per text, ready for Milvus BINARY_VECTOR search or insert."""
+        return codes_to_bytes(self.encode(texts, batch_size), self.n_bits)
+
+
+def check_texts(texts) -> list[str]:
+    """Every text must be a non-empty string (after cleaning); say which is not."""
+    from .text import clean_string
+
+    if isinstance(texts, (str, bytes)) or not hasattr(texts, "__len__"):
+        raise DataError("texts: expected a list of strings")
+    texts = list(texts)
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise DataError(f"text {i} is a {type(t).__name__}: expected a string")
+        if not clean_string(t):
+            raise DataError(f"text {i} ({t[:30]!r}) is empty after cleaning: give some words to hash")
+    return texts
+
+

@@ -1,0 +1,128 @@
+"""The DHIM hashing head (torch only; no Ray, no Milvus).
+
+Frozen encoder features in, binary codes out:
+
+    tokens (B, T, H) --conv w in windows, ReLU--> h (B, T, K*|windows|)
+    h --linear--> local logits (B, T, bits);  global logit = masked mean over T
+    logits --Bernoulli(sigmoid(logit / alpha)), straight-through--> codes in {0, 1}
+
+Training maximises JSD MI between each document's global code and its own local
+codes against other documents' locals, plus ``beta`` x MI between the global code
+and a code of a sentence-level target ([CLS] or the mean-pooled vector).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .config import ModelConfig
+from .losses import bilinear_scores, jsd_mi
+
+
+def bernoulli_straight_through(logits: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Sample codes 1[p > u], p = sigmoid(logits / alpha); the backward pass
+    hands the gradient to p unchanged (straight-through estimator)."""
+    p = torch.sigmoid(logits / alpha)
+    hard = (p > torch.rand_like(p)).to(p.dtype)
+    return p + (hard - p).detach()
+
+
+@dataclass
+class DHIMOutput:
+    loss: torch.Tensor
+    mi_local: torch.Tensor
+    mi_regulariser: torch.Tensor
+
+
+class DHIM(nn.Module):
+    """DHIM head. Inputs are cached encoder outputs, never raw text."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        h, k = config.hidden_size, config.n_filters
+        self.convs = nn.ModuleList(nn.Conv1d(h, k, w, padding=w // 2) for w in config.windows)
+        self.proj = nn.Linear(k * len(config.windows), config.n_bits)
+        # The reference code reuses `proj` on the 768-d [CLS] only because 3 x 256 = 768.
+        self.target_proj = None if config.shared_cls_projection else nn.Linear(h, config.n_bits)
+        self.disc_local = nn.Linear(config.n_bits, config.n_bits, bias=False)
+        self.disc_target = nn.Linear(config.n_bits, config.n_bits, bias=False)
+
+    # ---- codes -------------------------------------------------------------
+    def local_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B, T, H) -> local logits (B, T, bits)."""
+        x = tokens.transpose(1, 2)  # (B, H, T) for Conv1d
+        h = torch.cat([torch.relu(conv(x)) for conv in self.convs], dim=1)  # (B, K*w, T)
+        return self.proj(h.transpose(1, 2))  # (B, T, bits)
+
+    def _positions(self, mask: torch.Tensor) -> torch.Tensor:
+        # Paper code: every position (incl. [SEP]/[PAD]) counts as a word.
+        return mask if self.config.mask_padding else torch.ones_like(mask)
+
+    @staticmethod
+    def _readout(local_logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Masked mean over positions; equals proj(mean h) since proj is affine."""
+        w = positions.to(local_logits.dtype)[:, :, None]  # (B, T, 1)
+        return (local_logits * w).sum(1) / w.sum(1).clamp_min(1)  # (B, bits)
+
+    def global_logits(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """tokens (B, T, H), mask (B, T) -> global logits (B, bits). 1[logit > 0] is the code."""
+        return self._readout(self.local_logits(tokens), self._positions(mask))
+
+    @torch.no_grad()
+    def hash(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Deterministic codes for inference: (B, bits) uint8 in {0, 1}."""
+        return (self.global_logits(tokens, mask) > 0).to(torch.uint8)
+
+    def _target_logits(self, target: torch.Tensor) -> torch.Tensor:
+        if self.target_proj is None:
+            return self.proj(target)
+        return self.target_proj(target)
+
+    # ---- training ----------------------------------------------------------
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        mask: torch.Tensor,
+        target: torch.Tensor | None,
+        beta: float,
+        gather=None,
+    ) -> DHIMOutput:
+        """Training loss for a batch.
+
+        Args:
+            tokens: (n, T, H) token features, [CLS] excluded.
+            mask: (n, T) bool, True for word positions.
+            target: (n, H) regulariser target ([CLS] or mean-pooled), or None.
+            beta: weight of the regulariser MI term.
+            gather: optional callable (n, bits) -> ((N, bits), own_index (n,))
+                that all-gathers global codes across workers with autograd, so
+                negatives span the whole global batch. None: this batch only.
+        """
+        cfg = self.config
+        positions = self._positions(mask)
+        local = self.local_logits(tokens)  # (n, T, bits)
+        local_codes = bernoulli_straight_through(local, cfg.alpha)
+        global_codes = bernoulli_straight_through(self._readout(local, positions), cfg.alpha)  # (n, bits)
+        if gather is None:
+            all_global, own = global_codes, torch.arange(len(tokens), device=tokens.device)
+        else:
+            all_global, own = gather(global_codes)
+        positive = torch.zeros(len(tokens), len(all_global), dtype=torch.bool, device=tokens.device)
+        positive[torch.arange(len(tokens), device=tokens.device), own] = True
+
+        scores = bilinear_scores(local_codes, all_global, self.disc_local)  # (n, N, T)
+        mi_local = jsd_mi(scores, positive, positions, cfg.score_sigmoid)
+
+        if cfg.regulariser == "none" or target is None or beta == 0:
+            mi_reg = torch.zeros((), device=tokens.device)
+        else:
+            target_codes = bernoulli_straight_through(self._target_logits(target), cfg.alpha)  # (n, bits)
+            reg_scores = bilinear_scores(target_codes[:, None, :], all_global, self.disc_target)  # (n, N, 1)
+            ones = torch.ones(len(tokens), 1, dtype=torch.bool, device=tokens.device)
+            mi_reg = jsd_mi(reg_scores, positive, ones, cfg.score_sigmoid)
+        loss = -(mi_local + beta * mi_reg)
+        return DHIMOutput(loss=loss, mi_local=mi_local.detach(), mi_regulariser=mi_reg.detach())

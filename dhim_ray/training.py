@@ -1,0 +1,240 @@
+"""DHIM training on cached features (torch only; Ray Train reuses these pieces).
+
+``fit`` is the single-process loop: Adam, gradient-norm clipping every step,
+early stopping on validation precision@k, best weights kept. ``train_epoch``,
+``hash_features`` and ``EarlyStopping`` are what the Ray worker loop calls.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from .codes import pack_codes
+from .config import DHIMConfig, TrainConfig
+from .encoder import Features
+from .errors import ConfigError, DataError
+from .metrics import PrecisionResult, precision_at_k
+from .model import DHIM
+
+
+def seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+
+
+def carve_validation(n: int, config: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic (train, val) index split of n documents when there is no val split."""
+    n_val = min(config.max_val, max(1, int(round(n * config.val_fraction))))
+    if n - n_val < 2:
+        raise DataError(f"{n} documents are too few to carve a validation slice; give at least 3 or a val split")
+    order = np.random.default_rng(config.seed).permutation(n)
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+def batch_indices(n: int, batch_size: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """Shuffled minibatches; a last batch of one document (no negatives) is dropped."""
+    order = rng.permutation(n)
+    for start in range(0, n, batch_size):
+        idx = order[start : start + batch_size]
+        if len(idx) >= 2:
+            yield np.sort(idx)  # sorted: contiguous reads from the feature arrays
+
+
+def to_tensors(feats: Features, idx: np.ndarray, regulariser: str, device: torch.device):
+    """Batch of cached features -> (tokens (B,T,H) float32, mask (B,T), target (B,H) or None)."""
+    tokens = torch.from_numpy(np.ascontiguousarray(feats.tokens[idx])).to(device).float()
+    mask = torch.from_numpy(np.ascontiguousarray(feats.mask[idx])).to(device)
+    target = feats.target(regulariser)
+    target_t = None if target is None else torch.from_numpy(np.ascontiguousarray(target[idx])).to(device).float()
+    return tokens, mask, target_t
+
+
+def train_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    tokens: torch.Tensor,
+    mask: torch.Tensor,
+    target: torch.Tensor | None,
+    config: TrainConfig,
+    gather: Callable | None = None,
+) -> dict[str, float]:
+    """One optimiser step on one batch; returns the loss and both MI terms."""
+    model.train()
+    if config.feature_dropout:
+        tokens = F.dropout(tokens, config.feature_dropout)
+    out = model(tokens, mask, target, config.beta, gather=gather)
+    optimizer.zero_grad(set_to_none=True)
+    out.loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+    optimizer.step()
+    return {"loss": out.loss.item(), "mi_local": out.mi_local.item(), "mi_regulariser": out.mi_regulariser.item()}
+
+
+def train_epoch(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    feats: Features,
+    config: DHIMConfig,
+    rng: np.random.Generator,
+    device: torch.device = torch.device("cpu"),
+) -> dict[str, float]:
+    """One pass over ``feats`` in shuffled batches; returns mean loss and MI terms."""
+    sums: dict[str, float] = {}
+    steps = 0
+    for idx in batch_indices(len(feats), config.train.batch_size, rng):
+        tokens, mask, target = to_tensors(feats, idx, config.model.regulariser, device)
+        for key, value in train_step(model, optimizer, tokens, mask, target, config.train).items():
+            sums[key] = sums.get(key, 0.0) + value
+        steps += 1
+    if steps == 0:
+        raise DataError(f"{len(feats)} training documents make no batch of 2; give at least 2 documents")
+    return {k: v / steps for k, v in sums.items()} | {"steps": steps}
+
+
+@torch.no_grad()
+def hash_features(
+    model: DHIM, feats: Features, batch_size: int = 512, device: torch.device = torch.device("cpu")
+) -> np.ndarray:
+    """Deterministic codes of cached features: packed uint8 (n, n_bits // 8)."""
+    model.eval()
+    out = np.empty((len(feats), model.config.n_bits // 8), dtype=np.uint8)
+    for start in range(0, len(feats), batch_size):
+        idx = np.arange(start, min(start + batch_size, len(feats)))
+        tokens, mask, _ = to_tensors(feats, idx, "none", device)
+        out[idx] = pack_codes(model.hash(tokens, mask).cpu().numpy())
+    return out
+
+
+class EarlyStopping:
+    """Tracks the best validation value; stops after ``patience`` epochs without a better one."""
+
+    def __init__(self, patience: int):
+        self.patience = patience
+        self.best = -math.inf
+        self.best_epoch = -1
+        self.bad_epochs = 0
+
+    def update(self, value: float, epoch: int) -> bool:
+        """Record an epoch's value; True if it is a new best."""
+        if value > self.best:
+            self.best, self.best_epoch, self.bad_epochs = value, epoch, 0
+            return True
+        self.bad_epochs += 1
+        return False
+
+    @property
+    def should_stop(self) -> bool:
+        return self.bad_epochs >= self.patience
+
+    def state(self) -> dict:
+        return {"best": self.best, "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs}
+
+    def load(self, state: dict) -> None:
+        self.best, self.best_epoch, self.bad_epochs = state["best"], state["best_epoch"], state["bad_epochs"]
+
+
+def validate(
+    model: DHIM,
+    database: Features,
+    database_labels: np.ndarray,
+    queries: Features,
+    query_labels: np.ndarray,
+    k: int,
+    device: torch.device = torch.device("cpu"),
+) -> PrecisionResult:
+    """Precision@k of the model's codes: database = training docs, queries = val docs."""
+    k = min(k, len(database))
+    return precision_at_k(
+        hash_features(model, database, device=device), database_labels,
+        hash_features(model, queries, device=device), query_labels, k,
+    )
+
+
+@dataclass
+class FitResult:
+    model: DHIM
+    config: DHIMConfig
+    history: list[dict] = field(default_factory=list)
+    best_epoch: int = -1
+    best_precision: float | None = None
+    seconds: float = 0.0
+
+    def summary(self) -> dict:
+        return {
+            "best_epoch": self.best_epoch,
+            "epochs_run": len(self.history),
+            "best_val_precision_at_k_tie_aware": self.best_precision,
+            "train_seconds": round(self.seconds, 2),
+        }
+
+
+def build_model(config: DHIMConfig, device: torch.device = torch.device("cpu")) -> DHIM:
+    seed_everything(config.train.seed)
+    return DHIM(config.model).to(device)
+
+
+def fit(
+    train: Features,
+    val: Features | None,
+    config: DHIMConfig,
+    train_labels: np.ndarray | None = None,
+    val_labels: np.ndarray | None = None,
+    progress: bool = True,
+    device: str | torch.device = "cpu",
+    on_epoch: Callable[[dict], None] | None = None,
+) -> FitResult:
+    """Train DHIM on cached features, single process.
+
+    Model selection: each epoch, the val codes are searched against the train
+    codes and the tie-aware precision@k decides; the best epoch's weights are
+    returned. Without labels, it trains ``max_epochs`` and keeps the last.
+    """
+    device = torch.device(device)
+    if train.tokens.shape[-1] != config.model.hidden_size:
+        raise ConfigError(
+            f"features of width {train.tokens.shape[-1]} do not match hidden_size {config.model.hidden_size}"
+        )
+    model = build_model(config, device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.train.lr)
+    rng = np.random.default_rng(config.train.seed)
+    selecting = val is not None and train_labels is not None and val_labels is not None
+    stopper = EarlyStopping(config.train.patience)
+    best_state = None
+    result = FitResult(model, config)
+    start = time.perf_counter()
+    bar = tqdm(range(config.train.max_epochs), desc=f"train {config.model.n_bits}b", unit="epoch", disable=not progress)
+    for epoch in bar:
+        t0 = time.perf_counter()
+        stats = train_epoch(model, optimizer, train, config, rng, device)
+        record = {"epoch": epoch, **stats}
+        if selecting:
+            p = validate(model, train, train_labels, val, val_labels, config.train.k, device)
+            record["val_precision"] = p.precision_at_k_tie_aware
+            if stopper.update(p.precision_at_k_tie_aware, epoch):
+                best_state = copy.deepcopy(model.state_dict())
+        record["seconds"] = time.perf_counter() - t0
+        result.history.append(record)
+        bar.set_postfix(loss=f"{stats['loss']:.4f}", val_p=f"{record.get('val_precision', float('nan')):.4f}",
+                        best=f"{stopper.best:.4f}" if selecting else "-")
+        if on_epoch:
+            on_epoch(record)
+        if selecting and stopper.should_stop:
+            break
+    bar.close()
+    if best_state is not None:
+        model.load_state_dict(best_state)
+        result.best_epoch, result.best_precision = stopper.best_epoch, stopper.best
+    else:
+        result.best_epoch = len(result.history) - 1
+    result.seconds = time.perf_counter() - start
+    model.eval()
+    return result

@@ -1,0 +1,95 @@
+"""Shared fixtures: a tiny random BERT built in the test (no download) and a
+small topical toy corpus it can tell apart."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+TOPICS = {
+    0: "football match goal striker league season coach stadium team player score win",
+    1: "election vote parliament minister party government policy campaign law senate",
+    2: "computer software chip internet network data code server processor digital",
+    3: "film actor music album concert movie director song festival award singer",
+}
+
+
+def make_toy_corpus(n_per_topic: int, seed: int = 0, words: int = 12) -> list[tuple[int, str]]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for label, vocab in TOPICS.items():
+        vocab = vocab.split()
+        for _ in range(n_per_topic):
+            rows.append((label, " ".join(rng.choice(vocab, size=words))))
+    order = rng.permutation(len(rows))
+    return [rows[i] for i in order]
+
+
+def write_csv(path: Path, rows, header: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, quoting=csv.QUOTE_ALL)
+        if header:
+            w.writerow(["label", "text"])
+        w.writerows(rows)
+    return path
+
+
+def build_tiny_bert(folder: Path, hidden_size: int = 32, seed: int = 0) -> Path:
+    """A random 2-layer BERT and a WordPiece tokenizer over the toy vocabulary."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    words = sorted({w for text in TOPICS.values() for w in text.split()})
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz") + words
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tok = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    tok.save_pretrained(folder)
+    torch.manual_seed(seed)
+    cfg = BertConfig(vocab_size=len(vocab), hidden_size=hidden_size, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=2 * hidden_size, max_position_embeddings=128)
+    BertModel(cfg).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> str:
+    return str(build_tiny_bert(tmp_path_factory.mktemp("tiny-bert")))
+
+
+@pytest.fixture(scope="session")
+def toy_folder(tmp_path_factory) -> Path:
+    """A local corpus folder like ../shared/data: headerless train.csv and val.csv."""
+    root = tmp_path_factory.mktemp("toy")
+    write_csv(root / "train.csv", make_toy_corpus(40, seed=1))
+    write_csv(root / "val.csv", make_toy_corpus(10, seed=2))
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_config(tiny_bert):
+    from dhim_ray.config import config_for_bits
+
+    return config_for_bits(
+        16,
+        features={"encoder": tiny_bert, "max_words": 12},
+        model={"n_filters": 16, "alpha": 0.3, "hidden_size": 32},
+        train={"batch_size": 32, "lr": 3e-3, "max_epochs": 3, "patience": 3, "beta": 0.3},
+    )
+
+
+def shared_corpus(name: str) -> Path:
+    path = SHARED_DATA / name
+    if not (path / "train.csv").exists():
+        pytest.skip(f"../shared/data/{name} is not present")
+    return path

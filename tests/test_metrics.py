@@ -1,0 +1,89 @@
+import numpy as np
+import pytest
+
+from dhim_ray.codes import pack_codes
+from dhim_ray.errors import ConfigError, DataError
+from dhim_ray.metrics import cosine_precision_at_k, hamming_distances, hamming_topk, precision_at_k
+
+
+def brute_force(db_bits, q_bits, k):
+    dist = (q_bits[:, None, :] != db_bits[None, :, :]).sum(-1)
+    # stable sort keeps database order among ties
+    idx = np.argsort(dist, axis=1, kind="stable")[:, :k]
+    return idx, np.take_along_axis(dist, idx, axis=1), dist
+
+
+@pytest.mark.parametrize("n_bits", [8, 16, 72, 128])
+def test_topk_equals_bruteforce_including_ties(n_bits):
+    rng = np.random.default_rng(n_bits)
+    # few distinct codes -> many exact ties at every distance
+    pool = rng.integers(0, 2, (12, n_bits))
+    db_bits = pool[rng.integers(0, 12, 300)]
+    q_bits = pool[rng.integers(0, 12, 40)]
+    idx, dist = hamming_topk(pack_codes(db_bits), pack_codes(q_bits), k=37, memory_mb=1)
+    ref_idx, ref_dist, full = brute_force(db_bits, q_bits, 37)
+    assert np.array_equal(dist, ref_dist)
+    assert np.array_equal(idx, ref_idx)
+    assert np.array_equal(hamming_distances(pack_codes(db_bits), pack_codes(q_bits)), full)
+
+
+def test_topk_k_equals_database_size():
+    db = pack_codes(np.random.default_rng(0).integers(0, 2, (10, 16)))
+    idx, dist = hamming_topk(db, db[:3], k=10)
+    assert sorted(idx[0].tolist()) == list(range(10)) and dist[0, 0] == 0
+
+
+def test_tie_aware_precision_hand_computed():
+    # query = 0000_0000; database distances: 0 (rel), 1 (irr), 1 (rel), 1 (irr), 2 (rel)
+    db_bits = np.array([
+        [0, 0, 0, 0, 0, 0, 0, 0],  # d=0, label 1 (relevant)
+        [1, 0, 0, 0, 0, 0, 0, 0],  # d=1, label 2
+        [0, 1, 0, 0, 0, 0, 0, 0],  # d=1, label 1 (relevant)
+        [0, 0, 1, 0, 0, 0, 0, 0],  # d=1, label 2
+        [1, 1, 0, 0, 0, 0, 0, 0],  # d=2, label 1 (relevant)
+    ])
+    db_labels = np.array([1, 2, 1, 2, 1])
+    q = pack_codes(np.zeros((1, 8), dtype=np.uint8))
+    r = precision_at_k(pack_codes(db_bits), db_labels, q, np.array([1]), k=2)
+    # k=2: one sure relevant at d=0, then 1 slot among 3 tied at d=1 of which 1 relevant.
+    assert r.precision_at_k_tie_aware == pytest.approx((1 + 1 * 1 / 3) / 2)
+    # database order fills the slot with index 1 (irrelevant)
+    assert r.precision_at_k == pytest.approx(0.5)
+    r3 = precision_at_k(pack_codes(db_bits), db_labels, q, np.array([1]), k=3)
+    assert r3.precision_at_k_tie_aware == pytest.approx((1 + 2 * 1 / 3) / 3)
+    assert r3.precision_at_k == pytest.approx(2 / 3)  # indices 0, 1, 2
+
+
+def test_ordered_precision_matches_topk_and_tie_aware_is_expectation():
+    rng = np.random.default_rng(5)
+    db_bits, q_bits = rng.integers(0, 2, (400, 16)), rng.integers(0, 2, (30, 16))
+    db_l, q_l = rng.integers(0, 3, 400), rng.integers(0, 3, 30)
+    db, q = pack_codes(db_bits), pack_codes(q_bits)
+    r = precision_at_k(db, db_l, q, q_l, k=25, memory_mb=1)
+    idx, _ = hamming_topk(db, q, 25)
+    assert r.precision_at_k == pytest.approx(np.mean(db_l[idx] == q_l[:, None]))
+    # Monte Carlo over random tie-breaking converges to the tie-aware value
+    dist = hamming_distances(db, q)
+    sims = []
+    for s in range(300):
+        noise = np.random.default_rng(s).random(dist.shape)
+        order = np.lexsort((noise, dist), axis=1)[:, :25]
+        sims.append(np.mean(db_l[order] == q_l[:, None]))
+    assert np.mean(sims) == pytest.approx(r.precision_at_k_tie_aware, abs=0.01)
+
+
+def test_precision_errors():
+    db = pack_codes(np.zeros((5, 8), dtype=np.uint8))
+    with pytest.raises(ConfigError, match="--k 6: larger than the database"):
+        precision_at_k(db, np.zeros(5), db, np.zeros(5), k=6)
+    with pytest.raises(DataError, match="queries has no labels"):
+        precision_at_k(db, np.zeros(5), db, None, k=2)
+    with pytest.raises(DataError, match="database labels of shape"):
+        precision_at_k(db, np.zeros(4), db, np.zeros(5), k=2)
+
+
+def test_cosine_precision_perfect_clusters():
+    centers = np.eye(3)
+    db = np.repeat(centers, 10, axis=0) + 0.01 * np.random.default_rng(0).standard_normal((30, 3))
+    labels = np.repeat(np.arange(3), 10)
+    assert cosine_precision_at_k(db, labels, centers, np.arange(3), k=10) == 1.0

@@ -1,0 +1,123 @@
+import numpy as np
+import pytest
+import torch
+
+from dhim_ray.config import ModelConfig, TrainConfig, as_published, config_for_bits
+from dhim_ray.encoder import Features
+from dhim_ray.errors import ConfigError
+from dhim_ray.model import DHIM, bernoulli_straight_through
+from dhim_ray.training import carve_validation, fit, train_epoch
+
+
+def toy_features(n=96, t=8, h=24, n_topics=4, seed=0):
+    """Token features drawn around one centre per topic: MI has something to find."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((n_topics, h)) * 2
+    labels = rng.integers(0, n_topics, n)
+    tokens = centres[labels][:, None, :] + rng.standard_normal((n, t, h))
+    mask = np.ones((n, t), dtype=bool)
+    mask[: n // 2, t - 2 :] = False  # some padding
+    tokens[~mask] = 0
+    mean = tokens.mean(1)
+    return Features(tokens.astype(np.float16), mask, mean.astype(np.float32), mean.astype(np.float32)), labels
+
+
+def test_straight_through_passes_gradient_to_p():
+    logits = torch.tensor([[0.3, -2.0, 5.0]], requires_grad=True)
+    codes = bernoulli_straight_through(logits, alpha=0.5)
+    assert set(codes.detach().unique().tolist()) <= {0.0, 1.0}
+    codes.sum().backward()
+    p = torch.sigmoid(logits.detach() / 0.5)
+    # d code / d logit = dp/dlogit = p (1 - p) / alpha
+    assert torch.allclose(logits.grad, p * (1 - p) / 0.5)
+
+
+def test_gradients_reach_conv_weights():
+    feats, _ = toy_features()
+    model = DHIM(ModelConfig(n_bits=16, hidden_size=24, n_filters=8))
+    out = model(torch.tensor(feats.tokens[:16]).float(), torch.tensor(feats.mask[:16]),
+                torch.tensor(feats.cls[:16]), beta=0.5)
+    out.loss.backward()
+    for conv in model.convs:
+        assert conv.weight.grad is not None and conv.weight.grad.abs().sum() > 0
+    assert model.target_proj.weight.grad.abs().sum() > 0
+
+
+def test_global_logit_is_masked_mean_of_local_logits():
+    feats, _ = toy_features()
+    model = DHIM(ModelConfig(n_bits=16, hidden_size=24, n_filters=8))
+    tokens, mask = torch.tensor(feats.tokens[:4]).float(), torch.tensor(feats.mask[:4])
+    local = model.local_logits(tokens)
+    g = model.global_logits(tokens, mask)
+    expected = torch.stack([local[i][mask[i]].mean(0) for i in range(4)])
+    assert torch.allclose(g, expected, atol=1e-5)
+    # with padding counted as words (paper code) the readout differs where there is padding
+    paper = DHIM(ModelConfig(n_bits=16, hidden_size=24, n_filters=8, mask_padding=False))
+    paper.load_state_dict(model.state_dict())
+    assert torch.allclose(paper.global_logits(tokens, mask), local.mean(1), atol=1e-5)
+
+
+def test_loss_finite_and_decreases_on_toy_corpus():
+    feats, labels = toy_features(n=128)
+    cfg = config_for_bits(16, model={"hidden_size": 24, "n_filters": 16, "alpha": 0.3},
+                          train={"batch_size": 32, "lr": 3e-3, "beta": 0.5})
+    torch.manual_seed(0)
+    model = DHIM(cfg.model)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr)
+    rng = np.random.default_rng(0)
+    losses = [train_epoch(model, opt, feats, cfg, rng)["loss"] for _ in range(15)]
+    assert all(np.isfinite(losses))
+    assert np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.05
+
+
+def test_fit_keeps_best_epoch_and_learns_topics():
+    feats, labels = toy_features(n=160, seed=1)
+    cfg = config_for_bits(16, model={"hidden_size": 24, "n_filters": 16, "alpha": 0.3},
+                          train={"batch_size": 32, "lr": 3e-3, "max_epochs": 12, "patience": 12, "k": 10})
+    tr, va = np.arange(120), np.arange(120, 160)
+    result = fit(feats.take(tr), feats.take(va), cfg, labels[tr], labels[va], progress=False)
+    vals = [h["val_precision"] for h in result.history]
+    assert result.best_precision == max(vals)
+    assert result.best_epoch == int(np.argmax(vals))
+    assert result.best_precision > 0.6  # 4 topics: chance is ~0.25
+
+
+def test_as_published_formulation():
+    cfg = as_published(config_for_bits(32, model={"hidden_size": 768}))
+    assert cfg.model.score_sigmoid and not cfg.model.mask_padding and cfg.train.beta == 1.0
+    assert cfg.model.shared_cls_projection  # 3 x 256 == 768
+    assert not as_published(config_for_bits(32, model={"hidden_size": 384})).model.shared_cls_projection
+    # the sigmoid quirk bounds the objective: the loss can never go below 2 * softplus(-1) - softplus(1) ...
+    feats, _ = toy_features()
+    model = DHIM(cfg.model.__class__(**{**cfg.model.__dict__, "hidden_size": 24, "n_filters": 8,
+                                        "shared_cls_projection": False}))
+    out = model(torch.tensor(feats.tokens[:8]).float(), torch.tensor(feats.mask[:8]), None, beta=0.0)
+    sp = torch.nn.functional.softplus
+    assert out.loss.item() >= (sp(torch.tensor(-1.0)) + sp(torch.tensor(0.0))).item() - 1e-6
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"batch_size": 1}, "--batch-size 1"),
+    ({"lr": 0}, "--lr 0"),
+    ({"beta": -1}, "--beta -1"),
+    ({"max_epochs": 0}, "--epochs 0"),
+])
+def test_bad_train_settings(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**kwargs)
+
+
+def test_bad_model_settings():
+    with pytest.raises(ConfigError, match="--bits 100"):
+        ModelConfig(n_bits=100)
+    with pytest.raises(ConfigError, match="--regulariser 'x'"):
+        ModelConfig(regulariser="x")
+    with pytest.raises(ConfigError, match="shared_cls_projection needs"):
+        ModelConfig(hidden_size=384, shared_cls_projection=True)
+
+
+def test_carve_validation_is_deterministic_and_disjoint():
+    tr, va = carve_validation(500, TrainConfig())
+    tr2, va2 = carve_validation(500, TrainConfig())
+    assert np.array_equal(va, va2) and len(va) == 50 and not set(tr) & set(va)
+    assert len(tr) + len(va) == 500
