@@ -112,3 +112,70 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> tuple[DHIM, 
         first = str(exc).strip().splitlines()[0]
         raise CheckpointError(f"checkpoint {path}: weights do not match its config ({first})") from exc
     return model.eval(), config, meta
+
+
+# ---- resumable training state (per-epoch checkpoints of distributed runs) --------------
+STATE_FILE = "train_state.safetensors"
+STATE_META = "train_state.json"
+
+
+def save_training_state(
+    path: str | Path,
+    model: DHIM,
+    config: DHIMConfig,
+    optimizer: torch.optim.Optimizer,
+    best_state: dict[str, torch.Tensor] | None,
+    progress: dict[str, Any],
+    encoder_fingerprint: str = "",
+) -> Path:
+    """A checkpoint folder that also resumes training: current weights (config.json +
+    model.safetensors, loadable as usual), the best weights so far, Adam's moments and
+    the loop's progress (epoch, early-stopping state, history). No pickle."""
+    from safetensors.torch import save_file
+
+    path = save_checkpoint(path, model, config, encoder_fingerprint, {"epoch": progress.get("epoch")})
+    tensors: dict[str, torch.Tensor] = {}
+    steps: dict[str, float] = {}
+    for i, (param, state) in enumerate(_adam_states(optimizer)):
+        for key in ("exp_avg", "exp_avg_sq"):
+            if key in state:
+                tensors[f"optim.{i}.{key}"] = state[key].detach().cpu().contiguous()
+        if "step" in state:
+            steps[str(i)] = float(state["step"])
+    for key, value in (best_state or {}).items():
+        tensors[f"best.{key}"] = value.detach().cpu().contiguous()
+    save_file(tensors, str(path / STATE_FILE))
+    (path / STATE_META).write_text(json.dumps({"progress": progress, "optim_steps": steps}, default=float))
+    return path
+
+
+def _adam_states(optimizer: torch.optim.Optimizer):
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            yield param, optimizer.state.get(param, {})
+
+
+def load_training_state(path: str | Path, model: DHIM, optimizer: torch.optim.Optimizer) -> tuple[dict, dict | None]:
+    """Restore weights and Adam state saved by save_training_state.
+
+    Returns (progress, best_state or None). Raises CheckpointError if the folder
+    holds no training state.
+    """
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not (path / STATE_FILE).is_file() or not (path / STATE_META).is_file():
+        raise CheckpointError(f"{path}: no training state ({STATE_FILE}); it is not a resumable dhim-ray run")
+    loaded, _, _ = load_checkpoint(path)
+    model.load_state_dict(loaded.state_dict())
+    tensors = load_file(str(path / STATE_FILE))
+    meta = json.loads((path / STATE_META).read_text())
+    for i, (param, _) in enumerate(_adam_states(optimizer)):
+        if f"optim.{i}.exp_avg" in tensors:
+            optimizer.state[param] = {
+                "step": torch.tensor(meta["optim_steps"].get(str(i), 0.0)),
+                "exp_avg": tensors[f"optim.{i}.exp_avg"].to(param.device),
+                "exp_avg_sq": tensors[f"optim.{i}.exp_avg_sq"].to(param.device),
+            }
+    best = {k[len("best."):]: v for k, v in tensors.items() if k.startswith("best.")} or None
+    return meta["progress"], best

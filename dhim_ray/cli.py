@@ -214,6 +214,83 @@ def eval_(
 
 @app.command()
 @handle_errors
+def ingest(
+    corpus: str = typer.Argument(..., help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id."),
+    model_dir: Path = typer.Option(..., "--model", "-m", help="Checkpoint folder from 'dhim-ray train'."),
+    split: str = typer.Option("train", help="Split to ingest."),
+    collection: Optional[str] = typer.Option(None, help="Collection name [default: CORPUS_BITS]."),
+    uri: str = typer.Option(DEFAULT_DB, help="Milvus: a .db file (milvus-lite) or http://host:19530."),
+    token_env: str = typer.Option("MILVUS_TOKEN", help="Env variable with the server token or user:password."),
+    workers: int = typer.Option(2, "--workers", "-w", help="Encoding actors."),
+    batch_size: int = typer.Option(64, help="Documents per encoder batch."),
+    limit: Optional[int] = typer.Option(None, help="Ingest only the first N documents."),
+    index: Optional[str] = typer.Option(None, help="BIN_FLAT or BIN_IVF_FLAT [default: FLAT on lite, IVF on a server]."),
+    nlist: int = typer.Option(128, help="Clusters for BIN_IVF_FLAT."),
+    overwrite: bool = typer.Option(False, help="Drop an existing collection with another width or model."),
+    address: Optional[str] = typer.Option(None, help="Ray cluster address ('auto', ray://host:10001)."),
+    text_column: Optional[str] = typer.Option(None, help="Text column name."),
+    label_column: Optional[str] = typer.Option(None, help="Label column name."),
+    drop_empty: bool = typer.Option(False, help="Skip rows with empty text instead of failing."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+):
+    """Encode a corpus with Ray Data and upsert the codes into a Milvus binary collection."""
+    from connectors.milvus import IndexSpec, MilvusTarget, default_index
+    from dhim_ray.checkpoint import read_meta
+    from dhim_ray.data import parse_spec
+
+    n_bits = int(read_meta(model_dir)["config"]["model"]["n_bits"])
+    name, _ = parse_spec(corpus)
+    collection = collection or _default_collection(name, n_bits)
+    spec = IndexSpec(index, nlist=nlist) if index else default_index(uri)
+    target = MilvusTarget(uri, collection, token_env=token_env)
+    from jobs.ingest import ingest as run_ingest
+
+    result = run_ingest(corpus, model_dir, target, split=split, workers=workers, batch_size=batch_size, limit=limit,
+                        overwrite=overwrite, index=spec, address=address, progress=not as_json,
+                        text_column=text_column, label_column=label_column, drop_empty=drop_empty)
+    print_result(result.as_dict(), as_json, title=f"ingested into {collection}")
+
+
+def _default_collection(name: str, n_bits: int) -> str:
+    import re
+
+    base = re.sub(r"[^A-Za-z0-9_]", "_", Path(name).name if Path(name).exists() else name).strip("_") or "docs"
+    if base[0].isdigit():
+        base = "c_" + base
+    return f"{base}_{n_bits}"
+
+
+@app.command()
+@handle_errors
+def search(
+    text: list[str] = typer.Argument(..., help="Query text(s)."),
+    model_dir: Path = typer.Option(..., "--model", "-m", help="Checkpoint folder the collection was ingested with."),
+    collection: str = typer.Option(..., help="Collection to search."),
+    uri: str = typer.Option(DEFAULT_DB, help="Milvus: a .db file (milvus-lite) or http://host:19530."),
+    k: int = typer.Option(10, "-k", "--k", help="Hits per query (at most 16384)."),
+    as_json: bool = typer.Option(False, "--json", help="Print hits as JSON."),
+):
+    """Hash query texts with the model and search the collection by Hamming distance."""
+    from connectors.milvus import MilvusTarget
+    from jobs.search import CodeSearcher
+
+    with CodeSearcher(model_dir, MilvusTarget(uri, collection)) as searcher:
+        hits = searcher.search(text, k)
+    if as_json:
+        typer.echo(json.dumps([{"query": q, "hits": h} for q, h in zip(text, hits)], default=_json_default))
+        return
+    for query, rows in zip(text, hits):
+        table = Table(title=f"{query!r}", show_header=True)
+        for col in ("rank", "distance", "label", "source row", "text"):
+            table.add_column(col, overflow="ellipsis", no_wrap=col == "text", max_width=80 if col == "text" else None)
+        for rank, h in enumerate(rows, 1):
+            table.add_row(str(rank), str(h["distance"]), str(h.get("label")), str(h.get("row")),
+                          " ".join(str(h.get("text", "")).split())[:200])
+        out.print(table)
+
+
+@app.command()
+@handle_errors
 def demo(
     out_dir: Path = typer.Option(Path("runs/demo"), "--out", help="Where the demo writes its model and database."),
     bits: int = typer.Option(64, help="Code length."),

@@ -1,0 +1,371 @@
+"""Milvus connector for packed binary codes (pymilvus + numpy; never torch).
+
+A code collection holds one row per document:
+
+    id      INT64 primary key, deterministic from (source, split, row)
+    code    BINARY_VECTOR(n_bits), HAMMING metric
+    label   INT64 (-1 when the source has no label)
+    text    VARCHAR preview of the document (first ``TEXT_PREVIEW`` characters)
+    source  VARCHAR corpus and split, e.g. "dbpedia:train"
+    row     INT64 row number in that source
+
+The collection description stores JSON metadata (format, n_bits, model id) so an
+existing collection with another width, metric or model is refused, not mixed.
+milvus-lite (a local ``.db`` file) takes one process per file and BIN_FLAT only;
+a server (``http://host:19530``) takes many writers and BIN_IVF_FLAT.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+from urllib.parse import urlparse
+
+import numpy as np
+
+from dhim_ray.codes import check_codes, check_n_bits
+from dhim_ray.errors import (
+    CodeFormatError,
+    CollectionMismatchError,
+    ConfigError,
+    StoreError,
+    StoreUnreachableError,
+)
+
+FORMAT = "dhim-ray/codes"
+CODE_FIELD = "code"
+TEXT_PREVIEW = 1024
+MAX_SEARCH_K = 16384  # Milvus' limit on top-k
+DEFAULT_TIMEOUT = 30.0
+OUTPUT_FIELDS = ["label", "text", "source", "row"]
+INDEX_TYPES = ("BIN_FLAT", "BIN_IVF_FLAT")
+
+
+def is_lite(uri: str) -> bool:
+    """A local file path (milvus-lite) rather than a server URL."""
+    return urlparse(uri).scheme not in ("http", "https", "tcp", "grpc", "unix")
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """How the code field is indexed. BIN_FLAT is exact; BIN_IVF_FLAT (server only)
+    probes ``nprobe`` of ``nlist`` clusters."""
+
+    index_type: str = "BIN_FLAT"
+    nlist: int = 128
+    nprobe: int = 16
+
+    def __post_init__(self) -> None:
+        if self.index_type not in INDEX_TYPES:
+            raise ConfigError(f"--index {self.index_type!r}: choose one of {', '.join(INDEX_TYPES)}")
+        if not 1 <= self.nlist <= 65536:
+            raise ConfigError(f"--nlist {self.nlist}: must be between 1 and 65536, e.g. 128")
+        if not 1 <= self.nprobe <= self.nlist:
+            raise ConfigError(f"--nprobe {self.nprobe}: must be between 1 and nlist ({self.nlist})")
+
+    def params(self) -> dict[str, Any]:
+        return {"nlist": self.nlist} if self.index_type == "BIN_IVF_FLAT" else {}
+
+    def search_params(self) -> dict[str, Any]:
+        params = {"nprobe": self.nprobe} if self.index_type == "BIN_IVF_FLAT" else {}
+        return {"metric_type": "HAMMING", "params": params}
+
+
+def default_index(uri: str) -> IndexSpec:
+    """BIN_FLAT on milvus-lite (the only type it takes); BIN_IVF_FLAT on a server."""
+    return IndexSpec("BIN_FLAT") if is_lite(uri) else IndexSpec("BIN_IVF_FLAT")
+
+
+@dataclass(frozen=True)
+class MilvusTarget:
+    """Where codes go. Plain data: it pickles, so Ray workers can open their own client.
+
+    Credentials are never stored here: ``token_env`` names an environment variable
+    holding a token (or ``user:password``), read when the client opens.
+    """
+
+    uri: str
+    collection: str
+    timeout: float = DEFAULT_TIMEOUT
+    token_env: str = "MILVUS_TOKEN"
+
+    def __post_init__(self) -> None:
+        if not self.collection or not self.collection.replace("_", "a").isalnum() or self.collection[0].isdigit():
+            raise ConfigError(
+                f"--collection {self.collection!r}: use letters, digits and underscores, starting with a letter"
+            )
+        if not self.uri:
+            raise ConfigError("--uri is empty: give a .db file path (milvus-lite) or http://host:19530")
+
+    @property
+    def lite(self) -> bool:
+        return is_lite(self.uri)
+
+    def connect(self):
+        """Open a MilvusClient; fails within seconds, with the URI, when unreachable."""
+        return connect(self.uri, self.timeout, self.token_env)
+
+
+def _check_reachable(uri: str, timeout: float) -> None:
+    url = urlparse(uri)
+    host, port = url.hostname or "localhost", url.port or 19530
+    try:
+        with socket.create_connection((host, port), timeout=min(timeout, 5.0)):
+            return
+    except OSError as exc:
+        raise StoreUnreachableError(
+            f"cannot reach Milvus at {uri} ({exc.strerror or exc}); start the server or check --uri"
+        ) from exc
+
+
+def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS_TOKEN"):
+    """A MilvusClient for a milvus-lite file or a server URL."""
+    warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
+    from pymilvus import MilvusClient
+
+    kwargs: dict[str, Any] = {}
+    if is_lite(uri):
+        parent = os.path.dirname(os.path.abspath(uri))
+        if not os.path.isdir(parent):
+            raise StoreError(f"--uri {uri}: folder {parent} does not exist; create it or pick another path")
+        if not uri.endswith(".db"):
+            raise ConfigError(f"--uri {uri}: a milvus-lite file must end in .db, or give http://host:19530")
+    else:
+        _check_reachable(uri, timeout)
+        secret = os.environ.get(token_env)
+        if secret:
+            kwargs["token"] = secret
+        kwargs["timeout"] = timeout
+    try:
+        return MilvusClient(uri=uri, **kwargs)
+    except Exception as exc:  # pymilvus raises MilvusException or plain errors
+        message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        if is_lite(uri) and "open local milvus failed" in message.lower():
+            raise StoreError(
+                f"--uri {uri}: the milvus-lite file is open in another process (one process per file); "
+                "stop it or use a Milvus server"
+            ) from exc
+        where = "the milvus-lite file" if is_lite(uri) else "the server"
+        raise StoreUnreachableError(f"cannot open Milvus at {uri} ({message}); check {where} and credentials "
+                                    f"(${token_env})") from exc
+
+
+def release(uri: str) -> None:
+    """Free a milvus-lite file's lock so another process may open it (close() does not)."""
+    if not is_lite(uri):
+        return
+    try:
+        from milvus_lite.server_manager import server_manager_instance
+
+        servers = getattr(server_manager_instance, "_servers", None)
+        for key in (os.path.abspath(uri), uri):
+            if servers is None or key in servers:
+                server_manager_instance.release_server(key)
+    except Exception:  # best effort: an unknown path is fine
+        pass
+
+
+# ---- ids and rows ------------------------------------------------------------------
+def document_ids(source: str, rows: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Deterministic INT64 ids: 23 bits from a hash of ``source`` ("corpus:split"),
+    40 bits of row number. The same document always gets the same id, so a rerun
+    upserts onto the same rows."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size and (rows.min() < 0 or rows.max() >= 1 << 40):
+        raise ConfigError("row numbers must be in [0, 2^40) to form document ids")
+    prefix = int.from_bytes(hashlib.blake2b(source.encode(), digest_size=8).digest(), "big") & ((1 << 23) - 1)
+    return (np.int64(prefix) << np.int64(40)) | rows
+
+
+def make_rows(
+    ids: np.ndarray,
+    codes: np.ndarray,
+    n_bits: int,
+    labels: np.ndarray | None,
+    texts: Sequence[str],
+    source: str,
+    rows: np.ndarray,
+) -> list[dict[str, Any]]:
+    """Validated insert rows. Every code is checked for dtype and length first:
+    Milvus stores wrong-length codes silently and shifts the rest of the batch."""
+    codes = check_codes(codes, n_bits)
+    n = len(codes)
+    for name, col in (("ids", ids), ("texts", texts), ("rows", rows)):
+        if len(col) != n:
+            raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
+    if labels is not None and len(labels) != n:
+        raise CodeFormatError(f"labels has {len(labels)} entries for {n} codes: expected one per code")
+    out = []
+    for i in range(n):
+        out.append({
+            "id": int(ids[i]),
+            CODE_FIELD: codes[i].tobytes(),
+            "label": int(labels[i]) if labels is not None else -1,
+            "text": _preview(texts[i]),
+            "source": source[:256],
+            "row": int(rows[i]),
+        })
+    return out
+
+
+def _preview(text: str) -> str:
+    # VARCHAR max_length counts bytes; keep a margin for multi-byte characters.
+    cut = text[:TEXT_PREVIEW]
+    while len(cut.encode("utf-8")) > TEXT_PREVIEW * 4 - 4:
+        cut = cut[: len(cut) // 2]
+    return cut
+
+
+# ---- collections ----------------------------------------------------------------------
+@dataclass
+class CollectionInfo:
+    name: str
+    n_bits: int
+    metric: str
+    index_type: str
+    model: str
+    count: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _schema(n_bits: int, meta: dict[str, Any]):
+    from pymilvus import DataType, MilvusClient
+
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False, description=json.dumps(meta))
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field(CODE_FIELD, DataType.BINARY_VECTOR, dim=n_bits)
+    schema.add_field("label", DataType.INT64)
+    schema.add_field("text", DataType.VARCHAR, max_length=TEXT_PREVIEW * 4)
+    schema.add_field("source", DataType.VARCHAR, max_length=256)
+    schema.add_field("row", DataType.INT64)
+    return schema
+
+
+def describe(client, name: str, timeout: float = DEFAULT_TIMEOUT) -> CollectionInfo | None:
+    """What an existing collection holds, or None if there is none by that name."""
+    if not client.has_collection(name, timeout=timeout):
+        return None
+    desc = client.describe_collection(name, timeout=timeout)
+    code = next((f for f in desc["fields"] if f["name"] == CODE_FIELD), None)
+    try:
+        meta = json.loads(desc.get("description") or "{}")
+    except json.JSONDecodeError:
+        meta = {}
+    if code is None or meta.get("format") != FORMAT:
+        return CollectionInfo(name, 0, "", "", "", meta=meta)
+    n_bits = int(code["params"].get("dim", 0))
+    metric = index_type = ""
+    try:
+        index = client.describe_index(name, CODE_FIELD, timeout=timeout)
+        metric, index_type = index.get("metric_type", ""), index.get("index_type", "")
+    except Exception:
+        pass
+    return CollectionInfo(name, n_bits, metric, index_type, meta.get("model", ""), meta=meta)
+
+
+def ensure_collection(
+    client,
+    name: str,
+    n_bits: int,
+    model: str,
+    index: IndexSpec = IndexSpec(),
+    overwrite: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> CollectionInfo:
+    """Create the code collection, or check an existing one matches.
+
+    An existing collection with another code width, metric or model is refused
+    (CollectionMismatchError) unless ``overwrite``, which drops and recreates it.
+    """
+    check_n_bits(n_bits)
+    info = describe(client, name, timeout)
+    if info is not None and not overwrite:
+        problems = []
+        if not info.n_bits:
+            problems.append("it was not made by dhim-ray")
+        else:
+            if info.n_bits != n_bits:
+                problems.append(f"its codes have {info.n_bits} bits, these have {n_bits}")
+            if info.metric and info.metric != "HAMMING":
+                problems.append(f"its metric is {info.metric}, not HAMMING")
+            if info.model and model and info.model != model:
+                problems.append(f"it holds codes of model {info.model}, not {model}")
+        if problems:
+            raise CollectionMismatchError(
+                f"collection {name!r}: {'; '.join(problems)}; pick another --collection or pass --overwrite"
+            )
+        client.load_collection(name, timeout=timeout)
+        return info
+    if info is not None:
+        client.drop_collection(name, timeout=timeout)
+    meta = {"format": FORMAT, "n_bits": n_bits, "model": model}
+    index_params = client.prepare_index_params()
+    index_params.add_index(field_name=CODE_FIELD, index_type=index.index_type, metric_type="HAMMING",
+                           params=index.params())
+    try:
+        client.create_collection(name, schema=_schema(n_bits, meta), index_params=index_params, timeout=timeout)
+    except Exception as exc:
+        raise StoreError(f"collection {name!r}: Milvus refused to create it ({str(exc).splitlines()[0][:200]})") from exc
+    client.load_collection(name, timeout=timeout)
+    return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta)
+
+
+def upsert_rows(client, name: str, rows: list[dict[str, Any]], timeout: float = DEFAULT_TIMEOUT) -> int:
+    """Upsert validated rows (see make_rows); returns how many were written."""
+    if not rows:
+        return 0
+    lengths = {len(r[CODE_FIELD]) for r in rows}
+    if len(lengths) != 1:
+        raise CodeFormatError(f"codes of {sorted(lengths)} bytes in one batch: every code must have the same length")
+    try:
+        result = client.upsert(name, rows, timeout=timeout)
+    except Exception as exc:
+        raise StoreError(f"collection {name!r}: upsert of {len(rows)} rows failed ({str(exc).splitlines()[0][:200]})") from exc
+    return int(result.get("upsert_count", len(rows))) if isinstance(result, dict) else len(rows)
+
+
+def count_rows(client, name: str, timeout: float = DEFAULT_TIMEOUT) -> int:
+    """Exact row count (strong consistency), after a flush where the server supports it."""
+    try:
+        client.flush(name, timeout=timeout)
+    except Exception:
+        pass  # milvus-lite flushes on its own
+    res = client.query(name, filter="", output_fields=["count(*)"], consistency_level="Strong", timeout=timeout)
+    return int(res[0]["count(*)"])
+
+
+def search_codes(
+    client,
+    name: str,
+    codes: np.ndarray,
+    n_bits: int,
+    k: int,
+    index: IndexSpec | None = None,
+    output_fields: Iterable[str] = OUTPUT_FIELDS,
+    timeout: float = DEFAULT_TIMEOUT,
+    batch_size: int = 1000,
+) -> list[list[dict[str, Any]]]:
+    """Top-k rows by Hamming distance for each packed query code.
+
+    Returns one list per query of {"id", "distance" (int), and output fields}.
+    """
+    codes = check_codes(codes, n_bits)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_SEARCH_K:
+        raise ConfigError(f"-k {k}: must be between 1 and {MAX_SEARCH_K} (Milvus' top-k limit)")
+    params = (index or IndexSpec()).search_params()
+    out: list[list[dict[str, Any]]] = []
+    for start in range(0, len(codes), batch_size):
+        data = [c.tobytes() for c in codes[start : start + batch_size]]
+        try:
+            res = client.search(name, data=data, anns_field=CODE_FIELD, search_params=params, limit=int(k),
+                                output_fields=list(output_fields), timeout=timeout)
+        except Exception as exc:
+            raise StoreError(f"collection {name!r}: search failed ({str(exc).splitlines()[0][:200]})") from exc
+        for hits in res:
+            out.append([{"id": h["id"], "distance": int(round(h["distance"])), **h.get("entity", {})} for h in hits])
+    return out

@@ -1,0 +1,65 @@
+"""A Ray Data datasink writing code rows into a Milvus server collection.
+
+The sink holds plain config only and opens its client lazily inside each write
+task (it must pickle). ``on_write_start`` runs once on the driver and creates or
+checks the collection; ``write`` upserts its blocks and returns the row count;
+``on_write_complete`` totals them. For milvus-lite (one process per file) the
+ingest job writes from the driver instead: see jobs/ingest.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+from ray.data import Datasink
+from ray.data.block import BlockAccessor
+
+from .milvus import IndexSpec, MilvusTarget, ensure_collection, make_rows, upsert_rows
+
+BATCH_ROWS = 2000
+
+
+def block_to_rows(table, n_bits: int, source: str) -> list[dict[str, Any]]:
+    """A pyarrow block with id, code (uint8 tensor), label, text, row -> validated rows."""
+    cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
+    codes = np.stack(cols["code"]).astype(np.uint8) if len(cols["code"]) else np.zeros((0, n_bits // 8), np.uint8)
+    labels = cols.get("label")
+    return make_rows(cols["id"], codes, n_bits, labels, [str(t) for t in cols["text"]], source, cols["row"])
+
+
+class MilvusDatasink(Datasink[int]):
+    def __init__(self, target: MilvusTarget, n_bits: int, source: str, model: str,
+                 index: IndexSpec = IndexSpec(), overwrite: bool = False):
+        if target.lite:
+            raise ValueError("MilvusDatasink writes from many processes; milvus-lite files take one: write from the driver")
+        self.target, self.n_bits, self.source, self.model = target, n_bits, source, model
+        self.index, self.overwrite = index, overwrite
+        self.rows_written = 0
+
+    def on_write_start(self, schema=None) -> None:
+        client = self.target.connect()
+        try:
+            ensure_collection(client, self.target.collection, self.n_bits, self.model, self.index, self.overwrite,
+                              self.target.timeout)
+        finally:
+            client.close()
+
+    def write(self, blocks: Iterable, ctx) -> int:
+        client = self.target.connect()
+        written = 0
+        try:
+            for block in blocks:
+                table = BlockAccessor.for_block(block).to_arrow()
+                for start in range(0, table.num_rows, BATCH_ROWS):
+                    rows = block_to_rows(table.slice(start, BATCH_ROWS), self.n_bits, self.source)
+                    written += upsert_rows(client, self.target.collection, rows, self.target.timeout)
+        finally:
+            client.close()
+        return written
+
+    def on_write_complete(self, write_result) -> None:
+        self.rows_written = int(sum(write_result.write_returns))
+
+    def get_name(self) -> str:
+        return "Milvus"

@@ -1,0 +1,151 @@
+"""Query a code collection with texts: the same encoder hashes the queries."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from connectors.milvus import (
+    MAX_SEARCH_K,
+    IndexSpec,
+    MilvusTarget,
+    count_rows,
+    describe,
+    release,
+    search_codes,
+)
+from dhim_ray.data import load_split, require_labels
+from dhim_ray.errors import CollectionMismatchError, ConfigError, StoreError
+from dhim_ray.hasher import Hasher, check_texts
+from dhim_ray.metrics import PrecisionResult
+
+from .ingest import model_id
+
+
+class CodeSearcher:
+    """Text search over a Milvus code collection with a trained model.
+
+    Example:
+        >>> s = CodeSearcher("runs/bbc-64", MilvusTarget("dhim_ray.db", "bbc_64"))
+        >>> s.search(["oil prices rise"], k=5)[0][0]   # {"id", "distance", "label", "text", ...}
+    """
+
+    def __init__(self, model_dir: str | Path, target: MilvusTarget, index: IndexSpec | None = None,
+                 hasher: Hasher | None = None):
+        self.hasher = hasher or Hasher.load(model_dir)
+        self.target = target
+        self.index = index or IndexSpec()
+        self.client = target.connect()
+        info = describe(self.client, target.collection, target.timeout)
+        if info is None:
+            self.close()
+            raise StoreError(
+                f"collection {target.collection!r} does not exist at {target.uri}; run 'dhim-ray ingest' first"
+            )
+        if info.n_bits != self.hasher.n_bits:
+            self.close()
+            raise CollectionMismatchError(
+                f"collection {target.collection!r} holds {info.n_bits}-bit codes but the model makes "
+                f"{self.hasher.n_bits}-bit codes; use the model it was ingested with"
+            )
+        mid = model_id(model_dir) if model_dir else ""
+        if info.model and mid and info.model != mid:
+            self.close()
+            raise CollectionMismatchError(
+                f"collection {target.collection!r} holds codes of model {info.model}, not of {model_dir} ({mid}); "
+                "search with the model it was ingested with, or re-ingest"
+            )
+        if info.index_type == "BIN_IVF_FLAT" and index is None:
+            self.index = IndexSpec("BIN_IVF_FLAT")
+
+    def search(self, texts: list[str] | str, k: int = 10) -> list[list[dict[str, Any]]]:
+        if isinstance(texts, str):
+            texts = [texts]
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SEARCH_K:
+            raise ConfigError(f"-k {k}: must be between 1 and {MAX_SEARCH_K} (Milvus' top-k limit)")
+        codes = self.hasher.encode(check_texts(texts))
+        return self.search_codes(codes, k)
+
+    def search_codes(self, codes: np.ndarray, k: int, output_fields=("label", "text", "source", "row")):
+        return search_codes(self.client, self.target.collection, codes, self.hasher.n_bits, k, self.index,
+                            output_fields, self.target.timeout)
+
+    def count(self) -> int:
+        return count_rows(self.client, self.target.collection, self.target.timeout)
+
+    def close(self) -> None:
+        self.client.close()
+        release(self.target.uri)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def evaluate_in_milvus(
+    model_dir: str | Path,
+    queries: str,
+    uri: str,
+    collection: str | None,
+    k: int = 100,
+    progress: bool = True,
+    **data_kwargs: Any,
+) -> dict[str, Any]:
+    """Precision@k with the search done by Milvus, scored by the same metric code as
+    the in-memory eval. Tie-aware precision needs every database code at the k-th
+    distance, so the search asks for k plus the ties (a range search at that radius)."""
+    if collection is None:
+        raise ConfigError("--collection is required with --milvus: the collection 'dhim-ray ingest' wrote")
+    if model_dir is None:
+        raise ConfigError("eval --milvus needs the model folder: dhim-ray eval DIR --milvus URI --collection NAME")
+    q = load_split(queries, "val", **data_kwargs)
+    q_labels = require_labels(q, f"queries {queries}")
+    t0 = time.perf_counter()
+    with CodeSearcher(model_dir, MilvusTarget(uri, collection)) as searcher:
+        n_db = searcher.count()
+        if k > n_db:
+            raise ConfigError(f"--k {k}: larger than the collection ({n_db} codes); use --k {n_db} or less")
+        codes = searcher.hasher.encode(q.texts)
+        result = tie_aware_from_store(searcher, codes, q_labels, k, n_db)
+    return {"method": "dhim", "search": f"milvus {uri}/{collection}", "n_bits": searcher.hasher.n_bits,
+            **result.as_dict(), "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def tie_aware_from_store(searcher: CodeSearcher, codes: np.ndarray, query_labels: np.ndarray, k: int,
+                         n_db: int) -> PrecisionResult:
+    """Both precisions from store results: the k nearest, then every code tied at the
+    k-th distance (the hits needed for the expectation over random tie-breaking).
+
+    Ties are fetched with a larger top-k (doubling, up to Milvus' 16384 cap, or the
+    whole collection); ordered precision sorts hits by (distance, id), the
+    store's own tie order is not specified.
+    """
+    ordered = expected = 0.0
+    for i in range(len(codes)):
+        limit = min(k * 2, MAX_SEARCH_K, n_db)
+        while True:
+            hits = searcher.search_codes(codes[i : i + 1], limit, output_fields=("label", "row"))[0]
+            dist = np.array([h["distance"] for h in hits])
+            kth = dist[k - 1]
+            if dist[-1] > kth or limit >= min(n_db, MAX_SEARCH_K):
+                break
+            limit = min(limit * 4, MAX_SEARCH_K, n_db)
+        if dist[-1] == kth and limit < n_db:
+            raise StoreError(
+                f"query {i}: more than {MAX_SEARCH_K} codes tie at distance {kth}; tie-aware precision needs them all"
+            )
+        labels = np.array([h["label"] for h in hits])
+        rel = labels == query_labels[i]
+        closer, tied = dist < kth, dist == kth
+        n_lt, r_lt, n_eq, r_eq = closer.sum(), (closer & rel).sum(), tied.sum(), (tied & rel).sum()
+        expected += r_lt + (k - n_lt) * r_eq / n_eq
+        rows = np.array([h["row"] for h in hits])
+        order = np.lexsort((rows, dist))[:k]  # database order = source row order
+        ordered += rel[order].sum()
+    n = len(codes)
+    return PrecisionResult(k, ordered / (n * k), expected / (n * k), n, n_db)
