@@ -97,6 +97,7 @@ def ingest(
     address: str | None = None,
     progress: bool = True,
     stop_after: int | None = None,
+    write_batch: int = 2000,
     **data_kwargs: Any,
 ) -> IngestResult:
     """Encode one split of a corpus with a trained model and upsert it into Milvus.
@@ -106,6 +107,7 @@ def ingest(
         model_dir: checkpoint folder from ``dhim-ray train``.
         target: Milvus URI and collection.
         workers: encoding actors.
+        write_batch: rows per upsert from the driver (milvus-lite).
         stop_after: testing aid: stop after writing about this many rows, as a crash would.
     Returns:
         IngestResult with the verified row count. Raises StoreError when the
@@ -155,7 +157,7 @@ def ingest(
         batch_format="numpy",
     )
     if target.lite:
-        written = _write_from_driver(ds, target, n_bits, source, len(data), progress, stop_after)
+        written = _write_from_driver(ds, target, n_bits, source, len(data), progress, stop_after, write_batch)
     else:
         from connectors.milvus_sink import MilvusDatasink
 
@@ -205,14 +207,14 @@ def _count_source(client, target: MilvusTarget, source: str) -> int:
     return int(res[0]["count(*)"])
 
 
-def _write_from_driver(ds, target, n_bits, source, total, progress, stop_after) -> int:
+def _write_from_driver(ds, target, n_bits, source, total, progress, stop_after, write_batch) -> int:
     from tqdm.auto import tqdm
 
     client = target.connect()
     written = 0
     try:
         bar = tqdm(total=total, desc=f"ingest {target.collection}", unit="doc", disable=not progress)
-        for batch in ds.iter_batches(batch_size=2000, batch_format="numpy"):
+        for batch in ds.iter_batches(batch_size=write_batch, batch_format="numpy"):
             rows = make_rows(batch["id"], np.asarray(batch["code"], dtype=np.uint8), n_bits, batch["label"],
                              [str(t) for t in batch["text"]], source, batch["row"])
             written += upsert_rows(client, target.collection, rows, target.timeout)
