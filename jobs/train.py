@@ -25,6 +25,7 @@ import dataclasses
 import json
 import os
 import sys
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ from dhim_ray.data import load_corpus
 from dhim_ray.encoder import Features, FrozenEncoder
 from dhim_ray.errors import CheckpointError, ClusterError
 from dhim_ray.model import DHIM
-from dhim_ray.training import EarlyStopping, carve_validation, seed_everything, train_step, validate
+from dhim_ray.training import EarlyStopping, carve_validation, seed_everything, to_tensors, train_step, validate
 
 from .ingest import actor_resources, split_table
 from .ray_env import init_ray
@@ -176,16 +177,24 @@ def train_loop_per_worker(loop_config: dict) -> None:
     ddp = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": unused})
     gather = gather_global_codes if world > 1 else None
     per_worker = max(2, config.train.batch_size // world)
-    shard = ray.train.get_dataset_shard("train")
+    # This worker's shard of the cached features, read once through Ray Data and kept
+    # in memory: epochs are cheap passes over it (re-streaming the split each epoch
+    # would re-run Ray Data's split barrier for no gain).
+    local, _ = collect_features(ray.train.get_dataset_shard("train"))
+    n_batches = len(local) // per_worker
+    if world > 1:
+        counts = torch.tensor([n_batches])
+        dist.all_reduce(counts, op=dist.ReduceOp.MIN)
+        n_batches = int(counts.item())
     if rank == 0:
         db, db_labels = collect_features(ray.train.get_dataset_shard("database"))
         val, val_labels = collect_features(ray.train.get_dataset_shard("val"))
         selecting = bool((db_labels >= 0).all() and (val_labels >= 0).all())
     trace = loop_config.get("trace_file")
-    done = history and stopper.should_stop
+    # A resumed run that had already stopped early has nothing left to do.
+    if bool(history) and stopper.should_stop:
+        return
     for epoch in range(start_epoch, config.train.max_epochs):
-        if done:
-            break
         t0 = time.perf_counter()
         if rank == 0 and trace:
             with open(trace, "a") as f:
@@ -196,12 +205,12 @@ def train_loop_per_worker(loop_config: dict) -> None:
             raise RuntimeError(f"injected failure at epoch {epoch}")
         sums: dict[str, float] = {}
         steps = 0
-        target_key = {"cls": "cls", "mean": "mean"}.get(config.model.regulariser)
-        for batch in shard.iter_torch_batches(batch_size=per_worker, drop_last=True, device=device,
-                                              local_shuffle_buffer_size=per_worker * 4,
-                                              local_shuffle_seed=config.train.seed * 10_000 + epoch):
-            tokens, mask = batch["tokens"].float(), batch["mask"].bool()
-            target = batch[target_key].float() if target_key else None
+        # Every worker takes the same number of equal batches (shards are equal), so the
+        # all-gather of global codes always pairs up.
+        order = np.random.default_rng(config.train.seed * 10_000 + epoch).permutation(len(local))
+        for b in range(n_batches):
+            idx = np.sort(order[b * per_worker : (b + 1) * per_worker])
+            tokens, mask, target = to_tensors(local, idx, config.model.regulariser, device)
             stats = train_step(ddp, optimizer, tokens, mask, target, config.train, gather)
             for k, v in stats.items():
                 sums[k] = sums.get(k, 0.0) + v
@@ -224,11 +233,16 @@ def train_loop_per_worker(loop_config: dict) -> None:
             dist.broadcast(stop, src=0)
         metrics = {k: v for k, v in record.items() if isinstance(v, (int, float))}
         if rank == 0:
-            with tempfile.TemporaryDirectory() as tmp:
-                progress = {"epoch": epoch, "stopper": stopper.state(), "history": history}
-                save_training_state(tmp, model, config, optimizer, best_state, progress,
-                                    loop_config.get("fingerprint", ""))
+            # Not a TemporaryDirectory: report() may move the folder into storage, and a
+            # cleanup that raises would kill this rank's thread while the others wait.
+            tmp = tempfile.mkdtemp(prefix="dhim-ckpt-")
+            progress = {"epoch": epoch, "stopper": stopper.state(), "history": history}
+            save_training_state(tmp, model, config, optimizer, best_state, progress,
+                                loop_config.get("fingerprint", ""))
+            try:
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp))
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
         else:
             ray.train.report(metrics)
         if stop.item():
@@ -297,7 +311,8 @@ def train_distributed(
         val_source = f"{len(val)} documents carved from train (seed {config.train.seed})"
     encoder = FrozenEncoder(config.features)  # width and fingerprint; fails fast on a bad encoder
     config = config.replace(model={"hidden_size": encoder.hidden_size})
-    del encoder.model
+    fingerprint = encoder.fingerprint
+    del encoder  # the actors load their own copies
 
     init_ray(opts.address)
     _check_gpus(opts)
@@ -318,7 +333,7 @@ def train_distributed(
         train_loop_per_worker,
         train_loop_config={
             "config": config.to_dict(),
-            "fingerprint": encoder.fingerprint,
+            "fingerprint": fingerprint,
             "trace_file": trace_file,
             "fail_at_epoch": opts.fail_at_epoch,
             "fail_marker": str(run_dir / ".injected_failure"),
@@ -364,7 +379,7 @@ def train_distributed(
         "mean_epoch_seconds": round(float(np.mean(epoch_times)), 2) if epoch_times else None,
         "history": history,
     }
-    save_checkpoint(out_dir, model, config, encoder.fingerprint, summary)
+    save_checkpoint(out_dir, model, config, fingerprint, summary)
     return summary
 
 

@@ -1,0 +1,62 @@
+"""The CLI end to end on a tiny random BERT and a toy corpus (fast, no Ray)."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dhim_ray.cli import app
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, toy_folder, tiny_bert):
+    out = tmp_path_factory.mktemp("cli") / "model"
+    r = run("train", toy_folder, "--bits", 16, "--out", out, "--encoder", tiny_bert, "--max-words", 12,
+            "--epochs", 2, "--batch-size", 32, "--json")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output.strip().splitlines()[-1])
+    assert summary["n_bits"] == 16 and summary["epochs_run"] == 2
+    return out
+
+
+def test_eval_json_has_both_precisions(trained, toy_folder):
+    r = run("eval", trained, "--database", f"{toy_folder}:train", "--queries", f"{toy_folder}:val", "--k", 20, "--json")
+    assert r.exit_code == 0, r.output
+    result = json.loads(r.output.strip().splitlines()[-1])
+    assert 0 <= result["precision_at_k"] <= 1 and 0 <= result["precision_at_k_tie_aware"] <= 1
+    assert result["k"] == 20 and result["n_queries"] == 40
+
+
+def test_eval_baseline(toy_folder, tiny_bert):
+    r = run("eval", "--baseline", "itq", "--bits", 16, "--encoder", tiny_bert, "--max-words", 12,
+            "--database", f"{toy_folder}:train", "--queries", f"{toy_folder}:val", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output.strip().splitlines()[-1])["method"] == "itq"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "bbc", "--bits", "100"], "--bits 100: must be a multiple of 8"),
+    (["train", "bbc", "--bits", "2048"], "--bits 2048: must be a multiple of 8"),
+    (["train", "nosuchcorpus"], "unknown corpus 'nosuchcorpus'"),
+    (["train", "dbpedia"], "unreachable"),
+    (["train", "bbc", "--workers", "0"], "--workers 0: must be >= 1"),
+    (["eval", "/nonexistent/model", "--database", "bbc:train", "--queries", "bbc:val"], "no such folder"),
+    (["eval", "--baseline", "sh", "--database", "bbc:train", "--queries", "bbc:val"], "--baseline 'sh'"),
+])
+def test_bad_input_is_one_red_line(args, message):
+    r = run(*args)
+    assert r.exit_code == 2
+    assert message in r.output
+    assert "Traceback" not in r.output
+
+
+def test_eval_without_labels_says_how_to_fix(trained, tmp_path):
+    (tmp_path / "q.jsonl").write_text('{"text": "football goal"}\n{"text": "vote party"}\n')
+    r = run("eval", trained, "--database", f"{tmp_path / 'q.jsonl'}:train", "--queries", f"{tmp_path / 'q.jsonl'}:train")
+    assert r.exit_code == 2 and "no label column" in r.output and "--label-column" in r.output
