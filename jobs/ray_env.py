@@ -18,6 +18,9 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.1")
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    # Workers import torch and transformers; on a loaded 2-core box that can pass the
+    # 60 s default and fail the group start.
+    os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "300")
     import ray
 
     if ray.is_initialized():

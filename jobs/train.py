@@ -166,7 +166,12 @@ def train_loop_per_worker(loop_config: dict) -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=config.train.lr)
     stopper = EarlyStopping(config.train.patience)
     best_state, history, start_epoch = None, [], 0
+    # A restart after a worker failure gets this run's latest checkpoint; --resume of an
+    # earlier run starts from the checkpoint the driver found (Train v2 refuses
+    # resume_from_checkpoint, so it travels in the loop config).
     checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None and loop_config.get("resume_path"):
+        checkpoint = ray.train.Checkpoint.from_directory(loop_config["resume_path"])
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             progress, best_state = load_training_state(folder, model, optimizer)
@@ -251,9 +256,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
 
 # ---- the driver ----------------------------------------------------------------------------
 def find_resume_checkpoint(run_dir: Path):
-    """The newest resumable checkpoint under a Ray Train run folder."""
-    import ray.train
-
+    """The newest resumable checkpoint folder under a Ray Train run folder."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise CheckpointError(f"--resume {run_dir}: no such folder; pass the run folder under --storage-path")
@@ -263,7 +266,7 @@ def find_resume_checkpoint(run_dir: Path):
             f"--resume {run_dir}: not a dhim-ray training run (no checkpoint with {STATE_FILE}); "
             "pass the folder that 'dhim-ray train --workers N' printed as its run folder"
         )
-    return ray.train.Checkpoint.from_directory(str(found[-1]))
+    return str(found[-1])
 
 
 def _check_gpus(opts: RayTrainOptions) -> None:
@@ -337,6 +340,7 @@ def train_distributed(
             "trace_file": trace_file,
             "fail_at_epoch": opts.fail_at_epoch,
             "fail_marker": str(run_dir / ".injected_failure"),
+            "resume_path": resume,
         },
         scaling_config=ScalingConfig(num_workers=opts.workers, use_gpu=opts.use_gpu,
                                      resources_per_worker={"CPU": per_worker_cpu}),
@@ -345,7 +349,6 @@ def train_distributed(
                              checkpoint_config=CheckpointConfig(num_to_keep=2)),
         datasets={"train": train_ds, "database": train_ds, "val": val_ds},
         dataset_config=DataConfig(datasets_to_split=["train"]),
-        resume_from_checkpoint=resume,
     )
     try:
         result = trainer.fit()
