@@ -35,6 +35,27 @@ class PreparedData:
     val_source: str
 
 
+def load_train_val(
+    corpus: str,
+    config: DHIMConfig,
+    text_column: str | None = None,
+    label_column: str | None = None,
+    drop_empty: bool = False,
+    limit: int | None = None,
+) -> tuple[Split, Split, str]:
+    """(train, val, where val came from): the corpus' val split, or a deterministic
+    slice carved out of train when it has none."""
+    data = load_corpus(corpus, text_column, label_column, drop_empty=drop_empty, limit=limit)
+    train = data.split("train")
+    if "val" in data.splits:
+        val, val_source = data.split("val"), "val split"
+    else:
+        tr_idx, val_idx = carve_validation(len(train), config.train)
+        train, val = train.take(tr_idx), train.take(val_idx)
+        val_source = f"{len(val)} documents carved from train (seed {config.train.seed})"
+    return train, val, val_source
+
+
 def prepare_training_data(
     corpus: str,
     config: DHIMConfig,
@@ -48,14 +69,7 @@ def prepare_training_data(
     encoder: FrozenEncoder | None = None,
 ) -> PreparedData:
     """Load the corpus, carve a val slice if needed, and compute frozen features once."""
-    data = load_corpus(corpus, text_column, label_column, drop_empty=drop_empty, limit=limit)
-    train = data.split("train")
-    if "val" in data.splits:
-        val, val_source = data.split("val"), "val split"
-    else:
-        tr_idx, val_idx = carve_validation(len(train), config.train)
-        train, val = train.take(tr_idx), train.take(val_idx)
-        val_source = f"{len(val)} documents carved from train (seed {config.train.seed})"
+    train, val, val_source = load_train_val(corpus, config, text_column, label_column, drop_empty, limit)
     encoder = encoder or FrozenEncoder(config.features, device=device)
     config = config.replace(model={"hidden_size": encoder.hidden_size})
     train_f = encoder.features(train.texts, progress=progress, cache_dir=cache_dir)

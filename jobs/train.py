@@ -42,11 +42,11 @@ from dhim_ray.checkpoint import (
     save_training_state,
 )
 from dhim_ray.config import DHIMConfig, FeatureConfig
-from dhim_ray.data import load_corpus
+from dhim_ray.pipeline import load_train_val
 from dhim_ray.encoder import Features, FrozenEncoder
 from dhim_ray.errors import CheckpointError, ClusterError
 from dhim_ray.model import DHIM
-from dhim_ray.training import EarlyStopping, carve_validation, seed_everything, to_tensors, train_step, validate
+from dhim_ray.training import EarlyStopping, seed_everything, to_tensors, train_step, validate
 
 from .ingest import actor_resources, split_table
 from .ray_env import init_ray
@@ -304,14 +304,7 @@ def train_distributed(
 
     resume = find_resume_checkpoint(opts.resume) if opts.resume else None
     t_start = time.perf_counter()
-    data = load_corpus(corpus, text_column, label_column, drop_empty=drop_empty, limit=limit)
-    train = data.split("train")
-    if "val" in data.splits:
-        val, val_source = data.split("val"), "val split"
-    else:
-        tr_idx, val_idx = carve_validation(len(train), config.train)
-        train, val = train.take(tr_idx), train.take(val_idx)
-        val_source = f"{len(val)} documents carved from train (seed {config.train.seed})"
+    train, val, val_source = load_train_val(corpus, config, text_column, label_column, drop_empty, limit)
     encoder = FrozenEncoder(config.features)  # width and fingerprint; fails fast on a bad encoder
     config = config.replace(model={"hidden_size": encoder.hidden_size})
     fingerprint = encoder.fingerprint

@@ -93,3 +93,15 @@ def shared_corpus(name: str) -> Path:
     if not (path / "train.csv").exists():
         pytest.skip(f"../shared/data/{name} is not present")
     return path
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """A real local Ray (2 CPUs) for the integration tests of a module."""
+    import ray
+
+    from jobs.ray_env import init_ray
+
+    init_ray(num_cpus=2)
+    yield
+    ray.shutdown()

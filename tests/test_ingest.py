@@ -16,16 +16,6 @@ N = 240
 
 
 @pytest.fixture(scope="module")
-def ray_session():
-    from jobs.ray_env import init_ray
-    import ray
-
-    init_ray(num_cpus=2)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """A quickly trained 16-bit model on a slice of dbpedia (real encoder)."""
     from dhim_ray.config import config_for_bits

@@ -12,17 +12,6 @@ from dhim_ray.errors import CheckpointError, ClusterError
 N = 200
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    import ray
-
-    from jobs.ray_env import init_ray
-
-    init_ray(num_cpus=2)
-    yield
-    ray.shutdown()
-
-
 def small_config(epochs):
     return config_for_bits(16, train={"max_epochs": epochs, "patience": 10, "batch_size": 64})
 
