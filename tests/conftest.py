@@ -95,9 +95,10 @@ def shared_corpus(name: str) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ray_session():
-    """A real local Ray (2 CPUs) for the integration tests of a module."""
+    """One real local Ray (2 CPUs) for every integration test: restarting Ray between
+    modules has broken a milvus-lite server started afterwards in the same process."""
     import ray
 
     from jobs.ray_env import init_ray
