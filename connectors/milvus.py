@@ -339,6 +339,13 @@ def count_rows(client, name: str, timeout: float = DEFAULT_TIMEOUT) -> int:
     return int(res[0]["count(*)"])
 
 
+def check_search_k(k: int) -> int:
+    """Hits per query must be in 1..16384 (Milvus' top-k limit); raise ConfigError otherwise."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_SEARCH_K:
+        raise ConfigError(f"-k {k}: must be between 1 and {MAX_SEARCH_K} (Milvus' top-k limit)")
+    return int(k)
+
+
 def search_codes(
     client,
     name: str,
@@ -355,8 +362,7 @@ def search_codes(
     Returns one list per query of {"id", "distance" (int), and output fields}.
     """
     codes = check_codes(codes, n_bits)
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_SEARCH_K:
-        raise ConfigError(f"-k {k}: must be between 1 and {MAX_SEARCH_K} (Milvus' top-k limit)")
+    check_search_k(k)
     params = (index or IndexSpec()).search_params()
     out: list[list[dict[str, Any]]] = []
     for start in range(0, len(codes), batch_size):

@@ -137,6 +137,20 @@ def _check_labels(labels: np.ndarray | None, n: int, role: str) -> np.ndarray:
     return labels
 
 
+def tie_aware_hits(distances: np.ndarray, relevant: np.ndarray, k: int) -> np.ndarray:
+    """Expected relevant hits among the k nearest, per row, when ties at the k-th
+    distance are broken uniformly at random: ``r_lt + (k - n_lt) * r_eq / n_eq``.
+
+    distances, relevant: (rows, candidates); the candidates must include every one
+    at the k-th distance (all of the database, or a search that fetched the ties).
+    """
+    kth = np.partition(distances, k - 1, axis=1)[:, k - 1 : k]
+    closer, tied = distances < kth, distances == kth
+    n_lt, r_lt = closer.sum(axis=1), (closer & relevant).sum(axis=1)
+    n_eq, r_eq = tied.sum(axis=1), (tied & relevant).sum(axis=1)
+    return r_lt + (k - n_lt) * r_eq / n_eq
+
+
 def precision_at_k(
     database: np.ndarray,
     database_labels: np.ndarray,
@@ -165,14 +179,11 @@ def precision_at_k(
     for start in range(0, len(q), step):
         dist = _distances_chunk(db, q[start : start + step])
         relevant = db_labels[None, :] == q_labels[start : start + step, None]
+        expected_hits += float(np.sum(tie_aware_hits(dist, relevant, k)))
         kth = np.partition(dist, k - 1, axis=1)[:, k - 1 : k]
         closer = dist < kth
         tied = dist == kth
         n_lt = closer.sum(axis=1)
-        r_lt = (closer & relevant).sum(axis=1)
-        n_eq = tied.sum(axis=1)
-        r_eq = (tied & relevant).sum(axis=1)
-        expected_hits += float(np.sum(r_lt + (k - n_lt) * r_eq / n_eq))
         # Database order: among the tied, the lowest indices fill the remaining slots.
         tied_rank = np.cumsum(tied, axis=1)
         taken = closer | (tied & (tied_rank <= (k - n_lt)[:, None]))

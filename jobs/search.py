@@ -12,6 +12,7 @@ from connectors.milvus import (
     MAX_SEARCH_K,
     IndexSpec,
     MilvusTarget,
+    check_search_k,
     count_rows,
     describe,
     release,
@@ -20,7 +21,7 @@ from connectors.milvus import (
 from dhim_ray.data import load_split, require_labels
 from dhim_ray.errors import CollectionMismatchError, ConfigError, StoreError
 from dhim_ray.hasher import Hasher, check_texts
-from dhim_ray.metrics import PrecisionResult
+from dhim_ray.metrics import PrecisionResult, tie_aware_hits
 
 from .ingest import model_id
 
@@ -64,8 +65,7 @@ class CodeSearcher:
     def search(self, texts: list[str] | str, k: int = 10) -> list[list[dict[str, Any]]]:
         if isinstance(texts, str):
             texts = [texts]
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SEARCH_K:
-            raise ConfigError(f"-k {k}: must be between 1 and {MAX_SEARCH_K} (Milvus' top-k limit)")
+        check_search_k(k)  # before encoding: fail fast
         codes = self.hasher.encode(check_texts(texts))
         return self.search_codes(codes, k)
 
@@ -141,9 +141,7 @@ def tie_aware_from_store(searcher: CodeSearcher, codes: np.ndarray, query_labels
             )
         labels = np.array([h["label"] for h in hits])
         rel = labels == query_labels[i]
-        closer, tied = dist < kth, dist == kth
-        n_lt, r_lt, n_eq, r_eq = closer.sum(), (closer & rel).sum(), tied.sum(), (tied & rel).sum()
-        expected += r_lt + (k - n_lt) * r_eq / n_eq
+        expected += float(tie_aware_hits(dist[None, :], rel[None, :], k)[0])
         rows = np.array([h["row"] for h in hits])
         order = np.lexsort((rows, dist))[:k]  # database order = source row order
         ordered += rel[order].sum()
