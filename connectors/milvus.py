@@ -230,7 +230,15 @@ class CollectionInfo:
     index_type: str
     model: str
     count: int = 0
+    nlist: int = 0  # BIN_IVF_FLAT clusters, 0 for other index types
     meta: dict[str, Any] = field(default_factory=dict)
+
+    def search_index(self, nprobe: int | None = None) -> "IndexSpec":
+        """How to search this collection: exact BIN_FLAT, or IVF probing ``nprobe`` clusters."""
+        if self.index_type != "BIN_IVF_FLAT":
+            return IndexSpec("BIN_FLAT")
+        nlist = self.nlist or IndexSpec().nlist
+        return IndexSpec("BIN_IVF_FLAT", nlist=nlist, nprobe=min(nprobe or IndexSpec().nprobe, nlist))
 
 
 def _schema(n_bits: int, meta: dict[str, Any]):
@@ -260,12 +268,14 @@ def describe(client, name: str, timeout: float = DEFAULT_TIMEOUT) -> CollectionI
         return CollectionInfo(name, 0, "", "", "", meta=meta)
     n_bits = int(code["params"].get("dim", 0))
     metric = index_type = ""
+    nlist = 0
     try:
         index = client.describe_index(name, CODE_FIELD, timeout=timeout)
         metric, index_type = index.get("metric_type", ""), index.get("index_type", "")
+        nlist = int(index.get("nlist", 0) or 0)
     except Exception:
         pass
-    return CollectionInfo(name, n_bits, metric, index_type, meta.get("model", ""), meta=meta)
+    return CollectionInfo(name, n_bits, metric, index_type, meta.get("model", ""), nlist=nlist, meta=meta)
 
 
 def ensure_collection(

@@ -9,6 +9,10 @@ ingest job writes from the driver instead: see jobs/ingest.py.
 
 from __future__ import annotations
 
+import os
+import socket
+import time
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import numpy as np
@@ -20,6 +24,26 @@ from .milvus import IndexSpec, MilvusTarget, ensure_collection, make_rows, upser
 BATCH_ROWS = 2000
 
 
+@dataclass(frozen=True)
+class WriteStats:
+    """What one write task did: rows upserted, by which process, and when."""
+
+    rows: int
+    writer: str  # host:pid of the writing process
+    started: float  # wall clock (time.time), for telling parallel writes apart
+    finished: float
+
+
+def max_concurrent(stats: list[WriteStats]) -> int:
+    """The largest number of write tasks that were running at the same moment."""
+    events = sorted([(s.started, 1) for s in stats] + [(s.finished, -1) for s in stats], key=lambda e: (e[0], e[1]))
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
 def block_to_rows(table, n_bits: int, source: str) -> list[dict[str, Any]]:
     """A pyarrow block with id, code (uint8 tensor), label, text, row -> validated rows."""
     cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
@@ -28,7 +52,7 @@ def block_to_rows(table, n_bits: int, source: str) -> list[dict[str, Any]]:
     return make_rows(cols["id"], codes, n_bits, labels, [str(t) for t in cols["text"]], source, cols["row"])
 
 
-class MilvusDatasink(Datasink[int]):
+class MilvusDatasink(Datasink[WriteStats]):
     def __init__(self, target: MilvusTarget, n_bits: int, source: str, model: str,
                  index: IndexSpec = IndexSpec(), overwrite: bool = False):
         if target.lite:
@@ -36,6 +60,7 @@ class MilvusDatasink(Datasink[int]):
         self.target, self.n_bits, self.source, self.model = target, n_bits, source, model
         self.index, self.overwrite = index, overwrite
         self.rows_written = 0
+        self.stats: list[WriteStats] = []
 
     def on_write_start(self, schema=None) -> None:
         client = self.target.connect()
@@ -45,7 +70,8 @@ class MilvusDatasink(Datasink[int]):
         finally:
             client.close()
 
-    def write(self, blocks: Iterable, ctx) -> int:
+    def write(self, blocks: Iterable, ctx) -> WriteStats:
+        started = time.time()
         client = self.target.connect()
         written = 0
         try:
@@ -56,10 +82,16 @@ class MilvusDatasink(Datasink[int]):
                     written += upsert_rows(client, self.target.collection, rows, self.target.timeout)
         finally:
             client.close()
-        return written
+        return WriteStats(written, f"{socket.gethostname()}:{os.getpid()}", started, time.time())
 
     def on_write_complete(self, write_result) -> None:
-        self.rows_written = int(sum(write_result.write_returns))
+        self.stats = list(write_result.write_returns)
+        self.rows_written = sum(s.rows for s in self.stats)
+
+    @property
+    def writers(self) -> int:
+        """How many distinct processes wrote."""
+        return len({s.writer for s in self.stats})
 
     def get_name(self) -> str:
         return "Milvus"

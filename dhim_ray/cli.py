@@ -182,6 +182,7 @@ def eval_(
     max_words: int = typer.Option(50, help="Words per document for --baseline."),
     milvus: Optional[str] = typer.Option(None, help="Search through Milvus at this URI (a .db file or http://...)."),
     collection: Optional[str] = typer.Option(None, help="Collection to search with --milvus."),
+    nprobe: Optional[int] = typer.Option(None, help="BIN_IVF_FLAT clusters to probe (nlist = exact) [default: 16]."),
     text_column: Optional[str] = typer.Option(None, help="Text column name."),
     label_column: Optional[str] = typer.Option(None, help="Label column name."),
     drop_empty: bool = typer.Option(False, help="Skip rows with empty text instead of failing."),
@@ -197,7 +198,7 @@ def eval_(
         from jobs.search import evaluate_in_milvus
 
         result = evaluate_in_milvus(model_dir, queries, uri=milvus or DEFAULT_DB, collection=collection, k=k,
-                                    progress=not as_json, **data_kwargs)
+                                    progress=not as_json, nprobe=nprobe, **data_kwargs)
     elif baseline is not None:
         from .pipeline import evaluate_baseline
 
@@ -268,13 +269,14 @@ def search(
     collection: str = typer.Option(..., help="Collection to search."),
     uri: str = typer.Option(DEFAULT_DB, help="Milvus: a .db file (milvus-lite) or http://host:19530."),
     k: int = typer.Option(10, "-k", "--k", help="Hits per query (at most 16384)."),
+    nprobe: Optional[int] = typer.Option(None, help="BIN_IVF_FLAT clusters to probe (nlist = exact) [default: 16]."),
     as_json: bool = typer.Option(False, "--json", help="Print hits as JSON."),
 ):
     """Hash query texts with the model and search the collection by Hamming distance."""
     from connectors.milvus import MilvusTarget
     from jobs.search import CodeSearcher
 
-    with CodeSearcher(model_dir, MilvusTarget(uri, collection)) as searcher:
+    with CodeSearcher(model_dir, MilvusTarget(uri, collection), nprobe=nprobe) as searcher:
         hits = searcher.search(text, k)
     if as_json:
         typer.echo(json.dumps([{"query": q, "hits": h} for q, h in zip(text, hits)], default=_json_default))

@@ -35,7 +35,7 @@ class CodeSearcher:
     """
 
     def __init__(self, model_dir: str | Path, target: MilvusTarget, index: IndexSpec | None = None,
-                 hasher: Hasher | None = None):
+                 hasher: Hasher | None = None, nprobe: int | None = None):
         self.hasher = hasher or Hasher.load(model_dir)
         self.target = target
         self.index = index or IndexSpec()
@@ -59,8 +59,8 @@ class CodeSearcher:
                 f"collection {target.collection!r} holds codes of model {info.model}, not of {model_dir} ({mid}); "
                 "search with the model it was ingested with, or re-ingest"
             )
-        if info.index_type == "BIN_IVF_FLAT" and index is None:
-            self.index = IndexSpec("BIN_IVF_FLAT")
+        if index is None:
+            self.index = info.search_index(nprobe)
 
     def search(self, texts: list[str] | str, k: int = 10) -> list[list[dict[str, Any]]]:
         if isinstance(texts, str):
@@ -94,6 +94,8 @@ def evaluate_in_milvus(
     collection: str | None,
     k: int = 100,
     progress: bool = True,
+    index: IndexSpec | None = None,
+    nprobe: int | None = None,
     **data_kwargs: Any,
 ) -> dict[str, Any]:
     """Precision@k with the search done by Milvus, scored by the same metric code as
@@ -106,7 +108,7 @@ def evaluate_in_milvus(
     q = load_split(queries, "val", **data_kwargs)
     q_labels = require_labels(q, f"queries {queries}")
     t0 = time.perf_counter()
-    with CodeSearcher(model_dir, MilvusTarget(uri, collection)) as searcher:
+    with CodeSearcher(model_dir, MilvusTarget(uri, collection), index=index, nprobe=nprobe) as searcher:
         n_db = searcher.count()
         if k > n_db:
             raise ConfigError(f"--k {k}: larger than the collection ({n_db} codes); use --k {n_db} or less")

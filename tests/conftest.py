@@ -14,6 +14,9 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# tests/server runs only inside its own network namespace (see test_milvus_server.py).
+collect_ignore = [] if os.environ.get("DHIM_RAY_NETNS") == "1" else ["server"]
+
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TOPICS = {
     0: "football match goal striker league season coach stadium team player score win",

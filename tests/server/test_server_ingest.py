@@ -1,0 +1,182 @@
+"""Integration with a real Milvus server: Ray workers upserting in parallel into a
+BIN_IVF_FLAT collection, exact counts, search through the IVF index, auth by token.
+
+Runs only inside its own network namespace, where tests/test_milvus_server.py
+starts it (the server listens on all interfaces). The token reaches the Ray
+workers through the environment, as in production."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import shared_corpus
+from connectors.milvus import IndexSpec, MilvusTarget, ensure_collection
+from dhim_ray.errors import CollectionMismatchError, StoreUnreachableError
+from milvus_server import ROOT_TOKEN, URI, start_server
+
+os.environ["MILVUS_TOKEN"] = ROOT_TOKEN  # before Ray starts, so its workers inherit it
+
+N = 400
+NLIST = 16
+
+
+@pytest.fixture(scope="session")
+def milvus_uri(tmp_path_factory):
+    try:
+        server = start_server(tmp_path_factory.mktemp("milvus"), authorization=True)
+    except Exception as exc:  # no binaries for this platform, a port taken, ...
+        pytest.skip(f"a Milvus server could not start here: {exc}")
+    yield URI
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from dhim_ray.config import config_for_bits
+    from dhim_ray.pipeline import train_corpus
+
+    out = tmp_path_factory.mktemp("model") / "dbpedia-16"
+    cfg = config_for_bits(16, train={"max_epochs": 2, "batch_size": 64})
+    train_corpus(str(shared_corpus("dbpedia")), cfg, out, progress=False, limit=N)
+    return out
+
+
+@pytest.fixture(scope="module")
+def ingested(ray_session, milvus_uri, model_dir):
+    from jobs.ingest import ingest
+
+    target = MilvusTarget(milvus_uri, "dbp16_ivf")
+    result = ingest(str(shared_corpus("dbpedia")), model_dir, target, workers=2, limit=N, progress=False,
+                    index=IndexSpec("BIN_IVF_FLAT", nlist=NLIST), overwrite=True)
+    return target, result
+
+
+def stored_codes(target: MilvusTarget) -> tuple[list[int], np.ndarray]:
+    from dhim_ray.codes import bytes_to_codes
+
+    client = target.connect()
+    try:
+        rows = client.query(target.collection, filter="id >= 0", output_fields=["code", "row"], limit=16384,
+                            consistency_level="Strong", timeout=30)
+    finally:
+        client.close()
+    rows = sorted(rows, key=lambda r: r["row"])
+    codes = [bytes(r["code"][0] if isinstance(r["code"], list) else r["code"]) for r in rows]
+    return [r["row"] for r in rows], bytes_to_codes(codes, 16)
+
+
+def test_parallel_writers_fill_an_ivf_collection_exactly(ingested, model_dir):
+    from dhim_ray.data import load_split
+    from dhim_ray.hasher import Hasher
+
+    target, result = ingested
+    assert result.rows_written == N and result.rows_in_collection == N
+    client = target.connect()
+    try:
+        index = client.describe_index(target.collection, "code", timeout=30)
+    finally:
+        client.close()
+    assert index["index_type"] == "BIN_IVF_FLAT" and int(index["nlist"]) == NLIST
+    assert index["metric_type"] == "HAMMING"
+    rows, codes = stored_codes(target)
+    assert rows == list(range(N))
+    texts = load_split(f"{shared_corpus('dbpedia')}:train", limit=N).texts
+    assert np.array_equal(codes, Hasher.load(model_dir).encode(texts))
+
+
+def test_rerun_upserts_and_the_count_stays_exact(ingested, model_dir):
+    from jobs.ingest import ingest
+
+    target, _ = ingested
+    again = ingest(str(shared_corpus("dbpedia")), model_dir, target, workers=2, limit=N, progress=False)
+    assert again.rows_in_collection == N
+    rows, _ = stored_codes(target)
+    assert len(rows) == N and len(set(rows)) == N
+
+
+def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus_uri, ingested):
+    """The sink alone, on many rows ready at once: several write tasks in several
+    worker processes upsert at the same time; the count is exact, a rerun adds nothing."""
+    import pyarrow as pa
+    import ray
+
+    from connectors.milvus import count_rows, document_ids
+    from connectors.milvus_sink import MilvusDatasink, max_concurrent
+    from jobs.ingest import split_table
+
+    n = 40_000
+    codes = np.random.default_rng(0).integers(0, 256, size=(n, 2), dtype=np.uint8)
+    table = pa.table({
+        "id": document_ids("synthetic:train", np.arange(n)),
+        "code": pa.FixedSizeListArray.from_arrays(pa.array(codes.ravel()), 2),
+        "label": np.arange(n) % 7, "text": pa.array([f"doc {i}" for i in range(n)]), "row": np.arange(n),
+    })
+    target = MilvusTarget(milvus_uri, "parallel16")
+    for attempt in range(2):
+        sink = MilvusDatasink(target, 16, "synthetic:train", "dhim:synthetic",
+                              IndexSpec("BIN_IVF_FLAT", nlist=NLIST), overwrite=attempt == 0)
+        ray.data.from_arrow(split_table(table, 8)).write_datasink(
+            sink, concurrency=4, ray_remote_args={"num_cpus": 0.25})
+        assert sink.rows_written == n
+        assert sink.writers >= 2 and max_concurrent(sink.stats) >= 2, sink.stats
+        client = target.connect()
+        try:
+            assert count_rows(client, target.collection) == n
+        finally:
+            client.close()
+
+
+def test_search_through_the_ivf_index(ingested, model_dir):
+    """nprobe = nlist probes every cluster: exact, so it must agree with in-memory search."""
+    from dhim_ray.data import load_split
+    from dhim_ray.pipeline import evaluate_checkpoint
+    from jobs.search import CodeSearcher, evaluate_in_milvus
+
+    target, _ = ingested
+    corpus = shared_corpus("dbpedia")
+    texts = load_split(f"{corpus}:train", limit=N).texts
+    exact = IndexSpec("BIN_IVF_FLAT", nlist=NLIST, nprobe=NLIST)
+    with CodeSearcher(model_dir, target, index=exact) as s:
+        hits = s.search([texts[11]], k=N)[0]
+    own = [h for h in hits if h["row"] == 11]
+    assert hits[0]["distance"] == 0 and own and own[0]["distance"] == 0
+    in_memory = evaluate_checkpoint(model_dir, f"{corpus}:train", f"{corpus}:val", k=50, progress=False, limit=N)
+    served = evaluate_in_milvus(model_dir, f"{corpus}:val", target.uri, target.collection, k=50, progress=False,
+                                limit=N, index=exact)
+    assert served["precision_at_k_tie_aware"] == pytest.approx(in_memory["precision_at_k_tie_aware"], abs=1e-9)
+
+
+def test_collection_of_another_width_is_refused_on_the_server(ingested):
+    target, _ = ingested
+    client = target.connect()
+    try:
+        with pytest.raises(CollectionMismatchError, match="16 bits, these have 32"):
+            ensure_collection(client, target.collection, 32, "dhim:other", IndexSpec("BIN_IVF_FLAT"))
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("token", ["root:not-the-password", None])
+def test_wrong_or_missing_credentials_fail_clearly_without_echoing_them(milvus_uri, token):
+    """In a fresh process: pymilvus caches connections per address."""
+    env = {k: v for k, v in os.environ.items() if k != "MILVUS_TOKEN"}
+    if token:
+        env["MILVUS_TOKEN"] = token
+    code = (
+        "from connectors.milvus import MilvusTarget\n"
+        "from dhim_ray.errors import StoreUnreachableError\n"
+        f"t = MilvusTarget({milvus_uri!r}, 'dbp16_ivf', timeout=10)\n"
+        "try:\n    t.connect().list_collections()\nexcept StoreUnreachableError as e:\n    print('REFUSED', e)\n"
+        "else:\n    print('ACCEPTED')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert "REFUSED" in out.stdout, out.stdout + out.stderr
+    assert "$MILVUS_TOKEN" in out.stdout
+    assert "not-the-password" not in out.stdout + out.stderr
+    assert StoreUnreachableError  # the type the CLI turns into one red line
