@@ -74,7 +74,7 @@ def _json_default(value):
 
 
 def _build_config(bits, encoder, max_words, epochs, patience, batch_size, lr, alpha, beta, regulariser, seed,
-                  formulation, feature_dropout):
+                  formulation, feature_dropout, levers: dict[str, Any] | None = None):
     from .config import FeatureConfig, as_published, config_for_bits
     from .errors import ConfigError
 
@@ -89,11 +89,18 @@ def _build_config(bits, encoder, max_words, epochs, patience, batch_size, lr, al
         model["alpha"] = alpha
     if regulariser is not None:
         model["regulariser"] = regulariser
+    for key, value in (levers or {}).items():
+        if value is not None:
+            (train if key in ("neighbours", "crop_tokens") else model)[key] = value
+    if model.get("init") == "random":
+        model.setdefault("linear_path", False)
     cfg = cfg.replace(model=model, train=train)
     if formulation == "paper":
         cfg = as_published(cfg)
-        if beta is not None:
-            cfg = cfg.replace(train={"beta": beta})
+        # flags given explicitly still win over the reference run's values
+        explicit_train = {"batch_size", "lr", "beta", "neighbours", "crop_tokens"}
+        cfg = cfg.replace(model={k: v for k, v in model.items() if k != "hidden_size"},
+                          train={k: v for k, v in train.items() if k in explicit_train})
     elif formulation != "shipped":
         raise ConfigError(f"--formulation {formulation!r}: choose shipped or paper")
     del FeatureConfig
@@ -116,6 +123,10 @@ def train(
     beta: Optional[float] = typer.Option(None, help="Regulariser weight [default: per bit length]."),
     regulariser: Optional[str] = typer.Option(None, help="Regulariser target: cls, mean or none."),
     formulation: str = typer.Option("shipped", help="shipped, or paper (the reference code's quirks)."),
+    neighbours: Optional[int] = typer.Option(None, help="Top-m cosine neighbours as extra positives; 0 = off [10]."),
+    crop_tokens: Optional[int] = typer.Option(None, help="Train on random windows of N words; 0 = off [64]."),
+    filters: Optional[int] = typer.Option(None, help="CNN filters per window [64; paper 256]."),
+    init: Optional[str] = typer.Option(None, help="itq (linear path starts as ITQ) or random [itq]."),
     feature_dropout: float = typer.Option(0.0, help="Dropout on cached features during training."),
     seed: int = typer.Option(0, help="Random seed."),
     text_column: Optional[str] = typer.Option(None, help="Text column name."),
@@ -139,7 +150,8 @@ def train(
     if workers < 1:
         raise ClusterError(f"--workers {workers}: must be >= 1, e.g. --workers 2")
     cfg = _build_config(bits, encoder, max_words, epochs, patience, batch_size, lr, alpha, beta, regulariser, seed,
-                        formulation, feature_dropout)
+                        formulation, feature_dropout,
+                        {"neighbours": neighbours, "crop_tokens": crop_tokens, "n_filters": filters, "init": init})
     name = Path(corpus).name if Path(corpus).exists() else corpus.replace("/", "_")
     out_dir = out_dir or Path("runs") / f"{name}-{bits}"
     data_kwargs = dict(text_column=text_column, label_column=label_column, drop_empty=drop_empty, limit=limit,

@@ -46,6 +46,9 @@ class DHIM(nn.Module):
         h, k = config.hidden_size, config.n_filters
         self.convs = nn.ModuleList(nn.Conv1d(h, k, w, padding=w // 2) for w in config.windows)
         self.proj = nn.Linear(k * len(config.windows), config.n_bits)
+        # Optional linear path: its mean over positions is a linear code of the mean token
+        # feature, so it can start as ITQ (init_linear_path) and the CNN learns the rest.
+        self.linear = nn.Linear(h, config.n_bits) if config.linear_path else None
         # The reference code reuses `proj` on the 768-d [CLS] only because 3 x 256 = 768.
         self.target_proj = None if config.shared_cls_projection else nn.Linear(h, config.n_bits)
         self.disc_local = nn.Linear(config.n_bits, config.n_bits, bias=False)
@@ -56,7 +59,8 @@ class DHIM(nn.Module):
         """tokens (B, T, H) -> local logits (B, T, bits)."""
         x = tokens.transpose(1, 2)  # (B, H, T) for Conv1d
         h = torch.cat([torch.relu(conv(x)) for conv in self.convs], dim=1)  # (B, K*w, T)
-        return self.proj(h.transpose(1, 2))  # (B, T, bits)
+        logits = self.proj(h.transpose(1, 2))  # (B, T, bits)
+        return logits if self.linear is None else logits + self.linear(tokens)
 
     def _positions(self, mask: torch.Tensor) -> torch.Tensor:
         # Paper code: every position (incl. [SEP]/[PAD]) counts as a word.
@@ -82,6 +86,17 @@ class DHIM(nn.Module):
             return self.proj(target)
         return self.target_proj(target)
 
+    @torch.no_grad()
+    def init_linear_path(self, weight, bias, conv_scale: float = 0.1) -> None:
+        """Start the linear path at a given projection (bits, H) and bias (bits,), e.g. ITQ's,
+        and shrink the CNN's projection so the codes start as that projection's."""
+        if self.linear is None:
+            raise ValueError("init_linear_path needs ModelConfig(linear_path=True)")
+        self.linear.weight.copy_(torch.as_tensor(weight, dtype=self.linear.weight.dtype))
+        self.linear.bias.copy_(torch.as_tensor(bias, dtype=self.linear.bias.dtype))
+        self.proj.weight.mul_(conv_scale)
+        self.proj.bias.mul_(conv_scale)
+
     # ---- training ----------------------------------------------------------
     def forward(
         self,
@@ -90,6 +105,7 @@ class DHIM(nn.Module):
         target: torch.Tensor | None,
         beta: float,
         gather=None,
+        pairs: torch.Tensor | None = None,
     ) -> DHIMOutput:
         """Training loss for a batch.
 
@@ -101,6 +117,8 @@ class DHIM(nn.Module):
             gather: optional callable (n, bits) -> ((N, bits), own_index (n,))
                 that all-gathers global codes across workers with autograd, so
                 negatives span the whole global batch. None: this batch only.
+            pairs: optional (n, n) bool over this batch: extra positives (e.g. a
+                document and one of its nearest neighbours) besides its own codes.
         """
         cfg = self.config
         positions = self._positions(mask)
@@ -113,6 +131,8 @@ class DHIM(nn.Module):
             all_global, own = gather(global_codes)
         positive = torch.zeros(len(tokens), len(all_global), dtype=torch.bool, device=tokens.device)
         positive[torch.arange(len(tokens), device=tokens.device), own] = True
+        if pairs is not None:
+            positive[:, own] |= pairs
 
         scores = bilinear_scores(local_codes, all_global, self.disc_local)  # (n, N, T)
         mi_local = jsd_mi(scores, positive, positions, cfg.score_sigmoid)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .codes import pack_codes
-from .config import DHIMConfig, TrainConfig
+from .config import DHIMConfig, ModelConfig, TrainConfig
 from .encoder import Features
 from .errors import ConfigError, DataError
 from .metrics import PrecisionResult, precision_at_k
@@ -40,6 +40,58 @@ def carve_validation(n: int, config: TrainConfig) -> tuple[np.ndarray, np.ndarra
     return np.sort(order[n_val:]), np.sort(order[:n_val])
 
 
+def token_mean(feats: Features, chunk: int = 1024) -> np.ndarray:
+    """Mean of each document's word-position token features (what the linear path's
+    readout sees): (n, H) float32."""
+    out = np.empty((len(feats), feats.tokens.shape[-1]), dtype=np.float32)
+    for start in range(0, len(feats), chunk):
+        tok = feats.tokens[start : start + chunk].astype(np.float32)
+        w = feats.mask[start : start + chunk].astype(np.float32)[:, :, None]
+        out[start : start + chunk] = (tok * w).sum(1) / np.maximum(w.sum(1), 1)
+    return out
+
+
+def init_from_itq(model: DHIM, feats: Features, seed: int = 0) -> None:
+    """Start the model's linear path as ITQ (PCA + rotation) of the mean token feature,
+    scaled so every bit's logit has unit spread over the training documents."""
+    from .baselines import ITQ
+
+    x = token_mean(feats)
+    itq = ITQ(model.config.n_bits, seed).fit(x)
+    w = itq.w @ itq.rotation  # (H, bits)
+    scale = (itq.project(x)).std(axis=0) + 1e-6
+    model.init_linear_path((w / scale).T, -(itq.mean @ w) / scale)
+
+
+def neighbour_table(vectors: np.ndarray, m: int, chunk: int = 2048) -> np.ndarray:
+    """Each row's m nearest other rows by cosine similarity: (n, m) int64."""
+    x = torch.nn.functional.normalize(torch.from_numpy(np.asarray(vectors, dtype=np.float32)), dim=1)
+    m = min(m, len(x) - 1)
+    out = np.empty((len(x), m), dtype=np.int64)
+    for start in range(0, len(x), chunk):
+        sim = x[start : start + chunk] @ x.T
+        sim[torch.arange(len(sim)), torch.arange(start, start + len(sim))] = -float("inf")
+        out[start : start + chunk] = sim.topk(m, dim=1).indices.numpy()
+    return out
+
+
+def pair_batches(
+    n: int, batch_size: int, table: np.ndarray, rng: np.random.Generator
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Batches of (anchor, random top-m neighbour) pairs: indices (b,) and the (b, b)
+    bool matrix of extra positives (each anchor with its neighbour, and copies of the
+    same document with each other)."""
+    half = max(1, batch_size // 2)
+    for anchors in batch_indices(n, half, rng):
+        partners = table[anchors, rng.integers(0, table.shape[1], size=len(anchors))]
+        idx = np.concatenate([anchors, partners])
+        b = len(anchors)
+        pairs = idx[:, None] == idx[None, :]
+        pairs[np.arange(b), np.arange(b) + b] = True
+        pairs[np.arange(b) + b, np.arange(b)] = True
+        yield idx, pairs
+
+
 def batch_indices(n: int, batch_size: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
     """Shuffled minibatches; a last batch of one document (no negatives) is dropped."""
     order = rng.permutation(n)
@@ -49,10 +101,45 @@ def batch_indices(n: int, batch_size: int, rng: np.random.Generator) -> Iterator
             yield np.sort(idx)  # sorted: contiguous reads from the feature arrays
 
 
-def to_tensors(feats: Features, idx: np.ndarray, regulariser: str, device: torch.device):
-    """Batch of cached features -> (tokens (B,T,H) float32, mask (B,T), target (B,H) or None)."""
-    tokens = torch.from_numpy(np.ascontiguousarray(feats.tokens[idx])).to(device).float()
-    mask = torch.from_numpy(np.ascontiguousarray(feats.mask[idx])).to(device)
+def trim_margin(config: ModelConfig) -> int | None:
+    """Positions past the last word that the convolutions read (None: do not trim,
+    because the paper's formulation counts padding positions as words)."""
+    return max(config.windows) // 2 if config.mask_padding else None
+
+
+def to_tensors(
+    feats: Features,
+    idx: np.ndarray,
+    regulariser: str,
+    device: torch.device,
+    trim: int | None = None,
+    crop: int = 0,
+    rng: np.random.Generator | None = None,
+):
+    """Batch of cached features -> (tokens (B,T,H) float32, mask (B,T), target (B,H) or None).
+
+    trim: if not None, cut trailing positions that are padding in every document of
+        the batch, keeping ``trim`` positions past the last word (the convolutions'
+        reach), so codes do not change; only valid when padding is masked out (the
+        paper's code counts padding as words).
+    crop: if > 0, keep a random window of ``crop`` word positions per document
+        (training augmentation for long documents; needs ``rng``).
+    """
+    mask_np = feats.mask[idx]
+    if crop:
+        lengths = mask_np.sum(1)
+        starts = (rng.random(len(idx)) * np.maximum(lengths - crop + 1, 1)).astype(np.int64)
+        cols = np.minimum(starts[:, None] + np.arange(crop)[None, :], mask_np.shape[1] - 1)
+        rows = np.asarray(idx)[:, None]
+        tok_np, mask_np = feats.tokens[rows, cols], mask_np[np.arange(len(idx))[:, None], cols]
+        mask_np &= np.arange(crop)[None, :] < np.minimum(lengths, crop)[:, None]
+    else:
+        tok_np = feats.tokens[idx]
+    if trim is not None and mask_np.any():
+        last = min(mask_np.shape[1], int(np.flatnonzero(mask_np.any(0))[-1]) + 1 + trim)
+        tok_np, mask_np = tok_np[:, :last], mask_np[:, :last]
+    tokens = torch.from_numpy(np.ascontiguousarray(tok_np)).to(device).float()
+    mask = torch.from_numpy(np.ascontiguousarray(mask_np)).to(device)
     target = feats.target(regulariser)
     target_t = None if target is None else torch.from_numpy(np.ascontiguousarray(target[idx])).to(device).float()
     return tokens, mask, target_t
@@ -66,12 +153,13 @@ def train_step(
     target: torch.Tensor | None,
     config: TrainConfig,
     gather: Callable | None = None,
+    pairs: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """One optimiser step on one batch; returns the loss and both MI terms."""
     model.train()
     if config.feature_dropout:
         tokens = F.dropout(tokens, config.feature_dropout)
-    out = model(tokens, mask, target, config.beta, gather=gather)
+    out = model(tokens, mask, target, config.beta, gather=gather, pairs=pairs)
     optimizer.zero_grad(set_to_none=True)
     out.loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
@@ -86,13 +174,23 @@ def train_epoch(
     config: DHIMConfig,
     rng: np.random.Generator,
     device: torch.device = torch.device("cpu"),
+    neighbours: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """One pass over ``feats`` in shuffled batches; returns mean loss and MI terms."""
+    """One pass over ``feats`` in shuffled batches; returns mean loss and MI terms.
+    With a ``neighbours`` table (see neighbour_table), batches are anchor/neighbour pairs."""
     sums: dict[str, float] = {}
     steps = 0
-    for idx in batch_indices(len(feats), config.train.batch_size, rng):
-        tokens, mask, target = to_tensors(feats, idx, config.model.regulariser, device)
-        for key, value in train_step(model, optimizer, tokens, mask, target, config.train).items():
+    if neighbours is None:
+        batches = ((idx, None) for idx in batch_indices(len(feats), config.train.batch_size, rng))
+    else:
+        batches = pair_batches(len(feats), config.train.batch_size, neighbours, rng)
+    trim = trim_margin(config.model)
+    for idx, pairs in batches:
+        tokens, mask, target = to_tensors(feats, idx, config.model.regulariser, device, trim,
+                                          config.train.crop_tokens, rng)
+        pairs_t = None if pairs is None else torch.from_numpy(pairs).to(device)
+        for key, value in train_step(model, optimizer, tokens, mask, target, config.train,
+                                     pairs=pairs_t).items():
             sums[key] = sums.get(key, 0.0) + value
         steps += 1
     if steps == 0:
@@ -107,9 +205,12 @@ def hash_features(
     """Deterministic codes of cached features: packed uint8 (n, n_bits // 8)."""
     model.eval()
     out = np.empty((len(feats), model.config.n_bits // 8), dtype=np.uint8)
+    trim = trim_margin(model.config)
+    # Shortest documents first, so trimmed batches carry little padding.
+    order = np.argsort(feats.mask.sum(1), kind="stable") if trim is not None else np.arange(len(feats))
     for start in range(0, len(feats), batch_size):
-        idx = np.arange(start, min(start + batch_size, len(feats)))
-        tokens, mask, _ = to_tensors(feats, idx, "none", device)
+        idx = np.sort(order[start : start + batch_size])
+        tokens, mask, _ = to_tensors(feats, idx, "none", device, trim)
         out[idx] = pack_codes(model.hash(tokens, mask).cpu().numpy())
     return out
 
@@ -204,6 +305,9 @@ def fit(
             f"features of width {train.tokens.shape[-1]} do not match hidden_size {config.model.hidden_size}"
         )
     model = build_model(config, device)
+    if config.model.init == "itq":
+        init_from_itq(model, train, config.train.seed)
+    table = neighbour_table(train.mean, config.train.neighbours) if config.train.neighbours else None
     optimizer = torch.optim.Adam(model.parameters(), lr=config.train.lr)
     rng = np.random.default_rng(config.train.seed)
     selecting = val is not None and train_labels is not None and val_labels is not None
@@ -214,7 +318,7 @@ def fit(
     bar = tqdm(range(config.train.max_epochs), desc=f"train {config.model.n_bits}b", unit="epoch", disable=not progress)
     for epoch in bar:
         t0 = time.perf_counter()
-        stats = train_epoch(model, optimizer, train, config, rng, device)
+        stats = train_epoch(model, optimizer, train, config, rng, device, table)
         record = {"epoch": epoch, **stats}
         if selecting:
             p = validate(model, train, train_labels, val, val_labels, config.train.k, device)

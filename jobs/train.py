@@ -22,6 +22,7 @@ Ray job entrypoint:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import sys
@@ -46,7 +47,18 @@ from dhim_ray.pipeline import load_train_val
 from dhim_ray.encoder import Features, FrozenEncoder
 from dhim_ray.errors import CheckpointError, ClusterError
 from dhim_ray.model import DHIM
-from dhim_ray.training import EarlyStopping, seed_everything, to_tensors, train_step, validate
+from dhim_ray.training import (
+    EarlyStopping,
+    batch_indices,
+    init_from_itq,
+    neighbour_table,
+    pair_batches,
+    seed_everything,
+    to_tensors,
+    train_step,
+    trim_margin,
+    validate,
+)
 
 from .ingest import actor_resources, split_table
 from .ray_env import init_ray
@@ -178,23 +190,29 @@ def train_loop_per_worker(loop_config: dict) -> None:
         start_epoch = progress["epoch"] + 1
         stopper.load(progress["stopper"])
         history = progress["history"]
-    unused = config.model.regulariser == "none" or config.train.beta == 0
-    ddp = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": unused})
-    gather = gather_global_codes if world > 1 else None
-    per_worker = max(2, config.train.batch_size // world)
     # This worker's shard of the cached features, read once through Ray Data and kept
     # in memory: epochs are cheap passes over it (re-streaming the split each epoch
     # would re-run Ray Data's split barrier for no gain).
     local, _ = collect_features(ray.train.get_dataset_shard("train"))
-    n_batches = len(local) // per_worker
-    if world > 1:
-        counts = torch.tensor([n_batches])
-        dist.all_reduce(counts, op=dist.ReduceOp.MIN)
-        n_batches = int(counts.item())
     if rank == 0:
         db, db_labels = collect_features(ray.train.get_dataset_shard("database"))
         val, val_labels = collect_features(ray.train.get_dataset_shard("val"))
         selecting = bool((db_labels >= 0).all() and (val_labels >= 0).all())
+    if config.model.init == "itq" and checkpoint is None:
+        # Rank 0 fits ITQ on the whole training split; DDP then broadcasts rank 0's weights.
+        init_from_itq(model, db if rank == 0 else local, config.train.seed)
+    unused = config.model.regulariser == "none" or config.train.beta == 0
+    ddp = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": unused})
+    gather = gather_global_codes if world > 1 else None
+    per_worker = max(2, config.train.batch_size // world)
+    # Neighbour positives come from this worker's shard (its nearest documents there).
+    table = neighbour_table(local.mean, config.train.neighbours) if config.train.neighbours else None
+    anchors_per_batch = per_worker // 2 if table is not None else per_worker
+    n_batches = len(local) // max(1, anchors_per_batch)
+    if world > 1:
+        counts = torch.tensor([n_batches])
+        dist.all_reduce(counts, op=dist.ReduceOp.MIN)
+        n_batches = int(counts.item())
     trace = loop_config.get("trace_file")
     # A resumed run that had already stopped early has nothing left to do.
     if bool(history) and stopper.should_stop:
@@ -212,11 +230,16 @@ def train_loop_per_worker(loop_config: dict) -> None:
         steps = 0
         # Every worker takes the same number of equal batches (shards are equal), so the
         # all-gather of global codes always pairs up.
-        order = np.random.default_rng(config.train.seed * 10_000 + epoch).permutation(len(local))
-        for b in range(n_batches):
-            idx = np.sort(order[b * per_worker : (b + 1) * per_worker])
-            tokens, mask, target = to_tensors(local, idx, config.model.regulariser, device)
-            stats = train_step(ddp, optimizer, tokens, mask, target, config.train, gather)
+        rng = np.random.default_rng(config.train.seed * 10_000 + epoch)
+        if table is None:
+            batches = ((idx, None) for idx in batch_indices(len(local), per_worker, rng))
+        else:
+            batches = pair_batches(len(local), per_worker, table, rng)
+        for idx, pairs in itertools.islice(batches, n_batches):
+            tokens, mask, target = to_tensors(local, idx, config.model.regulariser, device,
+                                              trim_margin(config.model), config.train.crop_tokens, rng)
+            pairs_t = None if pairs is None else torch.from_numpy(pairs).to(device)
+            stats = train_step(ddp, optimizer, tokens, mask, target, config.train, gather, pairs_t)
             for k, v in stats.items():
                 sums[k] = sums.get(k, 0.0) + v
             steps += 1

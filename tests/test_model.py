@@ -86,6 +86,10 @@ def test_as_published_formulation():
     cfg = as_published(config_for_bits(32, model={"hidden_size": 768}))
     assert cfg.model.score_sigmoid and not cfg.model.mask_padding and cfg.train.beta == 1.0
     assert cfg.model.shared_cls_projection  # 3 x 256 == 768
+    # the paper's architecture and the reference run's hyperparameters, none of the shipped levers
+    assert (cfg.model.n_filters, cfg.model.regulariser, cfg.model.linear_path, cfg.model.init) == (256, "cls", False,
+                                                                                                  "random")
+    assert (cfg.train.batch_size, cfg.train.neighbours, cfg.train.crop_tokens) == (512, 0, 0)
     assert not as_published(config_for_bits(32, model={"hidden_size": 384})).model.shared_cls_projection
     # the sigmoid quirk bounds the objective: the loss can never go below 2 * softplus(-1) - softplus(1) ...
     feats, _ = toy_features()
@@ -121,3 +125,78 @@ def test_carve_validation_is_deterministic_and_disjoint():
     tr2, va2 = carve_validation(500, TrainConfig())
     assert np.array_equal(va, va2) and len(va) == 50 and not set(tr) & set(va)
     assert len(tr) + len(va) == 500
+
+
+# ---- the shipped levers -----------------------------------------------------------------
+def test_itq_initialised_linear_path_starts_as_itq_codes():
+    from dhim_ray.baselines import ITQ
+    from dhim_ray.training import init_from_itq, token_mean
+
+    feats, _ = toy_features(n=120)
+    model = DHIM(ModelConfig(n_bits=16, hidden_size=24, n_filters=8))
+    init_from_itq(model, feats, seed=0)
+    model.proj.weight.data.zero_()
+    model.proj.bias.data.zero_()  # CNN silent: the codes are the linear path's alone
+    x = token_mean(feats)
+    itq_bits = ITQ(16, 0).fit(x).bits(x)
+    codes = model.hash(torch.tensor(feats.tokens).float(), torch.tensor(feats.mask)).numpy().astype(bool)
+    assert (codes == itq_bits).mean() > 0.999  # float32 vs float64 may flip a bit sitting on 0
+
+
+def test_itq_init_needs_the_linear_path():
+    with pytest.raises(ConfigError, match="linear_path"):
+        ModelConfig(n_bits=16, hidden_size=24, linear_path=False, init="itq")
+
+
+def test_neighbour_table_and_pair_batches():
+    from dhim_ray.training import neighbour_table, pair_batches
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((50, 6)).astype(np.float32)
+    table = neighbour_table(x, 4, chunk=16)
+    xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+    sim = xn @ xn.T
+    np.fill_diagonal(sim, -np.inf)
+    assert np.array_equal(np.sort(table, 1), np.sort(np.argsort(-sim, 1)[:, :4], 1))
+    seen = set()
+    for idx, pairs in pair_batches(50, 16, table, rng):
+        b = len(idx) // 2
+        assert pairs.shape == (len(idx), len(idx)) and (pairs == pairs.T).all() and pairs.diagonal().all()
+        for i in range(b):
+            assert idx[b + i] in table[idx[i]] and pairs[i, b + i]
+        seen.update(idx[:b].tolist())
+    assert seen == set(range(50))  # every document is an anchor once per epoch
+
+
+def test_trimming_padding_does_not_change_codes():
+    from dhim_ray.training import to_tensors, trim_margin
+
+    feats, _ = toy_features(n=40, t=12)
+    feats.mask[:, 6:] = False  # every document ends by position 6: the batch can be trimmed
+    model = DHIM(ModelConfig(n_bits=16, hidden_size=24, n_filters=8, windows=(1, 3, 5)))
+    idx = np.arange(40)
+    full_t, full_m, _ = to_tensors(feats, idx, "none", torch.device("cpu"))
+    trim_t, trim_m, _ = to_tensors(feats, idx, "none", torch.device("cpu"), trim_margin(model.config))
+    assert trim_t.shape[1] == 6 + 2
+    assert torch.allclose(model.global_logits(full_t, full_m), model.global_logits(trim_t, trim_m), atol=1e-5)
+
+
+def test_crops_keep_a_window_of_words():
+    from dhim_ray.training import to_tensors
+
+    feats, _ = toy_features(n=30, t=12)
+    tokens, mask, _ = to_tensors(feats, np.arange(30), "none", torch.device("cpu"), None, crop=4,
+                                 rng=np.random.default_rng(0))
+    assert tokens.shape == (30, 4, 24) and mask.shape == (30, 4)
+    assert mask.all()  # every toy document has more than 4 words
+
+
+def test_shipped_defaults_learn_topics_with_every_lever_on():
+    """Neighbour positives + ITQ init + mean target + crops, end to end through fit."""
+    feats, labels = toy_features(n=160, seed=1)
+    cfg = config_for_bits(16, model={"hidden_size": 24, "n_filters": 16},
+                          train={"max_epochs": 6, "patience": 6, "k": 10, "crop_tokens": 6, "neighbours": 5})
+    assert cfg.model.linear_path and cfg.model.init == "itq" and cfg.model.regulariser == "mean"
+    tr, va = np.arange(120), np.arange(120, 160)
+    result = fit(feats.take(tr), feats.take(va), cfg, labels[tr], labels[va], progress=False)
+    assert result.best_precision > 0.8
