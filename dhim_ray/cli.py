@@ -254,7 +254,7 @@ def ingest(
     n_bits = int(read_meta(model_dir)["config"]["model"]["n_bits"])
     name, _ = parse_spec(corpus)
     collection = collection or _default_collection(name, n_bits)
-    spec = IndexSpec(index, nlist=nlist) if index else default_index(uri)
+    spec = IndexSpec(index or default_index(uri).index_type, nlist=nlist, nprobe=min(16, nlist))
     target = MilvusTarget(uri, collection, token_env=token_env)
     from jobs.ingest import ingest as run_ingest
 
