@@ -140,9 +140,10 @@ def _fmt(values: list[float]) -> str:
 def to_markdown(rows: list[dict]) -> str:
     corpora = list(dict.fromkeys(r["corpus"] for r in rows))
     order = ["dhim shipped", "dhim as published", "itq", "pca-median", "pca-sign", "lsh"]
-    lines = ["Tie-aware P@100 (ties at the k-th distance count as the expected share); database order in brackets. "
-             "DHIM: mean ± std over seeds where n > 1; training seconds per run (2 CPU cores), best epoch / "
-             "epochs run. Cosine kNN: float mean-pooled features (384 floats = 12,288 bits).", "",
+    lines = ["Tie-aware P@100 (ties at the k-th distance count as their expected share); 'db order' breaks ties "
+             "by database row. DHIM: mean ± std over seeds where n > 1; training seconds per run (2 shared CPU "
+             "cores: other runs were going at the same time, so read them as upper bounds), best epoch / epochs "
+             "run of the first seed. Cosine kNN: float mean-pooled features (384 floats = 12,288 bits).", "",
              "| corpus | bits | method | P@100 tie-aware | P@100 db order | train s | epochs (best/run) |",
              "|---|---|---|---|---|---|---|"]
     for c in corpora:

@@ -76,14 +76,6 @@ class IngestResult:
     seconds: float
     writers: int = 1  # processes that upserted (the driver alone on milvus-lite)
     max_parallel_writes: int = 1  # write tasks running at the same moment
-    startup_seconds: float = 0.0  # from the start until the first rows were written (Ray, actors, first batch)
-    first_rows: int = 0  # rows written by then
-
-    @property
-    def streaming_docs_per_second(self) -> float:
-        """Throughput once rows flow: what a longer ingest converges to."""
-        rest = self.seconds - self.startup_seconds
-        return (self.rows_written - self.first_rows) / rest if rest > 0 else 0.0
 
     @property
     def docs_per_second(self) -> float:
@@ -91,7 +83,6 @@ class IngestResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "docs_per_second": round(self.docs_per_second, 1),
-                "streaming_docs_per_second": round(self.streaming_docs_per_second, 1),
                 "verified": self.rows_in_collection == self.n_documents}
 
 
@@ -147,7 +138,7 @@ def ingest(
     finally:
         client.close()
         release(target.uri)
-    t0, wall0 = time.perf_counter(), time.time()
+    t0 = time.perf_counter()
     init_ray(address, num_cpus=None)
     import pyarrow as pa
 
@@ -169,9 +160,7 @@ def ingest(
     )
     writers = parallel = 1
     if target.lite:
-        written, first_at, first_rows = _write_from_driver(ds, target, n_bits, source, len(data), progress,
-                                                           stop_after, write_batch)
-        startup = first_at - t0
+        written = _write_from_driver(ds, target, n_bits, source, len(data), progress, stop_after, write_batch)
     else:
         from connectors.milvus_sink import MilvusDatasink
 
@@ -181,8 +170,6 @@ def ingest(
         # Upserts wait on the network, not the CPU: a quarter CPU each lets them run beside the encoders.
         ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0.25})
         written, writers, parallel = sink.rows_written, sink.writers, max_concurrent(sink.stats)
-        first = min(sink.stats, key=lambda w: w.finished, default=None)
-        startup, first_rows = (first.finished - wall0, first.rows) if first else (0.0, 0)
     seconds = time.perf_counter() - t0
     client = target.connect()
     try:
@@ -191,7 +178,7 @@ def ingest(
         client.close()
         release(target.uri)
     result = IngestResult(target.collection, target.uri, source, len(data), written, stored, seconds, writers,
-                          parallel, round(startup, 2), first_rows)
+                          parallel)
     if stop_after is None and stored != len(data):
         raise StoreError(
             f"collection {target.collection!r} holds {stored} rows of {source} but the source has {len(data)}; "
@@ -227,20 +214,17 @@ def _count_source(client, target: MilvusTarget, source: str) -> int:
     return int(res[0]["count(*)"])
 
 
-def _write_from_driver(ds, target, n_bits, source, total, progress, stop_after,
-                       write_batch) -> tuple[int, float, int]:
+def _write_from_driver(ds, target, n_bits, source, total, progress, stop_after, write_batch) -> int:
     from tqdm.auto import tqdm
 
     client = target.connect()
-    written, first_at, first_rows = 0, 0.0, 0
+    written = 0
     try:
         bar = tqdm(total=total, desc=f"ingest {target.collection}", unit="doc", disable=not progress)
         for batch in ds.iter_batches(batch_size=write_batch, batch_format="numpy"):
             rows = make_rows(batch["id"], np.asarray(batch["code"], dtype=np.uint8), n_bits, batch["label"],
                              [str(t) for t in batch["text"]], source, batch["row"])
             written += upsert_rows(client, target.collection, rows, target.timeout)
-            if not first_rows:
-                first_at, first_rows = time.perf_counter(), written
             bar.update(len(rows))
             if stop_after is not None and written >= stop_after:
                 break
@@ -248,7 +232,7 @@ def _write_from_driver(ds, target, n_bits, source, total, progress, stop_after,
     finally:
         client.close()
         release(target.uri)
-    return written, first_at, first_rows
+    return written
 
 
 def main(argv: list[str] | None = None) -> None:
