@@ -145,6 +145,32 @@ def to_tensors(
     return tokens, mask, target_t
 
 
+def epoch_batches(
+    feats: Features,
+    config: DHIMConfig,
+    rng: np.random.Generator,
+    device: torch.device,
+    batch_size: int | None = None,
+    neighbours: np.ndarray | None = None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]]:
+    """One epoch of training batches as tensors: (tokens, mask, target, pairs).
+
+    Shuffled batches of ``batch_size`` (default: the config's) documents, or, with a
+    ``neighbours`` table (see neighbour_table), anchor/neighbour pairs whose ``pairs``
+    matrix marks the extra positives. Crops and padding trims follow the config.
+    """
+    batch_size = batch_size or config.train.batch_size
+    if neighbours is None:
+        batches = ((idx, None) for idx in batch_indices(len(feats), batch_size, rng))
+    else:
+        batches = pair_batches(len(feats), batch_size, neighbours, rng)
+    trim = trim_margin(config.model)
+    for idx, pairs in batches:
+        tokens, mask, target = to_tensors(feats, idx, config.model.regulariser, device, trim,
+                                          config.train.crop_tokens, rng)
+        yield tokens, mask, target, None if pairs is None else torch.from_numpy(pairs).to(device)
+
+
 def train_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -180,17 +206,8 @@ def train_epoch(
     With a ``neighbours`` table (see neighbour_table), batches are anchor/neighbour pairs."""
     sums: dict[str, float] = {}
     steps = 0
-    if neighbours is None:
-        batches = ((idx, None) for idx in batch_indices(len(feats), config.train.batch_size, rng))
-    else:
-        batches = pair_batches(len(feats), config.train.batch_size, neighbours, rng)
-    trim = trim_margin(config.model)
-    for idx, pairs in batches:
-        tokens, mask, target = to_tensors(feats, idx, config.model.regulariser, device, trim,
-                                          config.train.crop_tokens, rng)
-        pairs_t = None if pairs is None else torch.from_numpy(pairs).to(device)
-        for key, value in train_step(model, optimizer, tokens, mask, target, config.train,
-                                     pairs=pairs_t).items():
+    for tokens, mask, target, pairs in epoch_batches(feats, config, rng, device, neighbours=neighbours):
+        for key, value in train_step(model, optimizer, tokens, mask, target, config.train, pairs=pairs).items():
             sums[key] = sums.get(key, 0.0) + value
         steps += 1
     if steps == 0:

@@ -49,14 +49,11 @@ from dhim_ray.errors import CheckpointError, ClusterError
 from dhim_ray.model import DHIM
 from dhim_ray.training import (
     EarlyStopping,
-    batch_indices,
+    epoch_batches,
     init_from_itq,
     neighbour_table,
-    pair_batches,
     seed_everything,
-    to_tensors,
     train_step,
-    trim_margin,
     validate,
 )
 
@@ -231,15 +228,9 @@ def train_loop_per_worker(loop_config: dict) -> None:
         # Every worker takes the same number of equal batches (shards are equal), so the
         # all-gather of global codes always pairs up.
         rng = np.random.default_rng(config.train.seed * 10_000 + epoch)
-        if table is None:
-            batches = ((idx, None) for idx in batch_indices(len(local), per_worker, rng))
-        else:
-            batches = pair_batches(len(local), per_worker, table, rng)
-        for idx, pairs in itertools.islice(batches, n_batches):
-            tokens, mask, target = to_tensors(local, idx, config.model.regulariser, device,
-                                              trim_margin(config.model), config.train.crop_tokens, rng)
-            pairs_t = None if pairs is None else torch.from_numpy(pairs).to(device)
-            stats = train_step(ddp, optimizer, tokens, mask, target, config.train, gather, pairs_t)
+        batches = epoch_batches(local, config, rng, device, per_worker, table)
+        for tokens, mask, target, pairs in itertools.islice(batches, n_batches):
+            stats = train_step(ddp, optimizer, tokens, mask, target, config.train, gather, pairs)
             for k, v in stats.items():
                 sums[k] = sums.get(k, 0.0) + v
             steps += 1
