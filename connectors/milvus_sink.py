@@ -36,7 +36,7 @@ class WriteStats:
 
 def max_concurrent(stats: list[WriteStats]) -> int:
     """The largest number of write tasks that were running at the same moment."""
-    events = sorted([(s.started, 1) for s in stats] + [(s.finished, -1) for s in stats], key=lambda e: (e[0], e[1]))
+    events = sorted([(s.started, 1) for s in stats] + [(s.finished, -1) for s in stats])  # ends before starts
     running = peak = 0
     for _, step in events:
         running += step
@@ -92,6 +92,11 @@ class MilvusDatasink(Datasink[WriteStats]):
     def writers(self) -> int:
         """How many distinct processes wrote."""
         return len({s.writer for s in self.stats})
+
+    @property
+    def max_parallel_writes(self) -> int:
+        """The most write tasks that ran at the same moment."""
+        return max_concurrent(self.stats)
 
     def get_name(self) -> str:
         return "Milvus"

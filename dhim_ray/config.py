@@ -207,9 +207,10 @@ def as_published(config: DHIMConfig) -> DHIMConfig:
     conv projection shared with [CLS] where the widths allow it (3K == hidden size)."""
     m = config.model
     ref = defaults_for_bits(m.n_bits, REFERENCE_HYPERPARAMETERS)
-    shared = m.hidden_size == 256 * len(m.windows)
+    filters = 256  # the paper's K
+    shared = m.hidden_size == filters * len(m.windows)
     return config.replace(
         model={"score_sigmoid": True, "mask_padding": False, "regulariser": "cls", "shared_cls_projection": shared,
-               "n_filters": 256, "linear_path": False, "init": "random", "alpha": ref["alpha"]},
+               "n_filters": filters, "linear_path": False, "init": "random", "alpha": ref["alpha"]},
         train={"beta": 1.0, "batch_size": ref["batch_size"], "lr": ref["lr"], "neighbours": 0, "crop_tokens": 0},
     )

@@ -164,12 +164,10 @@ def ingest(
     else:
         from connectors.milvus_sink import MilvusDatasink
 
-        from connectors.milvus_sink import max_concurrent
-
         sink = MilvusDatasink(target, n_bits, source, mid, index, overwrite=False)
         # Upserts wait on the network, not the CPU: a quarter CPU each lets them run beside the encoders.
         ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0.25})
-        written, writers, parallel = sink.rows_written, sink.writers, max_concurrent(sink.stats)
+        written, writers, parallel = sink.rows_written, sink.writers, sink.max_parallel_writes
     seconds = time.perf_counter() - t0
     client = target.connect()
     try:

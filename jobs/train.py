@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import os
-import sys
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -43,10 +42,10 @@ from dhim_ray.checkpoint import (
     save_training_state,
 )
 from dhim_ray.config import DHIMConfig, FeatureConfig
-from dhim_ray.pipeline import load_train_val
 from dhim_ray.encoder import Features, FrozenEncoder
 from dhim_ray.errors import CheckpointError, ClusterError
 from dhim_ray.model import DHIM
+from dhim_ray.pipeline import load_train_val
 from dhim_ray.training import (
     EarlyStopping,
     epoch_batches,
@@ -293,7 +292,7 @@ def _check_gpus(opts: RayTrainOptions) -> None:
         raise ClusterError(
             f"--use-gpu --workers {opts.workers}: the cluster has {gpus:g} GPUs; lower --workers to {int(gpus)} "
             "or add GPU nodes (cluster.yaml)" if gpus else
-            f"--use-gpu: the cluster has no GPUs; drop --use-gpu or start GPU workers (cluster.yaml)"
+            "--use-gpu: the cluster has no GPUs; drop --use-gpu or start GPU workers (cluster.yaml)"
         )
 
 
