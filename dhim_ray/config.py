@@ -54,8 +54,8 @@ class ModelConfig:
     shared_cls_projection: bool = False  # paper code: reuse the conv projection (needs hidden == 3K)
     mask_padding: bool = True  # paper code: False, [SEP]/[PAD] positions count as words
     score_sigmoid: bool = False  # paper code: sigmoid before softplus (bounds the objective)
-    linear_path: bool = True  # a linear token -> bits path beside the CNN (its mean is a sentence projection)
-    init: Literal["random", "itq"] = "itq"  # "itq": the linear path starts as ITQ of the mean token feature
+    linear_path: bool = False  # a linear token -> bits path beside the CNN (measured: it loses; off)
+    init: Literal["random", "itq"] = "random"  # "itq": the linear path starts as ITQ of the mean token feature
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "windows", tuple(int(w) for w in self.windows))

@@ -60,3 +60,18 @@ def test_eval_without_labels_says_how_to_fix(trained, tmp_path):
     (tmp_path / "q.jsonl").write_text('{"text": "football goal"}\n{"text": "vote party"}\n')
     r = run("eval", trained, "--database", f"{tmp_path / 'q.jsonl'}:train", "--queries", f"{tmp_path / 'q.jsonl'}:train")
     assert r.exit_code == 2 and "no label column" in r.output and "--label-column" in r.output
+
+
+def test_init_flag_turns_the_linear_path_on_and_paper_turns_it_off():
+    from dhim_ray.cli import _build_config
+
+    def build(formulation="shipped", **levers):
+        return _build_config(32, "all-MiniLM-L6-v2", 50, 1, 1, None, None, None, None, None, 0, formulation, 0.0,
+                             levers)
+
+    shipped = build()
+    assert (shipped.model.linear_path, shipped.model.init) == (False, "random")
+    itq = build(init="itq")
+    assert (itq.model.linear_path, itq.model.init) == (True, "itq")
+    paper = build("paper")
+    assert (paper.model.linear_path, paper.model.n_filters, paper.train.neighbours) == (False, 256, 0)

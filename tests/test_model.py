@@ -133,7 +133,7 @@ def test_itq_initialised_linear_path_starts_as_itq_codes():
     from dhim_ray.training import init_from_itq, token_mean
 
     feats, _ = toy_features(n=120)
-    model = DHIM(ModelConfig(n_bits=16, hidden_size=24, n_filters=8))
+    model = DHIM(ModelConfig(n_bits=16, hidden_size=24, n_filters=8, linear_path=True, init="itq"))
     init_from_itq(model, feats, seed=0)
     model.proj.weight.data.zero_()
     model.proj.bias.data.zero_()  # CNN silent: the codes are the linear path's alone
@@ -146,6 +146,9 @@ def test_itq_initialised_linear_path_starts_as_itq_codes():
 def test_itq_init_needs_the_linear_path():
     with pytest.raises(ConfigError, match="linear_path"):
         ModelConfig(n_bits=16, hidden_size=24, linear_path=False, init="itq")
+    with pytest.raises(ValueError, match="linear_path"):
+        init_linear = DHIM(ModelConfig(n_bits=16, hidden_size=24, n_filters=8)).init_linear_path
+        init_linear(np.zeros((16, 24)), np.zeros(16))
 
 
 def test_neighbour_table_and_pair_batches():
@@ -191,12 +194,14 @@ def test_crops_keep_a_window_of_words():
     assert mask.all()  # every toy document has more than 4 words
 
 
-def test_shipped_defaults_learn_topics_with_every_lever_on():
-    """Neighbour positives + ITQ init + mean target + crops, end to end through fit."""
+@pytest.mark.parametrize("model_levers", [{}, {"linear_path": True, "init": "itq"}], ids=["shipped", "itq-path"])
+def test_shipped_defaults_learn_topics_with_every_lever_on(model_levers):
+    """Neighbour positives + mean target + crops (and the optional ITQ-initialised path), end to end."""
     feats, labels = toy_features(n=160, seed=1)
-    cfg = config_for_bits(16, model={"hidden_size": 24, "n_filters": 16},
+    cfg = config_for_bits(16, model={"hidden_size": 24, "n_filters": 16, **model_levers},
                           train={"max_epochs": 6, "patience": 6, "k": 10, "crop_tokens": 6, "neighbours": 5})
-    assert cfg.model.linear_path and cfg.model.init == "itq" and cfg.model.regulariser == "mean"
+    assert cfg.model.regulariser == "mean" and cfg.train.neighbours == 5
+    assert cfg.model.linear_path == bool(model_levers)  # shipped: CNN only, random init (the path lost)
     tr, va = np.arange(120), np.arange(120, 160)
     result = fit(feats.take(tr), feats.take(va), cfg, labels[tr], labels[va], progress=False)
     assert result.best_precision > 0.8
