@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -92,8 +91,8 @@ def _build_config(bits, encoder, max_words, epochs, patience, batch_size, lr, al
     for key, value in (levers or {}).items():
         if value is not None:
             (train if key in ("neighbours", "crop_tokens") else model)[key] = value
-    if model.get("init") == "itq":
-        model.setdefault("linear_path", True)
+    if model.get("init") is not None:  # the linear path exists to be initialised as ITQ
+        model["linear_path"] = model["init"] == "itq"
     cfg = cfg.replace(model=model, train=train)
     if formulation == "paper":
         cfg = as_published(cfg)
@@ -126,7 +125,8 @@ def train(
     neighbours: Optional[int] = typer.Option(None, help="Top-m cosine neighbours as extra positives; 0 = off [10]."),
     crop_tokens: Optional[int] = typer.Option(None, help="Train on random windows of N words; 0 = off [64]."),
     filters: Optional[int] = typer.Option(None, help="CNN filters per window [64; paper 256]."),
-    init: Optional[str] = typer.Option(None, help="random, or itq: add a linear path that starts as ITQ [random]."),
+    init: Optional[str] = typer.Option(
+        None, help="random, or itq: add a linear path that starts as ITQ [itq at 16 bits, random above]."),
     feature_dropout: float = typer.Option(0.0, help="Dropout on cached features during training."),
     seed: int = typer.Option(0, help="Random seed."),
     text_column: Optional[str] = typer.Option(None, help="Text column name."),

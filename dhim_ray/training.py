@@ -40,6 +40,17 @@ def carve_validation(n: int, config: TrainConfig) -> tuple[np.ndarray, np.ndarra
     return np.sort(order[n_val:]), np.sort(order[:n_val])
 
 
+def selection_database(n: int, config: TrainConfig) -> np.ndarray:
+    """Indices of the training documents that model selection searches each epoch: all
+    of them up to ``max_select_database``, else a fixed random sample. Selection only
+    ranks epochs; hashing every training document each epoch would cost more than the
+    epoch itself on long documents, and grows with the corpus."""
+    m = config.max_select_database
+    if not m or n <= m:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(config.seed + 1).choice(n, m, replace=False))
+
+
 def token_mean(feats: Features, chunk: int = 1024) -> np.ndarray:
     """Mean of each document's word-position token features (what the linear path's
     readout sees): (n, H) float32."""
@@ -313,7 +324,7 @@ def fit(
     """Train DHIM on cached features, single process.
 
     Model selection: each epoch, the val codes are searched against the train
-    codes and the tie-aware precision@k decides; the best epoch's weights are
+    codes (at most ``max_select_database`` of them) and the tie-aware precision@k decides; the best epoch's weights are
     returned. Without labels, it trains ``max_epochs`` and keeps the last.
     """
     device = torch.device(device)
@@ -328,6 +339,9 @@ def fit(
     optimizer = torch.optim.Adam(model.parameters(), lr=config.train.lr)
     rng = np.random.default_rng(config.train.seed)
     selecting = val is not None and train_labels is not None and val_labels is not None
+    if selecting:
+        db_idx = selection_database(len(train), config.train)
+        database, database_labels = train.take(db_idx), train_labels[db_idx]
     stopper = EarlyStopping(config.train.patience)
     best_state = None
     result = FitResult(model, config)
@@ -338,7 +352,7 @@ def fit(
         stats = train_epoch(model, optimizer, train, config, rng, device, table)
         record = {"epoch": epoch, **stats}
         if selecting:
-            p = validate(model, train, train_labels, val, val_labels, config.train.k, device)
+            p = validate(model, database, database_labels, val, val_labels, config.train.k, device)
             record["val_precision"] = p.precision_at_k_tie_aware
             if stopper.update(p.precision_at_k_tie_aware, epoch):
                 best_state = copy.deepcopy(model.state_dict())

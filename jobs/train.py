@@ -52,6 +52,7 @@ from dhim_ray.training import (
     init_from_itq,
     neighbour_table,
     seed_everything,
+    selection_database,
     train_step,
     validate,
 )
@@ -194,6 +195,8 @@ def train_loop_per_worker(loop_config: dict) -> None:
         db, db_labels = collect_features(ray.train.get_dataset_shard("database"))
         val, val_labels = collect_features(ray.train.get_dataset_shard("val"))
         selecting = bool((db_labels >= 0).all() and (val_labels >= 0).all())
+        select_idx = selection_database(len(db), config.train)
+        select_db, select_labels = db.take(select_idx), db_labels[select_idx]
     if config.model.init == "itq" and checkpoint is None:
         # Rank 0 fits ITQ on the whole training split; DDP then broadcasts rank 0's weights.
         init_from_itq(model, db if rank == 0 else local, config.train.seed)
@@ -237,7 +240,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
         stop = torch.zeros(1)
         if rank == 0:
             if selecting:
-                p = validate(model, db, db_labels, val, val_labels, config.train.k, device)
+                p = validate(model, select_db, select_labels, val, val_labels, config.train.k, device)
                 record["val_precision"] = p.precision_at_k_tie_aware
                 if stopper.update(p.precision_at_k_tie_aware, epoch):
                     best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}

@@ -65,13 +65,15 @@ def test_eval_without_labels_says_how_to_fix(trained, tmp_path):
 def test_init_flag_turns_the_linear_path_on_and_paper_turns_it_off():
     from dhim_ray.cli import _build_config
 
-    def build(formulation="shipped", **levers):
-        return _build_config(32, "all-MiniLM-L6-v2", 50, 1, 1, None, None, None, None, None, 0, formulation, 0.0,
+    def build(formulation="shipped", bits=32, **levers):
+        return _build_config(bits, "all-MiniLM-L6-v2", 50, 1, 1, None, None, None, None, None, 0, formulation, 0.0,
                              levers)
 
     shipped = build()
     assert (shipped.model.linear_path, shipped.model.init) == (False, "random")
     itq = build(init="itq")
     assert (itq.model.linear_path, itq.model.init) == (True, "itq")
+    # 16 bits ships the ITQ-initialised path; --init random takes it away again
+    assert build(bits=16).model.linear_path and not build(bits=16, init="random").model.linear_path
     paper = build("paper")
     assert (paper.model.linear_path, paper.model.n_filters, paper.train.neighbours) == (False, 256, 0)

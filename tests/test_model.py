@@ -194,14 +194,28 @@ def test_crops_keep_a_window_of_words():
     assert mask.all()  # every toy document has more than 4 words
 
 
-@pytest.mark.parametrize("model_levers", [{}, {"linear_path": True, "init": "itq"}], ids=["shipped", "itq-path"])
-def test_shipped_defaults_learn_topics_with_every_lever_on(model_levers):
-    """Neighbour positives + mean target + crops (and the optional ITQ-initialised path), end to end."""
+@pytest.mark.parametrize("bits", [16, 32])
+def test_shipped_defaults_learn_topics_with_every_lever_on(bits):
+    """Neighbour positives + mean target + crops (+ the ITQ-initialised path at 16 bits), end to end."""
     feats, labels = toy_features(n=160, seed=1)
-    cfg = config_for_bits(16, model={"hidden_size": 24, "n_filters": 16, **model_levers},
+    cfg = config_for_bits(bits, model={"hidden_size": 24, "n_filters": 16},
                           train={"max_epochs": 6, "patience": 6, "k": 10, "crop_tokens": 6, "neighbours": 5})
     assert cfg.model.regulariser == "mean" and cfg.train.neighbours == 5
-    assert cfg.model.linear_path == bool(model_levers)  # shipped: CNN only, random init (the path lost)
+    # shipped: the ITQ-initialised linear path at 16 bits only; the CNN alone from random init above
+    assert (cfg.model.linear_path, cfg.model.init) == ((True, "itq") if bits == 16 else (False, "random"))
     tr, va = np.arange(120), np.arange(120, 160)
     result = fit(feats.take(tr), feats.take(va), cfg, labels[tr], labels[va], progress=False)
     assert result.best_precision > 0.8
+
+
+def test_model_selection_searches_a_fixed_sample_of_train():
+    from dhim_ray.training import selection_database
+
+    cfg = TrainConfig(max_select_database=300, k=10)
+    idx = selection_database(1000, cfg)
+    assert len(idx) == 300 and len(set(idx)) == 300 and (np.diff(idx) > 0).all()
+    assert (idx == selection_database(1000, cfg)).all()  # the same documents every epoch
+    assert (selection_database(200, cfg) == np.arange(200)).all()
+    assert len(selection_database(1000, TrainConfig(max_select_database=0))) == 1000
+    with pytest.raises(ConfigError, match="max_select_database"):
+        TrainConfig(max_select_database=50, k=100)
