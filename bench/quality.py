@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from dhim_ray.baselines import make_baseline
-from dhim_ray.config import FeatureConfig, as_published, config_for_bits
+from dhim_ray.config import FeatureConfig, as_published, config_for_bits, init_levers
 from dhim_ray.data import load_corpus
 from dhim_ray.encoder import FrozenEncoder
 from dhim_ray.metrics import cosine_precision_at_k, precision_at_k
@@ -147,8 +147,8 @@ def parse_overrides(pairs: list[str]) -> dict[str, dict]:
             over[section][field] = json.loads(value)
         except json.JSONDecodeError:
             over[section][field] = value  # a bare string, e.g. model.init=itq
-    if over["model"].get("init") is not None:  # as the CLI: the linear path exists to be initialised as ITQ
-        over["model"]["linear_path"] = over["model"]["init"] == "itq"
+    if over["model"].get("init") is not None:
+        over["model"].update(init_levers(over["model"]["init"]))
     return over
 
 

@@ -74,7 +74,7 @@ def _json_default(value):
 
 def _build_config(bits, encoder, max_words, epochs, patience, batch_size, lr, alpha, beta, regulariser, seed,
                   formulation, feature_dropout, levers: dict[str, Any] | None = None):
-    from .config import FeatureConfig, as_published, config_for_bits
+    from .config import FeatureConfig, as_published, config_for_bits, init_levers
     from .errors import ConfigError
 
     cfg = config_for_bits(bits)
@@ -91,8 +91,8 @@ def _build_config(bits, encoder, max_words, epochs, patience, batch_size, lr, al
     for key, value in (levers or {}).items():
         if value is not None:
             (train if key in ("neighbours", "crop_tokens") else model)[key] = value
-    if model.get("init") is not None:  # the linear path exists to be initialised as ITQ
-        model["linear_path"] = model["init"] == "itq"
+    if model.get("init") is not None:
+        model.update(init_levers(model["init"]))
     cfg = cfg.replace(model=model, train=train)
     if formulation == "paper":
         cfg = as_published(cfg)

@@ -152,6 +152,12 @@ SHIPPED_HYPERPARAMETERS: dict[int, dict[str, Any]] = {
 }
 
 
+def init_levers(init: str) -> dict[str, Any]:
+    """ModelConfig fields for an ``init`` choice: the linear path exists to start as ITQ,
+    so ``itq`` turns it on and ``random`` leaves the CNN alone."""
+    return {"init": init, "linear_path": init == "itq"}
+
+
 def defaults_for_bits(n_bits: int, table: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Per-code-length defaults (batch_size, lr, alpha, beta, init) from the nearest
     row of ``table`` (default: the shipped one)."""
@@ -197,7 +203,7 @@ def config_for_bits(n_bits: int, **sections: dict[str, Any]) -> DHIMConfig:
     """Default config for a code width, with the per-bit defaults, then overrides."""
     d = defaults_for_bits(n_bits)
     base = DHIMConfig(
-        model=ModelConfig(n_bits=n_bits, alpha=d["alpha"], init=d["init"], linear_path=d["init"] == "itq"),
+        model=ModelConfig(n_bits=n_bits, alpha=d["alpha"], **init_levers(d["init"])),
         train=TrainConfig(batch_size=d["batch_size"], lr=d["lr"], beta=d["beta"]),
     )
     return base.replace(**sections) if sections else base

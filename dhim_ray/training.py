@@ -51,6 +51,12 @@ def selection_database(n: int, config: TrainConfig) -> np.ndarray:
     return np.sort(np.random.default_rng(config.seed + 1).choice(n, m, replace=False))
 
 
+def selection_sample(feats: Features, labels: np.ndarray, config: TrainConfig) -> tuple[Features, np.ndarray]:
+    """The training documents (features, labels) that model selection searches: see selection_database."""
+    idx = selection_database(len(feats), config)
+    return feats.take(idx), labels[idx]
+
+
 def token_mean(feats: Features, chunk: int = 1024) -> np.ndarray:
     """Mean of each document's word-position token features (what the linear path's
     readout sees): (n, H) float32."""
@@ -324,8 +330,8 @@ def fit(
     """Train DHIM on cached features, single process.
 
     Model selection: each epoch, the val codes are searched against the train
-    codes (at most ``max_select_database`` of them) and the tie-aware precision@k decides; the best epoch's weights are
-    returned. Without labels, it trains ``max_epochs`` and keeps the last.
+    codes (at most ``max_select_database`` of them) and the tie-aware precision@k
+    decides; the best epoch's weights are returned. Without labels, it trains ``max_epochs`` and keeps the last.
     """
     device = torch.device(device)
     if train.tokens.shape[-1] != config.model.hidden_size:
@@ -340,8 +346,7 @@ def fit(
     rng = np.random.default_rng(config.train.seed)
     selecting = val is not None and train_labels is not None and val_labels is not None
     if selecting:
-        db_idx = selection_database(len(train), config.train)
-        database, database_labels = train.take(db_idx), train_labels[db_idx]
+        database, database_labels = selection_sample(train, train_labels, config.train)
     stopper = EarlyStopping(config.train.patience)
     best_state = None
     result = FitResult(model, config)

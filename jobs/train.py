@@ -52,7 +52,7 @@ from dhim_ray.training import (
     init_from_itq,
     neighbour_table,
     seed_everything,
-    selection_database,
+    selection_sample,
     train_step,
     validate,
 )
@@ -195,8 +195,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
         db, db_labels = collect_features(ray.train.get_dataset_shard("database"))
         val, val_labels = collect_features(ray.train.get_dataset_shard("val"))
         selecting = bool((db_labels >= 0).all() and (val_labels >= 0).all())
-        select_idx = selection_database(len(db), config.train)
-        select_db, select_labels = db.take(select_idx), db_labels[select_idx]
+        select_db, select_labels = selection_sample(db, db_labels, config.train)
     if config.model.init == "itq" and checkpoint is None:
         # Rank 0 fits ITQ on the whole training split; DDP then broadcasts rank 0's weights.
         init_from_itq(model, db if rank == 0 else local, config.train.seed)
