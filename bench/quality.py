@@ -86,7 +86,7 @@ def done(rows, **key) -> bool:
 
 
 def run_table(corpora, bits_list, max_epochs, k, cache_dir, published_epochs, published_corpora,
-              one_seed_corpora=(), long_epochs=None) -> None:
+              one_seed_corpora=(), long_epochs=None, cell_epochs=None) -> None:
     rows = load_results()
     for name in corpora:
         encoder, train, val, tr, va = corpus_features(name, cache_dir)
@@ -103,9 +103,10 @@ def run_table(corpora, bits_list, max_epochs, k, cache_dir, published_epochs, pu
                 record({"corpus": name, "bits": bits, "method": method, "p": r.precision_at_k,
                         "p_tie": r.precision_at_k_tie_aware, "seconds": round(time.perf_counter() - t0, 1)})
             seeds = (0,) if name in one_seed_corpora else SEEDS.get(bits, (0,))
-            epochs = long_epochs if name in LONG and long_epochs else max_epochs
+            epochs = (cell_epochs or {}).get((name, bits)) or (long_epochs if name in LONG and long_epochs
+                                                                else max_epochs)
             for seed in seeds:
-                if done(rows, corpus=name, bits=bits, method="dhim shipped", seed=seed):
+                if done(rows, corpus=name, bits=bits, method="dhim shipped", seed=seed, max_epochs=epochs):
                     continue
                 cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size},
                                       train={"max_epochs": epochs, "seed": seed})
@@ -150,6 +151,18 @@ def parse_overrides(pairs: list[str]) -> dict[str, dict]:
     if over["model"].get("init") is not None:
         over["model"].update(init_levers(over["model"]["init"]))
     return over
+
+
+def parse_cell_epochs(pairs: list[str]) -> dict[tuple[str, int], int]:
+    """["20ng:16=20"] -> {("20ng", 16): 20}: an epoch cap for one corpus and width."""
+    out = {}
+    for pair in pairs:
+        cell, sep, n = pair.partition("=")
+        name, colon, bits = cell.partition(":")
+        if not (sep and colon and bits.isdigit() and n.isdigit() and int(n) > 0):
+            raise SystemExit(f"--cell-epochs {pair!r}: write CORPUS:BITS=EPOCHS, e.g. 20ng:16=20")
+        out[(name, int(bits))] = int(n)
+    return out
 
 
 def run_sweep(corpora, bits_list, max_epochs, k, cache_dir, pairs, long_epochs=None, seed=0) -> None:
@@ -237,7 +250,7 @@ def to_markdown(rows: list[dict]) -> str:
                    and x["method"] == "itq"]
             vs = f"{100 * (r['p_tie'] - itq[0]):+.1f}" if itq else ""
             note = " (a)" if r.get("selection_database") == "all" else ""
-            lines.append(f"| {r['corpus']} | {r['bits']} | {' '.join(r['set'])}{note} | "
+            lines.append(f"| {r['corpus']} | {r['bits']} | {' '.join(r['set']) or 'shipped defaults'}{note} | "
                          f"{r['best_epoch'] + 1}/{r['max_epochs']} | {r['p_tie']:.4f} | {vs} |")
         if any(r.get("selection_database") == "all" for r in sweep):
             lines += ["", "(a) run before model selection searched a sample of at most 4,000 training documents "
@@ -256,6 +269,8 @@ def main() -> None:
                     help="corpora for the as-published runs (256 filters at 400 tokens is slow on 2 cores)")
     ap.add_argument("--one-seed-corpora", nargs="*", default=[], help="corpora trained with seed 0 only")
     ap.add_argument("--long-epochs", type=int, default=None, help="epoch cap for the long corpora (20ng, r8)")
+    ap.add_argument("--cell-epochs", nargs="*", default=[], metavar="CORPUS:BITS=EPOCHS",
+                    help="table: epoch cap for single cells, e.g. 20ng:16=20 (overrides the two above)")
     ap.add_argument("--levers", nargs="+", default=list(ABLATIONS), choices=list(ABLATIONS))
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                     help="sweep: a setting over the shipped defaults, e.g. train.beta=2.0 (repeatable)")
@@ -265,7 +280,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.mode == "table":
         run_table(args.corpora, args.bits, args.max_epochs, args.k, args.cache_dir, args.published_epochs,
-                  set(args.published_corpora), set(args.one_seed_corpora), args.long_epochs)
+                  set(args.published_corpora), set(args.one_seed_corpora), args.long_epochs,
+                  parse_cell_epochs(args.cell_epochs))
     elif args.mode == "ablation":
         run_ablation(args.corpora, args.bits, args.max_epochs, args.k, args.cache_dir, args.levers, args.long_epochs)
     elif args.mode == "sweep":
