@@ -206,8 +206,7 @@ def to_markdown(rows: list[dict]) -> str:
                 rs = [r for r in rows if r["corpus"] == c and r["bits"] == bits and r["method"] == m]
                 if not rs:
                     continue
-                ep = "/".join(str(r.get("best_epoch", "")) + "/" + str(r.get("epochs_run", "")) for r in rs[:1]) \
-                    if "best_epoch" in rs[0] else ""
+                ep = f"{rs[0]['best_epoch'] + 1}/{rs[0]['epochs_run']}" if "best_epoch" in rs[0] else ""
                 lines.append(f"| {c} | {bits} | {m} | {_fmt([r['p_tie'] for r in rs])} | "
                              f"{_fmt([r['p'] for r in rs])} | {np.mean([r['seconds'] for r in rs]):.0f} | {ep} |")
     # The goal: shipped DHIM >= ITQ + 2 points everywhere, >= cosine kNN at 64 bits.
