@@ -84,6 +84,12 @@ def train_dhim(cfg, tr, va, train, val, k: int) -> dict:
             "epoch_seconds": round(float(np.mean([h["seconds"] for h in res.history])), 1)}
 
 
+def epoch_cap(name: str, bits: int, max_epochs: int, long_epochs: int | None = None,
+              cell_epochs: dict[tuple[str, int], int] | None = None) -> int:
+    """The epoch cap of one cell: --cell-epochs for it, else --long-epochs on a long corpus, else --max-epochs."""
+    return (cell_epochs or {}).get((name, bits)) or (long_epochs if name in LONG and long_epochs else max_epochs)
+
+
 def done(rows, **key) -> bool:
     return any(all(r.get(k) == v for k, v in key.items()) for r in rows)
 
@@ -106,8 +112,7 @@ def run_table(corpora, bits_list, max_epochs, k, cache_dir, published_epochs, pu
                 record({"corpus": name, "bits": bits, "method": method, "p": r.precision_at_k,
                         "p_tie": r.precision_at_k_tie_aware, "seconds": round(time.perf_counter() - t0, 1)})
             seeds = (0,) if name in one_seed_corpora else SEEDS.get(bits, (0,))
-            epochs = (cell_epochs or {}).get((name, bits)) or (long_epochs if name in LONG and long_epochs
-                                                                else max_epochs)
+            epochs = epoch_cap(name, bits, max_epochs, long_epochs, cell_epochs)
             for seed in seeds:
                 if done(rows, corpus=name, bits=bits, method="dhim shipped", seed=seed, max_epochs=epochs):
                     continue
@@ -126,8 +131,8 @@ def run_ablation(corpora, bits_list, max_epochs, k, cache_dir, levers, long_epoc
     rows = load_results()
     for name in corpora:
         encoder, train, val, tr, va = corpus_features(name, cache_dir)
-        epochs = long_epochs if name in LONG and long_epochs else max_epochs
         for bits in bits_list:
+            epochs = epoch_cap(name, bits, max_epochs, long_epochs)
             for lever in levers:
                 if done(rows, corpus=name, bits=bits, method="ablation", lever=lever):
                     continue
@@ -174,8 +179,8 @@ def run_sweep(corpora, bits_list, max_epochs, k, cache_dir, pairs, long_epochs=N
     rows = load_results()
     for name in corpora:
         encoder, train, val, tr, va = corpus_features(name, cache_dir)
-        epochs = long_epochs if name in LONG and long_epochs else max_epochs
         for bits in bits_list:
+            epochs = epoch_cap(name, bits, max_epochs, long_epochs)
             key = {"corpus": name, "bits": bits, "method": "sweep", "set": sorted(pairs), "seed": seed,
                    "max_epochs": epochs}
             if done(rows, **key):
