@@ -143,24 +143,6 @@ def run_ablation(corpora, bits_list, max_epochs, k, cache_dir, levers, long_epoc
                         "max_epochs": epochs, **train_dhim(cfg, tr, va, train, val, k)})
 
 
-def parse_overrides(pairs: list[str]) -> dict[str, dict]:
-    """["train.beta=2.0", "model.init=itq"] -> {"train": {"beta": 2.0}, "model": {"init": "itq"}}."""
-    over: dict[str, dict] = {"model": {}, "train": {}}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        section, dot, field = key.partition(".")
-        if not sep or not dot or section not in over:
-            raise SystemExit(f"--set {pair!r}: write SECTION.FIELD=VALUE with SECTION model or train, "
-                             "e.g. train.beta=2.0")
-        try:
-            over[section][field] = json.loads(value)
-        except json.JSONDecodeError:
-            over[section][field] = value  # a bare string, e.g. model.init=itq
-    if over["model"].get("init") is not None:
-        over["model"].update(init_levers(over["model"]["init"]))
-    return over
-
-
 def parse_cell_epochs(pairs: list[str]) -> dict[tuple[str, int], int]:
     """["20ng:16=20"] -> {("20ng", 16): 20}: an epoch cap for one corpus and width."""
     out = {}

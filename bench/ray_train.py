@@ -26,8 +26,8 @@ def main() -> None:
     ap.add_argument("--out", default="bench/ray_train.json")
     args = ap.parse_args()
     from dhim_ray.config import config_for_bits
-    from jobs.ray_env import init_ray
-    from jobs.train import RayTrainOptions, train_distributed
+    from dhim_ray.jobs.ray_env import init_ray
+    from dhim_ray.jobs.train import RayTrainOptions, train_distributed
 
     init_ray(num_cpus=2)
     cfg = config_for_bits(args.bits, train={"max_epochs": args.epochs, "patience": args.epochs})

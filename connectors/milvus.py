@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import re
 import socket
 import warnings
 from dataclasses import dataclass, field
@@ -33,9 +35,12 @@ from dhim_ray.errors import (
     CodeFormatError,
     CollectionMismatchError,
     ConfigError,
+    StoreBusyError,
     StoreError,
     StoreUnreachableError,
 )
+
+logger = logging.getLogger(__name__)
 
 FORMAT = "dhim-ray/codes"
 CODE_FIELD = "code"
@@ -62,11 +67,11 @@ class IndexSpec:
 
     def __post_init__(self) -> None:
         if self.index_type not in INDEX_TYPES:
-            raise ConfigError(f"--index {self.index_type!r}: choose one of {', '.join(INDEX_TYPES)}")
+            raise ConfigError(f"index={self.index_type!r}: choose one of {', '.join(INDEX_TYPES)}")
         if not 1 <= self.nlist <= 65536:
-            raise ConfigError(f"--nlist {self.nlist}: must be between 1 and 65536, e.g. 128")
+            raise ConfigError(f"nlist={self.nlist}: must be between 1 and 65536, e.g. 128")
         if not 1 <= self.nprobe <= self.nlist:
-            raise ConfigError(f"--nprobe {self.nprobe}: must be between 1 and nlist ({self.nlist})")
+            raise ConfigError(f"nprobe={self.nprobe}: must be between 1 and nlist ({self.nlist})")
 
     def params(self) -> dict[str, Any]:
         return {"nlist": self.nlist} if self.index_type == "BIN_IVF_FLAT" else {}
@@ -76,9 +81,34 @@ class IndexSpec:
         return {"metric_type": "HAMMING", "params": params}
 
 
-def default_index(uri: str) -> IndexSpec:
+def default_index(uri: str, nlist: int = 128) -> IndexSpec:
     """BIN_FLAT on milvus-lite (the only type it takes); BIN_IVF_FLAT on a server."""
-    return IndexSpec("BIN_FLAT") if is_lite(uri) else IndexSpec("BIN_IVF_FLAT")
+    return IndexSpec("BIN_FLAT") if is_lite(uri) else IndexSpec("BIN_IVF_FLAT", nlist=nlist, nprobe=min(16, nlist))
+
+
+def check_index_for(uri: str, index: IndexSpec) -> IndexSpec:
+    """milvus-lite builds BIN_FLAT only (it would silently turn BIN_IVF_FLAT into it): refuse."""
+    if is_lite(uri) and index.index_type != "BIN_FLAT":
+        raise ConfigError(
+            f"index={index.index_type}: milvus-lite files take BIN_FLAT only; leave index out, "
+            "or ingest into a Milvus server (uri=http://host:19530)"
+        )
+    return index
+
+
+def quote(value: str) -> str:
+    """A Milvus filter string literal: ``quote('a"b')`` -> ``"a\\"b"`` (backslash and quote escaped)."""
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def mask_uri(uri: str) -> str:
+    """The URI with any user:password replaced, for messages and logs."""
+    url = urlparse(uri)
+    if url.username is None and url.password is None:
+        return uri
+    host = url.hostname or ""
+    netloc = f"***@{host}" + (f":{url.port}" if url.port else "")
+    return url._replace(netloc=netloc).geturl()
 
 
 @dataclass(frozen=True)
@@ -97,18 +127,19 @@ class MilvusTarget:
     def __post_init__(self) -> None:
         if not self.collection or not self.collection.replace("_", "a").isalnum() or self.collection[0].isdigit():
             raise ConfigError(
-                f"--collection {self.collection!r}: use letters, digits and underscores, starting with a letter"
+                f"collection={self.collection!r}: use letters, digits and underscores, starting with a letter"
             )
         if not self.uri:
-            raise ConfigError("--uri is empty: give a .db file path (milvus-lite) or http://host:19530")
+            raise ConfigError("uri is empty: give a .db file path (milvus-lite) or http://host:19530")
 
     @property
     def lite(self) -> bool:
         return is_lite(self.uri)
 
-    def connect(self):
-        """Open a MilvusClient; fails within seconds, with the URI, when unreachable."""
-        return connect(self.uri, self.timeout, self.token_env)
+    def connect(self, create: bool = True):
+        """Open a MilvusClient; fails within seconds, with the URI, when unreachable.
+        ``create=False``: a milvus-lite file must already exist."""
+        return connect(self.uri, self.timeout, self.token_env, create)
 
 
 def _check_reachable(uri: str, timeout: float) -> None:
@@ -119,22 +150,25 @@ def _check_reachable(uri: str, timeout: float) -> None:
             return
     except OSError as exc:
         raise StoreUnreachableError(
-            f"cannot reach Milvus at {uri} ({exc.strerror or exc}); start the server or check --uri"
+            f"cannot reach Milvus at {mask_uri(uri)} ({exc.strerror or exc}); start the server or check uri"
         ) from exc
 
 
-def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS_TOKEN"):
-    """A MilvusClient for a milvus-lite file or a server URL."""
+def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS_TOKEN", create: bool = True):
+    """A MilvusClient for a milvus-lite file or a server URL. ``create=False``: a
+    milvus-lite file must exist already (searching a mistyped path must not create one)."""
     warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
     from pymilvus import MilvusClient
 
     kwargs: dict[str, Any] = {}
     if is_lite(uri):
         parent = os.path.dirname(os.path.abspath(uri))
-        if not os.path.isdir(parent):
-            raise StoreError(f"--uri {uri}: folder {parent} does not exist; create it or pick another path")
         if not uri.endswith(".db"):
-            raise ConfigError(f"--uri {uri}: a milvus-lite file must end in .db, or give http://host:19530")
+            raise ConfigError(f"uri={uri}: a milvus-lite file must end in .db, or give http://host:19530")
+        if not create and not os.path.isfile(uri):
+            raise StoreError(f"uri={uri}: no such milvus-lite file; check the path or run 'dhim-ray ingest' first")
+        if not os.path.isdir(parent):
+            raise StoreError(f"uri={uri}: folder {parent} does not exist; create it or pick another path")
     else:
         _check_reachable(uri, timeout)
         secret = os.environ.get(token_env)
@@ -146,35 +180,46 @@ def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS
     except Exception as exc:  # pymilvus raises MilvusException or plain errors
         message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         if is_lite(uri) and "open local milvus failed" in message.lower():
-            raise StoreError(
-                f"--uri {uri}: the milvus-lite file is open in another process (one process per file); "
+            raise StoreBusyError(
+                f"uri={uri}: the milvus-lite file is open in another process (one process per file); "
                 "stop it or use a Milvus server"
             ) from exc
         where = "the milvus-lite file" if is_lite(uri) else "the server"
-        raise StoreUnreachableError(f"cannot open Milvus at {uri} ({message}); check {where} and credentials "
-                                    f"(${token_env})") from exc
+        raise StoreUnreachableError(f"cannot open Milvus at {mask_uri(uri)} ({message}); check {where} and "
+                                    f"credentials (${token_env})") from exc
 
 
 def release(uri: str) -> None:
     """Free a milvus-lite file's lock so another process may open it (close() does not)."""
     if not is_lite(uri):
         return
-    try:
-        from milvus_lite.server_manager import server_manager_instance
+    from milvus_lite.server_manager import server_manager_instance
 
-        servers = getattr(server_manager_instance, "_servers", None)
-        for key in (os.path.abspath(uri), uri):
-            if servers is None or key in servers:
-                server_manager_instance.release_server(key)
-    except Exception:  # best effort: an unknown path is fine
-        pass
+    servers = getattr(server_manager_instance, "_servers", None)
+    for key in {os.path.abspath(uri), uri}:
+        if servers is not None and key not in servers:
+            continue
+        try:
+            server_manager_instance.release_server(key)
+        except Exception as exc:  # a server already gone is fine; say so in the debug log
+            logger.debug("release of milvus-lite %s: %s", key, exc)
 
 
 # ---- ids and rows ------------------------------------------------------------------
+def source_label(source_id: str, display: str) -> str:
+    """The ``source`` field of a code row: readable (``dbpedia:train``) and unique to the
+    source (a hash of its full identity: resolved path or hub id, and split), in
+    characters that need no quoting."""
+    digest = hashlib.blake2b(source_id.encode(), digest_size=6).hexdigest()
+    readable = re.sub(r"[^A-Za-z0-9_.:/-]", "_", display)[-200:]
+    return f"{readable}@{digest}"
+
+
 def document_ids(source: str, rows: Sequence[int] | np.ndarray) -> np.ndarray:
-    """Deterministic INT64 ids: 23 bits from a hash of ``source`` ("corpus:split"),
+    """Deterministic INT64 ids: 23 bits from a hash of ``source`` (see source_label),
     40 bits of row number. The same document always gets the same id, so a rerun
-    upserts onto the same rows."""
+    upserts onto the same rows; another source's ids differ in the top bits, and a
+    hash collision is caught by ``refuse_foreign_rows`` before anything is written."""
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size and (rows.min() < 0 or rows.max() >= 1 << 40):
         raise ConfigError("row numbers must be in [0, 2^40) to form document ids")
@@ -269,12 +314,11 @@ def describe(client, name: str, timeout: float = DEFAULT_TIMEOUT) -> CollectionI
     n_bits = int(code["params"].get("dim", 0))
     metric = index_type = ""
     nlist = 0
-    try:
-        index = client.describe_index(name, CODE_FIELD, timeout=timeout)
+    index_names = client.list_indexes(name, field_name=CODE_FIELD, timeout=timeout)
+    if index_names:  # a collection made by dhim-ray always has one; a foreign one may not
+        index = client.describe_index(name, index_names[0], timeout=timeout)
         metric, index_type = index.get("metric_type", ""), index.get("index_type", "")
         nlist = int(index.get("nlist", 0) or 0)
-    except Exception:
-        pass
     return CollectionInfo(name, n_bits, metric, index_type, meta.get("model", ""), nlist=nlist, meta=meta)
 
 
@@ -339,12 +383,33 @@ def upsert_rows(client, name: str, rows: list[dict[str, Any]], timeout: float = 
     return int(result.get("upsert_count", len(rows))) if isinstance(result, dict) else len(rows)
 
 
+def refuse_foreign_rows(client, name: str, ids: np.ndarray, source: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    """Raise CollectionMismatchError if any of ``ids`` already holds a row of another
+    source: an upsert would overwrite it."""
+    if len(ids) == 0:
+        return
+    id_list = ", ".join(str(int(i)) for i in ids)
+    rows = client.query(name, filter=f"id in [{id_list}]", output_fields=["source"], timeout=timeout)
+    foreign = sorted({r["source"] for r in rows if r["source"] != source})
+    if foreign:
+        raise CollectionMismatchError(
+            f"collection {name!r}: the ids of {source} already hold rows of {foreign[0]}; refusing to overwrite "
+            "them: ingest into another collection"
+        )
+
+
+def count_source(client, name: str, source: str, max_row: int | None = None,
+                 timeout: float = DEFAULT_TIMEOUT) -> int:
+    """Rows of one source (``row <= max_row`` only, when given), exact (strong consistency)."""
+    count_rows(client, name, timeout)  # flushes
+    expr = f"source == {quote(source)}" + (f" and row <= {int(max_row)}" if max_row is not None else "")
+    res = client.query(name, filter=expr, output_fields=["count(*)"], consistency_level="Strong", timeout=timeout)
+    return int(res[0]["count(*)"])
+
+
 def count_rows(client, name: str, timeout: float = DEFAULT_TIMEOUT) -> int:
     """Exact row count (strong consistency), after a flush where the server supports it."""
-    try:
-        client.flush(name, timeout=timeout)
-    except Exception:
-        pass  # milvus-lite flushes on its own
+    client.flush(name, timeout=timeout)
     res = client.query(name, filter="", output_fields=["count(*)"], consistency_level="Strong", timeout=timeout)
     return int(res[0]["count(*)"])
 

@@ -19,7 +19,9 @@ import numpy as np
 from ray.data import Datasink
 from ray.data.block import BlockAccessor
 
-from .milvus import IndexSpec, MilvusTarget, ensure_collection, make_rows, upsert_rows
+from dhim_ray.errors import ConfigError
+
+from .milvus import IndexSpec, MilvusTarget, ensure_collection, make_rows, refuse_foreign_rows, upsert_rows
 
 BATCH_ROWS = 2000
 
@@ -56,7 +58,10 @@ class MilvusDatasink(Datasink[WriteStats]):
     def __init__(self, target: MilvusTarget, n_bits: int, source: str, model: str,
                  index: IndexSpec = IndexSpec(), overwrite: bool = False):
         if target.lite:
-            raise ValueError("MilvusDatasink writes from many processes; milvus-lite files take one: write from the driver")
+            raise ConfigError(
+                f"uri={target.uri}: MilvusDatasink writes from many processes but a milvus-lite file takes one; "
+                "write from the driver (dhim-ray ingest does) or use a Milvus server"
+            )
         self.target, self.n_bits, self.source, self.model = target, n_bits, source, model
         self.index, self.overwrite = index, overwrite
         self.rows_written = 0
@@ -79,6 +84,8 @@ class MilvusDatasink(Datasink[WriteStats]):
                 table = BlockAccessor.for_block(block).to_arrow()
                 for start in range(0, table.num_rows, BATCH_ROWS):
                     rows = block_to_rows(table.slice(start, BATCH_ROWS), self.n_bits, self.source)
+                    refuse_foreign_rows(client, self.target.collection, [r["id"] for r in rows], self.source,
+                                        self.target.timeout)
                     written += upsert_rows(client, self.target.collection, rows, self.target.timeout)
         finally:
             client.close()

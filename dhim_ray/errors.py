@@ -1,7 +1,8 @@
 """One root exception with narrow subclasses.
 
 Every message says what was given, what was expected and how to fix it, in one
-line, so the CLI can print it as is.
+line. Library messages name the Python parameter (``n_bits=100: ...``); the CLI
+rewrites those names to its flags (``--bits 100: ...``) before printing the line.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ class DHIMRayError(Exception):
 
 
 class ConfigError(DHIMRayError, ValueError):
-    """A setting is out of range (bit length, batch size, ...)."""
+    """A setting is out of range (bit length, batch size, workers, ...)."""
 
 
 class DataError(DHIMRayError, ValueError):
@@ -48,6 +49,12 @@ class StoreError(DHIMRayError):
     """A vector store refused or failed an operation."""
 
 
+class StoreBusyError(StoreError):
+    """A milvus-lite file is open in another process."""
+
+    retriable = True
+
+
 class StoreUnreachableError(StoreError):
     """The vector store cannot be reached."""
 
@@ -59,7 +66,21 @@ class CollectionMismatchError(StoreError):
 
 
 class ClusterError(DHIMRayError):
-    """The Ray cluster cannot run what was asked (workers, GPUs, address)."""
+    """The Ray cluster cannot be started or joined, or lacks what was asked (GPUs)."""
+
+    retriable = True
+
+
+class TrainingInterrupted(DHIMRayError):
+    """Training was stopped (Ctrl-C); the message says what was kept and how to resume."""
+
+
+class IngestInterrupted(DHIMRayError):
+    """Ingest was stopped (Ctrl-C); rerunning the same ingest completes it."""
+
+
+class TrainingFailed(DHIMRayError):
+    """A training run failed on its workers; the message names the run folder."""
 
 
 class EncoderError(DHIMRayError):

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from .checkpoint import load_checkpoint
+from .checkpoint import CheckpointInfo, load_checkpoint
 from .codes import codes_to_bytes
 from .config import DHIMConfig
 from .encoder import Features, FrozenEncoder
@@ -31,32 +30,36 @@ class Hasher:
         >>> hasher.encode_bytes(["a query"])         # [b'...'] for MilvusClient.search
     """
 
-    def __init__(self, model: DHIM, config: DHIMConfig, encoder: FrozenEncoder, meta: dict | None = None):
+    def __init__(self, model: DHIM, config: DHIMConfig, encoder: FrozenEncoder, info: CheckpointInfo | None = None):
         self.model = model.eval()
         self.config = config
         self.encoder = encoder
-        self.meta = meta or {}
+        self.info = info
+
+    @property
+    def model_id(self) -> str:
+        """The id stamped on collections ingested with this model ("" if not loaded from a folder)."""
+        return self.info.model_id if self.info is not None else ""
 
     @classmethod
     def load(cls, path: str | Path, device: str = "cpu", encoder: FrozenEncoder | None = None) -> "Hasher":
         """Load a checkpoint folder and its encoder. Raises CheckpointError or
         EncoderMismatchError when the encoder differs from the one trained on."""
-        model, config, meta = load_checkpoint(path)
+        model, config, info = load_checkpoint(path)
         if encoder is None:
             encoder = FrozenEncoder(config.features, device=device)
-        recorded = meta.get("encoder", {})
         if encoder.hidden_size != config.model.hidden_size:
             raise EncoderMismatchError(
-                f"checkpoint {path} was trained on {recorded.get('name', '?')} (width {config.model.hidden_size}) "
+                f"checkpoint {path} was trained on {info.encoder_name} (width {config.model.hidden_size}) "
                 f"but encoder {encoder.config.encoder} has width {encoder.hidden_size}; use the training encoder"
             )
-        fp = recorded.get("fingerprint")
+        fp = info.encoder_fingerprint
         if fp and _fingerprint_body(fp) != _fingerprint_body(encoder.fingerprint):
             raise EncoderMismatchError(
-                f"checkpoint {path} was trained on encoder [{fp}] but [{encoder.fingerprint}] was loaded; "
+                f"checkpoint {path} was trained on encoder '{fp}' but '{encoder.fingerprint}' was loaded; "
                 "use the encoder and --max-words it was trained with"
             )
-        return cls(model.to(encoder.device), config, encoder, meta)
+        return cls(model.to(encoder.device), config, encoder, info)
 
     @property
     def n_bits(self) -> int:
@@ -66,15 +69,11 @@ class Hasher:
     def n_bytes(self) -> int:
         return self.n_bits // 8
 
-    def features(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> Features:
-        texts = check_texts(texts)
-        return self.encoder.features(texts, batch_size=batch_size, progress=progress)
-
     def encode(self, texts: list[str] | str, batch_size: int = 64, progress: bool = False) -> np.ndarray:
         """Texts -> packed codes, uint8 (n, n_bits // 8), most significant bit first."""
         if isinstance(texts, str):
             texts = [texts]
-        texts = check_texts(texts)
+        texts = check_texts(texts, self.config.features.cleaning)
         out = np.empty((len(texts), self.n_bytes), dtype=np.uint8)
         for start in range(0, len(texts), batch_size):
             feats = self.encoder.encode_batch(texts[start : start + batch_size])
@@ -89,7 +88,7 @@ class Hasher:
         return codes_to_bytes(self.encode(texts, batch_size), self.n_bits)
 
 
-def check_texts(texts) -> list[str]:
+def check_texts(texts, cleaning: str = "unicode") -> list[str]:
     """Every text must be a non-empty string (after cleaning); say which is not."""
     from .text import clean_string
 
@@ -99,7 +98,7 @@ def check_texts(texts) -> list[str]:
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise DataError(f"text {i} is a {type(t).__name__}: expected a string")
-        if not clean_string(t):
+        if not clean_string(t, cleaning):
             raise DataError(f"text {i} ({t[:30]!r}) is empty after cleaning: give some words to hash")
     return texts
 

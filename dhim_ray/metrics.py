@@ -96,10 +96,10 @@ def hamming_topk(
 
 def _check_k(k: int, n_database: int) -> int:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ConfigError(f"--k {k!r}: must be a positive integer, e.g. 100")
+        raise ConfigError(f"k={k!r}: must be a positive integer, e.g. 100")
     if k > n_database:
         raise ConfigError(
-            f"--k {k}: larger than the database ({n_database} codes); use --k {n_database} or less"
+            f"k={k}: larger than the database ({n_database} codes); use k={n_database} or less"
         )
     return int(k)
 

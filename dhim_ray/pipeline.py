@@ -1,8 +1,9 @@
-"""End-to-end library functions the CLI calls: train a corpus, evaluate a model
-or a baseline (no Ray, no Milvus)."""
+"""End-to-end library functions the CLI calls: train a corpus in this process,
+evaluate a model or a baseline (no Ray, no Milvus)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,19 +12,28 @@ from typing import Any
 import numpy as np
 
 from .baselines import make_baseline
-from .checkpoint import save_checkpoint
-from .config import DHIMConfig
-from .data import Split, load_corpus, load_split, parse_spec, require_labels
+from .checkpoint import (
+    check_writable,
+    clear_training_state,
+    has_training_state,
+    read_checkpoint,
+    save_checkpoint,
+    save_training_state,
+)
+from .config import DEFAULT_ENCODER, DHIMConfig, FeatureConfig
+from .data import CorpusSpec, Split, align_labels, require_labels
 from .encoder import Features, FrozenEncoder
-from .errors import DataError
+from .errors import CheckpointError, TrainingInterrupted
 from .hasher import Hasher
 from .metrics import precision_at_k
-from .training import FitResult, carve_validation, fit
+from .training import FitResult, LoopState, TrainCallback, carve_validation, fit
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
-class PreparedData:
-    """Train/val features and labels, ready for fit (single process or Ray)."""
+class TrainingData:
+    """Train/val features and labels, ready for fit."""
 
     train: Features
     val: Features | None
@@ -35,17 +45,10 @@ class PreparedData:
     val_source: str
 
 
-def load_train_val(
-    corpus: str,
-    config: DHIMConfig,
-    text_column: str | None = None,
-    label_column: str | None = None,
-    drop_empty: bool = False,
-    limit: int | None = None,
-) -> tuple[Split, Split, str]:
+def load_train_val(corpus: CorpusSpec, config: DHIMConfig) -> tuple[Split, Split, str]:
     """(train, val, where val came from): the corpus' val split, or a deterministic
-    slice carved out of train when it has none."""
-    data = load_corpus(corpus, text_column, label_column, drop_empty=drop_empty, limit=limit)
+    slice carved out of train when it has none. Both share one label vocabulary."""
+    data = corpus.with_split(None).load()
     train = data.split("train")
     if "val" in data.splits:
         val, val_source = data.split("val"), "val split"
@@ -57,80 +60,125 @@ def load_train_val(
 
 
 def prepare_training_data(
-    corpus: str,
+    corpus: CorpusSpec,
     config: DHIMConfig,
-    text_column: str | None = None,
-    label_column: str | None = None,
-    drop_empty: bool = False,
-    limit: int | None = None,
     cache_dir: str | Path | None = None,
     progress: bool = True,
     device: str = "cpu",
     encoder: FrozenEncoder | None = None,
-) -> PreparedData:
+) -> TrainingData:
     """Load the corpus, carve a val slice if needed, and compute frozen features once."""
-    train, val, val_source = load_train_val(corpus, config, text_column, label_column, drop_empty, limit)
+    train, val, val_source = load_train_val(corpus, config)
     encoder = encoder or FrozenEncoder(config.features, device=device)
     config = config.replace(model={"hidden_size": encoder.hidden_size})
     train_f = encoder.features(train.texts, progress=progress, cache_dir=cache_dir)
     val_f = encoder.features(val.texts, progress=progress, cache_dir=cache_dir)
-    return PreparedData(train_f, val_f, train.labels, val.labels, encoder, config, len(train), val_source)
+    return TrainingData(train_f, val_f, train.labels, val.labels, encoder, config, len(train), val_source)
+
+
+class CheckpointEachEpoch(TrainCallback):
+    """After every epoch the run folder holds the best weights so far (a loadable
+    checkpoint) and what ``--resume`` needs, so an interruption loses at most one epoch."""
+
+    def __init__(self, out: Path, fingerprint: str, context: dict[str, Any]):
+        self.out, self.fingerprint, self.context = out, fingerprint, context
+
+    def on_epoch_end(self, state: LoopState) -> None:
+        if state.rank == 0:
+            best = state.stopper.best_epoch if state.best_state is not None else state.epoch
+            save_training_state(self.out, state.model, state.config, state.optimizer, state.best_state,
+                                state.progress(), self.fingerprint,
+                                {**self.context, "unfinished": True, "epochs_run": state.epoch + 1,
+                                 "best_epoch": best})
+
+
+def resume_config(out: Path, requested: DHIMConfig) -> DHIMConfig:
+    """The config of the run being resumed; only the epoch budget and patience may change."""
+    stored = read_checkpoint(out).config
+    return stored.replace(train={"max_epochs": requested.train.max_epochs, "patience": requested.train.patience})
 
 
 def train_corpus(
-    corpus: str,
+    corpus: CorpusSpec,
     config: DHIMConfig,
     out: str | Path,
     progress: bool = True,
     device: str = "cpu",
-    **data_kwargs: Any,
+    cache_dir: str | Path | None = None,
+    resume: bool = False,
+    callbacks: tuple[TrainCallback, ...] = (),
 ) -> tuple[FitResult, dict[str, Any]]:
     """Train DHIM on a corpus in this process and save the best checkpoint to ``out``.
 
-    Returns (fit result, summary dict written into the checkpoint).
+    ``out`` is checked for writing before any work, then holds the best weights so far
+    after every epoch. ``resume=True`` continues an interrupted run in ``out``.
+    Returns (fit result, the summary written into the checkpoint). Raises
+    TrainingInterrupted on Ctrl-C, naming what was kept and how to resume.
     """
+    out = Path(out)
+    if resume:
+        if not has_training_state(out):
+            raise CheckpointError(f"resume={out}: no unfinished run there (it finished, or never started)")
+        config = resume_config(out, config)
+    elif has_training_state(out):
+        raise CheckpointError(
+            f"out={out} holds an unfinished run; continue it with --resume or pick another --out"
+        )
+    check_writable(out)
     t0 = time.perf_counter()
-    prep = prepare_training_data(corpus, config, progress=progress, device=device, **data_kwargs)
-    t_features = time.perf_counter() - t0
-    result = fit(prep.train, prep.val, prep.config, prep.train_labels, prep.val_labels, progress=progress, device=device)
-    summary = {
-        "corpus": corpus,
-        "n_train": prep.n_train,
-        "validation": prep.val_source,
-        "feature_seconds": round(t_features, 2),
-        **result.summary(),
-        "history": result.history,
-    }
-    save_checkpoint(out, result.model, prep.config, prep.encoder.fingerprint, summary)
+    data = prepare_training_data(corpus, config, cache_dir=cache_dir, progress=progress, device=device)
+    context = {"corpus": corpus.display, "n_train": data.n_train, "validation": data.val_source,
+               "feature_seconds": round(time.perf_counter() - t0, 2)}
+    saver = CheckpointEachEpoch(out, data.encoder.fingerprint, context)
+    try:
+        result = fit(data.train, data.val, data.config, data.train_labels, data.val_labels, progress=progress,
+                     device=device, callbacks=(saver, *callbacks), resume_from=out if resume else None)
+    except KeyboardInterrupt:
+        raise TrainingInterrupted(_interrupted_message(out)) from None
+    summary = result.summary(**context)
+    save_checkpoint(out, result.model, data.config, data.encoder.fingerprint, summary)
+    clear_training_state(out)
     return result, summary
 
 
-def _eval_splits(database: str, queries: str, **kwargs) -> tuple[Split, Split]:
-    db = load_split(database, "train", **kwargs)
-    q_name, q_split = parse_spec(queries)
-    q = load_split(queries, "val", **kwargs) if q_split else load_split(f"{q_name}:val", **kwargs)
-    require_labels(db, f"database {database}")
-    require_labels(q, f"queries {queries}")
-    return db, q
+def _interrupted_message(out: Path) -> str:
+    if not has_training_state(out):
+        return f"interrupted before the first epoch finished; nothing was saved in {out}"
+    info = read_checkpoint(out)
+    return (f"interrupted after epoch {info.summary.get('epochs_run', 0) - 1}; {out} holds the best epoch so far "
+            f"({info.summary.get('best_epoch')}); continue with the same command and --resume")
+
+
+def eval_splits(database: CorpusSpec, queries: CorpusSpec) -> tuple[Split, Split, np.ndarray]:
+    """(database split, query split, query labels in the database's label numbering).
+    The same corpus is read once, so both splits share its label vocabulary."""
+    db_spec, q_spec = database.with_split(database.split or "train"), queries.with_split(queries.split or "val")
+    if db_spec.with_split(None) == q_spec.with_split(None):
+        corpus = db_spec.with_split(None).load()
+        db, q = corpus.split(db_spec.split), corpus.split(q_spec.split)
+    else:
+        db, q = db_spec.load_split(), q_spec.load_split()
+    require_labels(db, f"database {db_spec.display}")
+    require_labels(q, f"queries {q_spec.display}")
+    return db, q, align_labels(db, q)
 
 
 def evaluate_checkpoint(
     model_dir: str | Path,
-    database: str,
-    queries: str,
+    database: CorpusSpec,
+    queries: CorpusSpec,
     k: int = 100,
     progress: bool = True,
     cache_dir: str | Path | None = None,
     device: str = "cpu",
-    **data_kwargs: Any,
 ) -> dict[str, Any]:
     """Precision@k of a trained model: hash database and queries, search exactly."""
     hasher = Hasher.load(model_dir, device=device)
-    db, q = _eval_splits(database, queries, **data_kwargs)
+    db, q, q_labels = eval_splits(database, queries)
     t0 = time.perf_counter()
     db_codes = hasher.hash_features(hasher.encoder.features(db.texts, progress=progress, cache_dir=cache_dir))
     q_codes = hasher.hash_features(hasher.encoder.features(q.texts, progress=progress, cache_dir=cache_dir))
-    result = precision_at_k(db_codes, db.labels, q_codes, q.labels, k)
+    result = precision_at_k(db_codes, db.labels, q_codes, q_labels, k)
     return {"method": "dhim", "model": str(model_dir), "n_bits": hasher.n_bits, **result.as_dict(),
             "seconds": round(time.perf_counter() - t0, 2)}
 
@@ -138,26 +186,20 @@ def evaluate_checkpoint(
 def evaluate_baseline(
     baseline: str,
     n_bits: int,
-    database: str,
-    queries: str,
+    database: CorpusSpec,
+    queries: CorpusSpec,
     k: int = 100,
-    encoder: str | None = None,
-    max_words: int = 50,
+    features: FeatureConfig | None = None,
     seed: int = 0,
     progress: bool = True,
     cache_dir: str | Path | None = None,
-    **data_kwargs: Any,
 ) -> dict[str, Any]:
     """Precision@k of a classic hashing baseline on the frozen mean-pooled features."""
-    from .config import DEFAULT_ENCODER, FeatureConfig
-
     model = make_baseline(baseline, n_bits, seed)  # fail fast on a bad name or width
-    enc = FrozenEncoder(FeatureConfig(encoder=encoder or DEFAULT_ENCODER, max_words=max_words))
-    db, q = _eval_splits(database, queries, **data_kwargs)
+    enc = FrozenEncoder(features or FeatureConfig(encoder=DEFAULT_ENCODER))
+    db, q, q_labels = eval_splits(database, queries)
     db_f = enc.features(db.texts, progress=progress, cache_dir=cache_dir)
     q_f = enc.features(q.texts, progress=progress, cache_dir=cache_dir)
-    if len(db) == 0:
-        raise DataError("database is empty")
     model.fit(db_f.mean)
-    result = precision_at_k(model.hash(db_f.mean), db.labels, model.hash(q_f.mean), q.labels, k)
+    result = precision_at_k(model.hash(db_f.mean), db.labels, model.hash(q_f.mean), q_labels, k)
     return {"method": baseline, "n_bits": n_bits, **result.as_dict()}

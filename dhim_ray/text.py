@@ -1,10 +1,22 @@
-"""Text cleaning as in the DHIM paper and its reference code (Kim 2014's clean_string)."""
+"""Text cleaning: Kim (2014)'s clean_string, as in the DHIM paper and its reference
+code, in two flavours. ``unicode`` (the default) keeps every letter and digit of any
+script (and emoji); ``ascii`` is the reference code's, which erases everything but
+ASCII letters and digits ("Zürich" -> "z rich") and is kept to reproduce the paper.
+On ASCII text the two are identical."""
 
 from __future__ import annotations
 
 import re
+import unicodedata
+from typing import Literal
+
+Cleaning = Literal["unicode", "ascii"]
+CLEANINGS = ("unicode", "ascii")
 
 _KEEP = re.compile(r"[^A-Za-z0-9(),!?\'\`]")
+# \w is Unicode-aware (letters and digits of every script, and "_"); "_" goes as in the
+# ASCII rule. Emoji and pictographs are kept as words the tokenizer may know.
+_KEEP_UNICODE = re.compile(r"[^\w(),!?\'\`\u2600-\u27BF\U0001F000-\U0001FAFF]|_")
 _RULES = [
     (re.compile(r"\'s"), " 's"),
     (re.compile(r"\'ve"), " 've"),
@@ -21,19 +33,24 @@ _RULES = [
 _SPACES = re.compile(r"\s{2,}")
 
 
-def clean_string(text: str) -> str:
+def clean_string(text: str, cleaning: Cleaning = "unicode") -> str:
     """Kim (2014)'s tokenisation: keep letters, digits and ``(),!?'` ``, split
     contractions, pad punctuation, collapse spaces, lowercase.
 
     >>> clean_string("It's a BERT-based model, isn't it?")
     "it 's a bert based model , is n't it ?"
+    >>> clean_string("Zürich café"), clean_string("Zürich café", "ascii")
+    ('zürich café', 'z rich caf')
     """
-    text = _KEEP.sub(" ", text)
+    if cleaning == "ascii":
+        text = _KEEP.sub(" ", text)
+    else:
+        text = _KEEP_UNICODE.sub(" ", unicodedata.normalize("NFC", text))
     for pattern, repl in _RULES:
         text = pattern.sub(repl, text)
     return _SPACES.sub(" ", text).strip().lower()
 
 
-def clean_and_truncate(text: str, max_words: int) -> str:
+def clean_and_truncate(text: str, max_words: int, cleaning: Cleaning = "unicode") -> str:
     """``clean_string`` then keep the first ``max_words`` whitespace words."""
-    return " ".join(clean_string(text).split()[:max_words])
+    return " ".join(clean_string(text, cleaning).split()[:max_words])

@@ -1,17 +1,22 @@
-"""DHIM training on cached features (torch only; Ray Train reuses these pieces).
+"""DHIM training on cached features (torch only; no Ray).
 
-``fit`` is the single-process loop: Adam, gradient-norm clipping every step,
-early stopping on validation precision@k, best weights kept. ``train_epoch``,
-``hash_features`` and ``EarlyStopping`` are what the Ray worker loop calls.
+``fit`` is the one training loop: Adam, gradient-norm clipping every step, early
+stopping on validation precision@k, best weights kept. It runs in-process and in
+every Ray Train worker; a worker supplies its ``Collective`` (rank, all-gather) and
+callbacks (checkpoint reports), the loop does the rest.
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
+import itertools
+import logging
 import math
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,10 +25,13 @@ from tqdm.auto import tqdm
 
 from .codes import pack_codes
 from .config import DHIMConfig, ModelConfig, TrainConfig
+from .distributed import Collective
 from .encoder import Features
 from .errors import ConfigError, DataError
 from .metrics import PrecisionResult, precision_at_k
 from .model import DHIM
+
+logger = logging.getLogger(__name__)
 
 
 def seed_everything(seed: int) -> None:
@@ -210,28 +218,6 @@ def train_step(
     return {"loss": out.loss.item(), "mi_local": out.mi_local.item(), "mi_regulariser": out.mi_regulariser.item()}
 
 
-def train_epoch(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    feats: Features,
-    config: DHIMConfig,
-    rng: np.random.Generator,
-    device: torch.device = torch.device("cpu"),
-    neighbours: np.ndarray | None = None,
-) -> dict[str, float]:
-    """One pass over ``feats`` in shuffled batches; returns mean loss and MI terms.
-    With a ``neighbours`` table (see neighbour_table), batches are anchor/neighbour pairs."""
-    sums: dict[str, float] = {}
-    steps = 0
-    for tokens, mask, target, pairs in epoch_batches(feats, config, rng, device, neighbours=neighbours):
-        for key, value in train_step(model, optimizer, tokens, mask, target, config.train, pairs=pairs).items():
-            sums[key] = sums.get(key, 0.0) + value
-        steps += 1
-    if steps == 0:
-        raise DataError(f"{len(feats)} training documents make no batch of 2; give at least 2 documents")
-    return {k: v / steps for k, v in sums.items()} | {"steps": steps}
-
-
 @torch.no_grad()
 def hash_features(
     model: DHIM, feats: Features, batch_size: int = 512, device: torch.device = torch.device("cpu")
@@ -295,20 +281,109 @@ def validate(
 
 
 @dataclass
+class EpochRecord:
+    """One epoch of training, the same record in-process and under Ray Train."""
+
+    epoch: int
+    steps: int
+    loss: float
+    mi_local: float
+    mi_regulariser: float
+    seconds: float = 0.0
+    val_precision: float | None = None  # tie-aware P@k of the selection search; None without labels
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EpochRecord:
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+
+
+@dataclass
+class LoopState:
+    """What the loop hands its callbacks after each epoch; ``progress()`` is what a
+    checkpoint saves so the loop can resume exactly there."""
+
+    model: DHIM  # the bare model (not the DDP wrapper)
+    optimizer: torch.optim.Optimizer
+    config: DHIMConfig
+    stopper: EarlyStopping
+    rng: np.random.Generator
+    rank: int = 0
+    selecting: bool = False
+    history: list[EpochRecord] = field(default_factory=list)
+    best_state: dict[str, torch.Tensor] | None = None
+
+    @property
+    def epoch(self) -> int:
+        """The last finished epoch, -1 before the first."""
+        return self.history[-1].epoch if self.history else -1
+
+    def progress(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "stopper": self.stopper.state(), "history": [h.as_dict() for h in self.history],
+                "rng": self.rng.bit_generator.state}
+
+    def restore(self, progress: dict[str, Any], best_state: dict[str, torch.Tensor] | None) -> None:
+        self.stopper.load(progress["stopper"])
+        self.history = [EpochRecord.from_dict(h) for h in progress["history"]]
+        if progress.get("rng"):
+            self.rng.bit_generator.state = progress["rng"]
+        self.best_state = best_state
+
+    @property
+    def finished(self) -> bool:
+        return self.epoch + 1 >= self.config.train.max_epochs or (self.selecting and self.stopper.should_stop)
+
+
+class TrainCallback:
+    """Hooks the loop calls on every rank: subclass and override what you need
+    (checkpointing, progress reporting, tests' failure injection)."""
+
+    def on_epoch_start(self, epoch: int, state: LoopState) -> None:
+        """Before epoch ``epoch`` trains."""
+
+    def on_epoch_end(self, state: LoopState) -> None:
+        """After an epoch: ``state.history[-1]`` is its record."""
+
+
+@dataclass
 class FitResult:
     model: DHIM
     config: DHIMConfig
-    history: list[dict] = field(default_factory=list)
+    history: list[EpochRecord] = field(default_factory=list)
     best_epoch: int = -1
     best_precision: float | None = None
+    selected_by: str = "last epoch (no labels)"
     seconds: float = 0.0
 
-    def summary(self) -> dict:
+    @classmethod
+    def from_progress(cls, model: DHIM, config: DHIMConfig, progress: dict[str, Any], has_best: bool,
+                      seconds: float = 0.0) -> FitResult:
+        """The result of a run from its saved progress (LoopState.progress); ``model``
+        holds the chosen weights: the best epoch's when selection ran, else the last."""
+        history = [EpochRecord.from_dict(h) for h in progress["history"]]
+        result = cls(model, config, history, seconds=seconds)
+        if has_best:
+            result.best_epoch, result.best_precision = progress["stopper"]["best_epoch"], progress["stopper"]["best"]
+            result.selected_by = f"val P@{config.train.k} (tie-aware)"
+        else:
+            result.best_epoch = progress["epoch"]
+        return result
+
+    def summary(self, **context: Any) -> dict[str, Any]:
+        """The run summary written into the checkpoint and printed by the CLI:
+        ``context`` (corpus, n_train, workers, ...) first, then the run's figures."""
+        epoch_seconds = [h.seconds for h in self.history]
         return {
+            **context,
             "best_epoch": self.best_epoch,
             "epochs_run": len(self.history),
+            "selected_by": self.selected_by,
             "best_val_precision_at_k_tie_aware": self.best_precision,
             "train_seconds": round(self.seconds, 2),
+            "mean_epoch_seconds": round(float(np.mean(epoch_seconds)), 3) if epoch_seconds else None,
+            "history": [h.as_dict() for h in self.history],
         }
 
 
@@ -323,58 +398,119 @@ def fit(
     config: DHIMConfig,
     train_labels: np.ndarray | None = None,
     val_labels: np.ndarray | None = None,
+    *,
+    database: Features | None = None,
+    database_labels: np.ndarray | None = None,
     progress: bool = True,
     device: str | torch.device = "cpu",
-    on_epoch: Callable[[dict], None] | None = None,
+    collective: Collective | None = None,
+    resume_from: str | Path | None = None,
+    callbacks: Sequence[TrainCallback] = (),
+    wrap_model: Callable[[DHIM], torch.nn.Module] | None = None,
 ) -> FitResult:
-    """Train DHIM on cached features, single process.
+    """Train DHIM on cached features: the one loop, in-process and in every Ray worker.
 
-    Model selection: each epoch, the val codes are searched against the train
-    codes (at most ``max_select_database`` of them) and the tie-aware precision@k
-    decides; the best epoch's weights are returned. Without labels, it trains ``max_epochs`` and keeps the last.
+    Each epoch trains on ``train`` in shuffled batches (anchor/neighbour pairs by
+    default); then rank 0 searches the ``val`` codes against (a fixed sample of at most
+    ``max_select_database``) ``database`` codes, default ``train``, and the tie-aware
+    precision@k picks the epoch and stops early after ``patience`` epochs without a
+    better one. The best epoch's weights are returned; without labels, the last.
+
+    Args:
+        train / train_labels: what this worker trains on (its shard under Ray Train).
+        val / val_labels: the validation documents (rank 0 only under Ray Train).
+        database / database_labels: what validation searches and ITQ is fitted on
+            (default: train). Under Ray Train rank 0 passes the whole training split.
+        collective: how this worker talks to the others (default: a world of one).
+            ``config.train.batch_size`` stays the global batch: each of N workers
+            takes batch/N documents and the codes are all-gathered.
+        resume_from: a folder written by a checkpointing callback: training goes on
+            after its last finished epoch with its weights, Adam state and RNG.
+        callbacks: TrainCallback hooks, called on every rank.
+        wrap_model: wraps the model for training (Ray Train's DDP), after ITQ init.
+    Raises:
+        ConfigError when the features do not fit the config; DataError when there
+        are too few documents for one batch.
     """
     device = torch.device(device)
+    collective = collective or Collective()
     if train.tokens.shape[-1] != config.model.hidden_size:
         raise ConfigError(
             f"features of width {train.tokens.shape[-1]} do not match hidden_size {config.model.hidden_size}"
         )
-    model = build_model(config, device)
-    if config.model.init == "itq":
-        init_from_itq(model, train, config.train.seed)
-    table = neighbour_table(train.mean, config.train.neighbours) if config.train.neighbours else None
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.train.lr)
-    rng = np.random.default_rng(config.train.seed)
-    selecting = val is not None and train_labels is not None and val_labels is not None
-    if selecting:
-        database, database_labels = selection_sample(train, train_labels, config.train)
-    stopper = EarlyStopping(config.train.patience)
-    best_state = None
-    result = FitResult(model, config)
     start = time.perf_counter()
-    bar = tqdm(range(config.train.max_epochs), desc=f"train {config.model.n_bits}b", unit="epoch", disable=not progress)
-    for epoch in bar:
+    model = build_model(config, device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.train.lr)
+    if database is None:
+        database, database_labels = train, train_labels
+    selecting = collective.is_chief and val is not None and val_labels is not None and database_labels is not None
+    state = LoopState(model, optimizer, config, EarlyStopping(config.train.patience),
+                      np.random.default_rng(config.train.seed), collective.rank, selecting)
+    if resume_from is not None:
+        from .checkpoint import load_training_state
+
+        state.restore(*load_training_state(resume_from, model, optimizer))
+        logger.info("resuming after epoch %d from %s", state.epoch, resume_from)
+    elif config.model.init == "itq":
+        init_from_itq(model, database, config.train.seed)  # under DDP, rank 0's weights win
+    trained = wrap_model(model) if wrap_model is not None else model
+    if selecting:
+        select_db, select_labels = selection_sample(database, database_labels, config.train)
+    table = neighbour_table(train.mean, config.train.neighbours) if config.train.neighbours else None
+    batch_size = max(2, config.train.batch_size // collective.world_size)
+    n_batches = None
+    if collective.world_size > 1:
+        # Every worker runs the same number of equal batches, so the all-gathers pair up.
+        per_batch = batch_size // 2 if table is not None else batch_size
+        n_batches = collective.agree_min(len(train) // max(1, per_batch))
+    bar = tqdm(total=config.train.max_epochs, initial=state.epoch + 1, desc=f"train {config.model.n_bits}b",
+               unit="epoch", disable=not (progress and collective.is_chief))
+    for epoch in range(state.epoch + 1, config.train.max_epochs):
+        if state.finished:
+            break
+        for cb in callbacks:
+            cb.on_epoch_start(epoch, state)
         t0 = time.perf_counter()
-        stats = train_epoch(model, optimizer, train, config, rng, device, table)
-        record = {"epoch": epoch, **stats}
+        sums = {"loss": 0.0, "mi_local": 0.0, "mi_regulariser": 0.0}
+        steps = 0
+        batches = epoch_batches(train, config, state.rng, device, batch_size, table)
+        for tokens, mask, target, pairs in itertools.islice(batches, n_batches):
+            stats = train_step(trained, optimizer, tokens, mask, target, config.train, collective.gather, pairs)
+            for key in sums:
+                sums[key] += stats[key]
+            steps += 1
+        if steps == 0:
+            raise DataError(f"{len(train)} training documents make no batch of 2; give at least 2 documents")
+        record = EpochRecord(epoch, steps, *(sums[key] / steps for key in ("loss", "mi_local", "mi_regulariser")))
         if selecting:
-            p = validate(model, database, database_labels, val, val_labels, config.train.k, device)
-            record["val_precision"] = p.precision_at_k_tie_aware
-            if stopper.update(p.precision_at_k_tie_aware, epoch):
-                best_state = copy.deepcopy(model.state_dict())
-        record["seconds"] = time.perf_counter() - t0
-        result.history.append(record)
-        bar.set_postfix(loss=f"{stats['loss']:.4f}", val_p=f"{record.get('val_precision', float('nan')):.4f}",
-                        best=f"{stopper.best:.4f}" if selecting else "-")
-        if on_epoch:
-            on_epoch(record)
-        if selecting and stopper.should_stop:
+            p = validate(model, select_db, select_labels, val, val_labels, config.train.k, device)
+            record.val_precision = p.precision_at_k_tie_aware
+            if state.stopper.update(record.val_precision, epoch):
+                state.best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        record.seconds = time.perf_counter() - t0
+        state.history.append(record)
+        stop = collective.broadcast_flag(selecting and state.stopper.should_stop)
+        if collective.is_chief:
+            _log_epoch(record, state, config.train.k, bar)
+        for cb in callbacks:
+            cb.on_epoch_end(state)
+        if stop:
             break
     bar.close()
-    if best_state is not None:
-        model.load_state_dict(best_state)
-        result.best_epoch, result.best_precision = stopper.best_epoch, stopper.best
-    else:
-        result.best_epoch = len(result.history) - 1
-    result.seconds = time.perf_counter() - start
+    if state.best_state is not None:
+        model.load_state_dict(state.best_state)
     model.eval()
-    return result
+    return FitResult.from_progress(model, config, state.progress(), state.best_state is not None,
+                                   time.perf_counter() - start)
+
+
+def _log_epoch(record: EpochRecord, state: LoopState, k: int, bar) -> None:
+    val = "-" if record.val_precision is None else f"{record.val_precision:.4f}"
+    best = f"{state.stopper.best:.4f}" if state.selecting else "-"
+    if not bar.disable:
+        bar.update(1)
+        bar.set_postfix(loss=f"{record.loss:.4f}", val_p=val, best=best)
+        logger.debug("epoch %d: loss %.4f val P@%d %s", record.epoch, record.loss, k, val)
+    else:
+        logger.info("epoch %d: loss %.4f, val P@%d %s, best %s (%.1f s)", record.epoch, record.loss, k, val, best,
+                    record.seconds)

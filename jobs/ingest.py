@@ -2,19 +2,17 @@
 
 Encoding runs in parallel actors (one model per actor). With milvus-lite (a local
 .db file, one process per file) the driver is the single writer; with a Milvus
-server every write task upserts in parallel through MilvusDatasink. Ids are
-deterministic per (corpus, split, row) and writes are upserts, so a rerun after
-an interruption ends with exactly one row per document.
+server every write task upserts in parallel through MilvusDatasink.
 
-Runs as a Ray job too:
-    ray job submit --working-dir . -- python -m jobs.ingest dbpedia --model runs/dbpedia-64
+Ids are deterministic per (source, row): the source is the corpus' identity (a local
+corpus' resolved path, a hub id) and split, so a rerun upserts onto the same rows and
+another corpus never lands on them (a clash is refused before anything is written).
+Submitted to a cluster as ``ray job submit -- dhim-ray ingest CORPUS --model DIR --uri http://...``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import sys
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,29 +20,28 @@ from typing import Any
 
 import numpy as np
 
-from connectors.milvus import (
+from dhim_ray.connectors.milvus import (
     IndexSpec,
     MilvusTarget,
-    count_rows,
+    check_index_for,
+    count_source,
     default_index,
     document_ids,
     ensure_collection,
     make_rows,
+    mask_uri,
+    refuse_foreign_rows,
     release,
+    source_label,
     upsert_rows,
 )
-from dhim_ray.checkpoint import read_meta
-from dhim_ray.data import load_corpus, parse_spec
-from dhim_ray.errors import DataError, StoreError
+from dhim_ray.data import CorpusSpec
+from dhim_ray.errors import ConfigError, IngestInterrupted, StoreError
+from dhim_ray.hasher import Hasher
 
-from .ray_env import init_ray
+from .ray_env import actor_resources, init_ray, split_table
 
-
-def model_id(model_dir: str | Path) -> str:
-    """A stable id of a checkpoint's weights: what a collection's codes came from."""
-    read_meta(model_dir)
-    digest = hashlib.sha256(Path(model_dir, "model.safetensors").read_bytes()).hexdigest()[:16]
-    return f"dhim:{digest}"
+logger = logging.getLogger(__name__)
 
 
 class CodeEncoder:
@@ -54,8 +51,6 @@ class CodeEncoder:
         import torch
 
         torch.set_num_threads(max(1, threads))
-        from dhim_ray.hasher import Hasher
-
         self.hasher = Hasher.load(model_dir)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -67,12 +62,20 @@ class CodeEncoder:
 
 @dataclass
 class IngestResult:
+    """What an ingest wrote and what the collection then held.
+
+    ``rows_in_collection`` counts this source's rows up to the last row ingested: a
+    limited ingest (``limit=N``) verifies rows 0..N-1 and leaves any later rows of an
+    earlier, larger ingest as they were (``rows_of_source`` counts them all).
+    """
+
     collection: str
     uri: str
     source: str
     n_documents: int
     rows_written: int
     rows_in_collection: int
+    rows_of_source: int
     seconds: float
     writers: int = 1  # processes that upserted (the driver alone on milvus-lite)
     max_parallel_writes: int = 1  # write tasks running at the same moment
@@ -81,65 +84,69 @@ class IngestResult:
     def docs_per_second(self) -> float:
         return self.n_documents / self.seconds if self.seconds else 0.0
 
+    @property
+    def verified(self) -> bool:
+        return self.rows_in_collection == self.n_documents
+
     def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "docs_per_second": round(self.docs_per_second, 1),
-                "verified": self.rows_in_collection == self.n_documents}
+        return {**self.__dict__, "uri": mask_uri(self.uri), "docs_per_second": round(self.docs_per_second, 1),
+                "verified": self.verified}
 
 
 def ingest(
-    corpus: str,
+    corpus: CorpusSpec,
     model_dir: str | Path,
     target: MilvusTarget,
-    split: str = "train",
     workers: int = 2,
     batch_size: int = 64,
-    limit: int | None = None,
     overwrite: bool = False,
     index: IndexSpec | None = None,
     address: str | None = None,
     progress: bool = True,
-    stop_after: int | None = None,
     write_batch: int = 500,
-    **data_kwargs: Any,
 ) -> IngestResult:
     """Encode one split of a corpus with a trained model and upsert it into Milvus.
 
     Args:
-        corpus: preset, local folder/file or hub id (``CORPUS:split`` also works).
-        model_dir: checkpoint folder from ``dhim-ray train``.
+        corpus: what to ingest; its split defaults to ``train``.
+        model_dir: checkpoint folder from ``dhim-ray train`` (loaded and checked here,
+            before any collection is created).
         target: Milvus URI and collection.
-        workers: encoding actors.
+        workers: encoding actors. batch_size: documents per encoder call.
         write_batch: rows per upsert from the driver (milvus-lite).
-        stop_after: testing aid: stop after writing about this many rows, as a crash would.
     Returns:
-        IngestResult with the verified row count. Raises StoreError when the
-        collection's count of this source differs from the source's size.
+        IngestResult with the verified row count.
+    Raises:
+        StoreError when the collection's count of the ingested rows differs from the
+        source's; CollectionMismatchError for another width, model or source's ids;
+        IngestInterrupted on Ctrl-C (a rerun completes it).
     """
     import ray
 
-    from dhim_ray.hasher import Hasher  # noqa: F401  (fail before Ray starts if torch is broken)
-
-    name, only = parse_spec(corpus)
-    split = only or split
-    meta = read_meta(model_dir)
-    n_bits = int(meta["config"]["model"]["n_bits"])
-    if workers < 1:
-        raise DataError(f"--workers {workers}: must be >= 1")
-    data = load_corpus(f"{name}:{split}", limit=limit, **data_kwargs).split(split)
-    source = f"{Path(name).name if os.path.exists(name) else name}:{split}"
+    if isinstance(workers, bool) or workers < 1:
+        raise ConfigError(f"workers={workers}: must be >= 1, e.g. workers=2")
+    if batch_size < 1 or write_batch < 1:
+        raise ConfigError(f"batch_size={min(batch_size, write_batch)}: must be >= 1, e.g. batch_size=64")
+    corpus = corpus.with_split(corpus.split or "train")
+    index = check_index_for(target.uri, index or default_index(target.uri))
+    # Everything that can be wrong with the model or the data fails here, before a
+    # collection is created or Ray starts.
+    hasher = Hasher.load(model_dir)
+    n_bits, mid = hasher.n_bits, hasher.model_id
+    del hasher
+    data = corpus.load_split()
+    source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")
     ids = document_ids(source, data.rows)
-    index = index or default_index(target.uri)
-    mid = model_id(model_dir)
 
-    # Check (or create) the collection before starting Ray: a mismatch fails in a second.
     client = target.connect()
     try:
         ensure_collection(client, target.collection, n_bits, mid, index, overwrite, target.timeout)
+        refuse_foreign_rows(client, target.collection, ids[:1000], source, target.timeout)
     finally:
         client.close()
         release(target.uri)
     t0 = time.perf_counter()
-    init_ray(address, num_cpus=None)
+    init_ray(address)
     import pyarrow as pa
 
     table = pa.table({
@@ -159,86 +166,59 @@ def ingest(
         batch_format="numpy",
     )
     writers = parallel = 1
-    if target.lite:
-        written = _write_from_driver(ds, target, n_bits, source, len(data), progress, stop_after, write_batch)
-    else:
-        from connectors.milvus_sink import MilvusDatasink
+    written = 0
+    try:
+        if target.lite:
+            written = write_from_driver(ds, target, n_bits, source, len(data), progress, write_batch)
+        else:
+            from dhim_ray.connectors.milvus_sink import MilvusDatasink
 
-        sink = MilvusDatasink(target, n_bits, source, mid, index, overwrite=False)
-        # Upserts wait on the network, not the CPU: a quarter CPU each lets them run beside the encoders.
-        ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0.25})
-        written, writers, parallel = sink.rows_written, sink.writers, sink.max_parallel_writes
+            sink = MilvusDatasink(target, n_bits, source, mid, index, overwrite=False)
+            # Upserts wait on the network, not the CPU: a quarter CPU each lets them run beside the encoders.
+            ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0.25})
+            written, writers, parallel = sink.rows_written, sink.writers, sink.max_parallel_writes
+    except KeyboardInterrupt:
+        raise IngestInterrupted(
+            f"interrupted; rerun the same ingest to complete {target.collection!r}: writes are upserts, so it "
+            "ends with exactly one row per document"
+        ) from None
     seconds = time.perf_counter() - t0
     client = target.connect()
     try:
-        stored = _count_source(client, target, source)
+        last_row = int(data.rows.max())
+        stored = count_source(client, target.collection, source, last_row, target.timeout)
+        of_source = count_source(client, target.collection, source, None, target.timeout)
     finally:
         client.close()
         release(target.uri)
-    result = IngestResult(target.collection, target.uri, source, len(data), written, stored, seconds, writers,
-                          parallel)
-    if stop_after is None and stored != len(data):
+    result = IngestResult(target.collection, target.uri, source, len(data), written, stored, of_source, seconds,
+                          writers, parallel)
+    if stored != len(data):
         raise StoreError(
-            f"collection {target.collection!r} holds {stored} rows of {source} but the source has {len(data)}; "
-            "rerun the same ingest (it upserts) to repair it"
+            f"collection {target.collection!r} holds {stored} rows of {source} up to row {last_row} but "
+            f"{len(data)} were ingested; rerun the same ingest (it upserts) to repair it"
         )
+    logger.info("ingested %d documents into %s at %s (%.0f docs/s)", len(data), target.collection,
+                mask_uri(target.uri), result.docs_per_second)
     return result
 
 
-def split_table(table, n_blocks: int) -> list:
-    """Slices of a pyarrow table, one Ray Data block each (no repartition task needed)."""
-    n_blocks = max(1, min(n_blocks, table.num_rows))
-    step = -(-table.num_rows // n_blocks)
-    return [table.slice(i, step) for i in range(0, table.num_rows, step)]
-
-
-def actor_resources(workers: int) -> tuple[float, int]:
-    """(CPUs each encoding actor asks for, torch threads it uses).
-
-    Actors asking 1 CPU each on a small box leave nothing for Ray Data's other
-    tasks and the pipeline hangs; one CPU always stays free.
-    """
-    import ray
-
-    cpus = max(1.0, float(ray.cluster_resources().get("CPU", 1)))
-    actor_cpus = max(0.1, min(1.0, (cpus - 1) / workers)) if cpus > 1 else 0.5 / workers
-    return round(actor_cpus, 3), max(1, int(cpus // workers))
-
-
-def _count_source(client, target: MilvusTarget, source: str) -> int:
-    count_rows(client, target.collection, target.timeout)  # flushes
-    res = client.query(target.collection, filter=f'source == "{source}"', output_fields=["count(*)"],
-                       consistency_level="Strong", timeout=target.timeout)
-    return int(res[0]["count(*)"])
-
-
-def _write_from_driver(ds, target, n_bits, source, total, progress, stop_after, write_batch) -> int:
+def write_from_driver(ds, target: MilvusTarget, n_bits: int, source: str, total: int, progress: bool,
+                      write_batch: int) -> int:
+    """milvus-lite takes one process per file: the driver upserts what the actors encode."""
     from tqdm.auto import tqdm
 
     client = target.connect()
     written = 0
     try:
-        bar = tqdm(total=total, desc=f"ingest {target.collection}", unit="doc", disable=not progress)
-        for batch in ds.iter_batches(batch_size=write_batch, batch_format="numpy"):
-            rows = make_rows(batch["id"], np.asarray(batch["code"], dtype=np.uint8), n_bits, batch["label"],
-                             [str(t) for t in batch["text"]], source, batch["row"])
-            written += upsert_rows(client, target.collection, rows, target.timeout)
-            bar.update(len(rows))
-            if stop_after is not None and written >= stop_after:
-                break
-        bar.close()
+        with tqdm(total=total, desc=f"ingest {target.collection}", unit="doc", disable=not progress) as bar:
+            for batch in ds.iter_batches(batch_size=write_batch, batch_format="numpy"):
+                refuse_foreign_rows(client, target.collection, batch["id"], source, target.timeout)
+                rows = make_rows(batch["id"], np.asarray(batch["code"], dtype=np.uint8), n_bits, batch["label"],
+                                 [str(t) for t in batch["text"]], source, batch["row"])
+                written += upsert_rows(client, target.collection, rows, target.timeout)
+                bar.update(len(rows))
     finally:
         client.close()
         release(target.uri)
     return written
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point for ``ray job submit ... -- python -m jobs.ingest``: the CLI's ingest."""
-    from dhim_ray.cli import app
-
-    app(["ingest", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    main()

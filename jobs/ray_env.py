@@ -1,79 +1,142 @@
-"""Starting or joining a Ray cluster with the settings this stack needs."""
+"""Starting or joining a Ray cluster with the settings this stack needs, and the
+resource arithmetic the Ray Data and Ray Train programs share."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import time
 from urllib.parse import urlparse
 
 from dhim_ray.errors import ClusterError
 
+logger = logging.getLogger(__name__)
 
-def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+#: Ray's own loggers: kept to errors unless the user asks for more (-v).
+RAY_LOGGERS = ("ray", "ray.data", "ray.train", "ray.tune", "ray.serve")
+LOCAL_START_ATTEMPTS = 3
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: bool | None = None) -> None:
     """Start a local Ray (address None) or join one ('auto', 'ray://host:10001', 'host:6379').
 
-    Local runs disable Ray 2.60's token auth (RAY_AUTH_MODE=disabled) and make
-    Train's health checks frequent, which cuts per-report latency.
+    Local runs disable Ray 2.60's token auth (RAY_AUTH_MODE=disabled). Ray's logs and
+    its workers' output stay out of the terminal unless ``verbose`` (default: the
+    ``dhim_ray`` logger is at DEBUG, i.e. ``dhim-ray -v``). A local start that fails,
+    as it can on a loaded machine (Ray waits a fixed 30 s for its node), is retried
+    cleanly before giving up.
     """
+    if verbose is None:
+        verbose = logging.getLogger("dhim_ray").isEnabledFor(logging.DEBUG)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.1")
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     # Workers import torch and transformers; on a loaded 2-core box that can pass the
     # 60 s default and fail the group start.
     os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "300")
+    os.environ.setdefault("RAY_gcs_server_request_timeout_seconds", "120")
     import ray
 
+    quiet_ray(verbose)
     if ray.is_initialized():
         return
-    if address and address != "auto":
-        _check_address(address)
-    try:
-        ray.init(
-            address=address,
-            num_cpus=num_cpus if not address else None,
-            include_dashboard=False,
-            logging_level="ERROR",
-            log_to_driver=True,
-            runtime_env=None,
-            ignore_reinit_error=True,
-        )
-        quiet_ray_data()
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise ClusterError(
-            f"--address {address}: cannot join the Ray cluster ({str(exc).splitlines()[0][:200]}); "
-            "start it with 'ray start --head' or check the address"
-        ) from exc
+    address = address or os.environ.get("RAY_ADDRESS") or None  # inside 'ray job submit' the job's cluster
+    kwargs = dict(include_dashboard=False, logging_level=logging.DEBUG if verbose else logging.ERROR,
+                  log_to_driver=verbose, ignore_reinit_error=True)
+    if address:
+        if address != "auto":
+            _check_address(address)
+        try:
+            ray.init(address=address, **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise ClusterError(
+                f"address={address}: cannot join the Ray cluster ({_first_line(exc)}); "
+                "start it with 'ray start --head' or check the address"
+            ) from exc
+    else:
+        _start_local(num_cpus, kwargs)
+    quiet_ray_data()
+
+
+def _start_local(num_cpus: int | None, kwargs: dict) -> None:
+    import ray
+
+    last: Exception | None = None
+    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+        try:
+            ray.init(num_cpus=num_cpus, **kwargs)
+            return
+        except Exception as exc:  # Ray raises bare Exception for a node that timed out
+            last = exc
+            logger.warning("starting a local Ray failed (attempt %d of %d): %s", attempt, LOCAL_START_ATTEMPTS,
+                           _first_line(exc))
+            try:
+                ray.shutdown()  # stops the half-started processes of this attempt
+            except Exception as cleanup:
+                logger.debug("ray.shutdown after a failed start: %s", cleanup)
+            time.sleep(2 * attempt)
+    raise ClusterError(
+        f"could not start a local Ray on this machine after {LOCAL_START_ATTEMPTS} attempts ({_first_line(last)}); "
+        "the machine may be overloaded: retry when it is quieter, or start Ray yourself with "
+        "'ray start --head' and pass --address auto"
+    )
+
+
+def _first_line(exc: BaseException | None) -> str:
+    text = str(exc).strip() if exc is not None else ""
+    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def _check_address(address: str) -> None:
     url = urlparse(address if "://" in address else f"ray://{address}")
     host, port = url.hostname, url.port or (10001 if address.startswith("ray://") else 6379)
     if not host:
-        raise ClusterError(f"--address {address!r}: expected 'auto', ray://host:10001 or host:6379")
+        raise ClusterError(f"address={address!r}: expected 'auto', ray://host:10001 or host:6379")
     try:
         with socket.create_connection((host, port), timeout=5):
             return
     except OSError as exc:
         raise ClusterError(
-            f"--address {address}: nothing answers at {host}:{port} ({exc.strerror or exc}); "
+            f"address={address}: nothing answers at {host}:{port} ({exc.strerror or exc}); "
             "start the cluster or check the address"
         ) from exc
 
 
-def cluster_resources() -> dict[str, float]:
-    import ray
-
-    return dict(ray.cluster_resources())
+def quiet_ray(verbose: bool = False) -> None:
+    """Ray's own loggers at ERROR (or DEBUG with -v)."""
+    for name in RAY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.ERROR)
 
 
 def quiet_ray_data() -> None:
-    """Ray Data logs its plan and a progress block every 10 s at INFO; our own
-    progress bars say the same in one line, so keep Ray to warnings."""
-    import logging
-
+    """Ray Data logs its plan and a progress block every 10 s; our own progress bars
+    say the same in one line."""
     from ray.data import DataContext
 
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = False
-    for name in ("ray.data", "ray.train", "ray"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    ctx.print_on_execution_start = False
+
+
+def cluster_cpus() -> float:
+    import ray
+
+    return max(1.0, float(ray.cluster_resources().get("CPU", 1)))
+
+
+def actor_resources(workers: int) -> tuple[float, int]:
+    """(CPUs each encoding actor asks for, torch threads it uses).
+
+    Actors asking 1 CPU each on a small box leave nothing for Ray Data's other
+    tasks and the pipeline hangs; one CPU always stays free.
+    """
+    cpus = cluster_cpus()
+    actor_cpus = max(0.1, min(1.0, (cpus - 1) / workers)) if cpus > 1 else 0.5 / workers
+    return round(actor_cpus, 3), max(1, int(cpus // workers))
+
+
+def split_table(table, n_blocks: int) -> list:
+    """Slices of a pyarrow table, one Ray Data block each (no repartition task needed)."""
+    n_blocks = max(1, min(n_blocks, table.num_rows))
+    step = -(-table.num_rows // n_blocks)
+    return [table.slice(i, step) for i in range(0, table.num_rows, step)]

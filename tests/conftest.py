@@ -104,7 +104,7 @@ def ray_session():
     modules has broken a milvus-lite server started afterwards in the same process."""
     import ray
 
-    from jobs.ray_env import init_ray
+    from dhim_ray.jobs.ray_env import init_ray
 
     init_ray(num_cpus=2)
     yield

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import shared_corpus
-from connectors.milvus import MilvusTarget, document_ids, ensure_collection, make_rows, upsert_rows
+from dhim_ray.connectors.milvus import MilvusTarget, document_ids, ensure_collection, make_rows, upsert_rows
 from dhim_ray.codes import bytes_to_codes
 from dhim_ray.errors import CodeFormatError, CollectionMismatchError, ConfigError, DataError, StoreUnreachableError
 
@@ -30,7 +30,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ingested(ray_session, model_dir, tmp_path_factory):
-    from jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import ingest
 
     uri = str(tmp_path_factory.mktemp("db") / "codes.db")
     target = MilvusTarget(uri, "dbp16")
@@ -39,7 +39,7 @@ def ingested(ray_session, model_dir, tmp_path_factory):
 
 
 def stored(target: MilvusTarget):
-    from connectors.milvus import release
+    from dhim_ray.connectors.milvus import release
 
     client = target.connect()
     try:
@@ -67,7 +67,7 @@ def test_ingest_stores_exactly_the_encoded_codes(ingested, model_dir):
 
 def test_search_own_text_returns_it_at_distance_zero(ingested, model_dir):
     from dhim_ray.data import load_split
-    from jobs.search import CodeSearcher
+    from dhim_ray.jobs.search import CodeSearcher
 
     target, _ = ingested
     texts = load_split(f"{shared_corpus('dbpedia')}:train", limit=N).texts
@@ -81,7 +81,7 @@ def test_search_own_text_returns_it_at_distance_zero(ingested, model_dir):
 
 def test_milvus_precision_equals_in_memory(ingested, model_dir):
     from dhim_ray.pipeline import evaluate_checkpoint
-    from jobs.search import evaluate_in_milvus
+    from dhim_ray.jobs.search import evaluate_in_milvus
 
     target, _ = ingested
     corpus = shared_corpus("dbpedia")
@@ -93,7 +93,7 @@ def test_milvus_precision_equals_in_memory(ingested, model_dir):
 
 
 def test_interrupted_ingest_rerun_ends_with_one_row_per_document(ray_session, model_dir, tmp_path):
-    from jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import ingest
 
     target = MilvusTarget(str(tmp_path / "c.db"), "partial")
     corpus = str(shared_corpus("dbpedia"))
@@ -107,8 +107,8 @@ def test_interrupted_ingest_rerun_ends_with_one_row_per_document(ray_session, mo
 
 
 def test_collection_of_another_width_is_refused(ray_session, model_dir, tmp_path):
-    from connectors.milvus import release
-    from jobs.ingest import ingest
+    from dhim_ray.connectors.milvus import release
+    from dhim_ray.jobs.ingest import ingest
 
     target = MilvusTarget(str(tmp_path / "w.db"), "wide")
     client = target.connect()
@@ -122,7 +122,7 @@ def test_collection_of_another_width_is_refused(ray_session, model_dir, tmp_path
 
 
 def test_wrong_length_code_refused_before_insert(tmp_path):
-    from connectors.milvus import release
+    from dhim_ray.connectors.milvus import release
 
     target = MilvusTarget(str(tmp_path / "x.db"), "x")
     client = target.connect()
@@ -150,8 +150,8 @@ def test_unreachable_server_fails_within_seconds():
 
 
 def test_missing_split_and_bad_queries(ingested, model_dir):
-    from jobs.ingest import ingest
-    from jobs.search import CodeSearcher
+    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.search import CodeSearcher
 
     target, _ = ingested
     with pytest.raises(DataError, match="has no split 'test'"):

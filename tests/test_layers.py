@@ -23,7 +23,7 @@ def test_library_imports_neither_ray_nor_pymilvus():
 
 
 def test_connector_does_not_import_torch():
-    loaded = imported_in("import connectors.milvus")
+    loaded = imported_in("import dhim_ray.connectors.milvus")
     assert "pymilvus" in loaded or True  # pymilvus loads lazily on connect
     assert "torch" not in loaded and "transformers" not in loaded
 

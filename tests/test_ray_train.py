@@ -21,7 +21,7 @@ def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_pat
     from dhim_ray.encoder import FrozenEncoder
     from dhim_ray.hasher import Hasher
     from dhim_ray.training import hash_features
-    from jobs.train import RayTrainOptions, collect_features, feature_dataset, train_distributed
+    from dhim_ray.jobs.train import RayTrainOptions, collect_features, feature_dataset, train_distributed
 
     corpus = str(shared_corpus("dbpedia"))
     out = tmp_path / "model"
@@ -39,7 +39,7 @@ def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_pat
 
 def test_worker_failure_resumes_from_last_checkpoint(ray_session, tmp_path):
     from dhim_ray.hasher import Hasher
-    from jobs.train import RayTrainOptions, train_distributed
+    from dhim_ray.jobs.train import RayTrainOptions, train_distributed
 
     trace = tmp_path / "epochs.txt"
     opts = RayTrainOptions(workers=2, storage_path=tmp_path / "runs", max_failures=1, fail_at_epoch=2)
@@ -53,7 +53,7 @@ def test_worker_failure_resumes_from_last_checkpoint(ray_session, tmp_path):
 
 
 def test_resume_continues_a_finished_run(ray_session, tmp_path):
-    from jobs.train import RayTrainOptions, train_distributed
+    from dhim_ray.jobs.train import RayTrainOptions, train_distributed
 
     corpus = str(shared_corpus("dbpedia"))
     first = train_distributed(corpus, small_config(1), tmp_path / "m1",
@@ -69,8 +69,8 @@ def test_resume_continues_a_finished_run(ray_session, tmp_path):
 
 
 def test_bad_inputs(tmp_path):
-    from jobs.ray_env import _check_address
-    from jobs.train import RayTrainOptions, find_resume_checkpoint
+    from dhim_ray.jobs.ray_env import _check_address
+    from dhim_ray.jobs.train import RayTrainOptions, find_resume_checkpoint
 
     with pytest.raises(ClusterError, match="--workers 0: must be >= 1"):
         RayTrainOptions(workers=0)
@@ -82,7 +82,7 @@ def test_bad_inputs(tmp_path):
 
 
 def test_more_gpus_than_the_cluster_has(ray_session):
-    from jobs.train import RayTrainOptions, _check_gpus
+    from dhim_ray.jobs.train import RayTrainOptions, _check_gpus
 
     with pytest.raises(ClusterError, match="--use-gpu: the cluster has no GPUs"):
         _check_gpus(RayTrainOptions(workers=2, use_gpu=True))

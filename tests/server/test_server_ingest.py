@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import shared_corpus
-from connectors.milvus import IndexSpec, MilvusTarget, ensure_collection
+from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, ensure_collection
 from dhim_ray.errors import CollectionMismatchError, StoreUnreachableError
 from milvus_server import ROOT_TOKEN, URI, start_server
 
@@ -48,7 +48,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ingested(ray_session, milvus_uri, model_dir):
-    from jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import ingest
 
     target = MilvusTarget(milvus_uri, "dbp16_ivf")
     result = ingest(str(shared_corpus("dbpedia")), model_dir, target, workers=2, limit=N, progress=False,
@@ -90,7 +90,7 @@ def test_parallel_writers_fill_an_ivf_collection_exactly(ingested, model_dir):
 
 
 def test_rerun_upserts_and_the_count_stays_exact(ingested, model_dir):
-    from jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import ingest
 
     target, _ = ingested
     again = ingest(str(shared_corpus("dbpedia")), model_dir, target, workers=2, limit=N, progress=False)
@@ -105,9 +105,9 @@ def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus
     import pyarrow as pa
     import ray
 
-    from connectors.milvus import count_rows, document_ids
-    from connectors.milvus_sink import MilvusDatasink
-    from jobs.ingest import split_table
+    from dhim_ray.connectors.milvus import count_rows, document_ids
+    from dhim_ray.connectors.milvus_sink import MilvusDatasink
+    from dhim_ray.jobs.ingest import split_table
 
     n = 40_000
     codes = np.random.default_rng(0).integers(0, 256, size=(n, 2), dtype=np.uint8)
@@ -135,7 +135,7 @@ def test_search_through_the_ivf_index(ingested, model_dir):
     """nprobe = nlist probes every cluster: exact, so it must agree with in-memory search."""
     from dhim_ray.data import load_split
     from dhim_ray.pipeline import evaluate_checkpoint
-    from jobs.search import CodeSearcher, evaluate_in_milvus
+    from dhim_ray.jobs.search import CodeSearcher, evaluate_in_milvus
 
     target, _ = ingested
     corpus = shared_corpus("dbpedia")
@@ -168,7 +168,7 @@ def test_wrong_or_missing_credentials_fail_clearly_without_echoing_them(milvus_u
     if token:
         env["MILVUS_TOKEN"] = token
     code = (
-        "from connectors.milvus import MilvusTarget\n"
+        "from dhim_ray.connectors.milvus import MilvusTarget\n"
         "from dhim_ray.errors import StoreUnreachableError\n"
         f"t = MilvusTarget({milvus_uri!r}, 'dbp16_ivf', timeout=10)\n"
         "try:\n    t.connect().list_collections()\nexcept StoreUnreachableError as e:\n    print('REFUSED', e)\n"

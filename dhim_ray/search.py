@@ -1,4 +1,13 @@
-"""Query a code collection with texts: the same encoder hashes the queries."""
+"""The application API: search a Milvus code collection with texts.
+
+    >>> from dhim_ray import Searcher
+    >>> with Searcher.open("runs/dbpedia-64", "dhim_ray.db", "dbpedia_64") as s:
+    ...     hits = s.search(["a football club in spain"], k=10)[0]
+    >>> hits[0]   # {"id", "distance", "label", "text", "source", "row"}
+
+It joins the library (the model hashes the queries) and the Milvus connector; it
+never imports Ray. Evaluation through Milvus (``evaluate_in_milvus``) lives here too.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +17,31 @@ from typing import Any
 
 import numpy as np
 
-from connectors.milvus import (
+from .connectors.milvus import (
     MAX_SEARCH_K,
     IndexSpec,
     MilvusTarget,
     check_search_k,
     count_rows,
     describe,
+    mask_uri,
     release,
     search_codes,
 )
-from dhim_ray.data import load_split, require_labels
-from dhim_ray.errors import CollectionMismatchError, ConfigError, StoreError
-from dhim_ray.hasher import Hasher, check_texts
-from dhim_ray.metrics import PrecisionResult, tie_aware_hits
-
-from .ingest import model_id
+from .data import CorpusSpec, require_labels
+from .errors import CollectionMismatchError, ConfigError, StoreError
+from .hasher import Hasher, check_texts
+from .metrics import PrecisionResult, tie_aware_hits
 
 
-class CodeSearcher:
-    """Text search over a Milvus code collection with a trained model.
+class Searcher:
+    """Text search over a Milvus code collection with the model it was ingested with.
+
+    Checks on open: the collection exists, holds codes of the model's width and was
+    ingested with this model (its id is stamped on the collection).
 
     Example:
-        >>> s = CodeSearcher("runs/bbc-64", MilvusTarget("dhim_ray.db", "bbc_64"))
+        >>> s = Searcher("runs/bbc-64", MilvusTarget("dhim_ray.db", "bbc_64"))
         >>> s.search(["oil prices rise"], k=5)[0][0]   # {"id", "distance", "label", "text", ...}
     """
 
@@ -39,12 +50,13 @@ class CodeSearcher:
         self.hasher = hasher or Hasher.load(model_dir)
         self.target = target
         self.index = index or IndexSpec()
-        self.client = target.connect()
+        self.client = target.connect(create=False)
         info = describe(self.client, target.collection, target.timeout)
         if info is None:
             self.close()
             raise StoreError(
-                f"collection {target.collection!r} does not exist at {target.uri}; run 'dhim-ray ingest' first"
+                f"collection {target.collection!r} does not exist at {mask_uri(target.uri)}; "
+                "run 'dhim-ray ingest' first or check the collection name"
             )
         if info.n_bits != self.hasher.n_bits:
             self.close()
@@ -52,7 +64,7 @@ class CodeSearcher:
                 f"collection {target.collection!r} holds {info.n_bits}-bit codes but the model makes "
                 f"{self.hasher.n_bits}-bit codes; use the model it was ingested with"
             )
-        mid = model_id(model_dir) if model_dir else ""
+        mid = self.hasher.model_id
         if info.model and mid and info.model != mid:
             self.close()
             raise CollectionMismatchError(
@@ -62,11 +74,17 @@ class CodeSearcher:
         if index is None:
             self.index = info.search_index(nprobe)
 
+    @classmethod
+    def open(cls, model_dir: str | Path, uri: str, collection: str, token_env: str = "MILVUS_TOKEN",
+             nprobe: int | None = None) -> Searcher:
+        """``Searcher.open("runs/bbc-64", "dhim_ray.db", "bbc_64")``; a server: uri="http://host:19530"."""
+        return cls(model_dir, MilvusTarget(uri, collection, token_env=token_env), nprobe=nprobe)
+
     def search(self, texts: list[str] | str, k: int = 10) -> list[list[dict[str, Any]]]:
         if isinstance(texts, str):
             texts = [texts]
         check_search_k(k)  # before encoding: fail fast
-        codes = self.hasher.encode(check_texts(texts))
+        codes = self.hasher.encode(check_texts(texts, self.hasher.config.features.cleaning))
         return self.search_codes(codes, k)
 
     def search_codes(self, codes: np.ndarray, k: int, output_fields=("label", "text", "source", "row")):
@@ -89,36 +107,30 @@ class CodeSearcher:
 
 def evaluate_in_milvus(
     model_dir: str | Path,
-    queries: str,
-    uri: str,
-    collection: str | None,
+    queries: CorpusSpec,
+    target: MilvusTarget,
     k: int = 100,
-    progress: bool = True,
     index: IndexSpec | None = None,
     nprobe: int | None = None,
-    **data_kwargs: Any,
 ) -> dict[str, Any]:
     """Precision@k with the search done by Milvus, scored by the same metric code as
     the in-memory eval. Tie-aware precision needs every database code at the k-th
     distance, so the search asks for k plus the ties (a range search at that radius)."""
-    if collection is None:
-        raise ConfigError("--collection is required with --milvus: the collection 'dhim-ray ingest' wrote")
-    if model_dir is None:
-        raise ConfigError("eval --milvus needs the model folder: dhim-ray eval DIR --milvus URI --collection NAME")
-    q = load_split(queries, "val", **data_kwargs)
-    q_labels = require_labels(q, f"queries {queries}")
+    q = queries.load_split("val")
+    q_labels = require_labels(q, f"queries {queries.display}")
     t0 = time.perf_counter()
-    with CodeSearcher(model_dir, MilvusTarget(uri, collection), index=index, nprobe=nprobe) as searcher:
+    with Searcher(model_dir, target, index=index, nprobe=nprobe) as searcher:
         n_db = searcher.count()
         if k > n_db:
-            raise ConfigError(f"--k {k}: larger than the collection ({n_db} codes); use --k {n_db} or less")
+            raise ConfigError(f"k={k}: larger than the collection ({n_db} codes); use k={n_db} or less")
         codes = searcher.hasher.encode(q.texts)
         result = tie_aware_from_store(searcher, codes, q_labels, k, n_db)
-    return {"method": "dhim", "search": f"milvus {uri}/{collection}", "n_bits": searcher.hasher.n_bits,
+    return {"method": "dhim", "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
+            "n_bits": searcher.hasher.n_bits,
             **result.as_dict(), "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def tie_aware_from_store(searcher: CodeSearcher, codes: np.ndarray, query_labels: np.ndarray, k: int,
+def tie_aware_from_store(searcher: Searcher, codes: np.ndarray, query_labels: np.ndarray, k: int,
                          n_db: int) -> PrecisionResult:
     """Both precisions from store results: the k nearest, then every code tied at the
     k-th distance (the hits needed for the expectation over random tie-breaking).
