@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from dhim_ray.baselines import make_baseline
-from dhim_ray.config import FeatureConfig, as_published, config_for_bits, init_levers
+from dhim_ray.config import FeatureConfig, as_published, config_for_bits, parse_overrides
 from dhim_ray.data import load_corpus
 from dhim_ray.encoder import FrozenEncoder
 from dhim_ray.metrics import cosine_precision_at_k, precision_at_k

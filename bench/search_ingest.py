@@ -26,8 +26,15 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 def bench_search(n_codes: int, n_bits: int, n_queries: int, k: int) -> dict:
     import faiss
 
-    from dhim_ray.connectors.milvus import (MilvusTarget, document_ids, ensure_collection, make_rows, release,
-                                   search_codes, upsert_rows)
+    from dhim_ray.connectors.milvus import (
+        MilvusTarget,
+        document_ids,
+        ensure_collection,
+        make_rows,
+        release,
+        search_codes,
+        upsert_rows,
+    )
     from dhim_ray.metrics import hamming_topk
 
     rng = np.random.default_rng(0)
@@ -70,13 +77,13 @@ def bench_search(n_codes: int, n_bits: int, n_queries: int, k: int) -> dict:
 def bench_ingest(n_docs: int, workers: int) -> dict:
     import torch
 
-    from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.checkpoint import save_checkpoint
     from dhim_ray.config import config_for_bits
+    from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.data import load_split
     from dhim_ray.encoder import FrozenEncoder
-    from dhim_ray.training import build_model
     from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.training import build_model
 
     split = load_split(f"{DATA / 'dbpedia'}:train", limit=n_docs)
     enc = FrozenEncoder(config_for_bits(64).features)

@@ -24,8 +24,9 @@ import os
 import re
 import socket
 import warnings
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
@@ -278,7 +279,7 @@ class CollectionInfo:
     nlist: int = 0  # BIN_IVF_FLAT clusters, 0 for other index types
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def search_index(self, nprobe: int | None = None) -> "IndexSpec":
+    def search_index(self, nprobe: int | None = None) -> IndexSpec:
         """How to search this collection: exact BIN_FLAT, or IVF probing ``nprobe`` clusters."""
         if self.index_type != "BIN_IVF_FLAT":
             return IndexSpec("BIN_FLAT")
@@ -417,7 +418,7 @@ def count_rows(client, name: str, timeout: float = DEFAULT_TIMEOUT) -> int:
 def check_search_k(k: int) -> int:
     """Hits per query must be in 1..16384 (Milvus' top-k limit); raise ConfigError otherwise."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_SEARCH_K:
-        raise ConfigError(f"-k {k}: must be between 1 and {MAX_SEARCH_K} (Milvus' top-k limit)")
+        raise ConfigError(f"k={k}: must be between 1 and {MAX_SEARCH_K} (Milvus' top-k limit)")
     return int(k)
 
 

@@ -60,4 +60,3 @@ def __getattr__(name: str):
 
 if TYPE_CHECKING:  # pragma: no cover
     from .hasher import Hasher  # noqa: F401
-    from .search import Searcher  # noqa: F401

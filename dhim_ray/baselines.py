@@ -23,7 +23,7 @@ class Baseline:
         self.seed = seed
         self.mean: np.ndarray | None = None
 
-    def fit(self, vectors: np.ndarray) -> "Baseline":
+    def fit(self, vectors: np.ndarray) -> Baseline:
         raise NotImplementedError
 
     def project(self, vectors: np.ndarray) -> np.ndarray:
@@ -43,7 +43,9 @@ class Baseline:
         if self.n_bits > min(x.shape):
             raise ConfigError(
                 f"n_bits={self.n_bits}: {self.name} needs at most min(documents, dims) = {min(x.shape)} bits "
-                f"for these features; use n_bits={8 * (min(x.shape) // 8)} or less, or --baseline lsh"
+                f"for these features; give more documents"
+                + (f" or use n_bits={8 * (min(x.shape) // 8)} or less" if min(x.shape) >= 8 else "")
+                + ("" if self.name == "lsh" else ", or baseline=lsh")
             )
         self.mean = x.mean(axis=0)
         # Principal axes by the covariance's eigenvectors, largest variance first.

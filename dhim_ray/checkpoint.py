@@ -76,17 +76,19 @@ def check_writable(path: str | Path) -> Path:
 
 def save_checkpoint(
     path: str | Path,
-    model: DHIM,
+    model: DHIM | dict[str, torch.Tensor],
     config: DHIMConfig,
     encoder_fingerprint: str = "",
     summary: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``path/model.safetensors`` then ``path/config.json`` (each atomically);
-    config.json records the weights' SHA-256, checked on every load."""
+    config.json records the weights' SHA-256, checked on every load. ``model`` is the
+    model or its state dict."""
     from safetensors.torch import save_file
 
     path = check_writable(path)
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    weights = model if isinstance(model, dict) else model.state_dict()
+    state = {k: v.detach().cpu().contiguous() for k, v in weights.items()}
     tmp = path / (WEIGHTS_FILE + ".tmp")
     save_file(state, str(tmp), metadata={"format": FORMAT})
     digest = file_sha256(tmp)
@@ -217,9 +219,8 @@ def save_training_state(
     from safetensors.torch import save_file
 
     current = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    loadable = DHIM(config.model)
-    loadable.load_state_dict(best_state if best_state is not None else current)
-    path = save_checkpoint(path, loadable, config, encoder_fingerprint, summary or {"epoch": progress.get("epoch")})
+    # a state dict, not a new DHIM: building one would draw from torch's RNG mid-run
+    path = save_checkpoint(path, best_state if best_state is not None else current, config, encoder_fingerprint, summary or {"epoch": progress.get("epoch")})
     tensors: dict[str, torch.Tensor] = {f"current.{k}": v for k, v in current.items()}
     steps: dict[str, float] = {}
     for i, (_, state) in enumerate(_adam_states(optimizer)):

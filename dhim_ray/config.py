@@ -184,7 +184,7 @@ class DHIMConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DHIMConfig":
+    def from_dict(cls, data: dict[str, Any]) -> DHIMConfig:
         try:
             return cls(
                 features=FeatureConfig(**data.get("features", {})),
@@ -194,7 +194,7 @@ class DHIMConfig:
         except TypeError as exc:  # unknown or missing field, or a value of the wrong type
             raise ConfigError(f"config does not match this dhim-ray version: {exc}") from exc
 
-    def replace(self, **sections: dict[str, Any]) -> "DHIMConfig":
+    def replace(self, **sections: dict[str, Any]) -> DHIMConfig:
         """Copy with fields overridden per section: ``cfg.replace(model={"n_bits": 32})``."""
         parts = {name: getattr(self, name) for name in ("features", "model", "train")}
         for name, overrides in sections.items():

@@ -63,7 +63,7 @@ class Split:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def take(self, index: np.ndarray) -> "Split":
+    def take(self, index: np.ndarray) -> Split:
         return Split(
             [self.texts[i] for i in index],
             None if self.labels is None else self.labels[index],

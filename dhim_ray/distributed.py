@@ -8,7 +8,7 @@ agrees on the batch count, and hears rank 0's decision to stop.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

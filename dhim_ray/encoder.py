@@ -59,7 +59,7 @@ class Features:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def take(self, index: np.ndarray | slice) -> "Features":
+    def take(self, index: np.ndarray | slice) -> Features:
         return Features(self.tokens[index], self.mask[index], self.cls[index], self.mean[index])
 
     def target(self, kind: str) -> np.ndarray | None:
@@ -75,7 +75,7 @@ class Features:
         )
 
     @classmethod
-    def load(cls, path: str | Path) -> "Features":
+    def load(cls, path: str | Path) -> Features:
         from safetensors.numpy import load_file
 
         d = load_file(str(path))
@@ -208,14 +208,15 @@ def _load(source: str, name: str):
         with offline_unless_reachable() as online:
             tokenizer = AutoTokenizer.from_pretrained(source)
             model = AutoModel.from_pretrained(source)
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # a truncated or foreign folder fails in many ways (safetensors, json, ...)
         hint = "a local folder with config.json and weights, or a hub id such as bert-base-uncased"
         if not os.path.exists(source) and not online:
             raise EncoderError(
                 f"encoder={name!r}: not a local folder and the Hugging Face hub is unreachable; "
                 f"pass {hint} (the default {DEFAULT_ENCODER} needs no hub)"
             ) from exc
-        raise EncoderError(f"encoder={name!r}: cannot be loaded ({str(exc).splitlines()[0]}); pass {hint}") from exc
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise EncoderError(f"encoder={name!r}: cannot be loaded ({first}); pass {hint}") from exc
     if not hasattr(model.config, "hidden_size"):
         raise EncoderError(f"encoder={name!r}: {type(model).__name__} has no hidden_size; use a BERT-family encoder")
     return model, tokenizer

@@ -42,7 +42,7 @@ class Hasher:
         return self.info.model_id if self.info is not None else ""
 
     @classmethod
-    def load(cls, path: str | Path, device: str = "cpu", encoder: FrozenEncoder | None = None) -> "Hasher":
+    def load(cls, path: str | Path, device: str = "cpu", encoder: FrozenEncoder | None = None) -> Hasher:
         """Load a checkpoint folder and its encoder. Raises CheckpointError or
         EncoderMismatchError when the encoder differs from the one trained on."""
         model, config, info = load_checkpoint(path)

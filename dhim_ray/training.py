@@ -82,6 +82,11 @@ def init_from_itq(model: DHIM, feats: Features, seed: int = 0) -> None:
     from .baselines import ITQ
 
     x = token_mean(feats)
+    if model.config.n_bits > min(x.shape):
+        raise ConfigError(
+            f"init=itq: {len(x)} training documents are too few for an ITQ start of {model.config.n_bits} bits; "
+            "give more documents or use init=random"
+        )
     itq = ITQ(model.config.n_bits, seed).fit(x)
     w = itq.w @ itq.rotation  # (H, bits)
     scale = (itq.project(x)).std(axis=0) + 1e-6
@@ -322,13 +327,17 @@ class LoopState:
 
     def progress(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "stopper": self.stopper.state(), "history": [h.as_dict() for h in self.history],
-                "rng": self.rng.bit_generator.state}
+                "rng": self.rng.bit_generator.state,
+                # the Bernoulli layer samples with torch's RNG: resumed == uninterrupted (on CPU)
+                "torch_rng": torch.get_rng_state().tolist()}
 
     def restore(self, progress: dict[str, Any], best_state: dict[str, torch.Tensor] | None) -> None:
         self.stopper.load(progress["stopper"])
         self.history = [EpochRecord.from_dict(h) for h in progress["history"]]
         if progress.get("rng"):
             self.rng.bit_generator.state = progress["rng"]
+        if progress.get("torch_rng"):
+            torch.set_rng_state(torch.tensor(progress["torch_rng"], dtype=torch.uint8))
         self.best_state = best_state
 
     @property

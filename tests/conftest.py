@@ -92,9 +92,12 @@ def tiny_config(tiny_bert):
 
 
 def shared_corpus(name: str) -> Path:
+    """A dev corpus from ../shared/data. Missing, it FAILS the test with how to get it
+    (never a silent skip); deselect such tests with -m "not shared_data"."""
     path = SHARED_DATA / name
     if not (path / "train.csv").exists():
-        pytest.skip(f"../shared/data/{name} is not present")
+        pytest.fail(f"{path} is missing: these tests read the dev corpora in ../shared/data beside the checkout; "
+                    "put them there, or run pytest -m 'not shared_data'", pytrace=False)
     return path
 
 

@@ -44,9 +44,9 @@ def test_pca_median_bits_are_balanced():
 
 
 def test_errors():
-    with pytest.raises(ConfigError, match="--baseline 'sh': choose one of lsh, pca-sign, pca-median, itq"):
+    with pytest.raises(ConfigError, match="baseline='sh': choose one of lsh, pca-sign, pca-median, itq"):
         make_baseline("sh", 16)
-    with pytest.raises(ConfigError, match="--bits 64: itq needs at most"):
+    with pytest.raises(ConfigError, match="n_bits=64: itq needs at most"):
         make_baseline("itq", 64).fit(np.random.default_rng(0).standard_normal((100, 32)))
     with pytest.raises(ConfigError, match="call fit"):
         make_baseline("lsh", 16).hash(np.zeros((2, 4)))

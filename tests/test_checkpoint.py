@@ -2,9 +2,9 @@ import json
 
 import numpy as np
 import pytest
+from conftest import build_tiny_bert, make_toy_corpus
 
-from conftest import TOPICS, build_tiny_bert, make_toy_corpus
-from dhim_ray.checkpoint import load_checkpoint, save_checkpoint
+from dhim_ray.checkpoint import check_writable, load_checkpoint, read_checkpoint, save_checkpoint
 from dhim_ray.encoder import FrozenEncoder
 from dhim_ray.errors import CheckpointError, DataError, EncoderMismatchError
 from dhim_ray.hasher import Hasher
@@ -30,8 +30,8 @@ def test_round_trip_gives_identical_codes(saved, tiny_config):
     assert after.dtype == np.uint8 and after.shape == (len(texts), 2)
     assert np.array_equal(before, after)
     assert hasher.encode_bytes(texts[:1])[0] == after[0].tobytes()
-    loaded, cfg, meta = load_checkpoint(path)
-    assert cfg == tiny_config and meta["encoder"]["hidden_size"] == 32
+    loaded, cfg, info = load_checkpoint(path)
+    assert cfg == tiny_config and info.config.model.hidden_size == 32 and len(info.weights_sha256) == 64
 
 
 def test_no_pickle_in_checkpoint(saved):
@@ -62,8 +62,43 @@ def test_corrupt_weights(saved):
     path, _ = saved
     data = (path / "model.safetensors").read_bytes()
     (path / "model.safetensors").write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match="model.safetensors is corrupt"):
+    with pytest.raises(CheckpointError, match="model.safetensors does not match the SHA-256 recorded"):
         load_checkpoint(path)
+
+
+def test_flipped_bytes_in_the_weights_are_refused(saved):
+    """Issue 11.5: a weights file with flipped bytes used to load and give garbage codes."""
+    path, _ = saved
+    data = bytearray((path / "model.safetensors").read_bytes())
+    data[-5] ^= 0xFF  # inside a tensor: the file still parses as safetensors
+    (path / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="does not match the SHA-256 recorded in config.json"):
+        Hasher.load(path)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m["config"].pop("model"), "has no model/features config"),
+    (lambda m: m["config"]["model"].update(n_bits="sixty-four"), "holds an invalid config"),
+    (lambda m: m["config"]["model"].update(n_bits=60), "holds an invalid config .*n_bits=60"),
+    (lambda m: m["config"]["train"].update(nope=1), "holds an invalid config"),
+])
+def test_broken_config_is_one_clear_error(saved, edit, message):
+    """Issue 11.10: config.json without a model section or with a non-integer n_bits."""
+    path, _ = saved
+    meta = json.loads((path / "config.json").read_text())
+    edit(meta)
+    (path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=message):
+        read_checkpoint(path)
+
+
+def test_unwritable_out_is_refused_before_work(tmp_path):
+    """Issue 11.4: --out a file (or under one) fails at once, not after training."""
+    (tmp_path / "afile").write_text("x")
+    for bad in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        with pytest.raises(CheckpointError, match="is a file, not a folder"):
+            check_writable(bad)
+    assert (tmp_path / "afile").read_text() == "x"
 
 
 def test_weights_not_matching_config(saved):

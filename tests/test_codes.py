@@ -42,7 +42,7 @@ def test_check_codes_refuses_bad_codes(bad, message):
 
 @pytest.mark.parametrize("bits", [0, 4, 100, 2048, 1032, -8])
 def test_bad_bit_lengths(bits):
-    with pytest.raises(ConfigError, match=f"--bits {bits}: must be a multiple of 8 between 8 and 1024"):
+    with pytest.raises(ConfigError, match=f"n_bits={bits}: must be a multiple of 8 between 8 and 1024"):
         check_n_bits(bits)
 
 

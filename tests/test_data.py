@@ -1,10 +1,9 @@
 import json
-import time
 
 import numpy as np
 import pytest
-
 from conftest import make_toy_corpus, shared_corpus, write_csv
+
 from dhim_ray.data import load_corpus, load_split, parse_spec
 from dhim_ray.errors import DataError, HubUnreachableError, UnknownDatasetError
 from dhim_ray.text import clean_and_truncate, clean_string
@@ -24,6 +23,7 @@ def test_local_folder_headerless_csv(toy_folder):
     assert load_split(f"{toy_folder}:val").texts == corpus.split("val").texts
 
 
+@pytest.mark.shared_data
 def test_shared_dbpedia_folder():
     corpus = load_corpus(str(shared_corpus("dbpedia")))
     assert len(corpus.split("train")) == 4000 and len(corpus.split("val")) == 1000
@@ -90,10 +90,8 @@ def test_missing_split(toy_folder):
 
 
 def test_hub_preset_offline_fails_fast_with_a_fix():
-    t0 = time.perf_counter()
     with pytest.raises(HubUnreachableError, match="unreachable .* pass a local folder"):
         load_corpus("dbpedia")
-    assert time.perf_counter() - t0 < 5
 
 
 def test_builtin_bbc_corpus():
@@ -107,3 +105,68 @@ def test_parse_spec():
     assert parse_spec("dbpedia:train") == ("dbpedia", "train")
     assert parse_spec("../shared/data/dbpedia:val") == ("../shared/data/dbpedia", "val")
     assert parse_spec("owner/name") == ("owner/name", None)
+
+
+def test_unicode_text_keeps_its_letters_ascii_cleaning_reproduces_the_paper():
+    """Issue 11.3: "Zürich café" hashed as "z rich caf"; CJK and emoji documents were empty."""
+    assert clean_string("Zürich café") == "zürich café"
+    assert clean_string("Zürich café", "ascii") == "z rich caf"
+    assert clean_string("北京大学") == "北京大学" and clean_string("👍🎉") == "👍🎉"
+    assert clean_string("It's a BERT-based model, isn't it?", "ascii") == clean_string(
+        "It's a BERT-based model, isn't it?")
+
+
+def test_cjk_corpus_loads_without_drop_empty(tmp_path):
+    write_csv(tmp_path / "train.csv", [("a", "北京大学"), ("b", "東京の天気"), ("a", "👍🎉")], header=True)
+    split = load_split(str(tmp_path / "train.csv"))
+    assert len(split) == 3
+
+
+def test_string_labels_share_one_vocabulary_across_splits(tmp_path):
+    """Issue 11.2: val lacking a class shifted every later label by one."""
+    write_csv(tmp_path / "train.csv", [("apple", "x y"), ("banana", "y z"), ("cherry", "z w")], header=True)
+    write_csv(tmp_path / "val.csv", [("apple", "x"), ("cherry", "w")], header=True)
+    corpus = load_corpus(str(tmp_path))
+    train, val = corpus.split("train"), corpus.split("val")
+    assert train.label_names == val.label_names == ["apple", "banana", "cherry"]
+    assert train.labels.tolist() == [0, 1, 2] and val.labels.tolist() == [0, 2]
+    # one split at a time still numbers by the whole corpus
+    assert load_split(f"{tmp_path}:val").labels.tolist() == [0, 2]
+
+
+def test_misspelled_label_column_is_an_error(toy_folder, tmp_path):
+    """Issue 11.8: --label-column misspelled was ignored (training ran without model selection)."""
+    write_csv(tmp_path / "train.csv", [("a", "x y")], header=True)
+    with pytest.raises(DataError, match="no label column 'lable'.*columns are \\['label', 'text'\\]"):
+        load_corpus(str(tmp_path / "train.csv"), label_column="lable")
+    assert load_split(str(tmp_path / "train.csv")).labels is not None  # the default name is optional
+
+
+def test_empty_label_cell_is_an_error(tmp_path):
+    """Issue 11.8: an empty label cell became a class of its own."""
+    write_csv(tmp_path / "train.csv", [("a", "x y"), ("", "y z"), ("b", "z")], header=True)
+    with pytest.raises(DataError, match="1 rows have no label \\(rows 1\\)"):
+        load_corpus(str(tmp_path / "train.csv"))
+
+
+def test_non_utf8_file_says_so(tmp_path):
+    """Issue 11.12: a non-UTF-8 file said only 'cannot be read as csv'."""
+    (tmp_path / "train.csv").write_bytes("label,text\na,caf\xe9 au lait\n".encode("latin-1"))
+    with pytest.raises(DataError, match="not UTF-8 text \\(byte 16.*re-save it as UTF-8"):
+        load_corpus(str(tmp_path / "train.csv"))
+
+
+def test_missing_local_file_is_not_blamed_on_the_hub(tmp_path):
+    """Issue 11.12: a missing local file was reported as needing the Hugging Face hub."""
+    for missing in (f"{tmp_path}/nope.csv", "data/train.csv", "./corpus"):
+        with pytest.raises(DataError, match="no such file or folder") as info:
+            load_corpus(missing)
+        assert "hub" not in str(info.value).split(";")[0]
+
+
+def test_drop_empty_logs_what_it_dropped(tmp_path, caplog):
+    """Issue 11.3: --drop-empty dropped rows silently."""
+    write_csv(tmp_path / "train.csv", [("a", "x y"), ("b", "@@@"), ("a", "z")], header=True)
+    with caplog.at_level("WARNING", logger="dhim_ray"):
+        split = load_split(str(tmp_path / "train.csv"), drop_empty=True)
+    assert len(split) == 2 and "dropped 1 of 3 rows with empty text (rows 1)" in caplog.text

@@ -1,41 +1,120 @@
-"""The architecture's boundaries: the library never imports Ray or pymilvus; the
-connector never imports torch."""
+"""The architecture's layers only point down, checked on every import statement in
+the source (module level and inside functions), and on what importing really loads.
+
+    core        dhim_ray/*.py           torch, numpy, transformers; never Ray, pymilvus
+    connectors  connectors/ (dhim_ray.connectors)   pymilvus, numpy; never torch
+    search      dhim_ray/search.py      core + connectors; never Ray
+    jobs        jobs/ (dhim_ray.jobs)   Ray programs joining them
+    cli         dhim_ray/cli.py         on top; imported by nothing
+"""
+
+from __future__ import annotations
 
 import ast
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+TOP = {"cli", "search"}  # modules of dhim_ray/ above the core
 
 
-def imported_in(cmd: str) -> set[str]:
-    code = f"import sys; {cmd}; print(','.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+def layer_of(path: Path) -> str:
+    rel = path.relative_to(ROOT)
+    if rel.parts[0] == "connectors":
+        return "connectors"
+    if rel.parts[0] == "jobs":
+        return "jobs"
+    return path.stem if path.stem in TOP else "core"
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[0] in ("connectors", "jobs"):
+        parts = ["dhim_ray", *parts]
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module an import statement in ``path`` names, resolved to absolute names."""
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+                found.update(f"{mod}.{a.name}" for a in node.names)  # "from . import x" imports a module
+                found.add(mod)
+            else:
+                found.add(node.module)
+                found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found
+
+
+SOURCES = [p for folder in ("dhim_ray", "connectors", "jobs") for p in sorted((ROOT / folder).rglob("*.py"))]
+FORBIDDEN = {
+    "core": ("ray", "pymilvus", "milvus_lite", "dhim_ray.connectors", "dhim_ray.jobs", "dhim_ray.search",
+             "dhim_ray.cli"),
+    "connectors": ("torch", "transformers", "dhim_ray.model", "dhim_ray.encoder", "dhim_ray.training",
+                   "dhim_ray.hasher", "dhim_ray.jobs", "dhim_ray.search", "dhim_ray.cli"),
+    "search": ("ray", "dhim_ray.jobs", "dhim_ray.cli"),
+    "jobs": ("dhim_ray.cli",),
+    "cli": (),
+}
+
+
+def test_the_sources_are_found():
+    layers = {layer_of(p) for p in SOURCES}
+    assert layers == set(FORBIDDEN) and len(SOURCES) > 20
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_layers_only_point_down(path):
+    layer = layer_of(path)
+    bad = sorted(m for m in imports_of(path) for f in FORBIDDEN[layer] if m == f or m.startswith(f + "."))
+    assert not bad, f"{layer} module {path.relative_to(ROOT)} imports {bad}"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_import_of_the_bare_folder_names(path):
+    """connectors/ and jobs/ install as dhim_ray.connectors / dhim_ray.jobs: a bare
+    'import jobs' would pick up whatever other project owns that name."""
+    bare = sorted(m for m in imports_of(path) if m.split(".")[0] in ("connectors", "jobs"))
+    assert not bare, f"{path.relative_to(ROOT)} imports {bare}"
+
+
+def test_the_import_checker_sees_imports_inside_functions(tmp_path):
+    probe = ROOT / "dhim_ray" / "_probe_for_test.py"
+    probe.write_text("def f():\n    import ray\n    from .jobs.train import x\n")
+    try:
+        found = imports_of(probe)
+    finally:
+        probe.unlink()
+    assert "ray" in found and "dhim_ray.jobs.train" in found
+
+
+def loaded_by(statement: str) -> set[str]:
+    code = f"import sys; {statement}; print(','.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    out = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, check=True)
     return set(out.stdout.strip().split(","))
 
 
-def test_library_imports_neither_ray_nor_pymilvus():
-    modules = [p.stem for p in (ROOT / "dhim_ray").glob("*.py") if p.stem != "__init__"]
-    loaded = imported_in("; ".join(f"import dhim_ray.{m}" for m in modules))
-    assert "torch" in loaded  # sanity: the library did load
+def test_importing_the_core_loads_neither_ray_nor_pymilvus():
+    core = [module_name(p) for p in SOURCES if layer_of(p) == "core" and p.name != "__init__.py"]
+    loaded = loaded_by("; ".join(f"import {m}" for m in core))
+    assert "torch" in loaded  # the core did load
     assert "ray" not in loaded and "pymilvus" not in loaded
 
 
-def test_connector_does_not_import_torch():
-    loaded = imported_in("import dhim_ray.connectors.milvus")
-    assert "pymilvus" in loaded or True  # pymilvus loads lazily on connect
+def test_importing_the_connector_loads_no_torch():
+    loaded = loaded_by("import dhim_ray.connectors.milvus; import pymilvus")
+    assert "pymilvus" in loaded
     assert "torch" not in loaded and "transformers" not in loaded
-
-
-def test_no_top_level_ray_or_milvus_imports_in_library_source():
-    for path in (ROOT / "dhim_ray").glob("*.py"):
-        tree = ast.parse(path.read_text())
-        for node in tree.body:  # module level only; the CLI imports jobs inside commands
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            for name in names:
-                assert name.split(".")[0] not in ("ray", "pymilvus", "jobs", "connectors"), f"{path.name}: {name}"

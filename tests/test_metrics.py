@@ -74,7 +74,7 @@ def test_ordered_precision_matches_topk_and_tie_aware_is_expectation():
 
 def test_precision_errors():
     db = pack_codes(np.zeros((5, 8), dtype=np.uint8))
-    with pytest.raises(ConfigError, match="--k 6: larger than the database"):
+    with pytest.raises(ConfigError, match="k=6: larger than the database"):
         precision_at_k(db, np.zeros(5), db, np.zeros(5), k=6)
     with pytest.raises(DataError, match="queries has no labels"):
         precision_at_k(db, np.zeros(5), db, None, k=2)

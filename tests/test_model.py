@@ -99,10 +99,10 @@ def test_as_published_formulation():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"batch_size": 1}, "--batch-size 1"),
-    ({"lr": 0}, "--lr 0"),
-    ({"beta": -1}, "--beta -1"),
-    ({"max_epochs": 0}, "--epochs 0"),
+    ({"batch_size": 1}, "batch_size=1"),
+    ({"lr": 0}, "lr=0"),
+    ({"beta": -1}, "beta=-1"),
+    ({"max_epochs": 0}, "max_epochs=0"),
 ])
 def test_bad_train_settings(kwargs, message):
     with pytest.raises(ConfigError, match=message):
@@ -110,9 +110,9 @@ def test_bad_train_settings(kwargs, message):
 
 
 def test_bad_model_settings():
-    with pytest.raises(ConfigError, match="--bits 100"):
+    with pytest.raises(ConfigError, match="n_bits=100"):
         ModelConfig(n_bits=100)
-    with pytest.raises(ConfigError, match="--regulariser 'x'"):
+    with pytest.raises(ConfigError, match="regulariser='x'"):
         ModelConfig(regulariser="x")
     with pytest.raises(ConfigError, match="shared_cls_projection needs"):
         ModelConfig(hidden_size=384, shared_cls_projection=True)
@@ -217,3 +217,43 @@ def test_model_selection_searches_a_fixed_sample_of_train():
     assert len(selection_database(1000, TrainConfig(max_select_database=0))) == 1000
     with pytest.raises(ConfigError, match="max_select_database"):
         TrainConfig(max_select_database=50, k=100)
+
+
+def test_interrupted_in_process_training_keeps_the_best_epoch_and_resumes(tmp_path, toy_folder, tiny_config):
+    """Issue 11.9: Ctrl-C threw away every finished epoch; now the --out folder holds the
+    best epoch so far after each epoch, and --resume continues after the last one."""
+    from dhim_ray.checkpoint import has_training_state, read_checkpoint
+    from dhim_ray.data import CorpusSpec
+    from dhim_ray.errors import CheckpointError, TrainingInterrupted
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.pipeline import train_corpus
+    from dhim_ray.training import TrainCallback
+
+    seen = []
+
+    class CtrlCAtEpoch(TrainCallback):
+        def __init__(self, at):
+            self.at = at
+
+        def on_epoch_start(self, epoch, state):
+            seen.append(epoch)
+            if epoch == self.at:
+                raise KeyboardInterrupt
+
+    corpus, out = CorpusSpec(str(toy_folder)), tmp_path / "run"
+    cfg = tiny_config.replace(train={"max_epochs": 4, "patience": 10})
+    with pytest.raises(TrainingInterrupted, match="interrupted after epoch 1.*--resume"):
+        train_corpus(corpus, cfg, out, progress=False, callbacks=(CtrlCAtEpoch(2),))
+    info = read_checkpoint(out)
+    assert has_training_state(out) and info.summary["epochs_run"] == 2
+    assert Hasher.load(out).encode(["football goal"]).shape == (1, 2)  # the best epoch so far is usable
+    with pytest.raises(CheckpointError, match="holds an unfinished run; continue it with --resume"):
+        train_corpus(corpus, cfg, out, progress=False)
+    _, summary = train_corpus(corpus, cfg, out, progress=False, resume=True, callbacks=(CtrlCAtEpoch(-1),))
+    assert seen == [0, 1, 2, 2, 3]  # epochs 0 and 1 were not trained again
+    assert summary["epochs_run"] == 4 and [h["epoch"] for h in summary["history"]] == [0, 1, 2, 3]
+    assert not has_training_state(out)
+    # resumed == uninterrupted: same RNG stream, Adam state and weights
+    _, straight = train_corpus(corpus, cfg, tmp_path / "straight", progress=False)
+    np.testing.assert_allclose([h["loss"] for h in summary["history"]], [h["loss"] for h in straight["history"]],
+                               rtol=1e-5)

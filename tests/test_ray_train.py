@@ -1,78 +1,134 @@
-"""Integration: real Ray Train (2 CPU workers, gloo), real encoder, ../shared/data."""
+"""Integration: real Ray Train (CPU workers, gloo) running the library's one training
+loop, on the tiny BERT and a generated toy corpus (no data download, no ../shared)."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
 
-from conftest import shared_corpus
-from dhim_ray.config import config_for_bits
-from dhim_ray.errors import CheckpointError, ClusterError
-
-N = 200
+from dhim_ray.data import CorpusSpec
+from dhim_ray.errors import CheckpointError, ClusterError, ConfigError
+from dhim_ray.training import TrainCallback
 
 
-def small_config(epochs):
-    return config_for_bits(16, train={"max_epochs": epochs, "patience": 10, "batch_size": 64})
+@pytest.fixture(scope="module")
+def corpus(toy_folder):
+    return CorpusSpec(str(toy_folder))
 
 
-def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_path):
-    from dhim_ray.data import load_split
-    from dhim_ray.encoder import FrozenEncoder
+def config(tiny_config, epochs):
+    return tiny_config.replace(train={"max_epochs": epochs, "patience": 10, "batch_size": 32})
+
+
+def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_path, corpus, tiny_config):
     from dhim_ray.hasher import Hasher
-    from dhim_ray.training import hash_features
     from dhim_ray.jobs.train import RayTrainOptions, collect_features, feature_dataset, train_distributed
+    from dhim_ray.training import hash_features
 
-    corpus = str(shared_corpus("dbpedia"))
     out = tmp_path / "model"
-    summary = train_distributed(corpus, small_config(2), out, RayTrainOptions(workers=2, storage_path=tmp_path / "runs"),
-                                limit=N)
+    summary = train_distributed(corpus, config(tiny_config, 2), out,
+                                RayTrainOptions(workers=2, storage_path=tmp_path / "runs"))
     assert summary["epochs_run"] == 2 and summary["workers"] == 2
     assert 0 < summary["best_val_precision_at_k_tie_aware"] <= 1
+    assert [set(h) >= {"epoch", "steps", "loss", "seconds", "val_precision"} for h in summary["history"]] == [True] * 2
     hasher = Hasher.load(out)  # plain load, no Ray involved
-    texts = load_split(f"{corpus}:val", limit=50).texts
+    texts = corpus.with_split("val").load_split().texts
     in_process = hasher.encode(texts)
     # the same weights on features computed by the Ray Data actors give the same codes
     ray_feats, _ = collect_features(feature_dataset(texts, None, hasher.config.features, workers=2))
     assert np.array_equal(hash_features(hasher.model, ray_feats), in_process)
 
 
-def test_worker_failure_resumes_from_last_checkpoint(ray_session, tmp_path):
+def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, corpus, tiny_config):
+    """One loop: a single Ray worker (DDP over a world of one) and the in-process run
+    see the same batches and reach the same weights."""
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.jobs.train import RayTrainOptions, train_distributed
+    from dhim_ray.pipeline import train_corpus
+
+    cfg = config(tiny_config, 3)
+    ray_summary = train_distributed(corpus, cfg, tmp_path / "ray", RayTrainOptions(workers=1,
+                                                                                  storage_path=tmp_path / "runs"))
+    _, local_summary = train_corpus(corpus, cfg, tmp_path / "local", progress=False)
+    assert [h["steps"] for h in ray_summary["history"]] == [h["steps"] for h in local_summary["history"]]
+    np.testing.assert_allclose([h["loss"] for h in ray_summary["history"]],
+                               [h["loss"] for h in local_summary["history"]], rtol=1e-4)
+    texts = corpus.with_split("val").load_split().texts
+    assert np.array_equal(Hasher.load(tmp_path / "ray").encode(texts), Hasher.load(tmp_path / "local").encode(texts))
+
+
+def test_worker_failure_resumes_from_last_checkpoint(ray_session, tmp_path, corpus, tiny_config):
     from dhim_ray.hasher import Hasher
     from dhim_ray.jobs.train import RayTrainOptions, train_distributed
 
-    trace = tmp_path / "epochs.txt"
-    opts = RayTrainOptions(workers=2, storage_path=tmp_path / "runs", max_failures=1, fail_at_epoch=2)
-    summary = train_distributed(str(shared_corpus("dbpedia")), small_config(4), tmp_path / "model", opts,
-                                limit=N, trace_file=str(trace))
-    epochs = [int(x) for x in trace.read_text().split()]
+    trace, marker = tmp_path / "epochs.txt", tmp_path / "failed-once"
+
+    class FailOnceAtEpoch2(TrainCallback):  # pickled by value into the workers
+        def on_epoch_start(self, epoch, state):
+            if state.rank != 0:
+                return
+            with open(trace, "a") as f:
+                f.write(f"{epoch}\n")
+            if epoch == 2 and not marker.exists():
+                marker.touch()
+                raise RuntimeError("injected failure at epoch 2")
+
+    opts = RayTrainOptions(workers=2, storage_path=tmp_path / "runs", max_failures=1)
+    summary = train_distributed(corpus, config(tiny_config, 4), tmp_path / "model", opts,
+                                callbacks=(FailOnceAtEpoch2(),))
     # epochs 0 and 1 checkpointed; the failure at 2 restarts there, not from 0
-    assert epochs == [0, 1, 2, 2, 3]
+    assert [int(x) for x in trace.read_text().split()] == [0, 1, 2, 2, 3]
     assert summary["epochs_run"] == 4 and [h["epoch"] for h in summary["history"]] == [0, 1, 2, 3]
-    assert Hasher.load(tmp_path / "model").encode(["a football club in spain"]).shape == (1, 2)
+    assert Hasher.load(tmp_path / "model").encode(["football goal"]).shape == (1, 2)
 
 
-def test_resume_continues_a_finished_run(ray_session, tmp_path):
+def test_failure_past_max_failures_names_the_run_folder(ray_session, tmp_path, corpus, tiny_config):
+    from dhim_ray.errors import TrainingFailed
     from dhim_ray.jobs.train import RayTrainOptions, train_distributed
 
-    corpus = str(shared_corpus("dbpedia"))
-    first = train_distributed(corpus, small_config(1), tmp_path / "m1",
-                              RayTrainOptions(workers=2, storage_path=tmp_path / "runs", name="run"), limit=N)
+    class AlwaysFail(TrainCallback):
+        def on_epoch_start(self, epoch, state):
+            if epoch == 1:
+                raise RuntimeError("injected failure")
+
+    opts = RayTrainOptions(workers=2, storage_path=tmp_path / "runs", max_failures=0, name="failing")
+    with pytest.raises(TrainingFailed, match=f"--resume {tmp_path / 'runs' / 'failing'}"):
+        train_distributed(corpus, config(tiny_config, 3), tmp_path / "model", opts, callbacks=(AlwaysFail(),))
+    assert not (tmp_path / "model" / "config.json").exists()
+
+
+def test_resume_with_a_relative_path_runs_only_the_missing_epochs(ray_session, tmp_path, corpus, tiny_config,
+                                                                  monkeypatch):
+    """Issue 11.9: a relative --resume failed in the workers; an absolute one repeated the last epoch."""
+    from dhim_ray.jobs.train import RayTrainOptions, train_distributed
+
+    monkeypatch.chdir(tmp_path)
+    first = train_distributed(corpus, config(tiny_config, 1), "m1",
+                              RayTrainOptions(workers=2, storage_path="runs", name="run"))
     trace = tmp_path / "epochs.txt"
-    again = train_distributed(corpus, small_config(2), tmp_path / "m2",
-                              RayTrainOptions(workers=2, storage_path=tmp_path / "runs",
-                                              resume=tmp_path / "runs" / "run"),
-                              limit=N, trace_file=str(trace))
+
+    class Trace(TrainCallback):
+        def on_epoch_start(self, epoch, state):
+            if state.rank == 0:
+                with open(trace, "a") as f:
+                    f.write(f"{epoch}\n")
+
+    again = train_distributed(corpus, config(tiny_config, 3), "m2",
+                              RayTrainOptions(workers=2, storage_path="runs", resume="runs/run"),
+                              callbacks=(Trace(),))
     assert first["epochs_run"] == 1
-    assert [int(x) for x in trace.read_text().split()] == [1]  # only the missing epoch ran
-    assert again["epochs_run"] == 2
+    assert [int(x) for x in trace.read_text().split()] == [1, 2]  # epoch 0 is not repeated
+    assert again["epochs_run"] == 3 and [h["epoch"] for h in again["history"]] == [0, 1, 2]
+    assert json.loads((tmp_path / "m2" / "config.json").read_text())["summary"]["epochs_run"] == 3
 
 
 def test_bad_inputs(tmp_path):
     from dhim_ray.jobs.ray_env import _check_address
     from dhim_ray.jobs.train import RayTrainOptions, find_resume_checkpoint
 
-    with pytest.raises(ClusterError, match="--workers 0: must be >= 1"):
+    with pytest.raises(ConfigError, match="workers=0: must be >= 1"):
         RayTrainOptions(workers=0)
     (tmp_path / "notarun").mkdir()
     with pytest.raises(CheckpointError, match="not a dhim-ray training run"):
@@ -84,5 +140,5 @@ def test_bad_inputs(tmp_path):
 def test_more_gpus_than_the_cluster_has(ray_session):
     from dhim_ray.jobs.train import RayTrainOptions, _check_gpus
 
-    with pytest.raises(ClusterError, match="--use-gpu: the cluster has no GPUs"):
+    with pytest.raises(ClusterError, match="use_gpu: the cluster has no GPUs"):
         _check_gpus(RayTrainOptions(workers=2, use_gpu=True))

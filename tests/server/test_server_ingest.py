@@ -13,15 +13,16 @@ import sys
 
 import numpy as np
 import pytest
-
-from conftest import shared_corpus
-from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, ensure_collection
-from dhim_ray.errors import CollectionMismatchError, StoreUnreachableError
 from milvus_server import ROOT_TOKEN, URI, start_server
+
+from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, ensure_collection
+from dhim_ray.data import CorpusSpec
+from dhim_ray.errors import CollectionMismatchError
 
 os.environ["MILVUS_TOKEN"] = ROOT_TOKEN  # before Ray starts, so its workers inherit it
 
 N = 400
+BBC = CorpusSpec("bbc", "train", limit=N)
 NLIST = 16
 
 
@@ -40,9 +41,9 @@ def model_dir(tmp_path_factory):
     from dhim_ray.config import config_for_bits
     from dhim_ray.pipeline import train_corpus
 
-    out = tmp_path_factory.mktemp("model") / "dbpedia-16"
+    out = tmp_path_factory.mktemp("model") / "bbc-16"
     cfg = config_for_bits(16, train={"max_epochs": 2, "batch_size": 64})
-    train_corpus(str(shared_corpus("dbpedia")), cfg, out, progress=False, limit=N)
+    train_corpus(CorpusSpec("bbc", limit=N), cfg, out, progress=False)
     return out
 
 
@@ -51,8 +52,7 @@ def ingested(ray_session, milvus_uri, model_dir):
     from dhim_ray.jobs.ingest import ingest
 
     target = MilvusTarget(milvus_uri, "dbp16_ivf")
-    result = ingest(str(shared_corpus("dbpedia")), model_dir, target, workers=2, limit=N, progress=False,
-                    index=IndexSpec("BIN_IVF_FLAT", nlist=NLIST), overwrite=True)
+    result = ingest(BBC, model_dir, target, workers=2, progress=False, index=IndexSpec("BIN_IVF_FLAT", nlist=NLIST), overwrite=True)
     return target, result
 
 
@@ -71,7 +71,6 @@ def stored_codes(target: MilvusTarget) -> tuple[list[int], np.ndarray]:
 
 
 def test_parallel_writers_fill_an_ivf_collection_exactly(ingested, model_dir):
-    from dhim_ray.data import load_split
     from dhim_ray.hasher import Hasher
 
     target, result = ingested
@@ -84,8 +83,8 @@ def test_parallel_writers_fill_an_ivf_collection_exactly(ingested, model_dir):
     assert index["index_type"] == "BIN_IVF_FLAT" and int(index["nlist"]) == NLIST
     assert index["metric_type"] == "HAMMING"
     rows, codes = stored_codes(target)
-    assert rows == list(range(N))
-    texts = load_split(f"{shared_corpus('dbpedia')}:train", limit=N).texts
+    assert rows == BBC.load_split().rows.tolist()
+    texts = BBC.load_split().texts
     assert np.array_equal(codes, Hasher.load(model_dir).encode(texts))
 
 
@@ -93,7 +92,7 @@ def test_rerun_upserts_and_the_count_stays_exact(ingested, model_dir):
     from dhim_ray.jobs.ingest import ingest
 
     target, _ = ingested
-    again = ingest(str(shared_corpus("dbpedia")), model_dir, target, workers=2, limit=N, progress=False)
+    again = ingest(BBC, model_dir, target, workers=2, progress=False)
     assert again.rows_in_collection == N
     rows, _ = stored_codes(target)
     assert len(rows) == N and len(set(rows)) == N
@@ -133,21 +132,19 @@ def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus
 
 def test_search_through_the_ivf_index(ingested, model_dir):
     """nprobe = nlist probes every cluster: exact, so it must agree with in-memory search."""
-    from dhim_ray.data import load_split
     from dhim_ray.pipeline import evaluate_checkpoint
-    from dhim_ray.jobs.search import CodeSearcher, evaluate_in_milvus
+    from dhim_ray.search import Searcher, evaluate_in_milvus
 
     target, _ = ingested
-    corpus = shared_corpus("dbpedia")
-    texts = load_split(f"{corpus}:train", limit=N).texts
+    split = BBC.load_split()
     exact = IndexSpec("BIN_IVF_FLAT", nlist=NLIST, nprobe=NLIST)
-    with CodeSearcher(model_dir, target, index=exact) as s:
-        hits = s.search([texts[11]], k=N)[0]
-    own = [h for h in hits if h["row"] == 11]
+    with Searcher(model_dir, target, index=exact) as s:
+        hits = s.search([split.texts[11]], k=N)[0]
+    own = [h for h in hits if h["row"] == split.rows[11]]
     assert hits[0]["distance"] == 0 and own and own[0]["distance"] == 0
-    in_memory = evaluate_checkpoint(model_dir, f"{corpus}:train", f"{corpus}:val", k=50, progress=False, limit=N)
-    served = evaluate_in_milvus(model_dir, f"{corpus}:val", target.uri, target.collection, k=50, progress=False,
-                                limit=N, index=exact)
+    queries = CorpusSpec("bbc", "val", limit=60)
+    in_memory = evaluate_checkpoint(model_dir, BBC, queries, k=50, progress=False)
+    served = evaluate_in_milvus(model_dir, queries, target, k=50, index=exact)
     assert served["precision_at_k_tie_aware"] == pytest.approx(in_memory["precision_at_k_tie_aware"], abs=1e-9)
 
 
@@ -179,4 +176,4 @@ def test_wrong_or_missing_credentials_fail_clearly_without_echoing_them(milvus_u
     assert "REFUSED" in out.stdout, out.stdout + out.stderr
     assert "$MILVUS_TOKEN" in out.stdout
     assert "not-the-password" not in out.stdout + out.stderr
-    assert StoreUnreachableError  # the type the CLI turns into one red line
+    assert "REFUSED cannot" in out.stdout  # a StoreUnreachableError: the CLI's one line, exit 1

@@ -1,0 +1,218 @@
+"""Bad input, as a careful new user would type it: the CLI run as a subprocess over a
+table of mistakes. Each must exit 2 (1 for the environment), print exactly one line
+on stderr saying what was wrong and how to fix it, no traceback, and leave the model
+folder and the collection as they were."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import write_csv
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, toy_folder, tiny_bert, tiny_config):
+    """A trained tiny model, a milvus-lite file with its collection, and broken copies."""
+    from dhim_ray.connectors.milvus import (
+        MilvusTarget,
+        document_ids,
+        ensure_collection,
+        make_rows,
+        release,
+        upsert_rows,
+    )
+    from dhim_ray.data import CorpusSpec
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.pipeline import train_corpus
+
+    root = tmp_path_factory.mktemp("bad")
+    model = root / "model"
+    train_corpus(CorpusSpec(str(toy_folder)), tiny_config.replace(train={"max_epochs": 1}), model, progress=False)
+    hasher = Hasher.load(model)
+    db = root / "codes.db"
+    client = MilvusTarget(str(db), "toy_16").connect()
+    texts = ["football goal", "vote party", "chip data"]
+    ensure_collection(client, "toy_16", 16, hasher.model_id)
+    upsert_rows(client, "toy_16", make_rows(document_ids("toy@1", range(3)), hasher.encode(texts), 16, None, texts,
+                                            "toy@1", np.arange(3)))
+    client.close()
+    release(str(db))
+    for name, edit in (("no_model_section", lambda m: m["config"].pop("model")),
+                       ("text_bits", lambda m: m["config"]["model"].update(n_bits="x"))):
+        broken = root / name
+        broken.mkdir()
+        (broken / "model.safetensors").write_bytes((model / "model.safetensors").read_bytes())
+        meta = json.loads((model / "config.json").read_text())
+        edit(meta)
+        (broken / "config.json").write_text(json.dumps(meta))
+    truncated = root / "truncated-encoder"
+    truncated.mkdir()
+    for f in Path(tiny_bert).iterdir():
+        data = f.read_bytes()
+        (truncated / f.name).write_bytes(data[: len(data) // 3] if f.suffix == ".safetensors" else data)
+    (root / "afile").write_text("not a folder")
+    write_csv(root / "latin1" / "train.csv", [("a", "x")], header=True)
+    (root / "latin1" / "train.csv").write_bytes("label,text\na,caf\xe9\n".encode("latin-1"))
+    return {"root": root, "model": model, "db": db, "toy": toy_folder, "bert": tiny_bert, "truncated": truncated}
+
+
+def T(*args):  # train on the toy corpus with the tiny BERT
+    return ["train", "{toy}", "--encoder", "{bert}", "--max-words", "12", "--out", "{root}/out", *args]
+
+
+def E(*args):  # eval a model in memory
+    return ["eval", "{model}", "--database", "{toy}:train", "--queries", "{toy}:val", *args]
+
+
+def ING(*args):  # ingest into the existing collection
+    return ["ingest", "{toy}", "--model", "{model}", "--uri", "{db}", "--collection", "toy_16", *args]
+
+
+def S(*args):  # search the existing collection
+    return ["search", "football", "--model", "{model}", "--uri", "{db}", "--collection", "toy_16", *args]
+
+
+CASES = [
+    # train: every option out of range, of the wrong type, or empty
+    (T("--bits", "100"), 2, "--bits 100: must be a multiple of 8"),
+    (T("--bits", "abc"), 2, "Invalid value for '--bits'"),
+    (T("--bits", ""), 2, "Invalid value for '--bits'"),
+    (T("--bits", "2048"), 2, "--bits 2048: must be a multiple of 8"),
+    (T("--epochs", "0"), 2, "--epochs 0: must be >= 1"),
+    (T("--epochs", "x"), 2, "Invalid value for '--epochs'"),
+    (T("--patience", "0"), 2, "--patience 0: must be >= 1"),
+    (T("--batch-size", "1"), 2, "--batch-size 1: must be >= 2"),
+    (T("--lr", "0"), 2, "--lr 0.0: must be in (0, 1)"),
+    (T("--lr", "fast"), 2, "Invalid value for '--lr'"),
+    (T("--alpha", "0"), 2, "--alpha 0.0: must be > 0"),
+    (T("--beta", "-1"), 2, "--beta -1.0: must be >= 0"),
+    (T("--regulariser", "x"), 2, "--regulariser 'x': choose cls, mean or none"),
+    (T("--formulation", "x"), 2, "--formulation 'x': choose shipped or paper"),
+    (T("--neighbours", "-1"), 2, "--neighbours -1: must be between 0 (off) and 1000"),
+    (T("--crop-tokens", "-1"), 2, "--crop-tokens -1: must be 0 (off) or positive"),
+    (T("--filters", "0"), 2, "--filters 0: must be positive"),
+    (T("--init", "pca"), 2, "--init 'pca': choose random or itq"),
+    (T("--cleaning", "latin"), 2, "cleaning 'latin': choose unicode or ascii"),
+    (T("--feature-dropout", "1.5"), 2, "--feature-dropout 1.5: must be in [0, 1)"),
+    (T("--max-words", "0"), 2, "--max-words 0: must be between 1 and 100000"),
+    (T("--max-words", "500"), 2, "--max-words 500 needs 501 tokens"),
+    (T("--workers", "0"), 2, "--workers 0: must be >= 1"),
+    (T("--limit", "0"), 2, "--limit 0: must be >= 1"),
+    (T("--text-column", ""), 2, "--text-column '': give a column name"),
+    (T("--text-column", "body"), 2, "no text column 'body'"),
+    (T("--label-column", "lable"), 2, "no label column 'lable'"),
+    (T("--set", "train.beta"), 2, "--set 'train.beta': write SECTION.FIELD=VALUE"),
+    (T("--set", "train.nope=1"), 2, "train has no field 'nope'"),
+    (T("--set", "train.beta=high"), 2, "expected a float value"),
+    (T("--resume", "{root}/nowhere"), 2, "no unfinished run there"),
+    (["train", "{toy}", "--encoder", "", "--out", "{root}/o2"], 2, "--encoder '': give a model name or path"),
+    (["train", "{toy}", "--encoder", "{truncated}", "--out", "{root}/o3"], 2, "cannot be loaded"),
+    (["train", "{toy}", "--encoder", "{bert}", "--max-words", "12", "--out", "{root}/afile"], 2, "is a file, not a folder"),
+    (["train", "{toy}", "--encoder", "{bert}", "--max-words", "12", "--out", "{root}/afile/sub"], 2, "is a file"),
+    (["train", "nosuchcorpus"], 2, "unknown corpus 'nosuchcorpus': use a preset"),
+    (["train", ""], 2, "empty name"),
+    (["train", "data/missing.csv"], 2, "data/missing.csv: no such file or folder"),
+    (["train", "dbpedia"], 1, "needs the Hugging Face hub, which is unreachable"),
+    (["train", "{root}/latin1"], 2, "not UTF-8 text"),
+    (["train", "{toy}", "--bits", "16", "--encoder", "{bert}", "--max-words", "12", "--out", "{root}/o4",
+      "--limit", "2"], 2, "--init random"),
+    # eval
+    (["eval", "--database", "{toy}:train", "--queries", "{toy}:val"], 2, "give a model folder"),
+    (E("--k", "0"), 2, "--k 0: must be a positive integer"),
+    (E("--k", "x"), 2, "Invalid value for '--k'"),
+    (["eval", "{model}", "--queries", "{toy}:val"], 2, "eval needs --database"),
+    (["eval", "{model}", "--database", "{toy}:train"], 2, "eval needs --queries"),
+    (E("--collection", "toy_16"), 2, "--database and --collection both given"),
+    (["eval", "{root}/nomodel", "--database", "{toy}:train", "--queries", "{toy}:val"], 2, "no such folder"),
+    (["eval", "{root}/no_model_section", "--database", "{toy}:train", "--queries", "{toy}:val"], 2,
+     "has no model/features config"),
+    (["eval", "--baseline", "sh", "--database", "{toy}:train", "--queries", "{toy}:val"], 2, "--baseline 'sh'"),
+    (["eval", "--baseline", "itq", "--bits", "7", "--database", "{toy}:train", "--queries", "{toy}:val"], 2,
+     "--bits 7: must be a multiple of 8"),
+    (["eval", "--baseline", "itq", "--encoder", "{truncated}", "--database", "{toy}:train", "--queries",
+      "{toy}:val"], 2, "cannot be loaded"),
+    (["eval", "{model}", "--database", "{toy}:test", "--queries", "{toy}:val"], 2, "has no split 'test'"),
+    # ingest: nothing may be written, the collection stays as it was
+    (["ingest", "{toy}", "--uri", "{db}"], 2, "Missing option '--model'"),
+    (ING("--batch-size", "0"), 2, "--batch-size 0: must be >= 1"),
+    (ING("--workers", "0"), 2, "--workers 0: must be >= 1"),
+    (ING("--index", "BIN_IVF_FLAT"), 2, "--index BIN_IVF_FLAT: milvus-lite files take BIN_FLAT only"),
+    (ING("--index", "HNSW"), 2, "--index 'HNSW': choose one of BIN_FLAT, BIN_IVF_FLAT"),
+    (ING("--nlist", "0", "--index", "BIN_FLAT"), 2, "--nlist 0: must be between 1 and 65536"),
+    (ING("--limit", "0"), 2, "--limit 0: must be >= 1"),
+    (ING("--label-column", "lable"), 2, "no label column 'lable'"),
+    (ING("--split", "test"), 2, "has no split 'test'"),
+    (["ingest", "{toy}", "--model", "{model}", "--uri", "{db}", "--collection", "1bad"], 2, "--collection '1bad'"),
+    (["ingest", "{toy}", "--model", "{model}", "--uri", "", "--collection", "c"], 2, "uri is empty"),
+    (["ingest", "{toy}", "--model", "{model}", "--uri", "{root}/codes.txt", "--collection", "c"], 2,
+     "must end in .db"),
+    (["ingest", "{toy}", "--model", "{root}/no_model_section", "--uri", "{db}", "--collection", "toy_16"], 2,
+     "has no model/features config"),
+    (["ingest", "{toy}", "--model", "{root}/text_bits", "--uri", "{db}", "--collection", "toy_16"], 2,
+     "holds an invalid config"),
+    (["ingest", "{toy}", "--model", "{root}/nomodel", "--uri", "{db}", "--collection", "toy_16"], 2,
+     "no such folder"),
+    (["ingest", "nosuchcorpus", "--model", "{model}", "--uri", "{db}", "--collection", "toy_16"], 2,
+     "unknown corpus"),
+    (["ingest", "http://user:hunter2@127.0.0.1:1", "--model", "{model}", "--uri", "http://user:hunter2@127.0.0.1:1",
+      "--collection", "c"], 2, "no such file or folder"),
+    (["ingest", "{toy}", "--model", "{model}", "--uri", "http://user:hunter2@127.0.0.1:1", "--collection", "c"], 1,
+     "cannot reach Milvus at http://***@127.0.0.1:1"),
+    # search
+    (S("-k", "0"), 2, "--k 0: must be between 1 and 16384"),
+    (S("-k", "20000"), 2, "--k 20000: must be between 1 and 16384"),
+    (["search", "x", "--model", "{model}", "--uri", "{root}/typo.db", "--collection", "toy_16"], 2,
+     "no such milvus-lite file"),
+    (["search", "x", "--model", "{model}", "--uri", "{db}", "--collection", "nothere"], 2,
+     "collection 'nothere' does not exist"),
+    (["search", "", "--model", "{model}", "--uri", "{db}", "--collection", "toy_16"], 2, "text 0 ('') is empty"),
+    (["search", "x", "--model", "{root}/[exp1]/m", "--uri", "{db}", "--collection", "toy_16"], 2,
+     "[exp1]/m: no such folder"),
+    # demo
+    (["demo", "--out", "{root}/afile/sub"], 2, "is a file, not a folder"),
+    (["demo", "--out", "{root}/demo", "--bits", "100"], 2, "--bits 100: must be a multiple of 8"),
+    # the command line itself
+    (["nosuchcommand"], 2, "No such command 'nosuchcommand'"),
+    (["train", "{toy}", "--no-such-flag"], 2, "No such option: --no-such-flag"),
+]
+
+
+def snapshot(world) -> str:
+    """The model folder's bytes and the collection's rows."""
+    from dhim_ray.connectors.milvus import MilvusTarget, release
+
+    digest = hashlib.sha256()
+    for f in sorted(world["model"].iterdir()):
+        digest.update(f.name.encode() + f.read_bytes())
+    client = MilvusTarget(str(world["db"]), "toy_16").connect(create=False)
+    try:
+        rows = client.query("toy_16", filter="id >= 0", output_fields=["id", "text"], timeout=30)
+    finally:
+        client.close()
+        release(str(world["db"]))
+    return digest.hexdigest() + json.dumps(sorted((r["id"], r["text"]) for r in rows))
+
+
+@pytest.mark.parametrize("args, code, message", CASES, ids=[" ".join(a)[:80] for a, _, _ in CASES])
+def test_bad_input_is_one_line_and_changes_nothing(world, args, code, message):
+    before = snapshot(world)
+    argv = [a.format(**world) for a in args]
+    env = dict(os.environ, COLUMNS="100", HF_HUB_OFFLINE="1", RAY_AUTH_MODE="disabled")
+    run = subprocess.run([sys.executable, "-m", "dhim_ray.cli", *argv], capture_output=True, text=True, env=env,
+                         timeout=300, stdin=subprocess.DEVNULL)
+    lines = [line for line in run.stderr.splitlines() if line.strip() and not line.startswith(("encoding", "train "))]
+    assert run.returncode == code, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr + run.stdout
+    assert len(lines) == 1 and lines[0].startswith("error: "), run.stderr[-2000:]
+    assert message in lines[0]
+    assert "hunter2" not in run.stderr + run.stdout
+    assert snapshot(world) == before
