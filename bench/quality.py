@@ -81,7 +81,7 @@ def train_dhim(cfg, tr, va, train, val, k: int) -> dict:
     r = precision_at_k(hash_features(res.model, tr), train.labels, hash_features(res.model, va), val.labels, k)
     return {"p": r.precision_at_k, "p_tie": r.precision_at_k_tie_aware, "seconds": round(res.seconds, 1),
             "best_epoch": res.best_epoch, "epochs_run": len(res.history),
-            "epoch_seconds": round(float(np.mean([h["seconds"] for h in res.history])), 1)}
+            "epoch_seconds": round(float(np.mean([h.seconds for h in res.history])), 1)}
 
 
 def epoch_cap(name: str, bits: int, max_epochs: int, long_epochs: int | None = None,

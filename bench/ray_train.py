@@ -26,6 +26,7 @@ def main() -> None:
     ap.add_argument("--out", default="bench/ray_train.json")
     args = ap.parse_args()
     from dhim_ray.config import config_for_bits
+    from dhim_ray.data import CorpusSpec
     from dhim_ray.jobs.ray_env import init_ray
     from dhim_ray.jobs.train import RayTrainOptions, train_distributed
 
@@ -35,7 +36,7 @@ def main() -> None:
     for workers in (1, 2):
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
-            s = train_distributed(str(DATA / args.corpus), cfg, Path(tmp) / "m",
+            s = train_distributed(CorpusSpec(str(DATA / args.corpus)), cfg, Path(tmp) / "m",
                                   RayTrainOptions(workers=workers, storage_path=Path(tmp) / "runs"))
             wall = time.perf_counter() - t0
         results[workers] = {k: v for k, v in s.items() if k not in ("history", "run_dir")} | {"wall_seconds": wall}

@@ -80,7 +80,7 @@ def bench_ingest(n_docs: int, workers: int) -> dict:
     from dhim_ray.checkpoint import save_checkpoint
     from dhim_ray.config import config_for_bits
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.data import load_split
+    from dhim_ray.data import CorpusSpec, load_split
     from dhim_ray.encoder import FrozenEncoder
     from dhim_ray.jobs.ingest import ingest
     from dhim_ray.training import build_model
@@ -100,10 +100,11 @@ def bench_ingest(n_docs: int, workers: int) -> dict:
         del enc
         # Cold: this process starts Ray. Warm: Ray is already up, as on a cluster taking
         # `ray job submit`; encoder actors still start (and load the model) inside the timing.
-        cold = ingest(f"{DATA / 'dbpedia'}:train", model_dir, MilvusTarget(str(Path(tmp) / "i.db"), "cold"),
-                      workers=workers, limit=n_docs, progress=False)
-        warm = ingest(f"{DATA / 'dbpedia'}:train", model_dir, MilvusTarget(str(Path(tmp) / "i.db"), "warm"),
-                      workers=workers, limit=n_docs, progress=False)
+        corpus = CorpusSpec(str(DATA / "dbpedia"), "train", limit=n_docs)
+        cold = ingest(corpus, model_dir, MilvusTarget(str(Path(tmp) / "i.db"), "cold"), workers=workers,
+                      progress=False)
+        warm = ingest(corpus, model_dir, MilvusTarget(str(Path(tmp) / "i.db"), "warm"), workers=workers,
+                      progress=False)
     return {"docs": n_docs, "workers": workers, "bare_encoder_docs_per_s": bare,
             "ingest_docs_per_s": cold.docs_per_second, "ratio": cold.docs_per_second / bare,
             "warm_ingest_docs_per_s": warm.docs_per_second, "warm_ratio": warm.docs_per_second / bare,

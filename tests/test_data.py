@@ -167,6 +167,13 @@ def test_missing_local_file_is_not_blamed_on_the_hub(tmp_path):
 def test_drop_empty_logs_what_it_dropped(tmp_path, caplog):
     """Issue 11.3: --drop-empty dropped rows silently."""
     write_csv(tmp_path / "train.csv", [("a", "x y"), ("b", "@@@"), ("a", "z")], header=True)
-    with caplog.at_level("WARNING", logger="dhim_ray"):
-        split = load_split(str(tmp_path / "train.csv"), drop_empty=True)
+    import logging
+
+    logger = logging.getLogger("dhim_ray")  # the CLI's setup may have stopped it propagating to the root
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level("WARNING", logger="dhim_ray"):
+            split = load_split(str(tmp_path / "train.csv"), drop_empty=True)
+    finally:
+        logger.removeHandler(caplog.handler)
     assert len(split) == 2 and "dropped 1 of 3 rows with empty text (rows 1)" in caplog.text

@@ -271,3 +271,23 @@ def test_ingest_ids_identify_the_source_not_its_folder_name(tmp_path):
     ids = {source_label(f"{CorpusSpec(str(p)).source_id}:train", "corpus:train") for p in (a, b)}
     assert len(ids) == 2 and all(s.startswith("corpus:train@") for s in ids)
     assert json.dumps(sorted(ids))  # plain strings
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_search_output_keeps_rank_distance_label_and_row_on_narrow_terminals(ingested, model_dir, columns):
+    """Issue 11.13: at 80 or 100 columns only the text column got width."""
+    import os
+    import subprocess
+    import sys
+
+    target, _ = ingested
+    env = dict(os.environ, COLUMNS=str(columns), HF_HUB_OFFLINE="1")
+    run = subprocess.run([sys.executable, "-m", "dhim_ray.cli", "search", "oil prices", "--model", str(model_dir),
+                          "--uri", target.uri, "--collection", target.collection, "-k", "3"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    header = next(line for line in run.stdout.splitlines() if "rank" in line)
+    assert all(col in header for col in ("rank", "distance", "label", "row", "text"))
+    assert max(len(line) for line in run.stdout.splitlines()) <= columns
+    body = [line for line in run.stdout.splitlines() if line.startswith("│")][1:]
+    assert len(body) == 3 and all(cell.strip() for line in body for cell in line.split("│")[1:5])

@@ -1,0 +1,45 @@
+"""Starting a local Ray on a loaded machine (issue 11.14): Ray waits a fixed 30 s for its
+node and then raises; the start is retried cleanly, and a final failure says what
+happened without blaming an address the user never gave."""
+
+from __future__ import annotations
+
+import pytest
+
+from dhim_ray.errors import ClusterError
+
+
+def test_a_failed_local_start_is_retried(monkeypatch):
+    import ray
+
+    import dhim_ray.jobs.ray_env as env
+
+    calls, shutdowns = [], []
+
+    def flaky_init(**kwargs):
+        calls.append(kwargs)
+        if len(calls) < 3:
+            raise Exception("The current node timed out during startup.")
+
+    monkeypatch.setattr(ray, "init", flaky_init)
+    monkeypatch.setattr(ray, "shutdown", lambda: shutdowns.append(1))
+    monkeypatch.setattr(env.time, "sleep", lambda s: None)
+    env._start_local(2, {"include_dashboard": False})
+    assert len(calls) == 3 and len(shutdowns) == 2 and calls[-1]["num_cpus"] == 2
+
+
+def test_a_local_start_that_keeps_failing_names_no_address(monkeypatch):
+    import ray
+
+    import dhim_ray.jobs.ray_env as env
+
+    def failing_init(**kwargs):
+        raise Exception("Timed out waiting for file /tmp/ray/session_latest/logs/gcs_server_port")
+
+    monkeypatch.setattr(ray, "init", failing_init)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(env.time, "sleep", lambda s: None)
+    with pytest.raises(ClusterError, match="could not start a local Ray on this machine after 3 attempts") as e:
+        env._start_local(None, {})
+    assert "address" not in str(e.value).split(";")[0] and "--address auto" in str(e.value)
+    assert e.value.retriable
