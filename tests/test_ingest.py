@@ -289,5 +289,5 @@ def test_search_output_keeps_rank_distance_label_and_row_on_narrow_terminals(ing
     header = next(line for line in run.stdout.splitlines() if "rank" in line)
     assert all(col in header for col in ("rank", "distance", "label", "row", "text"))
     assert max(len(line) for line in run.stdout.splitlines()) <= columns
-    body = [line for line in run.stdout.splitlines() if line.startswith("│")][1:]
+    body = [line for line in run.stdout.splitlines() if line.startswith("│")]
     assert len(body) == 3 and all(cell.strip() for line in body for cell in line.split("│")[1:5])
