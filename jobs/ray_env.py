@@ -55,7 +55,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
             ) from exc
     else:
         _start_local(num_cpus, kwargs)
-    quiet_ray_data()
+    quiet_ray_data(verbose)
 
 
 def _start_local(num_cpus: int | None, kwargs: dict) -> None:
@@ -108,11 +108,12 @@ def quiet_ray(verbose: bool = False) -> None:
         logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.ERROR)
 
 
-def quiet_ray_data() -> None:
+def quiet_ray_data(verbose: bool = False) -> None:
     """Ray Data logs its plan and a progress block every 10 s; our own progress bars
-    say the same in one line."""
+    say the same in one line. (Importing ray.data configures its loggers: quiet them after.)"""
     from ray.data import DataContext
 
+    quiet_ray(verbose)
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False

@@ -227,6 +227,28 @@ def _log_events(events, done: threading.Event, k: int) -> None:
                     e["seconds"])
 
 
+def _fit_off_the_main_thread(trainer):
+    """``trainer.fit()`` in a helper thread, so Ctrl-C reaches this (main) thread as a
+    KeyboardInterrupt: in the main thread Ray Train installs its own SIGINT handler,
+    which ends the process with no word of what was kept. The run's actors belong to
+    this driver and stop when it exits."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = trainer.fit()
+        except BaseException as exc:  # handed to the main thread below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="ray-train-fit", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(timeout=0.5)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
 def train_distributed(
     corpus: CorpusSpec,
     config: DHIMConfig,
@@ -285,7 +307,7 @@ def train_distributed(
     printer = threading.Thread(target=_log_events, args=(events, done, config.train.k), daemon=True)
     printer.start()
     try:
-        result = trainer.fit()
+        result = _fit_off_the_main_thread(trainer)
     except KeyboardInterrupt:
         raise TrainingInterrupted(
             f"interrupted; finished epochs are checkpointed in {run_dir}; continue with the same command and "
