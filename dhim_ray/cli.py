@@ -49,7 +49,7 @@ FLAGS = {
     "max_failures": "--max-failures", "use_gpu": "--use-gpu", "token_env": "--token-env",
     **{name: f"--{name}" for name in ("encoder", "alpha", "beta", "lr", "patience", "k", "regulariser", "init",
                                       "neighbours", "baseline", "index", "nlist", "nprobe", "collection", "uri",
-                                      "resume", "out", "workers", "limit", "address", "set")},
+                                      "resume", "out", "workers", "limit", "address", "set", "split")},
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 

@@ -114,6 +114,8 @@ class CorpusSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise DataError("corpus: empty name; give a preset (bbc, dbpedia, ...), a folder, a file or a hub id")
+        if self.split is not None and not self.split.strip():
+            raise DataError("split='': give a split name such as train or val, or leave it out")
         if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 1):
             raise DataError(f"limit={self.limit}: must be >= 1 (rows per split)")
         for role, column in (("text_column", self.text_column), ("label_column", self.label_column)):

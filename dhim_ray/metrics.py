@@ -198,14 +198,6 @@ def precision_at_k(
     )
 
 
-def precision_from_neighbours(
-    neighbour_labels: np.ndarray, query_labels: np.ndarray
-) -> float:
-    """Mean share of neighbours (n_queries, k) whose label equals the query's."""
-    neighbour_labels = np.asarray(neighbour_labels)
-    return float(np.mean(neighbour_labels == np.asarray(query_labels)[:, None]))
-
-
 def cosine_precision_at_k(
     database: np.ndarray,
     database_labels: np.ndarray,

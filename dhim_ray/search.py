@@ -47,6 +47,8 @@ class Searcher:
 
     def __init__(self, model_dir: str | Path, target: MilvusTarget, index: IndexSpec | None = None,
                  hasher: Hasher | None = None, nprobe: int | None = None):
+        if nprobe is not None and (isinstance(nprobe, bool) or nprobe < 1):
+            raise ConfigError(f"nprobe={nprobe}: must be >= 1 (clusters to probe; nlist is exact)")
         self.hasher = hasher or Hasher.load(model_dir)
         self.target = target
         self.index = index or IndexSpec()

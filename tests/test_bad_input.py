@@ -115,6 +115,9 @@ CASES = [
     (T("--set", "train.beta=high"), 2, "expected a float value"),
     (["train", "{toy}", "--encoder", "{bert}", "--resume", "{root}/nowhere"], 2, "no unfinished run there"),
     (T("--resume", "{root}/elsewhere"), 2, "an in-process run resumes in its own --out folder"),
+    (T("--seed", "x"), 2, "Invalid value for '--seed'"),
+    (T("--workers", "2", "--max-failures", "-1"), 2, "--max-failures -1: must be >= 0"),
+    (T("--address", "ray://127.0.0.1:1"), 1, "--address ray://127.0.0.1:1: nothing answers at 127.0.0.1:1"),
     (["train", "{toy}", "--encoder", "", "--out", "{root}/o2"], 2, "--encoder '': give a model name or path"),
     (["train", "{toy}", "--encoder", "{truncated}", "--out", "{root}/o3"], 2, "cannot be loaded"),
     (["train", "{toy}", "--encoder", "{bert}", "--max-words", "12", "--out", "{root}/afile"], 2, "is a file, not a folder"),
@@ -142,6 +145,10 @@ CASES = [
     (["eval", "--baseline", "itq", "--encoder", "{truncated}", "--database", "{toy}:train", "--queries",
       "{toy}:val"], 2, "cannot be loaded"),
     (["eval", "{model}", "--database", "{toy}:test", "--queries", "{toy}:val"], 2, "has no split 'test'"),
+    (["eval", "--baseline", "itq", "--max-words", "0", "--database", "{toy}:train", "--queries", "{toy}:val"], 2,
+     "--max-words 0: must be between 1 and 100000"),
+    (["eval", "--baseline", "itq", "--bits", "x", "--database", "{toy}:train", "--queries", "{toy}:val"], 2,
+     "Invalid value for '--bits'"),
     # ingest: nothing may be written, the collection stays as it was
     (["ingest", "{toy}", "--uri", "{db}"], 2, "Missing option '--model'"),
     (ING("--batch-size", "0"), 2, "--batch-size 0: must be >= 1"),
@@ -152,6 +159,8 @@ CASES = [
     (ING("--limit", "0"), 2, "--limit 0: must be >= 1"),
     (ING("--label-column", "lable"), 2, "no label column 'lable'"),
     (ING("--split", "test"), 2, "has no split 'test'"),
+    (ING("--split", ""), 2, "--split '': give a split name"),
+    (ING("--nlist", "abc"), 2, "Invalid value for '--nlist'"),
     (["ingest", "{toy}", "--model", "{model}", "--uri", "{db}", "--collection", "1bad"], 2, "--collection '1bad'"),
     (["ingest", "{toy}", "--model", "{model}", "--uri", "", "--collection", "c"], 2, "uri is empty"),
     (["ingest", "{toy}", "--model", "{model}", "--uri", "{root}/codes.txt", "--collection", "c"], 2,
@@ -171,6 +180,8 @@ CASES = [
     # search
     (S("-k", "0"), 2, "--k 0: must be between 1 and 16384"),
     (S("-k", "20000"), 2, "--k 20000: must be between 1 and 16384"),
+    (S("--nprobe", "0"), 2, "--nprobe 0: must be >= 1"),
+    (["search", "--model", "{model}", "--uri", "{db}", "--collection", "toy_16"], 2, "Missing argument"),
     (["search", "x", "--model", "{model}", "--uri", "{root}/typo.db", "--collection", "toy_16"], 2,
      "no such milvus-lite file"),
     (["search", "x", "--model", "{model}", "--uri", "{db}", "--collection", "nothere"], 2,
@@ -181,6 +192,8 @@ CASES = [
     # demo
     (["demo", "--out", "{root}/afile/sub"], 2, "is a file, not a folder"),
     (["demo", "--out", "{root}/demo", "--bits", "100"], 2, "--bits 100: must be a multiple of 8"),
+    (["demo", "--out", "{root}/demo", "--epochs", "0"], 2, "--epochs 0: must be >= 1"),
+    (["demo", "--bits", "abc"], 2, "Invalid value for '--bits'"),
     # the command line itself
     (["nosuchcommand"], 2, "No such command 'nosuchcommand'"),
     (["train", "{toy}", "--no-such-flag"], 2, "No such option: --no-such-flag"),
