@@ -32,13 +32,13 @@ def run_demo(out_dir: str | Path, bits: int = 64, epochs: int = 15, progress: bo
              workers: int = 2) -> dict[str, Any]:
     """Train, evaluate against baselines, ingest and search; returns what it measured.
     Each run starts afresh in ``out_dir`` (its model and database are replaced)."""
+    cfg = config_for_bits(bits, train={"max_epochs": epochs})  # bad settings fail before anything is written
     out_dir = check_writable(Path(out_dir))
     cache = out_dir / "features"
     t0 = time.perf_counter()
     train_split, val_split = CorpusSpec(CORPUS, "train"), CorpusSpec(CORPUS, "val")
 
     logger.info("1/5 train: DHIM %d bits on %s (packaged encoder all-MiniLM-L6-v2)", bits, CORPUS)
-    cfg = config_for_bits(bits, train={"max_epochs": epochs})
     model_dir = out_dir / f"{CORPUS}-{bits}"
     shutil.rmtree(model_dir, ignore_errors=True)
     _, summary = train_corpus(CorpusSpec(CORPUS), cfg, model_dir, progress=progress, cache_dir=cache)
