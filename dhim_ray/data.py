@@ -334,20 +334,39 @@ def _headerless_csv(path: Path) -> bool:
 
 
 
-def _split_files(folder: Path) -> dict[str, Path]:
-    found: dict[str, Path] = {}
-    for f in sorted(folder.iterdir()):
-        if f.suffix.lower() not in FILE_SUFFIXES:
-            continue
+def split_files(folder: Path) -> dict[str, list[Path]]:
+    """A folder's splits and their files, in read order: ``train.csv`` (one file), or a
+    ``train/`` folder or ``train-*.parquet`` / ``train_*.jsonl`` files (the shards of a
+    large split, read in name order). Other files are ignored."""
+    found: dict[str, list[Path]] = {}
+
+    def split_of(stem: str) -> str | None:
+        stem = stem.lower()
         for canonical, aliases in SPLIT_ALIASES.items():
-            if f.stem.lower() in aliases and canonical not in found:
-                found[canonical] = f
+            for alias in aliases:
+                if stem == alias or stem.startswith((alias + "-", alias + "_")):
+                    return canonical
+        return None
+
+    for f in sorted(folder.iterdir()):
+        canonical = split_of(f.stem if f.is_file() else f.name)
+        if canonical is None:
+            continue
+        if f.is_dir():
+            parts = sorted(p for p in f.iterdir() if p.is_file() and p.suffix.lower() in FILE_SUFFIXES)
+            found.setdefault(canonical, []).extend(parts)
+        elif f.suffix.lower() in FILE_SUFFIXES:
+            found.setdefault(canonical, []).append(f)
+    for canonical, files in found.items():
+        kinds = {FILE_SUFFIXES[f.suffix.lower()] for f in files}
+        if len(kinds) > 1:
+            raise DataError(f"{folder}: split {canonical!r} mixes file types ({sorted(kinds)}); keep one per split")
     return found
 
 
 def _load_local(path: Path, text_column: str | None, label_column: str | None) -> Corpus:
     if path.is_dir():
-        files = _split_files(path)
+        files = split_files(path)
         if not files:
             raise DataError(
                 f"{path}: no train/val/test files found; expected train.csv (or .jsonl/.parquet) and optionally val.csv"
@@ -355,14 +374,18 @@ def _load_local(path: Path, text_column: str | None, label_column: str | None) -
     else:
         if path.suffix.lower() not in FILE_SUFFIXES:
             raise DataError(f"{path}: unsupported file type {path.suffix!r}; use .csv, .jsonl, .json or .parquet")
-        files = {"train": path}
+        files = {"train": [path]}
     corpus = Corpus(path.name if path.is_dir() else path.stem)
     for split, f in files.items():
         corpus.splits[split] = _read_file(f, text_column, label_column)
     return corpus
 
 
-def _has_no_rows(path: Path, builder: str) -> bool:
+def _has_no_rows(paths: list[Path], builder: str) -> bool:
+    return all(_file_has_no_rows(p, builder) for p in paths)
+
+
+def _file_has_no_rows(path: Path, builder: str) -> bool:
     if path.stat().st_size == 0:
         return True
     if builder == "csv" and not _headerless_csv(path):
@@ -391,24 +414,26 @@ def _check_utf8(path: Path, builder: str) -> None:
             offset += len(block)
 
 
-def _read_file(path: Path, text_column: str | None, label_column: str | None) -> Split:
+def _read_file(paths: list[Path], text_column: str | None, label_column: str | None) -> Split:
     import datasets
 
     datasets.disable_progress_bars()
-    builder = FILE_SUFFIXES[path.suffix.lower()]
-    if _has_no_rows(path, builder):
-        raise DataError(f"{path} is empty: no documents to work with; check the path or split name")
+    builder = FILE_SUFFIXES[paths[0].suffix.lower()]
+    where = str(paths[0]) if len(paths) == 1 else f"{paths[0].parent} ({len(paths)} files)"
+    if _has_no_rows(paths, builder):
+        raise DataError(f"{where} is empty: no documents to work with; check the path or split name")
     kwargs: dict = {}
     if builder == "csv":
         kwargs["keep_default_na"] = False  # an empty text stays "", reported as such
-        if _headerless_csv(path):
+        if _headerless_csv(paths[0]):
             kwargs["column_names"] = ["label", "text"]
-    _check_utf8(path, builder)
+    for path in paths:
+        _check_utf8(path, builder)
     try:
-        ds = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
+        ds = datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train", **kwargs)
     except Exception as exc:  # pyarrow/pandas parse errors come in many types
-        raise DataError(f"{path}: cannot be read as {builder} ({str(exc).splitlines()[0][:200]})") from exc
-    return _from_table(ds, str(path), text_column or "text", label_column or "label",
+        raise DataError(f"{where}: cannot be read as {builder} ({str(exc).splitlines()[0][:200]})") from exc
+    return _from_table(ds, where, text_column or "text", label_column or "label",
                        label_required=label_column is not None)
 
 
@@ -444,6 +469,54 @@ def _load_hub(name: str, preset: HubPreset, text_column: str | None, label_colum
                 label_required=label_column is not None,
             )
     return corpus
+
+
+def hub_split(spec: CorpusSpec, split: str):
+    """One split of a hub corpus as a memory-mapped ``datasets.Dataset`` (for streaming
+    reads of its cache files), with its text and label column names (label None when
+    it has none)."""
+    import datasets
+
+    from .hub import offline_unless_reachable
+
+    preset = PRESETS.get(spec.name) or HubPreset(spec.name, spec.text_column or "text", spec.label_column or "label", {})
+    if spec.name not in PRESETS and not _looks_like_hub_id(spec.name):
+        if _looks_like_path(spec.name):
+            raise DataError(f"{spec.name}: no such file or folder; check the path (local corpora need no hub)")
+        choices = ", ".join(BUILTIN + tuple(PRESETS))
+        raise UnknownDatasetError(
+            f"unknown corpus {spec.name!r}: use a preset ({choices}), a local folder or file, or a hub id like owner/name"
+        )
+    datasets.disable_progress_bars()
+    theirs = {c: t for c, t in preset.splits.items()} if preset.splits else {}
+    canonical = next((c for c, a in SPLIT_ALIASES.items() if split in a), split)
+    try:
+        with offline_unless_reachable() as online:
+            dsd = datasets.load_dataset(preset.path, preset.config)
+    except Exception as exc:
+        if not online:
+            raise HubUnreachableError(
+                f"corpus {spec.name!r} ({preset.path}) needs the Hugging Face hub, which is unreachable and has no "
+                "cached copy; pass a local folder or file instead, e.g. dhim-ray ingest ../shared/data/dbpedia"
+            ) from exc
+        raise UnknownDatasetError(
+            f"corpus {spec.name!r} ({preset.path}) could not be loaded from the hub: {str(exc).splitlines()[0][:200]}"
+        ) from exc
+    name = theirs.get(canonical) or next((a for a in SPLIT_ALIASES.get(canonical, (split,)) if a in dsd), split)
+    if name not in dsd:
+        raise DataError(f"{spec.name}:{split}: no such split; the corpus has {sorted(dsd)}")
+    ds = dsd[name]
+    text_column = spec.text_column or preset.text_column
+    label_column = spec.label_column or preset.label_column
+    if text_column not in ds.column_names:
+        raise DataError(f"{spec.name}:{split}: no text column {text_column!r}; columns are {ds.column_names}; "
+                        "pass --text-column NAME")
+    if label_column not in ds.column_names:
+        if spec.label_column is not None:
+            raise DataError(f"{spec.name}:{split}: no label column {label_column!r}; columns are "
+                            f"{ds.column_names}; pass --label-column NAME")
+        label_column = None
+    return ds, text_column, label_column
 
 
 def _from_table(ds, where: str, text_column: str, label_column: str, label_required: bool) -> Split:

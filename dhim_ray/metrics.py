@@ -1,7 +1,10 @@
-"""Exact Hamming search and precision@k on packed codes (numpy only).
+"""Exact Hamming search and precision@k on packed codes.
 
-Distances are popcounts of XORed 64-bit words, computed a chunk of queries at a
-time so memory stays bounded (about ``memory_mb``) for databases of millions.
+Search runs on faiss' ``IndexBinaryFlat`` (exact popcount scans in C++, every core),
+with one rule added on top: ties are broken by database order, so results are
+deterministic and equal to a brute-force sort by (distance, index). Queries go a
+chunk at a time so memory stays bounded for databases of millions. The full
+distance matrix (``hamming_distances``, numpy popcounts) is for small inputs and tests.
 """
 
 from __future__ import annotations
@@ -35,8 +38,12 @@ def _check_pair(database: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, 
     return _as_words(database), _as_words(queries)
 
 
+QUERY_CHUNK = 1024  # queries per faiss call: results stay (chunk, k)
+TIE_CHUNK = 64  # queries per range search when counting the ties at the k-th distance
+
+
 def _chunk_rows(n_database: int, memory_mb: int) -> int:
-    # A chunk holds a (rows, n_database) int64 matrix plus temporaries of the same size.
+    # A chunk holds a (rows, n_database) float32 matrix plus temporaries of the same size.
     return max(1, int(memory_mb * 2**20 // (3 * 8 * max(n_database, 1))))
 
 
@@ -49,15 +56,34 @@ def hamming_distances(database: np.ndarray, queries: np.ndarray) -> np.ndarray:
     return out
 
 
-def _distances_chunk(db_words: np.ndarray, q_words: np.ndarray) -> np.ndarray:
-    out = np.zeros((len(q_words), len(db_words)), dtype=np.int64)
-    for w in range(db_words.shape[1]):
-        out += np.bitwise_count(q_words[:, w, None] ^ db_words[None, :, w])
-    return out
+def _faiss():
+    try:
+        import faiss
+    except ImportError as exc:  # a dependency; say how to get it back
+        raise ConfigError("exact search needs faiss: pip install faiss-cpu") from exc
+    return faiss
+
+
+def _index(database: np.ndarray):
+    faiss = _faiss()
+    index = faiss.IndexBinaryFlat(database.shape[1] * 8)
+    # Counting selection (use_heap False) is the faster kernel up to 64 bits, the heap above.
+    index.use_heap = database.shape[1] > 8
+    index.add(np.ascontiguousarray(database))
+    return index
+
+
+def _ordered(distances: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sort each row by (distance, database index): faiss keeps the lowest indices among
+    the ties at the k-th distance (it scans the database in order and replaces only on
+    a strictly smaller distance) but may list equal distances in any order."""
+    key = distances.astype(np.int64) << np.int64(40) | indices
+    key.sort(axis=1)
+    return key & np.int64((1 << 40) - 1), (key >> np.int64(40)).astype(np.int32)
 
 
 def hamming_topk(
-    database: np.ndarray, queries: np.ndarray, k: int, memory_mb: int = DEFAULT_MEMORY_MB
+    database: np.ndarray, queries: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact k nearest database codes of each query by Hamming distance.
 
@@ -73,24 +99,17 @@ def hamming_topk(
     Example:
         >>> idx, dist = hamming_topk(db_codes, query_codes, k=10)
     """
-    db, q = _check_pair(database, queries)
-    k = _check_k(k, len(db))
-    n_db = len(db)
-    indices = np.empty((len(q), k), dtype=np.int64)
-    distances = np.empty((len(q), k), dtype=np.int32)
-    step = _chunk_rows(n_db, memory_mb)
-    positions = np.arange(n_db, dtype=np.int64)
-    for start in range(0, len(q), step):
-        # key = distance * n_db + index orders by distance, then database order.
-        key = _distances_chunk(db, q[start : start + step])
-        key *= n_db
-        key += positions
-        part = np.argpartition(key, k - 1, axis=1)[:, :k] if k < n_db else np.tile(positions, (len(key), 1))
-        part_keys = np.take_along_axis(key, part, axis=1)
-        order = np.argsort(part_keys, axis=1)
-        top = np.take_along_axis(part_keys, order, axis=1)
-        indices[start : start + step] = top % n_db
-        distances[start : start + step] = top // n_db
+    check_codes(database)
+    check_codes(queries, database.shape[1] * 8)
+    if len(database) == 0:
+        raise DataError("database of 0 codes: nothing to search; encode some documents first")
+    k = _check_k(k, len(database))
+    index = _index(database)
+    indices = np.empty((len(queries), k), dtype=np.int64)
+    distances = np.empty((len(queries), k), dtype=np.int32)
+    for start in range(0, len(queries), QUERY_CHUNK):
+        d, i = index.search(np.ascontiguousarray(queries[start : start + QUERY_CHUNK]), k)
+        indices[start : start + QUERY_CHUNK], distances[start : start + QUERY_CHUNK] = _ordered(d, i)
     return indices, distances
 
 
@@ -157,7 +176,6 @@ def precision_at_k(
     queries: np.ndarray,
     query_labels: np.ndarray,
     k: int = 100,
-    memory_mb: int = DEFAULT_MEMORY_MB,
 ) -> PrecisionResult:
     """Precision@k by Hamming distance: the share of each query's k nearest
     database codes that carry the query's label, averaged over queries.
@@ -168,34 +186,49 @@ def precision_at_k(
     expected precision under random tie-breaking is
     ``(r_lt + (k - n_lt) * r_eq / n_eq) / k``.
     """
-    db, q = _check_pair(database, queries)
-    k = _check_k(k, len(db))
-    db_labels = _check_labels(database_labels, len(db), "database")
-    q_labels = _check_labels(query_labels, len(q), "queries")
-    n_db = len(db)
-    step = _chunk_rows(n_db, memory_mb)
-    ordered_hits = 0.0
-    expected_hits = 0.0
-    for start in range(0, len(q), step):
-        dist = _distances_chunk(db, q[start : start + step])
-        relevant = db_labels[None, :] == q_labels[start : start + step, None]
-        expected_hits += float(np.sum(tie_aware_hits(dist, relevant, k)))
-        kth = np.partition(dist, k - 1, axis=1)[:, k - 1 : k]
-        closer = dist < kth
-        tied = dist == kth
-        n_lt = closer.sum(axis=1)
-        # Database order: among the tied, the lowest indices fill the remaining slots.
-        tied_rank = np.cumsum(tied, axis=1)
-        taken = closer | (tied & (tied_rank <= (k - n_lt)[:, None]))
-        ordered_hits += float((taken & relevant).sum())
-    n_q = len(q)
+    k = _check_k(k, len(_check_pair(database, queries)[0]))
+    db_labels = _check_labels(database_labels, len(database), "database")
+    q_labels = _check_labels(query_labels, len(queries), "queries")
+    index = _index(database)
+    ordered_hits = expected_hits = 0.0
+    for start in range(0, len(queries), QUERY_CHUNK):
+        q = np.ascontiguousarray(queries[start : start + QUERY_CHUNK])
+        labels = q_labels[start : start + QUERY_CHUNK]
+        idx, dist = _ordered(*index.search(q, k))
+        relevant = db_labels[idx] == labels[:, None]
+        ordered_hits += float(relevant.sum())
+        kth = dist[:, -1]
+        closer = dist < kth[:, None]
+        n_lt, r_lt = closer.sum(axis=1), (closer & relevant).sum(axis=1)
+        n_eq, r_eq = _ties_at(index, q, kth, labels, db_labels)
+        expected_hits += float(np.sum(r_lt + (k - n_lt) * r_eq / n_eq))
+    n_q = len(queries)
     return PrecisionResult(
         k=k,
         precision_at_k=ordered_hits / (n_q * k),
         precision_at_k_tie_aware=expected_hits / (n_q * k),
         n_queries=n_q,
-        n_database=n_db,
+        n_database=len(database),
     )
+
+
+def _ties_at(index, queries: np.ndarray, kth: np.ndarray, labels: np.ndarray,
+             db_labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per query: how many database codes lie at exactly its k-th distance, and how many
+    of those carry its label (a range search per group of queries sharing that distance)."""
+    n_eq = np.zeros(len(queries), dtype=np.int64)
+    r_eq = np.zeros(len(queries), dtype=np.int64)
+    for d in np.unique(kth):
+        group = np.flatnonzero(kth == d)
+        for s in range(0, len(group), TIE_CHUNK):
+            members = group[s : s + TIE_CHUNK]
+            lims, dist, ids = index.range_search(queries[members], int(d) + 1)  # dist <= d
+            owner = np.repeat(np.arange(len(members)), np.diff(lims).astype(np.int64))
+            at = dist == d
+            n_eq[members] = np.bincount(owner[at], minlength=len(members))
+            rel = at & (db_labels[ids] == labels[members][owner])
+            r_eq[members] = np.bincount(owner[rel], minlength=len(members))
+    return n_eq, r_eq
 
 
 def cosine_precision_at_k(

@@ -31,6 +31,9 @@ _RULES = [
     (re.compile(r"\?"), " ? "),
 ]
 _SPACES = re.compile(r"\s{2,}")
+# A character either cleaner keeps: a text without one is empty after cleaning.
+_ANY_KEPT = re.compile(r"[^\W_]|[(),!?\'\`\u2600-\u27BF\U0001F000-\U0001FAFF]")
+_ANY_KEPT_ASCII = re.compile(r"[A-Za-z0-9(),!?\'\`]")
 
 
 def clean_string(text: str, cleaning: Cleaning = "unicode") -> str:
@@ -49,6 +52,14 @@ def clean_string(text: str, cleaning: Cleaning = "unicode") -> str:
     for pattern, repl in _RULES:
         text = pattern.sub(repl, text)
     return _SPACES.sub(" ", text).strip().lower()
+
+
+def has_text(text: str, cleaning: Cleaning = "unicode") -> bool:
+    """Whether ``clean_string(text, cleaning)`` is non-empty, without building it (a
+    scan over millions of rows asks only this)."""
+    if cleaning == "ascii":
+        return _ANY_KEPT_ASCII.search(text) is not None
+    return _ANY_KEPT.search(unicodedata.normalize("NFC", text)) is not None
 
 
 def clean_and_truncate(text: str, max_words: int, cleaning: Cleaning = "unicode") -> str:

@@ -1,6 +1,9 @@
 """Bulk ingest: corpus -> Ray Data -> DHIM codes -> Milvus binary collection.
 
-Encoding runs in parallel actors (one model per actor). With milvus-lite (a local
+Ray Data reads the source itself, shard by shard (jobs/stream.py): a counting pass
+refuses bad rows before anything is written, then the rows stream through the
+encoder actors (one model per actor) to the writers; the driver never holds the
+corpus. With milvus-lite (a local
 .db file, one process per file) the driver is the single writer; with a Milvus
 server every write task upserts in parallel through MilvusDatasink.
 
@@ -38,8 +41,10 @@ from dhim_ray.connectors.milvus import (
 from dhim_ray.data import CorpusSpec
 from dhim_ray.errors import ConfigError, IngestInterrupted, StoreError
 from dhim_ray.hasher import Hasher
+from dhim_ray.sources import plan_split
 
-from .ray_env import actor_resources, init_ray, split_table
+from .ray_env import actor_resources, init_ray
+from .stream import Prepare, check_scan, id_rows, label_vocabulary, last_id_row, read_documents, scan
 
 logger = logging.getLogger(__name__)
 
@@ -130,32 +135,30 @@ def ingest(
     corpus = corpus.with_split(corpus.split or "train")
     index = check_index_for(target.uri, index or default_index(target.uri))
     # Everything that can be wrong with the model or the data fails here, before a
-    # collection is created or Ray starts.
+    # collection is created: the model, the columns, then (in Ray) every row's text.
     hasher = Hasher.load(model_dir)
-    n_bits, mid = hasher.n_bits, hasher.model_id
+    n_bits, mid, cleaning = hasher.n_bits, hasher.model_id, hasher.config.features.cleaning
     del hasher
-    data = corpus.load_split()
+    plan = plan_split(corpus)
     source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")
-    ids = document_ids(source, data.rows)
+    t0 = time.perf_counter()
+    init_ray(address)
+    scanned = scan(plan, cleaning)
+    n_rows, n_dropped = check_scan(plan, scanned, corpus.drop_empty, corpus.limit)
+    names = label_vocabulary(corpus, plan, scanned)
+    n_documents = n_rows - n_dropped
+    logger.info("%s: %d documents in %d shards", plan.where, n_documents, len(plan.shards))
 
     client = target.connect()
     try:
         ensure_collection(client, target.collection, n_bits, mid, index, overwrite, target.timeout)
-        refuse_foreign_rows(client, target.collection, ids[:1000], source, target.timeout)
+        first = id_rows(plan, np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
+        refuse_foreign_rows(client, target.collection, document_ids(source, first), source, target.timeout)
     finally:
         client.close()
         release(target.uri)
-    t0 = time.perf_counter()
-    init_ray(address)
-    import pyarrow as pa
-
-    table = pa.table({
-        "id": ids,
-        "text": pa.array(data.texts, pa.string()),
-        "label": data.labels if data.labels is not None else np.full(len(data), -1, np.int64),
-        "row": data.rows,
-    })
-    ds = ray.data.from_arrow(split_table(table, workers * 4))
+    prepare = Prepare(source, tuple(scanned.offsets), n_rows, tuple(names) if names else None, corpus.drop_empty)
+    ds = read_documents(plan, cleaning, prepare)
     actor_cpus, threads = actor_resources(workers)
     ds = ds.map_batches(
         CodeEncoder,
@@ -169,7 +172,7 @@ def ingest(
     written = 0
     try:
         if target.lite:
-            written = write_from_driver(ds, target, n_bits, source, len(data), progress, write_batch)
+            written = write_from_driver(ds, target, n_bits, source, n_documents, progress, write_batch)
         else:
             from dhim_ray.connectors.milvus_sink import MilvusDatasink
 
@@ -185,20 +188,20 @@ def ingest(
     seconds = time.perf_counter() - t0
     client = target.connect()
     try:
-        last_row = int(data.rows.max())
+        last_row = last_id_row(plan, n_rows)
         stored = count_source(client, target.collection, source, last_row, target.timeout)
         of_source = count_source(client, target.collection, source, None, target.timeout)
     finally:
         client.close()
         release(target.uri)
-    result = IngestResult(target.collection, target.uri, source, len(data), written, stored, of_source, seconds,
+    result = IngestResult(target.collection, target.uri, source, n_documents, written, stored, of_source, seconds,
                           writers, parallel)
-    if stored != len(data):
+    if stored != n_documents:
         raise StoreError(
             f"collection {target.collection!r} holds {stored} rows of {source} up to row {last_row} but "
-            f"{len(data)} were ingested; rerun the same ingest (it upserts) to repair it"
+            f"{n_documents} were ingested; rerun the same ingest (it upserts) to repair it"
         )
-    logger.info("ingested %d documents into %s at %s (%.0f docs/s)", len(data), target.collection,
+    logger.info("ingested %d documents into %s at %s (%.0f docs/s)", n_documents, target.collection,
                 mask_uri(target.uri), result.docs_per_second)
     return result
 

@@ -20,7 +20,7 @@ def test_topk_equals_bruteforce_including_ties(n_bits):
     pool = rng.integers(0, 2, (12, n_bits))
     db_bits = pool[rng.integers(0, 12, 300)]
     q_bits = pool[rng.integers(0, 12, 40)]
-    idx, dist = hamming_topk(pack_codes(db_bits), pack_codes(q_bits), k=37, memory_mb=1)
+    idx, dist = hamming_topk(pack_codes(db_bits), pack_codes(q_bits), k=37)
     ref_idx, ref_dist, full = brute_force(db_bits, q_bits, 37)
     assert np.array_equal(dist, ref_dist)
     assert np.array_equal(idx, ref_idx)
@@ -59,7 +59,7 @@ def test_ordered_precision_matches_topk_and_tie_aware_is_expectation():
     db_bits, q_bits = rng.integers(0, 2, (400, 16)), rng.integers(0, 2, (30, 16))
     db_l, q_l = rng.integers(0, 3, 400), rng.integers(0, 3, 30)
     db, q = pack_codes(db_bits), pack_codes(q_bits)
-    r = precision_at_k(db, db_l, q, q_l, k=25, memory_mb=1)
+    r = precision_at_k(db, db_l, q, q_l, k=25)
     idx, _ = hamming_topk(db, q, 25)
     assert r.precision_at_k == pytest.approx(np.mean(db_l[idx] == q_l[:, None]))
     # Monte Carlo over random tie-breaking converges to the tie-aware value
@@ -87,3 +87,27 @@ def test_cosine_precision_perfect_clusters():
     db = np.repeat(centers, 10, axis=0) + 0.01 * np.random.default_rng(0).standard_normal((30, 3))
     labels = np.repeat(np.arange(3), 10)
     assert cosine_precision_at_k(db, labels, centers, np.arange(3), k=10) == 1.0
+
+
+@pytest.mark.parametrize("n_bits", [16, 32, 64, 128])
+def test_search_and_precision_equal_brute_force_across_query_chunks(n_bits, monkeypatch):
+    """Faiss-backed search and tie-aware precision equal brute force at every width,
+    with heavy ties, over several query chunks and tie groups."""
+    import dhim_ray.metrics as metrics
+
+    monkeypatch.setattr(metrics, "QUERY_CHUNK", 16)
+    monkeypatch.setattr(metrics, "TIE_CHUNK", 3)
+    rng = np.random.default_rng(n_bits + 1)
+    pool = rng.integers(0, 2, (40, n_bits))
+    db_bits = pool[rng.integers(0, 40, 2000)] ^ (rng.random((2000, n_bits)) < 0.02)
+    q_bits = pool[rng.integers(0, 40, 70)]
+    db_l, q_l = rng.integers(0, 4, 2000), rng.integers(0, 4, 70)
+    db, q = pack_codes(db_bits), pack_codes(q_bits)
+    idx, dist = hamming_topk(db, q, k=100)
+    ref_idx, ref_dist, full = brute_force(db_bits, q_bits, 100)
+    assert np.array_equal(idx, ref_idx) and np.array_equal(dist, ref_dist)
+    r = precision_at_k(db, db_l, q, q_l, k=100)
+    relevant = db_l[None, :] == q_l[:, None]
+    expected = metrics.tie_aware_hits(full, relevant, 100).sum() / (70 * 100)
+    assert r.precision_at_k_tie_aware == pytest.approx(expected)
+    assert r.precision_at_k == pytest.approx(np.mean(db_l[ref_idx] == q_l[:, None]))

@@ -106,7 +106,7 @@ def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus
 
     from dhim_ray.connectors.milvus import count_rows, document_ids
     from dhim_ray.connectors.milvus_sink import MilvusDatasink
-    from dhim_ray.jobs.ingest import split_table
+    from dhim_ray.jobs.ray_env import split_table
 
     n = 40_000
     codes = np.random.default_rng(0).integers(0, 256, size=(n, 2), dtype=np.uint8)

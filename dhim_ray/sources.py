@@ -1,0 +1,296 @@
+"""Streaming reads of a corpus split, shard by shard (pyarrow only; no Ray, no Milvus).
+
+A split is planned into shards from file metadata alone: a CSV or JSON Lines file, a
+range of a Parquet file's row groups, an Arrow file of a Hugging Face ``datasets``
+cache, or (for the small packaged corpus) an in-memory table. ``read_shard`` yields
+one shard's rows in bounded blocks of ``text``, ``label`` (when there is one) and
+``row`` (the row's position inside the shard); a row's position in the split is its
+shard's first row plus that, and is its number in document ids (the packaged corpus
+keeps its own numbers, in ``source_row``). Parquet and Arrow shards know their first row from the
+metadata; CSV and JSON shards learn it from a counting pass (see jobs/stream.py).
+
+Nothing here holds a whole split: the driver plans, workers read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .data import BUILTIN, FILE_SUFFIXES, PRESETS, SPLIT_ALIASES, CorpusSpec, _check_utf8, _headerless_csv, split_files
+from .errors import DataError
+
+logger = logging.getLogger(__name__)
+
+BLOCK_ROWS = 4096
+PARQUET_GROUPS_PER_SHARD = 4
+JSON_BLOCK_BYTES = 8 << 20
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One independently readable piece of a split."""
+
+    path: str  # file, or "" for an in-memory table
+    format: str  # csv | json | parquet | arrow | table
+    n_rows: int | None = None  # known from metadata (parquet, arrow, table)
+    row_groups: tuple[int, ...] | None = None  # parquet
+    column_names: tuple[str, ...] | None = None  # headerless csv
+    table: object = field(default=None, compare=False, repr=False)  # format == "table"
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    """What to read for one split: its shards and the columns to take."""
+
+    where: str  # corpus:split, for messages
+    shards: tuple[Shard, ...]
+    text_column: str
+    label_column: str | None  # None: the source has no labels
+
+    @property
+    def counted(self) -> bool:
+        """Whether every shard's row count is known without reading it."""
+        return all(s.n_rows is not None for s in self.shards)
+
+
+def plan_split(spec: CorpusSpec) -> SourcePlan:
+    """Shards of ``spec``'s split (``train`` when it names none), from metadata only.
+
+    Raises DataError for a missing file, column or split, UnknownDatasetError for an
+    unknown name, HubUnreachableError when a hub corpus cannot be had.
+    """
+    split = spec.split or "train"
+    name = spec.name
+    where = f"{name}:{split}"
+    if name in BUILTIN or name in PRESETS or not Path(name).exists():
+        return _plan_loaded(spec, split, where)
+    path = Path(name)
+    files = split_files(path) if path.is_dir() else {"train": [path]}
+    canonical = next((c for c, aliases in SPLIT_ALIASES.items() if split in aliases and c in files), split)
+    if canonical not in files:
+        raise DataError(f"{where}: no split {split!r}; the corpus has {sorted(files)}")
+    shards: list[Shard] = []
+    for f in files[canonical]:
+        shards.extend(_plan_file(f))
+    if not shards:
+        raise DataError(f"{where} is empty: no documents to work with; check the path or split name")
+    text_column, label_column = _columns(shards[0], spec, where)
+    return SourcePlan(where, tuple(shards), text_column, label_column)
+
+
+def _plan_file(path: Path) -> list[Shard]:
+    fmt = FILE_SUFFIXES.get(path.suffix.lower())
+    if fmt is None:
+        raise DataError(f"{path}: unsupported file type {path.suffix!r}; use .csv, .jsonl, .json or .parquet")
+    if path.stat().st_size == 0:
+        return []
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            meta = pq.ParquetFile(path).metadata
+        except Exception as exc:
+            raise DataError(f"{path}: cannot be read as parquet ({str(exc).splitlines()[0][:200]})") from exc
+        groups = list(range(meta.num_row_groups))
+        out = []
+        for i in range(0, len(groups), PARQUET_GROUPS_PER_SHARD):
+            chunk = tuple(groups[i : i + PARQUET_GROUPS_PER_SHARD])
+            rows = sum(meta.row_group(g).num_rows for g in chunk)
+            out.append(Shard(str(path), "parquet", rows, chunk))
+        return [s for s in out if s.n_rows]
+    _check_utf8(path, fmt)
+    if fmt == "csv":
+        names = ("label", "text") if _headerless_csv(path) else None
+        return [Shard(str(path), "csv", column_names=names)]
+    return [Shard(str(path), "json")]
+
+
+def _plan_loaded(spec: CorpusSpec, split: str, where: str) -> SourcePlan:
+    """Packaged and hub corpora: the packaged one is small (an in-memory table); a hub
+    dataset is read from the Arrow files of its ``datasets`` cache, never into memory."""
+    if spec.name in BUILTIN:
+        import pyarrow as pa
+
+        data = spec.with_split(split).load_split()
+        # "source_row": the packaged corpus' own row numbers (its splits are carved from one
+        # list), which its document ids have always used.
+        table = pa.table({"text": pa.array(data.texts, pa.string()), "label": data.labels, "source_row": data.rows})
+        return SourcePlan(where, (Shard("", "table", len(table), table=table),), "text", "label")
+    from .data import hub_split
+
+    ds, text_column, label_column = hub_split(spec, split)
+    shards = []
+    for f in ds.cache_files:
+        shards.append(Shard(f["filename"], "arrow", _arrow_rows(f["filename"])))
+    if not shards:
+        raise DataError(f"{where}: the hub dataset has no cache files to stream; pass a local copy instead")
+    if sum(s.n_rows for s in shards) != len(ds):
+        raise DataError(f"{where}: the dataset's cache files hold {sum(s.n_rows for s in shards)} rows, "
+                        f"the dataset {len(ds)}; it is filtered or indexed: save it with save_to_disk and pass that")
+    return SourcePlan(where, tuple(shards), text_column, label_column)
+
+
+def _arrow_rows(path: str) -> int:
+    import pyarrow as pa
+
+    with pa.memory_map(path) as source:
+        reader = pa.ipc.open_stream(source)
+        return sum(batch.num_rows for batch in reader)
+
+
+def _schema_names(shard: Shard) -> list[str]:
+    import pyarrow as pa
+
+    if shard.format == "table":
+        return list(shard.table.column_names)
+    if shard.format == "parquet":
+        import pyarrow.parquet as pq
+
+        return list(pq.ParquetFile(shard.path).schema_arrow.names)
+    if shard.format == "arrow":
+        with pa.memory_map(shard.path) as source:
+            return list(pa.ipc.open_stream(source).schema.names)
+    if shard.format == "csv":
+        if shard.column_names:
+            return list(shard.column_names)
+        with open(shard.path, newline="", encoding="utf-8") as f:
+            import csv
+
+            return next(csv.reader(f), [])
+    with open(shard.path, encoding="utf-8") as f:
+        head = f.read(1 << 16).lstrip()
+    if head.startswith("["):
+        first = next(iter(_read_json_array(shard.path)), {})
+        return list(first)
+    line = head.split("\n", 1)[0]
+    try:
+        return list(json.loads(line))
+    except ValueError as exc:
+        raise DataError(f"{shard.path}: first line is not a JSON object ({exc})") from None
+
+
+def _columns(shard: Shard, spec: CorpusSpec, where: str) -> tuple[str, str | None]:
+    names = _schema_names(shard)
+    preset = PRESETS.get(spec.name)
+    text = spec.text_column or (preset.text_column if preset else "text")
+    label = spec.label_column or (preset.label_column if preset else "label")
+    if text not in names:
+        raise DataError(f"{where}: no text column {text!r}; columns are {names}; pass --text-column NAME")
+    if label not in names:
+        if spec.label_column is not None:
+            raise DataError(f"{where}: no label column {label!r}; columns are {names}; pass --label-column NAME")
+        return text, None
+    return text, label
+
+
+# ---- reading ------------------------------------------------------------------------
+def read_shard(shard: Shard, text_column: str | None, label_column: str | None,
+               block_rows: int = BLOCK_ROWS) -> Iterator:
+    """Yield pyarrow tables of ``text`` (string; left out when text_column is None),
+    ``label`` (when there is one) and ``row`` (int64, the row's number inside the
+    shard), at most ``block_rows`` each."""
+    import pyarrow as pa
+
+    columns = ([text_column] if text_column else []) + ([label_column] if label_column else [])
+    start = 0
+    for batch in _batches(shard, columns, block_rows):
+        for offset in range(0, batch.num_rows, block_rows):
+            part = batch.slice(offset, block_rows)
+            cols = {}
+            if text_column:
+                text = part.column(text_column)
+                if not pa.types.is_string(text.type) and not pa.types.is_large_string(text.type):
+                    text = text.cast(pa.string())
+                cols["text"] = text
+            if label_column:
+                cols["label"] = part.column(label_column)
+            cols["row"] = pa.array(np.arange(start, start + part.num_rows, dtype=np.int64))
+            if "source_row" in part.schema.names:
+                cols["source_row"] = part.column("source_row")
+            start += part.num_rows
+            yield pa.table(cols)
+
+
+def _batches(shard: Shard, columns: list[str], block_rows: int) -> Iterator:
+    import pyarrow as pa
+
+    try:
+        if shard.format == "table":
+            extra = ["source_row"] if "source_row" in shard.table.column_names else []
+            yield from shard.table.select(columns + extra).to_batches(block_rows)
+        elif shard.format == "parquet":
+            import pyarrow.parquet as pq
+
+            yield from pq.ParquetFile(shard.path).iter_batches(block_rows, row_groups=list(shard.row_groups),
+                                                              columns=columns)
+        elif shard.format == "arrow":
+            with pa.memory_map(shard.path) as source:
+                for batch in pa.ipc.open_stream(source):
+                    yield batch.select(columns)
+        elif shard.format == "csv":
+            import pyarrow.csv as pc
+
+            read = pc.ReadOptions(column_names=list(shard.column_names) if shard.column_names else None,
+                                  block_size=4 << 20)
+            types = {columns[0]: pa.string()} if len(columns) > 1 or columns[0] != "label" else {}
+            convert = pc.ConvertOptions(include_columns=columns, column_types=types,
+                                        strings_can_be_null=False, quoted_strings_can_be_null=False)
+            reader = pc.open_csv(shard.path, read_options=read, convert_options=convert,
+                                 parse_options=pc.ParseOptions(newlines_in_values=True))
+            for batch in reader:
+                yield batch
+        else:
+            yield from _json_batches(shard.path, columns)
+    except DataError:
+        raise
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, ValueError) as exc:
+        raise DataError(f"{shard.path}: cannot be read as {shard.format} ({str(exc).splitlines()[0][:200]})") from exc
+
+
+def _json_batches(path: str, columns: list[str]) -> Iterator:
+    """JSON Lines in blocks of whole lines (a JSON array file is read in one piece)."""
+    import pyarrow as pa
+
+    with open(path, "rb") as f:
+        first = f.read(1 << 10).lstrip()
+    if first.startswith(b"["):
+        rows = list(_read_json_array(path))
+        yield pa.RecordBatch.from_pylist([{c: r.get(c) for c in columns} for r in rows])
+        return
+    with open(path, "rb") as f:
+        rest = b""
+        while True:
+            block = f.read(JSON_BLOCK_BYTES)
+            data = rest + block
+            if not block:
+                if data.strip():
+                    yield _json_lines(data, columns)
+                return
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                rest = data
+                continue
+            rest = data[cut:]
+            if data[:cut].strip():
+                yield _json_lines(data[:cut], columns)
+
+
+def _json_lines(data: bytes, columns: list[str]):
+    import pyarrow as pa
+
+    rows = [json.loads(line) for line in data.splitlines() if line.strip()]
+    return pa.RecordBatch.from_pylist([{c: r.get(c) for c in columns} for r in rows])
+
+
+def _read_json_array(path: str):
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if not isinstance(data, list):
+        raise DataError(f"{path}: expected JSON Lines or an array of objects")
+    return data
