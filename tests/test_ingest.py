@@ -291,3 +291,42 @@ def test_search_output_keeps_rank_distance_label_and_row_on_narrow_terminals(ing
     assert max(len(line) for line in run.stdout.splitlines()) <= columns
     body = [line for line in run.stdout.splitlines() if line.startswith("│")]
     assert len(body) == 3 and all(cell.strip() for line in body for cell in line.split("│")[1:5])
+
+
+def test_sharded_parquet_folder_streams_with_one_label_vocabulary(ray_session, model_dir, tmp_path):
+    """Issue 13: Ray Data reads a split of many files itself; ids are (source, row) across
+    files and reruns; string labels use the corpus-wide vocabulary (val holds a class
+    train lacks); --drop-empty leaves the empty rows out and the count stays exact."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dhim_ray.jobs.ingest import ingest
+
+    texts = BBC.load_split().texts[:90]
+    classes = ["sport", "tech"]  # "politics" (sorted between them) only in val
+    records = [{"text": t, "label": classes[i % 2]} for i, t in enumerate(texts)]
+    records[40]["text"] = " ... "
+    folder = tmp_path / "news"
+    (folder / "train").mkdir(parents=True)
+    for p in range(3):
+        pq.write_table(pa.Table.from_pylist(records[p * 30 : (p + 1) * 30]), folder / "train" / f"part-{p}.parquet",
+                       row_group_size=7)
+    write_csv(folder / "val.csv", [("politics", texts[0]), ("sport", texts[1])], header=True)
+    spec = CorpusSpec(str(folder), "train", drop_empty=True)
+    target = MilvusTarget(str(tmp_path / "c.db"), "news")
+    first = ingest(spec, model_dir, target, workers=2, progress=False)
+    again = ingest(spec, model_dir, target, workers=1, progress=False)
+    assert first.n_documents == again.n_documents == again.rows_in_collection == again.rows_of_source == 89
+    client = target.connect()
+    try:
+        rows = client.query(target.collection, filter="id >= 0", output_fields=["row", "label", "source"], limit=1000)
+    finally:
+        client.close()
+        release(target.uri)
+    rows = sorted(rows, key=lambda r: r["row"])
+    expected = [r for r in range(90) if r != 40]
+    assert [r["row"] for r in rows] == expected
+    assert [r["id"] for r in rows] == document_ids(first.source, expected).tolist()
+    loaded = spec.load_split()
+    assert loaded.label_names == ["politics", "sport", "tech"]
+    assert [r["label"] for r in rows] == loaded.labels.tolist()
