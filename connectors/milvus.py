@@ -323,6 +323,32 @@ def describe(client, name: str, timeout: float = DEFAULT_TIMEOUT) -> CollectionI
     return CollectionInfo(name, n_bits, metric, index_type, meta.get("model", ""), nlist=nlist, meta=meta)
 
 
+def check_collection(client, name: str, n_bits: int, model: str, overwrite: bool = False,
+                     timeout: float = DEFAULT_TIMEOUT) -> CollectionInfo | None:
+    """The existing collection ``name`` (None if there is none), refused with
+    CollectionMismatchError when it cannot take these codes: another code width,
+    metric or model, or not made by dhim-ray (unless ``overwrite``). Creates nothing."""
+    check_n_bits(n_bits)
+    info = describe(client, name, timeout)
+    if info is None or overwrite:
+        return info
+    problems = []
+    if not info.n_bits:
+        problems.append("it was not made by dhim-ray")
+    else:
+        if info.n_bits != n_bits:
+            problems.append(f"its codes have {info.n_bits} bits, these have {n_bits}")
+        if info.metric and info.metric != "HAMMING":
+            problems.append(f"its metric is {info.metric}, not HAMMING")
+        if info.model and model and info.model != model:
+            problems.append(f"it holds codes of model {info.model}, not {model}")
+    if problems:
+        raise CollectionMismatchError(
+            f"collection {name!r}: {'; '.join(problems)}; pick another --collection or pass --overwrite"
+        )
+    return info
+
+
 def ensure_collection(
     client,
     name: str,
@@ -337,23 +363,8 @@ def ensure_collection(
     An existing collection with another code width, metric or model is refused
     (CollectionMismatchError) unless ``overwrite``, which drops and recreates it.
     """
-    check_n_bits(n_bits)
-    info = describe(client, name, timeout)
+    info = check_collection(client, name, n_bits, model, overwrite, timeout)
     if info is not None and not overwrite:
-        problems = []
-        if not info.n_bits:
-            problems.append("it was not made by dhim-ray")
-        else:
-            if info.n_bits != n_bits:
-                problems.append(f"its codes have {info.n_bits} bits, these have {n_bits}")
-            if info.metric and info.metric != "HAMMING":
-                problems.append(f"its metric is {info.metric}, not HAMMING")
-            if info.model and model and info.model != model:
-                problems.append(f"it holds codes of model {info.model}, not {model}")
-        if problems:
-            raise CollectionMismatchError(
-                f"collection {name!r}: {'; '.join(problems)}; pick another --collection or pass --overwrite"
-            )
         client.load_collection(name, timeout=timeout)
         return info
     if info is not None:

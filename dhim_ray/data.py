@@ -504,7 +504,7 @@ def hub_split(spec: CorpusSpec, split: str):
         ) from exc
     name = theirs.get(canonical) or next((a for a in SPLIT_ALIASES.get(canonical, (split,)) if a in dsd), split)
     if name not in dsd:
-        raise DataError(f"{spec.name}:{split}: no such split; the corpus has {sorted(dsd)}")
+        raise DataError(f"corpus {spec.name!r} has no split {split!r}; it has: {', '.join(sorted(dsd))}")
     ds = dsd[name]
     text_column = spec.text_column or preset.text_column
     label_column = spec.label_column or preset.label_column

@@ -74,7 +74,8 @@ def plan_split(spec: CorpusSpec) -> SourcePlan:
     files = split_files(path) if path.is_dir() else {"train": [path]}
     canonical = next((c for c, aliases in SPLIT_ALIASES.items() if split in aliases and c in files), split)
     if canonical not in files:
-        raise DataError(f"{where}: no split {split!r}; the corpus has {sorted(files)}")
+        have = ", ".join(sorted(files)) or "none"
+        raise DataError(f"corpus {path.name if path.is_dir() else path.stem!r} has no split {split!r}; it has: {have}")
     shards: list[Shard] = []
     for f in files[canonical]:
         shards.extend(_plan_file(f))

@@ -26,6 +26,7 @@ import numpy as np
 from dhim_ray.connectors.milvus import (
     IndexSpec,
     MilvusTarget,
+    check_collection,
     check_index_for,
     count_source,
     default_index,
@@ -141,13 +142,19 @@ def ingest(
     del hasher
     plan = plan_split(corpus)
     source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")
+    client = target.connect()  # an unreachable store or a collection that cannot take these codes fails now
+    try:
+        check_collection(client, target.collection, n_bits, mid, overwrite, target.timeout)
+    finally:
+        client.close()
+        release(target.uri)
     t0 = time.perf_counter()
     init_ray(address)
     scanned = scan(plan, cleaning)
     n_rows, n_dropped = check_scan(plan, scanned, corpus.drop_empty, corpus.limit)
     names = label_vocabulary(corpus, plan, scanned)
     n_documents = n_rows - n_dropped
-    logger.info("%s: %d documents in %d shards", plan.where, n_documents, len(plan.shards))
+    logger.debug("%s: %d documents in %d shards", plan.where, n_documents, len(plan.shards))
 
     client = target.connect()
     try:

@@ -103,7 +103,7 @@ def test_missing_columns_are_named_before_reading(tmp_path):
     with pytest.raises(DataError, match="no label column 'topic'"):
         plan_split(CorpusSpec(str(folder), "train", label_column="topic"))
     assert plan_split(CorpusSpec(str(folder), "train")).label_column == "label"
-    with pytest.raises(DataError, match="no split 'test'"):
+    with pytest.raises(DataError, match="has no split 'test'; it has: train"):
         plan_split(CorpusSpec(str(folder), "test"))
 
 

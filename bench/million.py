@@ -1,0 +1,309 @@
+"""A million documents: the generated corpus, streaming ingest and exact search at scale.
+
+    python -m bench.million corpus --docs 1000000          # bench/.cache/million (not committed)
+    python -m bench.million search --n-codes 1000000       # hamming_topk vs faiss, 16/64/128 bits
+    python -m bench.million ingest --docs 10000 1000000    # tiny BERT: driver/worker peak memory, docs/s
+    python -m bench.million interrupt --docs 1000000       # Ctrl-C mid-ingest, rerun: exact count
+    python -m bench.million encoder --docs 100000          # MiniLM ingest vs the bare forward pass
+
+The corpus is generated deterministically from the dev corpora's text (../shared/data):
+document i takes a random dev document (its corpus and label are the label) and
+shuffles its words with a seeded generator, so anyone with ../shared rebuilds the same
+bytes. It is written as 100k-row Parquet shards under ``train/``. Results are appended
+to bench/million.json; ``python -m bench.report`` puts them in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+CACHE = Path(__file__).resolve().parent / ".cache" / "million"
+RESULTS = Path(__file__).resolve().parent / "million.json"
+SHARD_ROWS = 100_000
+logger = logging.getLogger("bench.million")
+
+
+def record(key: str, value: dict) -> None:
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results[key] = value
+    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    logger.info("%s: %s", key, json.dumps(value))
+
+
+# ---- corpus ---------------------------------------------------------------------------
+def corpus_dir(n_docs: int) -> Path:
+    return CACHE / f"corpus-{n_docs}"
+
+
+def make_corpus(n_docs: int, seed: int = 0) -> Path:
+    """Parquet shards of ``n_docs`` generated documents (skipped when already built)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dhim_ray.data import CorpusSpec
+
+    out = corpus_dir(n_docs)
+    if (out / "done").exists():
+        return out
+    if not DATA.exists():
+        raise SystemExit(f"{DATA} is missing: the generated corpus is built from the dev corpora there")
+    words, labels = [], []
+    for name in ("dbpedia", "agnews", "20ng", "r8"):
+        split = CorpusSpec(str(DATA / name), "train").load_split()
+        words += [t.split()[:120] for t in split.texts]
+        labels += [f"{name}:{v}" for v in split.labels]
+    rng = np.random.default_rng(seed)
+    (out / "train").mkdir(parents=True, exist_ok=True)
+    for start in range(0, n_docs, SHARD_ROWS):
+        n = min(SHARD_ROWS, n_docs - start)
+        pick = rng.integers(0, len(words), n)
+        texts = []
+        for j in pick:
+            w = list(words[j])
+            rng.shuffle(w)
+            texts.append(" ".join(w[: max(8, len(w) // 2)]))
+        pq.write_table(pa.table({"text": texts, "label": [labels[j] for j in pick]}),
+                       out / "train" / f"part-{start // SHARD_ROWS:05d}.parquet", row_group_size=10_000)
+    (out / "done").write_text(str(n_docs))
+    return out
+
+
+# ---- models ---------------------------------------------------------------------------
+def tiny_model(bits: int = 64) -> Path:
+    """A 2-layer, 32-wide BERT with MiniLM's tokenizer, and a DHIM head trained 2 epochs on
+    5k generated documents: the pipeline's own overhead, with learned codes."""
+    out = CACHE / f"tiny-dhim-{bits}"
+    if (out / "config.json").exists():
+        return out
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from dhim_ray.config import DEFAULT_ENCODER, config_for_bits
+    from dhim_ray.data import CorpusSpec
+    from dhim_ray.encoder import resolve_encoder
+    from dhim_ray.pipeline import train_corpus
+
+    bert = CACHE / "tiny-bert"
+    tok = AutoTokenizer.from_pretrained(resolve_encoder(DEFAULT_ENCODER))
+    tok.save_pretrained(bert)
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=512)).save_pretrained(bert)
+    cfg = config_for_bits(bits, features={"encoder": str(bert)}, train={"max_epochs": 2})
+    train_corpus(CorpusSpec(str(make_corpus(5000, seed=1)), limit=5000), cfg, out, progress=False)
+    return out
+
+
+# ---- memory ---------------------------------------------------------------------------
+class PeakMemory:
+    """Peak resident memory of this process and of every Ray worker process, sampled."""
+
+    def __init__(self, every: float = 0.5):
+        self.every, self.workers = every, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit() or int(pid) == os.getpid():
+                    continue
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    if b"ray::" not in cmd and b"default_worker.py" not in cmd:
+                        continue
+                    status = Path(f"/proc/{pid}/status").read_text()
+                except OSError:
+                    continue
+                hwm = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM")), 0)
+                self.workers = max(self.workers, hwm * 1024)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    @staticmethod
+    def driver() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+# ---- commands ---------------------------------------------------------------------------
+def bench_search(n_codes: int, bits_list: list[int], n_queries: int, k: int, eval_queries: int) -> None:
+    import faiss
+
+    from dhim_ray.metrics import hamming_topk, precision_at_k
+
+    rng = np.random.default_rng(0)
+    for bits in bits_list:
+        # Learned codes are far from uniform: draw from 4k centres with 5% bit noise so the
+        # top-100 has real ties, as DHIM codes do.
+        centres = rng.integers(0, 2, (4096, bits), dtype=np.uint8)
+        db = np.packbits(centres[rng.integers(0, 4096, n_codes)] ^ (rng.random((n_codes, bits)) < 0.05), axis=1)
+        q = np.packbits(centres[rng.integers(0, 4096, n_queries)] ^ (rng.random((n_queries, bits)) < 0.05), axis=1)
+        index = faiss.IndexBinaryFlat(bits)  # as a user would: defaults
+        index.add(db)
+        index.search(q[:10], k)
+        t0 = time.perf_counter()
+        fd, fi = index.search(q, k)
+        faiss_s = time.perf_counter() - t0
+        hamming_topk(db, q[:10], k)
+        t0 = time.perf_counter()
+        idx, dist = hamming_topk(db, q, k)  # index built inside: counted
+        ours_s = time.perf_counter() - t0
+        same_dist = bool(np.array_equal(dist, np.sort(fd, axis=1)))
+        # Same neighbours once faiss' ties are put in database order; and brute force on 50 queries.
+        key = np.sort(fd.astype(np.int64) << 40 | fi, axis=1)
+        same_idx = bool(np.array_equal(idx, key & ((1 << 40) - 1)))
+        full = np.zeros((50, n_codes), np.int32)
+        dbw, qw = np.unpackbits(db, axis=1), np.unpackbits(q[:50], axis=1)
+        for s in range(0, n_codes, 100_000):
+            full[:, s:s + 100_000] = (qw[:, None, :] != dbw[None, s:s + 100_000, :]).sum(-1)
+        brute = np.argsort(full, axis=1, kind="stable")[:, :k]
+        record(f"search_{bits}", {
+            "n_codes": n_codes, "bits": bits, "queries": n_queries, "k": k,
+            "faiss_qps": n_queries / faiss_s, "hamming_topk_qps": n_queries / ours_s,
+            "ratio": faiss_s / ours_s, "same_distances": same_dist, "same_neighbours_as_faiss_tie_sorted": same_idx,
+            "equal_to_brute_force_50_queries": bool(np.array_equal(idx[:50], brute)),
+        })
+        del full, dbw
+    # Eval at scale: 10k queries against 1M 64-bit codes, peak memory of the call.
+    bits = 64
+    db = np.packbits(rng.integers(0, 2, (n_codes, bits), dtype=np.uint8), axis=1)
+    q = np.packbits(rng.integers(0, 2, (eval_queries, bits), dtype=np.uint8), axis=1)
+    labels, q_labels = rng.integers(0, 10, n_codes), rng.integers(0, 10, eval_queries)
+    before = PeakMemory.driver()
+    t0 = time.perf_counter()
+    r = precision_at_k(db, labels, q, q_labels, k)
+    record("eval_10k_x_1m", {"n_codes": n_codes, "queries": eval_queries, "bits": bits, "k": k,
+                             "seconds": time.perf_counter() - t0, "p_at_k_tie_aware": r.precision_at_k_tie_aware,
+                             "peak_rss_before_gib": before / 2**30, "peak_rss_after_gib": PeakMemory.driver() / 2**30,
+                             "inputs_gib": (db.nbytes + q.nbytes + labels.nbytes) / 2**30})
+
+
+def run_ingest(n_docs: int, model: Path, db: Path, collection: str, workers: int) -> dict:
+    """One ingest in this process (run it in a fresh one: peak memory is per process)."""
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.data import CorpusSpec
+    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ray_env import init_ray
+
+    init_ray(None)
+    import ray
+
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    corpus = CorpusSpec(str(make_corpus(n_docs)), "train")
+    with PeakMemory() as peak:
+        result = ingest(corpus, model, MilvusTarget(str(db), collection), workers=workers, progress=False,
+                        batch_size=256, write_batch=2000)
+    return {"docs": n_docs, "workers": workers, "docs_per_s": result.docs_per_second, "seconds": result.seconds,
+            "rows_in_collection": result.rows_in_collection, "rows_of_source": result.rows_of_source,
+            "verified": result.verified, "driver_peak_gib": PeakMemory.driver() / 2**30,
+            "worker_peak_gib": peak.workers / 2**30}
+
+
+def child(args: list[str], timeout: float | None = None, interrupt_after: float | None = None) -> dict | None:
+    """Run ``python -m bench.million _one ...`` and return its JSON line (None if interrupted)."""
+    proc = subprocess.Popen([sys.executable, "-m", "bench.million", "_one", *args], stdout=subprocess.PIPE,
+                            text=True, cwd=Path(__file__).resolve().parents[1])
+    if interrupt_after is not None:
+        time.sleep(interrupt_after)
+        proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=timeout)
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines and proc.returncode == 0 else None
+
+
+def count_collection(db: Path, collection: str) -> dict:
+    from dhim_ray.connectors.milvus import MilvusTarget, count_rows, release
+
+    target = MilvusTarget(str(db), collection)
+    client = target.connect(create=False)
+    try:
+        n = count_rows(client, collection)
+        ids = set()
+        last = -1
+        while True:  # page by primary key: every id once, duplicates would show as n > len(ids)
+            page = client.query(collection, filter=f"id > {last}", output_fields=["id"], limit=16384)
+            if not page:
+                break
+            ids.update(r["id"] for r in page)
+            last = max(r["id"] for r in page)
+        return {"count": n, "distinct_ids": len(ids)}
+    finally:
+        client.close()
+        release(target.uri)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("corpus")
+    p.add_argument("--docs", type=int, default=1_000_000)
+    p = sub.add_parser("search")
+    p.add_argument("--n-codes", type=int, default=1_000_000)
+    p.add_argument("--bits", type=int, nargs="+", default=[16, 64, 128])
+    p.add_argument("--queries", type=int, default=1000)
+    p.add_argument("--eval-queries", type=int, default=10_000)
+    p.add_argument("--k", type=int, default=100)
+    p = sub.add_parser("ingest")
+    p.add_argument("--docs", type=int, nargs="+", default=[10_000, 1_000_000])
+    p.add_argument("--workers", type=int, default=2)
+    p = sub.add_parser("interrupt")
+    p.add_argument("--docs", type=int, default=1_000_000)
+    p.add_argument("--after", type=float, default=120.0, help="seconds before Ctrl-C")
+    p.add_argument("--workers", type=int, default=2)
+    p = sub.add_parser("_one")
+    p.add_argument("docs", type=int)
+    p.add_argument("db")
+    p.add_argument("collection")
+    p.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    if args.cmd == "corpus":
+        print(make_corpus(args.docs))
+    elif args.cmd == "search":
+        bench_search(args.n_codes, args.bits, args.queries, args.k, args.eval_queries)
+    elif args.cmd == "_one":
+        print(json.dumps(run_ingest(args.docs, tiny_model(), Path(args.db), args.collection, args.workers)))
+    elif args.cmd == "ingest":
+        tiny_model()
+        for n in args.docs:
+            make_corpus(n)
+            db = CACHE / f"ingest-{n}.db"
+            for f in CACHE.glob(f"ingest-{n}.db*"):
+                f.unlink()
+            result = child([str(n), str(db), "docs", "--workers", str(args.workers)])
+            record(f"ingest_tiny_{n}", {**result, **count_collection(db, "docs")})
+    elif args.cmd == "interrupt":
+        tiny_model()
+        make_corpus(args.docs)
+        db = CACHE / f"interrupt-{args.docs}.db"
+        for f in CACHE.glob(f"interrupt-{args.docs}.db*"):
+            f.unlink()
+        first = child([str(args.docs), str(db), "docs", "--workers", str(args.workers)], interrupt_after=args.after)
+        partial = count_collection(db, "docs")
+        again = child([str(args.docs), str(db), "docs", "--workers", str(args.workers)])
+        record(f"interrupt_rerun_{args.docs}", {"interrupted_after_s": args.after, "first_completed": first is not None,
+                                                "rows_after_interrupt": partial, "rerun": again,
+                                                "final": count_collection(db, "docs")})
+
+
+if __name__ == "__main__":
+    main()
