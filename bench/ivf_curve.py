@@ -1,0 +1,178 @@
+"""BIN_FLAT vs BIN_IVF_FLAT on a Milvus server, on learned codes: q/s and tie-aware
+recall@100 against exact search, for each nlist and nprobe, 1 and 8 clients.
+
+    python -m bench.million ingest --docs 1000000     # first: the 1M codes it reads
+    python -m bench.ivf_curve --nlist 256 1024 4096
+
+The database is the 1M generated documents hashed by bench.million's trained tiny
+model (read back from its milvus-lite file); the queries are 1,000 other generated
+documents hashed by the same model. The server (the PyPI ``milvus`` package, as the
+server tests use it) runs inside a network namespace of its own (``unshare -n``).
+Tie-aware recall@k: a returned code counts when it is strictly closer than the exact
+k-th distance, and codes at exactly that distance count up to the slots left, so any
+tie-break of the exact top-k scores 1.0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CACHE = HERE / ".cache" / "million"
+logger = logging.getLogger("bench.ivf_curve")
+
+
+def export_codes(n_docs: int) -> tuple[Path, Path]:
+    """The ingested codes (by row) and 1,000 query codes, as .npy files."""
+    from dhim_ray.codes import bytes_to_codes
+    from dhim_ray.connectors.milvus import MilvusTarget, release
+    from dhim_ray.hasher import Hasher
+
+    db_path, q_path = CACHE / f"codes-{n_docs}.npy", CACHE / "queries-1000.npy"
+    hasher = Hasher.load(CACHE / "tiny-dhim-64")
+    if not db_path.exists():
+        target = MilvusTarget(str(CACHE / f"ingest-{n_docs}.db"), "docs")
+        client = target.connect(create=False)
+        codes = np.zeros((n_docs, hasher.n_bytes), np.uint8)
+        last = -1
+        try:
+            while True:
+                page = client.query("docs", filter=f"id > {last}", output_fields=["code", "row"], limit=16384)
+                if not page:
+                    break
+                raw = [bytes(r["code"][0] if isinstance(r["code"], list) else r["code"]) for r in page]
+                codes[[r["row"] for r in page]] = bytes_to_codes(raw, hasher.n_bits)
+                last = max(r["id"] for r in page)
+        finally:
+            client.close()
+            release(target.uri)
+        np.save(db_path, codes)
+    if not q_path.exists():
+        import pyarrow.parquet as pq
+
+        texts = pq.read_table(CACHE / "corpus-5000" / "train" / "part-00000.parquet").column("text").to_pylist()
+        np.save(q_path, hasher.encode(texts[:1000]))
+    return db_path, q_path
+
+
+def tie_aware_recall(found: np.ndarray, exact: np.ndarray, k: int) -> float:
+    """found, exact: (queries, k) distances; see the module doc."""
+    kth = exact[:, -1:]
+    n_lt = (exact < kth).sum(1)
+    closer = (found < kth).sum(1)
+    tied = np.minimum((found == kth).sum(1), k - n_lt)
+    return float(np.mean((closer + tied) / k))
+
+
+def inner(args) -> None:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from milvus_server import URI, start_server
+
+    from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, ensure_collection, make_rows, search_codes
+    from dhim_ray.metrics import hamming_topk
+
+    os.environ["MILVUS_TOKEN"] = "root:Milvus"
+    db, q = np.load(args.codes), np.load(args.queries)
+    n_bits, k = db.shape[1] * 8, 100
+    _, exact = hamming_topk(db, q, k)
+    server = start_server(CACHE / "server", authorization=True)
+    results = []
+    try:
+        target = MilvusTarget(URI, "curve", timeout=600)
+        client = target.connect()
+        ensure_collection(client, "curve", n_bits, "bench", IndexSpec("BIN_FLAT"), overwrite=True, timeout=600)
+        t0 = time.perf_counter()
+        for s in range(0, len(db), 20_000):
+            rows = make_rows(np.arange(s, s + len(db[s:s + 20_000])), db[s:s + 20_000], n_bits, None,
+                             [""] * len(db[s:s + 20_000]), "bench", np.arange(s, s + len(db[s:s + 20_000])))
+            client.insert("curve", rows, timeout=600)
+        client.flush("curve", timeout=600)
+        logger.info("inserted %d codes in %.0f s", len(db), time.perf_counter() - t0)
+        specs = [IndexSpec("BIN_FLAT")] + [IndexSpec("BIN_IVF_FLAT", nlist=n, nprobe=1) for n in args.nlist]
+        for spec in specs:
+            client.release_collection("curve")
+            client.drop_index("curve", "code")
+            params = client.prepare_index_params()
+            params.add_index(field_name="code", index_type=spec.index_type, metric_type="HAMMING", params=spec.params())
+            t0 = time.perf_counter()
+            client.create_index("curve", params, timeout=1200)
+            client.load_collection("curve", timeout=1200)
+            build = time.perf_counter() - t0
+            probes = [0] if spec.index_type == "BIN_FLAT" else [p for p in (1, 2, 4, 8, 16, 32, 64, 128, 256)
+                                                                 if p <= spec.nlist]
+            for nprobe in probes:
+                search = spec if not nprobe else IndexSpec(spec.index_type, nlist=spec.nlist, nprobe=nprobe)
+                search_codes(client, "curve", q[:20], n_bits, k, search, output_fields=(), timeout=600)  # warm
+                t0 = time.perf_counter()
+                hits = search_codes(client, "curve", q, n_bits, k, search, output_fields=(), timeout=600,
+                                    batch_size=100)
+                qps1 = len(q) / (time.perf_counter() - t0)
+                found = np.array([[h["distance"] for h in r] for r in hits])
+                qps8 = concurrent_qps(target, q, n_bits, k, search, clients=8)
+                row = {"index": spec.index_type, "nlist": spec.nlist if nprobe else 0, "nprobe": nprobe,
+                       "build_s": build, "qps_1_client": qps1, "qps_8_clients": qps8,
+                       "recall_tie_aware": tie_aware_recall(found, exact, k)}
+                results.append(row)
+                logger.info("%s", json.dumps(row))
+        client.close()
+    finally:
+        server.stop()
+    Path(args.out).write_text(json.dumps({"n_codes": len(db), "bits": n_bits, "queries": len(q), "k": k,
+                                          "rows": results}, indent=1) + "\n")
+
+
+def concurrent_qps(target, q: np.ndarray, n_bits: int, k: int, spec, clients: int) -> float:
+    """Each of ``clients`` threads (own connection) sends every query, 1 per request."""
+    from dhim_ray.connectors.milvus import search_codes
+
+    conns = [target.connect() for _ in range(clients)]
+    per = q[: max(clients, len(q) // 4)]
+
+    def work(c):
+        search_codes(c, "curve", per, n_bits, k, spec, output_fields=(), timeout=600, batch_size=10)
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in conns]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - t0
+    for c in conns:
+        c.close()
+    return clients * len(per) / seconds
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=1_000_000)
+    ap.add_argument("--nlist", type=int, nargs="+", default=[256, 1024, 4096])
+    ap.add_argument("--out", default=str(HERE / "ivf_curve.json"))
+    ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--codes", help=argparse.SUPPRESS)
+    ap.add_argument("--queries", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.inner:
+        inner(args)
+        return
+    db_path, q_path = export_codes(args.docs)
+    cmd = (f"ip link set lo up && exec {sys.executable} -m bench.ivf_curve --inner --codes {db_path} "
+           f"--queries {q_path} --out {args.out} --nlist {' '.join(map(str, args.nlist))}")
+    env = dict(os.environ, RAY_AUTH_MODE="disabled")
+    subprocess.run(["unshare", "-n", "sh", "-c", cmd], cwd=ROOT, env=env, check=True)
+
+
+if __name__ == "__main__":
+    main()
