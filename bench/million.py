@@ -2,6 +2,7 @@
 
     python -m bench.million corpus --docs 1000000          # bench/.cache/million (not committed)
     python -m bench.million search --n-codes 1000000       # hamming_topk vs faiss, 16/64/128 bits
+    python -m bench.million eval --queries 10000           # precision@100, 10k x 1M: time, peak memory
     python -m bench.million ingest --docs 10000 1000000    # tiny BERT: driver/worker peak memory, docs/s
     python -m bench.million interrupt --docs 1000000       # Ctrl-C mid-ingest, rerun: exact count
     python -m bench.million encoder --docs 100000          # MiniLM ingest vs the bare forward pass
@@ -145,10 +146,10 @@ class PeakMemory:
 
 
 # ---- commands ---------------------------------------------------------------------------
-def bench_search(n_codes: int, bits_list: list[int], n_queries: int, k: int, eval_queries: int) -> None:
+def bench_search(n_codes: int, bits_list: list[int], n_queries: int, k: int) -> None:
     import faiss
 
-    from dhim_ray.metrics import hamming_topk, precision_at_k
+    from dhim_ray.metrics import hamming_topk
 
     rng = np.random.default_rng(0)
     for bits in bits_list:
@@ -183,7 +184,14 @@ def bench_search(n_codes: int, bits_list: list[int], n_queries: int, k: int, eva
             "equal_to_brute_force_50_queries": bool(np.array_equal(idx[:50], brute)),
         })
         del full, dbw
-    # Eval at scale: 10k queries against 1M 64-bit codes, peak memory of the call.
+
+
+def bench_eval(n_codes: int, eval_queries: int, k: int) -> None:
+    """Eval at scale: 10k queries against 1M 64-bit codes, peak memory of the process
+    (run alone: nothing else in it allocates more)."""
+    from dhim_ray.metrics import precision_at_k
+
+    rng = np.random.default_rng(0)
     bits = 64
     db = np.packbits(rng.integers(0, 2, (n_codes, bits), dtype=np.uint8), axis=1)
     q = np.packbits(rng.integers(0, 2, (eval_queries, bits), dtype=np.uint8), axis=1)
@@ -261,7 +269,10 @@ def main() -> None:
     p.add_argument("--n-codes", type=int, default=1_000_000)
     p.add_argument("--bits", type=int, nargs="+", default=[16, 64, 128])
     p.add_argument("--queries", type=int, default=1000)
-    p.add_argument("--eval-queries", type=int, default=10_000)
+    p.add_argument("--k", type=int, default=100)
+    p = sub.add_parser("eval")
+    p.add_argument("--n-codes", type=int, default=1_000_000)
+    p.add_argument("--queries", type=int, default=10_000)
     p.add_argument("--k", type=int, default=100)
     p = sub.add_parser("ingest")
     p.add_argument("--docs", type=int, nargs="+", default=[10_000, 1_000_000])
@@ -279,7 +290,9 @@ def main() -> None:
     if args.cmd == "corpus":
         print(make_corpus(args.docs))
     elif args.cmd == "search":
-        bench_search(args.n_codes, args.bits, args.queries, args.k, args.eval_queries)
+        bench_search(args.n_codes, args.bits, args.queries, args.k)
+    elif args.cmd == "eval":
+        bench_eval(args.n_codes, args.queries, args.k)
     elif args.cmd == "_one":
         print(json.dumps(run_ingest(args.docs, tiny_model(), Path(args.db), args.collection, args.workers)))
     elif args.cmd == "ingest":

@@ -25,7 +25,8 @@ def million_section() -> list[str]:
            "Commands (`bench/million.py`; the generated corpus is rebuilt deterministically from ../shared/data "
            "under bench/.cache, never committed):", "", "```bash",
            "python -m bench.million corpus --docs 1000000",
-           "python -m bench.million search --n-codes 1000000 --bits 16 64 128 --queries 1000 --eval-queries 10000",
+           "python -m bench.million search --n-codes 1000000 --bits 16 64 128 --queries 1000",
+           "python -m bench.million eval --n-codes 1000000 --queries 10000",
            "python -m bench.million ingest --docs 10000 1000000",
            "python -m bench.million interrupt --docs 1000000 --after 120",
            "```", ""]
@@ -45,8 +46,9 @@ def million_section() -> list[str]:
     if "eval_10k_x_1m" in r:
         e = r["eval_10k_x_1m"]
         out += [f"Eval (tie-aware precision@{e['k']}) of {e['queries']:,} queries against {e['n_codes']:,} "
-                f"{e['bits']}-bit codes: {e['seconds']:.1f} s; process peak memory {gib(e['peak_rss_after_gib'])} "
-                f"(before the call {gib(e['peak_rss_before_gib'])}; the inputs are {gib(e['inputs_gib'])}).", ""]
+                f"{e['bits']}-bit codes: {e['seconds']:.1f} s; the process' peak resident memory rose from "
+                f"{gib(e['peak_rss_before_gib'])} (Python, torch, faiss imported and the inputs built) to "
+                f"{gib(e['peak_rss_after_gib'])} during the call; the inputs are {gib(e['inputs_gib'])}.", ""]
     ingests = [r[k] for k in sorted(r) if k.startswith("ingest_tiny_")]
     if ingests:
         out += ["Streaming ingest into milvus-lite with a 2-layer, 32-wide BERT (MiniLM's tokenizer) under a DHIM "

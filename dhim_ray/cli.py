@@ -343,7 +343,9 @@ def ingest(
     drop_empty: DropEmpty = False,
     as_json: AsJson = False,
 ):
-    """Encode a corpus with Ray Data and upsert the codes into a Milvus binary collection."""
+    """Encode a corpus with Ray Data and upsert the codes into a Milvus binary collection.
+    Ray Data reads the split itself (CSV, JSON Lines, Parquet; one file or a folder of
+    parts), checks every row first, and streams it through the encoders."""
     from .checkpoint import read_checkpoint
     from .connectors.milvus import IndexSpec, MilvusTarget, default_index
     from .jobs.ingest import ingest as run_ingest

@@ -69,6 +69,7 @@ def _index(database: np.ndarray):
     index = faiss.IndexBinaryFlat(database.shape[1] * 8)
     # Counting selection (use_heap False) is the faster kernel up to 64 bits, the heap above.
     index.use_heap = database.shape[1] > 8
+    index.query_batch_size = QUERY_CHUNK  # one pass over the database per chunk of queries (default 32)
     index.add(np.ascontiguousarray(database))
     return index
 
