@@ -2,11 +2,12 @@
 recall@100 against exact search, for each nlist and nprobe, 1 and 8 clients.
 
     python -m bench.million ingest --docs 1000000     # first: the 1M codes it reads
-    python -m bench.ivf_curve --nlist 256 1024 4096
+    python -m bench.ivf_curve --nlist 128 1024 4096 --queries-from val
+    python -m bench.ivf_curve --nlist 128 1024 4096 --queries-from generated
 
 The database is the 1M generated documents hashed by bench.million's trained tiny
-model (read back from its milvus-lite file); the queries are 1,000 other generated
-documents hashed by the same model. The server (the PyPI ``milvus`` package, as the
+model (read back from its milvus-lite file); the queries (see export_codes) are hashed
+by the same model. The server (the PyPI ``milvus`` package, as the
 server tests use it) runs inside a network namespace of its own (``unshare -n``).
 Tie-aware recall@k: a returned code counts when it is strictly closer than the exact
 k-th distance, and codes at exactly that distance count up to the slots left, so any
@@ -33,13 +34,16 @@ CACHE = HERE / ".cache" / "million"
 logger = logging.getLogger("bench.ivf_curve")
 
 
-def export_codes(n_docs: int) -> tuple[Path, Path]:
-    """The ingested codes (by row) and 1,000 query codes, as .npy files."""
+def export_codes(n_docs: int, queries_from: str) -> tuple[Path, Path]:
+    """The ingested codes (by row) and 1,000 query codes, as .npy files. Queries are
+    generated documents (``generated``: shuffled dev documents, like the database, so
+    their neighbours are near-duplicates) or real held-out documents (``val``: 250 from
+    each dev corpus' val.csv, which no database document was made from)."""
     from dhim_ray.codes import bytes_to_codes
     from dhim_ray.connectors.milvus import MilvusTarget, release
     from dhim_ray.hasher import Hasher
 
-    db_path, q_path = CACHE / f"codes-{n_docs}.npy", CACHE / "queries-1000.npy"
+    db_path, q_path = CACHE / f"codes-{n_docs}.npy", CACHE / f"queries-{queries_from}-1000.npy"
     hasher = Hasher.load(CACHE / "tiny-dhim-64")
     if not db_path.exists():
         target = MilvusTarget(str(CACHE / f"ingest-{n_docs}.db"), "docs")
@@ -58,11 +62,18 @@ def export_codes(n_docs: int) -> tuple[Path, Path]:
             client.close()
             release(target.uri)
         np.save(db_path, codes)
-    if not q_path.exists():
+    if not q_path.exists() and queries_from == "generated":
         import pyarrow.parquet as pq
 
         texts = pq.read_table(CACHE / "corpus-5000" / "train" / "part-00000.parquet").column("text").to_pylist()
         np.save(q_path, hasher.encode(texts[:1000]))
+    elif not q_path.exists():
+        from dhim_ray.data import CorpusSpec
+
+        data = HERE.parents[1] / "shared" / "data"
+        texts = [t for name in ("dbpedia", "agnews", "20ng", "r8")
+                 for t in CorpusSpec(str(data / name), "val").load_split().texts[:250]]
+        np.save(q_path, hasher.encode(texts))
     return db_path, q_path
 
 
@@ -118,7 +129,10 @@ def inner(args) -> None:
                 hits = search_codes(client, "curve", q, n_bits, k, search, output_fields=(), timeout=600,
                                     batch_size=100)
                 qps1 = len(q) / (time.perf_counter() - t0)
-                found = np.array([[h["distance"] for h in r] for r in hits])
+                # IVF may return fewer than k (probed clusters too small): the missing count as misses.
+                found = np.full((len(q), k), n_bits + 1)
+                for i, r in enumerate(hits):
+                    found[i, : len(r)] = [h["distance"] for h in r]
                 qps8 = concurrent_qps(target, q, n_bits, k, search, clients=8)
                 row = {"index": spec.index_type, "nlist": spec.nlist if nprobe else 0, "nprobe": nprobe,
                        "build_s": build, "qps_1_client": qps1, "qps_8_clients": qps8,
@@ -129,6 +143,7 @@ def inner(args) -> None:
     finally:
         server.stop()
     Path(args.out).write_text(json.dumps({"n_codes": len(db), "bits": n_bits, "queries": len(q), "k": k,
+                                          "queries_from": Path(args.queries).stem,
                                           "rows": results}, indent=1) + "\n")
 
 
@@ -159,7 +174,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=1_000_000)
     ap.add_argument("--nlist", type=int, nargs="+", default=[256, 1024, 4096])
-    ap.add_argument("--out", default=str(HERE / "ivf_curve.json"))
+    ap.add_argument("--queries-from", choices=("generated", "val"), default="val")
+    ap.add_argument("--out", default=None, help="default: bench/ivf_curve_QUERIES.json")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--codes", help=argparse.SUPPRESS)
     ap.add_argument("--queries", help=argparse.SUPPRESS)
@@ -167,7 +183,8 @@ def main() -> None:
     if args.inner:
         inner(args)
         return
-    db_path, q_path = export_codes(args.docs)
+    args.out = args.out or str(HERE / f"ivf_curve_{args.queries_from}.json")
+    db_path, q_path = export_codes(args.docs, args.queries_from)
     cmd = (f"ip link set lo up && exec {sys.executable} -m bench.ivf_curve --inner --codes {db_path} "
            f"--queries {q_path} --out {args.out} --nlist {' '.join(map(str, args.nlist))}")
     env = dict(os.environ, RAY_AUTH_MODE="disabled")
