@@ -161,13 +161,15 @@ def bench_search(n_codes: int, bits_list: list[int], n_queries: int, k: int) -> 
         index = faiss.IndexBinaryFlat(bits)  # as a user would: defaults
         index.add(db)
         index.search(q[:10], k)
-        t0 = time.perf_counter()
-        fd, fi = index.search(q, k)
-        faiss_s = time.perf_counter() - t0
         hamming_topk(db, q[:10], k)
-        t0 = time.perf_counter()
-        idx, dist = hamming_topk(db, q, k)  # index built inside: counted
-        ours_s = time.perf_counter() - t0
+        faiss_s = ours_s = float("inf")
+        for _ in range(3):  # best of 3, alternating, so a busy moment hurts neither side alone
+            t0 = time.perf_counter()
+            fd, fi = index.search(q, k)
+            faiss_s = min(faiss_s, time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            idx, dist = hamming_topk(db, q, k)  # index built inside: counted
+            ours_s = min(ours_s, time.perf_counter() - t0)
         same_dist = bool(np.array_equal(dist, np.sort(fd, axis=1)))
         # Same neighbours once faiss' ties are put in database order; and brute force on 50 queries.
         key = np.sort(fd.astype(np.int64) << 40 | fi, axis=1)
