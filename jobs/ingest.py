@@ -171,7 +171,9 @@ def ingest(
         CodeEncoder,
         fn_constructor_kwargs={"model_dir": str(Path(model_dir).resolve()), "threads": threads},
         batch_size=batch_size,
-        compute=ray.data.ActorPoolStrategy(size=workers),
+        # One block at a time per actor: otherwise the first actor up takes several blocks
+        # while the others are still loading the model.
+        compute=ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1),
         num_cpus=actor_cpus,
         batch_format="numpy",
     )

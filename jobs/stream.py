@@ -25,9 +25,10 @@ from dhim_ray.text import has_text
 logger = logging.getLogger(__name__)
 
 SHOWN = 5  # bad rows named in an error
-# Read blocks of ~1 MiB of text (a few thousand documents): small enough that one file
-# feeds every encoder actor, large enough that per-block overhead stays small.
-BLOCK_BYTES = 1 << 20
+# Read blocks of ~256 KiB of text (several hundred documents): a block is the unit an
+# encoder actor takes, so even a few thousand documents from one file keep every actor
+# busy (a real encoder needs seconds per block); at 1M documents that is ~1,500 blocks.
+BLOCK_BYTES = 256 << 10
 
 
 @dataclass
