@@ -191,20 +191,10 @@ def load_corpus(
         splits = (spec.split,)
     if name in BUILTIN:
         corpus = _load_bbc()
-    elif name in PRESETS:
-        corpus = _load_hub(name, PRESETS[name], spec.text_column, spec.label_column)
-    elif os.path.exists(name):
+    elif name not in PRESETS and os.path.exists(name):
         corpus = _load_local(Path(name), spec.text_column, spec.label_column)
-    elif _looks_like_path(name):
-        raise DataError(f"{name}: no such file or folder; check the path (local corpora need no hub)")
-    elif _looks_like_hub_id(name):
-        preset = HubPreset(name, spec.text_column or "text", spec.label_column or "label", {})
-        corpus = _load_hub(name, preset, spec.text_column, spec.label_column)
     else:
-        choices = ", ".join(BUILTIN + tuple(PRESETS))
-        raise UnknownDatasetError(
-            f"unknown corpus {name!r}: use a preset ({choices}), a local folder or file, or a hub id like owner/name"
-        )
+        corpus = _load_hub(name, hub_preset(spec), spec.text_column, spec.label_column)
     _number_labels(corpus)
     if splits is not None:
         corpus = Corpus(corpus.name, {s: corpus.split(_canonical_split(s, corpus)) for s in splits})
@@ -438,7 +428,23 @@ def _read_file(paths: list[Path], text_column: str | None, label_column: str | N
 
 
 # ---- hub ---------------------------------------------------------------------
-def _load_hub(name: str, preset: HubPreset, text_column: str | None, label_column: str | None) -> Corpus:
+def hub_preset(spec: CorpusSpec) -> HubPreset:
+    """The hub dataset a corpus name stands for: a preset, or any ``owner/name`` id.
+    Raises DataError for a path that does not exist, UnknownDatasetError otherwise."""
+    if spec.name in PRESETS:
+        return PRESETS[spec.name]
+    if _looks_like_path(spec.name):
+        raise DataError(f"{spec.name}: no such file or folder; check the path (local corpora need no hub)")
+    if _looks_like_hub_id(spec.name):
+        return HubPreset(spec.name, spec.text_column or "text", spec.label_column or "label", {})
+    choices = ", ".join(BUILTIN + tuple(PRESETS))
+    raise UnknownDatasetError(
+        f"unknown corpus {spec.name!r}: use a preset ({choices}), a local folder or file, or a hub id like owner/name"
+    )
+
+
+def _hub_dataset_dict(name: str, preset: HubPreset):
+    """Every split of a hub dataset (memory-mapped Arrow files in the datasets cache)."""
     import datasets
 
     from .hub import offline_unless_reachable
@@ -446,7 +452,7 @@ def _load_hub(name: str, preset: HubPreset, text_column: str | None, label_colum
     datasets.disable_progress_bars()
     try:
         with offline_unless_reachable() as online:
-            dsd = datasets.load_dataset(preset.path, preset.config)
+            return datasets.load_dataset(preset.path, preset.config)
     except Exception as exc:
         if not online:
             raise HubUnreachableError(
@@ -456,6 +462,10 @@ def _load_hub(name: str, preset: HubPreset, text_column: str | None, label_colum
         raise UnknownDatasetError(
             f"corpus {name!r} ({preset.path}) could not be loaded from the hub: {str(exc).splitlines()[0][:200]}"
         ) from exc
+
+
+def _load_hub(name: str, preset: HubPreset, text_column: str | None, label_column: str | None) -> Corpus:
+    dsd = _hub_dataset_dict(name, preset)
     corpus = Corpus(name)
     mapping = preset.splits or {s: s for s in dsd}
     for ours, theirs in mapping.items():
@@ -473,50 +483,15 @@ def _load_hub(name: str, preset: HubPreset, text_column: str | None, label_colum
 
 def hub_split(spec: CorpusSpec, split: str):
     """One split of a hub corpus as a memory-mapped ``datasets.Dataset`` (for streaming
-    reads of its cache files), with its text and label column names (label None when
-    it has none)."""
-    import datasets
-
-    from .hub import offline_unless_reachable
-
-    preset = PRESETS.get(spec.name) or HubPreset(spec.name, spec.text_column or "text", spec.label_column or "label", {})
-    if spec.name not in PRESETS and not _looks_like_hub_id(spec.name):
-        if _looks_like_path(spec.name):
-            raise DataError(f"{spec.name}: no such file or folder; check the path (local corpora need no hub)")
-        choices = ", ".join(BUILTIN + tuple(PRESETS))
-        raise UnknownDatasetError(
-            f"unknown corpus {spec.name!r}: use a preset ({choices}), a local folder or file, or a hub id like owner/name"
-        )
-    datasets.disable_progress_bars()
-    theirs = {c: t for c, t in preset.splits.items()} if preset.splits else {}
+    reads of its cache files)."""
+    preset = hub_preset(spec)
+    dsd = _hub_dataset_dict(spec.name, preset)
     canonical = next((c for c, a in SPLIT_ALIASES.items() if split in a), split)
-    try:
-        with offline_unless_reachable() as online:
-            dsd = datasets.load_dataset(preset.path, preset.config)
-    except Exception as exc:
-        if not online:
-            raise HubUnreachableError(
-                f"corpus {spec.name!r} ({preset.path}) needs the Hugging Face hub, which is unreachable and has no "
-                "cached copy; pass a local folder or file instead, e.g. dhim-ray ingest ../shared/data/dbpedia"
-            ) from exc
-        raise UnknownDatasetError(
-            f"corpus {spec.name!r} ({preset.path}) could not be loaded from the hub: {str(exc).splitlines()[0][:200]}"
-        ) from exc
-    name = theirs.get(canonical) or next((a for a in SPLIT_ALIASES.get(canonical, (split,)) if a in dsd), split)
+    name = preset.splits.get(canonical) or next((a for a in SPLIT_ALIASES.get(canonical, (split,)) if a in dsd),
+                                                split)
     if name not in dsd:
         raise DataError(f"corpus {spec.name!r} has no split {split!r}; it has: {', '.join(sorted(dsd))}")
-    ds = dsd[name]
-    text_column = spec.text_column or preset.text_column
-    label_column = spec.label_column or preset.label_column
-    if text_column not in ds.column_names:
-        raise DataError(f"{spec.name}:{split}: no text column {text_column!r}; columns are {ds.column_names}; "
-                        "pass --text-column NAME")
-    if label_column not in ds.column_names:
-        if spec.label_column is not None:
-            raise DataError(f"{spec.name}:{split}: no label column {label_column!r}; columns are "
-                            f"{ds.column_names}; pass --label-column NAME")
-        label_column = None
-    return ds, text_column, label_column
+    return dsd[name]
 
 
 def _from_table(ds, where: str, text_column: str, label_column: str, label_required: bool) -> Split:

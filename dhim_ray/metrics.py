@@ -30,12 +30,11 @@ def _as_words(codes: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(codes).view(np.uint64)
 
 
-def _check_pair(database: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _check_search(database: np.ndarray, queries: np.ndarray) -> None:
     check_codes(database)
     check_codes(queries, database.shape[1] * 8)
     if len(database) == 0:
         raise DataError("database of 0 codes: nothing to search; encode some documents first")
-    return _as_words(database), _as_words(queries)
 
 
 QUERY_CHUNK = 1024  # queries per faiss call: results stay (chunk, k)
@@ -49,7 +48,8 @@ def _chunk_rows(n_database: int, memory_mb: int) -> int:
 
 def hamming_distances(database: np.ndarray, queries: np.ndarray) -> np.ndarray:
     """Full (n_queries, n_database) distance matrix, int32. For small inputs and tests."""
-    db, q = _check_pair(database, queries)
+    _check_search(database, queries)
+    db, q = _as_words(database), _as_words(queries)
     out = np.zeros((len(q), len(db)), dtype=np.int32)
     for w in range(db.shape[1]):
         out += np.bitwise_count(q[:, w, None] ^ db[None, :, w])
@@ -100,10 +100,7 @@ def hamming_topk(
     Example:
         >>> idx, dist = hamming_topk(db_codes, query_codes, k=10)
     """
-    check_codes(database)
-    check_codes(queries, database.shape[1] * 8)
-    if len(database) == 0:
-        raise DataError("database of 0 codes: nothing to search; encode some documents first")
+    _check_search(database, queries)
     k = _check_k(k, len(database))
     index = _index(database)
     indices = np.empty((len(queries), k), dtype=np.int64)
@@ -187,7 +184,8 @@ def precision_at_k(
     expected precision under random tie-breaking is
     ``(r_lt + (k - n_lt) * r_eq / n_eq) / k``.
     """
-    k = _check_k(k, len(_check_pair(database, queries)[0]))
+    _check_search(database, queries)
+    k = _check_k(k, len(database))
     db_labels = _check_labels(database_labels, len(database), "database")
     q_labels = _check_labels(query_labels, len(queries), "queries")
     index = _index(database)

@@ -58,6 +58,15 @@ class SourcePlan:
         """Whether every shard's row count is known without reading it."""
         return all(s.n_rows is not None for s in self.shards)
 
+    def id_rows(self, positions) -> np.ndarray:
+        """The row numbers document ids use for split positions: the positions, or the
+        packaged corpus' own numbers (``source_row``; increasing with position too)."""
+        positions = np.asarray(positions, dtype=np.int64)
+        table = self.shards[0].table if len(self.shards) == 1 else None
+        if table is not None and "source_row" in table.column_names:
+            return table.column("source_row").to_numpy()[positions].astype(np.int64)
+        return positions
+
 
 def plan_split(spec: CorpusSpec) -> SourcePlan:
     """Shards of ``spec``'s split (``train`` when it names none), from metadata only.
@@ -125,7 +134,8 @@ def _plan_loaded(spec: CorpusSpec, split: str, where: str) -> SourcePlan:
         return SourcePlan(where, (Shard("", "table", len(table), table=table),), "text", "label")
     from .data import hub_split
 
-    ds, text_column, label_column = hub_split(spec, split)
+    ds = hub_split(spec, split)
+    text_column, label_column = _pick_columns(list(ds.column_names), spec, where)
     shards = []
     for f in ds.cache_files:
         shards.append(Shard(f["filename"], "arrow", _arrow_rows(f["filename"])))
@@ -177,7 +187,12 @@ def _schema_names(shard: Shard) -> list[str]:
 
 
 def _columns(shard: Shard, spec: CorpusSpec, where: str) -> tuple[str, str | None]:
-    names = _schema_names(shard)
+    return _pick_columns(_schema_names(shard), spec, where)
+
+
+def _pick_columns(names: list[str], spec: CorpusSpec, where: str) -> tuple[str, str | None]:
+    """(text column, label column or None) among ``names``: the spec's, else the preset's,
+    else text/label; a missing text column, or a label column named and missing, is an error."""
     preset = PRESETS.get(spec.name)
     text = spec.text_column or (preset.text_column if preset else "text")
     label = spec.label_column or (preset.label_column if preset else "label")

@@ -45,7 +45,7 @@ from dhim_ray.hasher import Hasher
 from dhim_ray.sources import plan_split
 
 from .ray_env import actor_resources, init_ray
-from .stream import Prepare, check_scan, id_rows, label_vocabulary, last_id_row, read_documents, scan
+from .stream import Prepare, check_scan, label_vocabulary, read_documents, scan
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ def ingest(
     client = target.connect()
     try:
         ensure_collection(client, target.collection, n_bits, mid, index, overwrite, target.timeout)
-        first = id_rows(plan, np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
+        first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
         refuse_foreign_rows(client, target.collection, document_ids(source, first), source, target.timeout)
     finally:
         client.close()
@@ -197,7 +197,7 @@ def ingest(
     seconds = time.perf_counter() - t0
     client = target.connect()
     try:
-        last_row = last_id_row(plan, n_rows)
+        last_row = int(plan.id_rows([n_rows - 1])[0])
         stored = count_source(client, target.collection, source, last_row, target.timeout)
         of_source = count_source(client, target.collection, source, None, target.timeout)
     finally:

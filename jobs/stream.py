@@ -95,24 +95,6 @@ class ShardSource:
                     yield out
 
 
-def id_rows(plan: SourcePlan, positions: np.ndarray) -> np.ndarray:
-    """The row numbers that ids use for split positions: the positions themselves, or
-    the packaged corpus' own numbers (a small in-memory table)."""
-    positions = np.asarray(positions, dtype=np.int64)
-    table = plan.shards[0].table if len(plan.shards) == 1 else None
-    if table is not None and "source_row" in table.column_names:
-        return table.column("source_row").to_numpy()[positions].astype(np.int64)
-    return positions
-
-
-def last_id_row(plan: SourcePlan, n_rows: int) -> int:
-    """The largest id row number among the split's first ``n_rows`` positions."""
-    table = plan.shards[0].table if len(plan.shards) == 1 else None
-    if table is not None and "source_row" in table.column_names:
-        return int(id_rows(plan, np.arange(n_rows)).max())
-    return n_rows - 1
-
-
 def read_documents(plan: SourcePlan, cleaning: str, prepare: Prepare):
     """The split's document rows as a Ray Dataset, read in parallel tasks (one per shard)
     in blocks of about BLOCK_BYTES, so even a single file feeds every encoder actor."""
