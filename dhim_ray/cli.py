@@ -59,6 +59,23 @@ def as_flags(message: str) -> str:
     return _PARAM.sub(lambda m: FLAGS[m.group(1)] + " ", message)
 
 
+def pick_device(name: str) -> str:
+    """'auto' -> 'cuda' when torch sees a GPU, else 'cpu'; anything else is checked and kept."""
+    import torch
+
+    from .errors import ConfigError
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"--device {name}: not a torch device; use auto, cpu or cuda") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: this machine has no CUDA GPU torch can use; use --device cpu")
+    return name
+
+
 _CREDENTIALS = re.compile(r"(\w+://)[^/\s@]+@")
 
 
@@ -116,6 +133,7 @@ LabelColumn = Annotated[str | None, typer.Option(
 DropEmpty = Annotated[bool, typer.Option(help="Skip rows with empty text (logged) instead of failing.")]
 Limit = Annotated[int | None, typer.Option(help="Use only the first N documents of each split.")]
 CacheDir = Annotated[Path | None, typer.Option(help="Cache frozen features here to reuse them across runs.")]
+Device = Annotated[str, typer.Option(help="Torch device for in-process work: auto (cuda when present), cpu, cuda, cuda:1.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 Uri = Annotated[str, typer.Option(help="Milvus: a .db file (milvus-lite) or http://host:19530.")]
 TokenEnv = Annotated[str, typer.Option(help="Env variable holding the server token or user:password.")]
@@ -206,6 +224,10 @@ def train(
     drop_empty: DropEmpty = False,
     limit: Limit = None,
     cache_dir: CacheDir = None,
+    feature_memory: Annotated[float, typer.Option(
+        help="GiB of frozen features held in memory; more stay on disk (in --cache-dir, else beside --out) and "
+             "are read batch by batch.")] = 2.0,
+    device: Device = "auto",
     workers: Annotated[int, typer.Option("--workers", "-w", help="Ray Train workers; 1 without --address runs in-process.")] = 1,
     use_gpu: Annotated[bool, typer.Option(help="One GPU per worker (Ray Train).")] = False,
     address: Annotated[str | None, typer.Option(help="Ray cluster: 'auto', ray://host:10001, or a head address.")] = None,
@@ -223,6 +245,8 @@ def train(
 
     if workers < 1:
         raise ConfigError(f"workers={workers}: must be >= 1, e.g. workers=2")
+    if feature_memory < 0:
+        raise ConfigError(f"--feature-memory {feature_memory}: must be >= 0 GiB (0 keeps every feature on disk)")
     overrides = parse_overrides(list(set_ or []))
     overrides["features"].update({"encoder": encoder, "max_words": max_words},
                                  **({"cleaning": cleaning} if cleaning is not None else {}))
@@ -257,7 +281,8 @@ def train(
         from .pipeline import train_corpus
 
         _, summary = train_corpus(spec, cfg, out_dir, progress=not as_json, cache_dir=cache_dir,
-                                  resume=resume is not None)
+                                  resume=resume is not None, device=pick_device(device),
+                                  feature_memory_gb=feature_memory)
     result = {"out": str(out_dir), "n_bits": bits, **{k: v for k, v in summary.items() if k != "history"}}
     print_result(result, as_json, title=f"trained {out_dir}")
 

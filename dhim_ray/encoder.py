@@ -8,7 +8,9 @@ bundle (fp16 token features + masks + sentence vectors), optionally cached on di
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +20,10 @@ from tqdm.auto import tqdm
 
 from .config import DEFAULT_ENCODER, FeatureConfig
 from .errors import EncoderError
+from .feature_store import FeatureStore, RowFile
 from .text import clean_and_truncate
+
+logger = logging.getLogger(__name__)
 
 _PACKAGED_NAMES = {DEFAULT_ENCODER.lower(), f"sentence-transformers/{DEFAULT_ENCODER}".lower()}
 
@@ -49,37 +54,46 @@ class Features:
     mask:   (n, T) bool, True at word positions (not [SEP], not [PAD]).
     cls:    (n, H) float32, the [CLS] vector.
     mean:   (n, H) float32, mean over all non-pad tokens (sentence-transformers pooling).
+
+    tokens, cls and mean are numpy arrays, or ``RowFile`` views of a FeatureStore on
+    disk that read only the rows a batch indexes (``take`` returns arrays either way).
     """
 
-    tokens: np.ndarray
+    tokens: np.ndarray | RowFile
     mask: np.ndarray
-    cls: np.ndarray
-    mean: np.ndarray
+    cls: np.ndarray | RowFile
+    mean: np.ndarray | RowFile
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def take(self, index: np.ndarray | slice) -> Features:
+        """Documents ``index`` as in-memory arrays."""
         return Features(self.tokens[index], self.mask[index], self.cls[index], self.mean[index])
+
+    def rows(self, start: int, stop: int) -> Features:
+        """Documents start..stop-1 as a view: columns on disk stay on disk (a worker's shard)."""
+        def cut(a):
+            return a.shard(start, stop) if isinstance(a, RowFile) else a[start:stop]
+
+        return Features(cut(self.tokens), cut(self.mask), cut(self.cls), cut(self.mean))
+
+    @property
+    def on_disk(self) -> bool:
+        return isinstance(self.tokens, RowFile)
 
     def target(self, kind: str) -> np.ndarray | None:
         """The regulariser target: 'cls', 'mean' or 'none'."""
         return {"cls": self.cls, "mean": self.mean}.get(kind)
 
-    def save(self, path: str | Path) -> None:
-        from safetensors.numpy import save_file
+    @property
+    def nbytes(self) -> int:
+        return sum(int(a.nbytes) for a in (self.tokens, self.mask, self.cls, self.mean))
 
-        save_file(
-            {"tokens": self.tokens, "mask": self.mask.astype(np.uint8), "cls": self.cls, "mean": self.mean},
-            str(path),
-        )
-
-    @classmethod
-    def load(cls, path: str | Path) -> Features:
-        from safetensors.numpy import load_file
-
-        d = load_file(str(path))
-        return cls(d["tokens"], d["mask"].astype(bool), d["cls"], d["mean"])
+    @staticmethod
+    def bytes_per_document(n_tokens: int, hidden: int) -> int:
+        """Memory one document's features take (tokens without [CLS], mask, cls, mean)."""
+        return (n_tokens - 1) * (hidden * 2 + 1) + hidden * 8
 
 
 class FrozenEncoder:
@@ -122,30 +136,62 @@ class FrozenEncoder:
     def prepare(self, texts: list[str]) -> list[str]:
         return [clean_and_truncate(t, self.config.max_words, self.config.cleaning) for t in texts]
 
-    @torch.inference_mode()
+    def store_path(self, texts: list[str], cache_dir: str | Path) -> Path:
+        """Where the features of ``texts`` are cached: a hash of the encoder, settings and texts."""
+        digest = hashlib.sha256(f"{self.fingerprint}|clean={self.config.cleaning}".encode())
+        for t in texts:
+            digest.update(t.encode("utf-8", "surrogatepass") + b"\0")
+        return Path(cache_dir) / f"features-{digest.hexdigest()[:24]}"
+
     def features(
         self,
         texts: list[str],
         batch_size: int = 64,
         progress: bool = False,
         cache_dir: str | Path | None = None,
+        in_memory: bool = True,
     ) -> Features:
         """Encode texts (cleaned and truncated as in the paper) into ``Features``.
 
-        With ``cache_dir``, the result is stored under a hash of the encoder,
-        settings and texts, and a later call with the same inputs reads it back.
+        With ``cache_dir``, the features are written batch by batch into a
+        ``FeatureStore`` under a hash of the encoder, settings and texts (memory holds
+        one batch, whatever the corpus size), and a later call with the same inputs
+        reads them back. ``in_memory=False`` (needs ``cache_dir``) returns the store's
+        files as ``RowFile`` arrays that read only the rows a batch asks for.
         """
-        cached = None
-        if cache_dir is not None:
-            digest = hashlib.sha256(f"{self.fingerprint}|clean={self.config.cleaning}".encode())
-            for t in texts:
-                digest.update(t.encode("utf-8", "surrogatepass") + b"\0")
-            cached = Path(cache_dir) / f"features-{digest.hexdigest()[:24]}.safetensors"
-            if cached.exists():
-                try:
-                    return Features.load(cached)
-                except Exception:  # a partial or corrupt file: recompute it
-                    cached.unlink(missing_ok=True)
+        if cache_dir is None:
+            if not in_memory:
+                raise ValueError("in_memory=False needs a cache_dir to keep the features in")
+            return self._features_in_memory(texts, batch_size, progress)
+        folder = self.store_path(texts, cache_dir)
+        for attempt in (0, 1):
+            if not FeatureStore.exists(folder):
+                self.write_store(texts, folder, batch_size, progress)
+            try:
+                return Features(**FeatureStore.open(folder).columns(in_memory))
+            except ValueError:  # a damaged cache: build it again, once
+                if attempt:
+                    raise
+                logger.warning("feature cache %s is damaged; computing it again", folder)
+                shutil.rmtree(folder, ignore_errors=True)
+        raise AssertionError("unreachable")
+
+    @torch.inference_mode()
+    def write_store(self, texts: list[str], folder: str | Path, batch_size: int = 64,
+                    progress: bool = False) -> FeatureStore:
+        """Encode ``texts`` into a new FeatureStore at ``folder``, one batch in memory at a time."""
+        store = FeatureStore.create(folder, len(texts), self.config.n_tokens - 1, self.hidden_size)
+        writer = store.writer()
+        with tqdm(total=len(texts), desc="encoding", unit="doc", disable=not progress, leave=False) as bar:
+            for start in range(0, len(texts), batch_size):
+                b = self.encode_batch(texts[start : start + batch_size])
+                writer.write(start, b.tokens, b.mask, b.cls, b.mean)
+                bar.update(len(b.tokens))
+        writer.close()
+        return store.finish(fingerprint=self.fingerprint, cleaning=self.config.cleaning)
+
+    @torch.inference_mode()
+    def _features_in_memory(self, texts: list[str], batch_size: int, progress: bool) -> Features:
         n, t_words, h = len(texts), self.config.n_tokens - 1, self.hidden_size
         out = Features(
             tokens=np.zeros((n, t_words, h), dtype=np.float16),
@@ -153,19 +199,13 @@ class FrozenEncoder:
             cls=np.zeros((n, h), dtype=np.float32),
             mean=np.zeros((n, h), dtype=np.float32),
         )
-        bar = tqdm(total=n, desc="encoding", unit="doc", disable=not progress, leave=False)
-        for start in range(0, n, batch_size):
-            batch = self.encode_batch(texts[start : start + batch_size])
-            stop = start + len(batch.tokens)
-            out.tokens[start:stop], out.mask[start:stop] = batch.tokens, batch.mask
-            out.cls[start:stop], out.mean[start:stop] = batch.cls, batch.mean
-            bar.update(stop - start)
-        bar.close()
-        if cached is not None:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cached.with_suffix(".tmp")
-            out.save(tmp)
-            tmp.replace(cached)
+        with tqdm(total=n, desc="encoding", unit="doc", disable=not progress, leave=False) as bar:
+            for start in range(0, n, batch_size):
+                batch = self.encode_batch(texts[start : start + batch_size])
+                stop = start + len(batch.tokens)
+                out.tokens[start:stop], out.mask[start:stop] = batch.tokens, batch.mask
+                out.cls[start:stop], out.mean[start:stop] = batch.cls, batch.mean
+                bar.update(stop - start)
         return out
 
     @torch.inference_mode()

@@ -4,6 +4,7 @@ evaluate a model or a baseline (no Ray, no Milvus)."""
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ from .metrics import precision_at_k
 from .training import FitResult, LoopState, TrainCallback, carve_validation, fit
 
 logger = logging.getLogger(__name__)
+
+SCRATCH_FEATURES = "features.tmp"
 
 
 @dataclass
@@ -59,6 +62,16 @@ def load_train_val(corpus: CorpusSpec, config: DHIMConfig) -> tuple[Split, Split
     return train, val, val_source
 
 
+DEFAULT_FEATURE_MEMORY_GB = 2.0
+
+
+def features_on_disk(n_docs: int, features: FeatureConfig, hidden: int, memory_gb: float | None) -> bool:
+    """Whether n_docs documents' frozen features exceed the memory budget (GiB; None: no limit)."""
+    if memory_gb is None:
+        return False
+    return n_docs * Features.bytes_per_document(features.n_tokens, hidden) > memory_gb * 2**30
+
+
 def prepare_training_data(
     corpus: CorpusSpec,
     config: DHIMConfig,
@@ -66,13 +79,30 @@ def prepare_training_data(
     progress: bool = True,
     device: str = "cpu",
     encoder: FrozenEncoder | None = None,
+    feature_memory_gb: float | None = DEFAULT_FEATURE_MEMORY_GB,
+    scratch_dir: str | Path | None = None,
 ) -> TrainingData:
-    """Load the corpus, carve a val slice if needed, and compute frozen features once."""
+    """Load the corpus, carve a val slice if needed, and compute frozen features once.
+
+    Features that fit in ``feature_memory_gb`` are held in memory; larger ones are
+    written batch by batch to a FeatureStore (in ``cache_dir``, else ``scratch_dir``)
+    and training reads them back batch by batch, so memory stays bounded.
+    """
+    from .errors import ConfigError
+
     train, val, val_source = load_train_val(corpus, config)
     encoder = encoder or FrozenEncoder(config.features, device=device)
     config = config.replace(model={"hidden_size": encoder.hidden_size})
-    train_f = encoder.features(train.texts, progress=progress, cache_dir=cache_dir)
-    val_f = encoder.features(val.texts, progress=progress, cache_dir=cache_dir)
+    on_disk = features_on_disk(len(train) + len(val), config.features, encoder.hidden_size, feature_memory_gb)
+    store = cache_dir if cache_dir is not None else (scratch_dir if on_disk else None)
+    if on_disk:
+        if store is None:
+            raise ConfigError(f"feature_memory_gb={feature_memory_gb}: the features of {len(train) + len(val)} "
+                              "documents exceed it; give a cache_dir to keep them on disk")
+        logger.info("features of %d documents exceed %.1f GiB: kept on disk in %s, read batch by batch",
+                    len(train) + len(val), feature_memory_gb, store)
+    train_f = encoder.features(train.texts, progress=progress, cache_dir=store, in_memory=not on_disk)
+    val_f = encoder.features(val.texts, progress=progress, cache_dir=store, in_memory=not on_disk)
     return TrainingData(train_f, val_f, train.labels, val.labels, encoder, config, len(train), val_source)
 
 
@@ -107,11 +137,14 @@ def train_corpus(
     cache_dir: str | Path | None = None,
     resume: bool = False,
     callbacks: tuple[TrainCallback, ...] = (),
+    feature_memory_gb: float | None = DEFAULT_FEATURE_MEMORY_GB,
 ) -> tuple[FitResult, dict[str, Any]]:
     """Train DHIM on a corpus in this process and save the best checkpoint to ``out``.
 
     ``out`` is checked for writing before any work, then holds the best weights so far
     after every epoch. ``resume=True`` continues an interrupted run in ``out``.
+    Features larger than ``feature_memory_gb`` stay on disk (``cache_dir``, else a
+    scratch folder in ``out`` removed when the run finishes).
     Returns (fit result, the summary written into the checkpoint). Raises
     TrainingInterrupted on Ctrl-C, naming what was kept and how to resume.
     """
@@ -126,9 +159,12 @@ def train_corpus(
         )
     check_writable(out)
     t0 = time.perf_counter()
-    data = prepare_training_data(corpus, config, cache_dir=cache_dir, progress=progress, device=device)
+    scratch = out / SCRATCH_FEATURES  # features too big for memory, without a cache_dir; kept for --resume
+    data = prepare_training_data(corpus, config, cache_dir=cache_dir, progress=progress, device=device,
+                                 feature_memory_gb=feature_memory_gb, scratch_dir=scratch)
     context = {"corpus": corpus.display, "n_train": data.n_train, "validation": data.val_source,
-               "feature_seconds": round(time.perf_counter() - t0, 2)}
+               "feature_seconds": round(time.perf_counter() - t0, 2),
+               "features": "on disk" if data.train.on_disk else "in memory"}
     saver = CheckpointEachEpoch(out, data.encoder.fingerprint, context)
     try:
         result = fit(data.train, data.val, data.config, data.train_labels, data.val_labels, progress=progress,
@@ -138,6 +174,8 @@ def train_corpus(
     summary = result.summary(**context)
     save_checkpoint(out, result.model, data.config, data.encoder.fingerprint, summary)
     clear_training_state(out)
+    del data
+    shutil.rmtree(scratch, ignore_errors=True)
     return result, summary
 
 

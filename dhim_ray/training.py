@@ -93,10 +93,12 @@ def init_from_itq(model: DHIM, feats: Features, seed: int = 0) -> None:
     model.init_linear_path((w / scale).T, -(itq.mean @ w) / scale)
 
 
-def neighbour_table(vectors: np.ndarray, m: int, chunk: int = 2048) -> np.ndarray:
-    """Each row's m nearest other rows by cosine similarity: (n, m) int64."""
+def neighbour_table(vectors: np.ndarray, m: int, chunk: int | None = None) -> np.ndarray:
+    """Each row's m nearest other rows by cosine similarity: (n, m) int64. Rows are
+    compared a chunk at a time, the (chunk, n) similarities bounded to ~256 MB."""
     x = torch.nn.functional.normalize(torch.from_numpy(np.asarray(vectors, dtype=np.float32)), dim=1)
     m = min(m, len(x) - 1)
+    chunk = chunk or max(1, min(2048, (1 << 26) // max(1, len(x))))
     out = np.empty((len(x), m), dtype=np.int64)
     for start in range(0, len(x), chunk):
         sim = x[start : start + chunk] @ x.T
@@ -156,15 +158,14 @@ def to_tensors(
         (training augmentation for long documents; needs ``rng``).
     """
     mask_np = feats.mask[idx]
+    tok_np = feats.tokens[idx]  # a numpy array, or the batch's rows read from a FeatureStore
     if crop:
         lengths = mask_np.sum(1)
         starts = (rng.random(len(idx)) * np.maximum(lengths - crop + 1, 1)).astype(np.int64)
         cols = np.minimum(starts[:, None] + np.arange(crop)[None, :], mask_np.shape[1] - 1)
-        rows = np.asarray(idx)[:, None]
-        tok_np, mask_np = feats.tokens[rows, cols], mask_np[np.arange(len(idx))[:, None], cols]
+        rows = np.arange(len(idx))[:, None]
+        tok_np, mask_np = tok_np[rows, cols], mask_np[rows, cols]
         mask_np &= np.arange(crop)[None, :] < np.minimum(lengths, crop)[:, None]
-    else:
-        tok_np = feats.tokens[idx]
     if trim is not None and mask_np.any():
         last = min(mask_np.shape[1], int(np.flatnonzero(mask_np.any(0))[-1]) + 1 + trim)
         tok_np, mask_np = tok_np[:, :last], mask_np[:, :last]

@@ -1,0 +1,84 @@
+"""Frozen features on disk (FeatureStore, RowFile): read in pieces, same codes as in memory."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from dhim_ray.data import CorpusSpec
+from dhim_ray.encoder import Features, FrozenEncoder
+from dhim_ray.feature_store import FeatureStore, RowFile
+
+
+def _array_file(tmp_path, a: np.ndarray) -> RowFile:
+    path = tmp_path / "a.npy"
+    np.save(path, a)
+    return RowFile(path)
+
+
+def test_rowfile_reads_what_numpy_reads(tmp_path):
+    a = np.arange(7 * 3 * 2, dtype=np.float16).reshape(7, 3, 2)
+    f = _array_file(tmp_path, a)
+    assert f.shape == a.shape and len(f) == 7 and f.dtype == a.dtype
+    for index in (3, -1, slice(None), slice(2, 5), slice(1, 7, 2), np.array([0, 1, 2, 5]),
+                  np.array([5, 0, 5, 2]), np.array([], dtype=np.int64), a[:, 0, 0] > 10):
+        np.testing.assert_array_equal(f[index], a[index])
+    np.testing.assert_array_equal(np.asarray(f), a)
+    with pytest.raises(IndexError):
+        f[np.array([7])]
+
+
+def test_a_shard_reads_only_its_rows_and_pickles_as_a_path(tmp_path):
+    a = np.arange(100, dtype=np.float32).reshape(20, 5)
+    shard = _array_file(tmp_path, a).shard(8, 14)
+    assert len(shard) == 6
+    np.testing.assert_array_equal(shard[np.array([0, 5])], a[[8, 13]])
+    assert shard.rows_read == 2
+    with pytest.raises(IndexError):
+        shard[6]
+    again = pickle.loads(pickle.dumps(shard))
+    np.testing.assert_array_equal(again[:], a[8:14])
+
+
+def test_store_built_batch_by_batch_equals_in_memory_features(tmp_path, tiny_config):
+    enc = FrozenEncoder(tiny_config.features)
+    texts = [f"sport match {i} goal team" if i % 2 else f"market stock {i} price bank" for i in range(150)]
+    in_memory = enc.features(texts, batch_size=16)
+    on_disk = enc.features(texts, batch_size=16, cache_dir=tmp_path, in_memory=False)
+    assert on_disk.on_disk and not in_memory.on_disk
+    assert on_disk.tokens.nbytes > 16 * on_disk.tokens.shape[1] * on_disk.tokens.shape[2] * 2  # > one batch
+    for name in ("tokens", "mask", "cls", "mean"):
+        np.testing.assert_array_equal(np.asarray(getattr(on_disk, name)), getattr(in_memory, name))
+    # The same inputs read the finished store back; a damaged store is rebuilt, not trusted.
+    (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("features-")]
+    assert FeatureStore.open(folder).meta["fingerprint"] == enc.fingerprint
+    with open(folder / "tokens.npy", "r+b") as f:
+        f.truncate(200)
+    again = enc.features(texts, batch_size=16, cache_dir=tmp_path, in_memory=True)
+    np.testing.assert_array_equal(again.tokens, in_memory.tokens)
+
+
+def test_training_from_disk_gives_the_codes_of_training_in_memory(tmp_path, toy_folder, tiny_config):
+    """The in-memory path and the on-disk path (features bigger than the budget, read
+    in batches) train the same model to the last bit."""
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.pipeline import train_corpus
+
+    corpus = CorpusSpec(str(toy_folder))
+    cfg = tiny_config.replace(train={"max_epochs": 2, "crop_tokens": 6})
+    _, mem = train_corpus(corpus, cfg, tmp_path / "mem", progress=False)
+    _, disk = train_corpus(corpus, cfg, tmp_path / "disk", progress=False, feature_memory_gb=0)
+    assert mem["features"] == "in memory" and disk["features"] == "on disk"
+    assert not (tmp_path / "disk" / "features.tmp").exists()  # the scratch store goes when the run ends
+    assert [h["loss"] for h in mem["history"]] == [h["loss"] for h in disk["history"]]
+    texts = [f"doc {i} about sport and goals" for i in range(30)]
+    np.testing.assert_array_equal(Hasher.load(tmp_path / "mem").encode(texts),
+                                  Hasher.load(tmp_path / "disk").encode(texts))
+
+
+def test_bytes_per_document_matches_the_arrays(tiny_config):
+    enc = FrozenEncoder(tiny_config.features)
+    f = enc.features(["one text", "two texts here"])
+    assert f.nbytes == 2 * Features.bytes_per_document(tiny_config.features.n_tokens, enc.hidden_size)
