@@ -272,11 +272,10 @@ def train(
     if distributed:
         from .jobs.train import RayTrainOptions, train_distributed
 
-        if cache_dir is not None:
-            logger.warning("--cache-dir applies to in-process training; Ray Data computes the features")
         opts = RayTrainOptions(workers=workers, use_gpu=use_gpu, address=address, storage_path=storage_path,
                                resume=resume, max_failures=max_failures)
-        summary = train_distributed(spec, cfg, out_dir, opts)
+        summary = train_distributed(spec, cfg, out_dir, opts, cache_dir=cache_dir, feature_memory_gb=feature_memory,
+                                    progress=not as_json)
     else:
         from .pipeline import train_corpus
 

@@ -320,6 +320,7 @@ class LoopState:
     selecting: bool = False
     history: list[EpochRecord] = field(default_factory=list)
     best_state: dict[str, torch.Tensor] | None = None
+    train: Features | None = None  # what this rank trains on (its shard under Ray Train)
 
     @property
     def epoch(self) -> int:
@@ -455,7 +456,7 @@ def fit(
         database, database_labels = train, train_labels
     selecting = collective.is_chief and val is not None and val_labels is not None and database_labels is not None
     state = LoopState(model, optimizer, config, EarlyStopping(config.train.patience),
-                      np.random.default_rng(config.train.seed), collective.rank, selecting)
+                      np.random.default_rng(config.train.seed), collective.rank, selecting, train=train)
     if resume_from is not None:
         from .checkpoint import load_training_state
 

@@ -1,11 +1,13 @@
 """Distributed DHIM training with Ray Train (TorchTrainer, DDP; gloo on CPU, NCCL on GPU).
 
-1. The driver loads the corpus; frozen features are computed once with Ray Data
-   (``map_batches`` with ``FeatureEncoder``, one encoder per actor).
-2. Every worker runs the library's one training loop (``dhim_ray.training.fit``) on
-   its shard, with a ``ProcessGroup`` collective: ``--batch-size`` stays the global
-   batch (each of N workers takes batch/N documents and all-gathers the codes), rank
-   0 validates and decides early stopping for all.
+1. The driver loads the corpus' texts; frozen features are computed once by Ray Data
+   encoder actors (``FeatureWriter``) that write them into FeatureStores on disk
+   (``--cache-dir``, else the run folder): nothing but row counts comes back.
+2. Every worker opens only its shard of the store (in memory when it fits its share
+   of ``--feature-memory``, else read batch by batch) and runs the library's one
+   training loop (``dhim_ray.training.fit``) with a ``ProcessGroup`` collective:
+   ``--batch-size`` stays the global batch (each of N workers takes batch/N documents
+   and all-gathers the codes), rank 0 validates and decides early stopping for all.
 3. After every epoch rank 0 reports a resumable checkpoint; a worker failure restarts
    the group from it (``FailureConfig(max_failures)``), ``--resume RUN_DIR`` continues
    a stopped run. The driver logs one line per epoch; Ray's own output stays hidden
@@ -34,7 +36,8 @@ from dhim_ray.config import DHIMConfig, FeatureConfig
 from dhim_ray.data import CorpusSpec
 from dhim_ray.encoder import Features, FrozenEncoder
 from dhim_ray.errors import CheckpointError, ClusterError, ConfigError, TrainingFailed, TrainingInterrupted
-from dhim_ray.pipeline import load_train_val, resume_config
+from dhim_ray.feature_store import FeatureStore, StoreWriter
+from dhim_ray.pipeline import DEFAULT_FEATURE_MEMORY_GB, load_train_val, resume_config
 from dhim_ray.training import FitResult, LoopState, TrainCallback, fit
 
 from .ray_env import actor_resources, cluster_cpus, init_ray, split_table
@@ -59,56 +62,78 @@ class RayTrainOptions:
             raise ConfigError(f"max_failures={self.max_failures}: must be >= 0")
 
 
-# ---- features with Ray Data -------------------------------------------------------------
-class FeatureEncoder:
-    """Ray Data callable class: one frozen encoder per actor, texts -> token features."""
+# ---- features with Ray Data, into a FeatureStore ------------------------------------------
+class FeatureWriter:
+    """Ray Data callable class: one frozen encoder per actor; encodes a batch of texts and
+    writes its rows straight into the FeatureStore being built. Only row counts travel
+    back to the driver, so neither the driver nor Ray's object store holds features."""
 
-    def __init__(self, features: dict, threads: int = 1, device: str = "cpu"):
+    def __init__(self, features: dict, writer: StoreWriter, threads: int = 1, device: str = "cpu"):
         import torch
 
         torch.set_num_threads(max(1, threads))
         self.encoder = FrozenEncoder(FeatureConfig(**features), device=device)
+        self.writer = writer
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         f = self.encoder.encode_batch([str(t) for t in batch["text"]])
-        return {"idx": batch["idx"], "label": batch["label"], "tokens": f.tokens, "mask": f.mask,
-                "cls": f.cls, "mean": f.mean}
+        self.writer.write_rows(batch["idx"], f.tokens, f.mask, f.cls, f.mean)
+        return {"rows": np.array([len(f.tokens)], dtype=np.int64)}
 
 
-def feature_dataset(texts: list[str], labels: np.ndarray | None, features: FeatureConfig, workers: int,
-                    use_gpu: bool = False):
-    """A materialised Ray Dataset of frozen features, one row per document."""
+def build_feature_store(texts: list[str], folder: Path, features: FeatureConfig, hidden: int, fingerprint: str,
+                        workers: int, use_gpu: bool = False, progress: bool = False, desc: str = "encoding") -> Path:
+    """Frozen features of ``texts`` in a FeatureStore at ``folder``, computed by Ray Data
+    encoder actors (one per worker) that write their rows themselves. An existing
+    complete store is reused. On a multi-node cluster ``folder`` must be on a file
+    system every node mounts (as Ray Train's storage path)."""
     import pyarrow as pa
     import ray
+    from tqdm.auto import tqdm
 
-    table = pa.table({
-        "idx": np.arange(len(texts), dtype=np.int64),
-        "text": pa.array(texts, pa.string()),
-        "label": labels if labels is not None else np.full(len(texts), -1, np.int64),
-    })
+    if FeatureStore.exists(folder):
+        try:
+            FeatureStore.open(folder)
+            return folder
+        except ValueError:
+            logger.warning("feature store %s is damaged; computing it again", folder)
+    store = FeatureStore.create(folder, len(texts), features.n_tokens - 1, hidden)
+    table = pa.table({"idx": np.arange(len(texts), dtype=np.int64), "text": pa.array(texts, pa.string())})
     actor_cpus, threads = actor_resources(workers)
     ds = ray.data.from_arrow(split_table(table, workers * 4)).map_batches(
-        FeatureEncoder,
-        fn_constructor_kwargs={"features": dataclasses.asdict(features), "threads": threads,
-                               "device": "cuda" if use_gpu else "cpu"},
+        FeatureWriter,
+        fn_constructor_kwargs={"features": dataclasses.asdict(features), "writer": store.writer(),
+                               "threads": threads, "device": "cuda" if use_gpu else "cpu"},
         batch_size=64,
         compute=ray.data.ActorPoolStrategy(size=workers),
         num_cpus=actor_cpus,
         num_gpus=1 if use_gpu else 0,
         batch_format="numpy",
     )
-    return ds.materialize()
+    done = 0
+    with tqdm(total=len(texts), desc=desc, unit="doc", disable=not progress, leave=False) as bar:
+        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            n = int(batch["rows"].sum())
+            done += n
+            bar.update(n)
+    if done != len(texts):
+        raise TrainingFailed(f"feature encoding wrote {done} of {len(texts)} documents into {folder}; rerun")
+    store.finish(fingerprint=fingerprint, cleaning=features.cleaning)
+    return folder
 
 
-def collect_features(dataset) -> tuple[Features, np.ndarray | None]:
-    """A feature dataset (or shard) -> Features and labels (None when unlabelled), in document order."""
-    parts = list(dataset.iter_batches(batch_size=1024, batch_format="numpy"))
-    cat = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    order = np.argsort(cat["idx"])
-    feats = Features(cat["tokens"][order].astype(np.float16), cat["mask"][order].astype(bool),
-                     cat["cls"][order].astype(np.float32), cat["mean"][order].astype(np.float32))
-    labels = cat["label"][order]
-    return feats, None if (labels < 0).any() else labels
+def shard_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
+    """Rows [a, b) of n documents that worker ``rank`` of ``world`` trains on."""
+    return n * rank // world, n * (rank + 1) // world
+
+
+def open_features(folder: str | Path, memory_gb: float | None, rows: tuple[int, int] | None = None) -> Features:
+    """A store's features (rows [a, b) only, when given): read into memory when they fit
+    in ``memory_gb``, else left on disk and read batch by batch."""
+    store = FeatureStore.open(folder)
+    a, b = rows or (0, len(store))
+    in_memory = memory_gb is None or (b - a) / max(1, len(store)) * store.nbytes <= memory_gb * 2**30
+    return Features(**store.columns(in_memory, (a, b)))
 
 
 # ---- the worker ---------------------------------------------------------------------------
@@ -141,22 +166,33 @@ class ReportEachEpoch(TrainCallback):
 
 
 def train_loop_per_worker(loop_config: dict) -> None:
-    """Ray Train's per-worker function: read this worker's shard, then the library's loop."""
+    """Ray Train's per-worker function: open this worker's shard of the feature store,
+    then run the library's loop."""
     import ray.train
     import ray.train.torch
+    import torch
 
     from dhim_ray.distributed import ProcessGroup
 
+    if loop_config.get("threads"):
+        torch.set_num_threads(loop_config["threads"])
     config = DHIMConfig.from_dict(loop_config["config"])
     device = ray.train.torch.get_device()
     collective = ProcessGroup(device)
-    # This worker's shard of the cached features, read once and kept in memory: epochs
-    # are cheap passes over it.
-    local, _ = collect_features(ray.train.get_dataset_shard("train"))
+    memory = loop_config.get("feature_memory_gb")
+    per_worker = None if memory is None else memory / collective.world_size
+    n_train = FeatureStore.open(loop_config["train_store"]).meta["n"]
+    # This worker reads only its own rows of the training features (in memory when they
+    # fit its share of the budget, else batch by batch from disk).
+    local = open_features(loop_config["train_store"], per_worker,
+                          shard_bounds(n_train, collective.rank, collective.world_size))
     database = database_labels = val = val_labels = None
     if collective.is_chief:
-        database, database_labels = collect_features(ray.train.get_dataset_shard("database"))
-        val, val_labels = collect_features(ray.train.get_dataset_shard("val"))
+        # Validation searches a fixed sample of the training documents (read once) and
+        # the ITQ start reads the whole split once, in chunks: left on disk.
+        database = local if collective.world_size == 1 else open_features(loop_config["train_store"], 0.0)
+        database_labels = loop_config["train_labels"]
+        val, val_labels = open_features(loop_config["val_store"], per_worker), loop_config["val_labels"]
     # A restart after a worker failure gets this run's latest checkpoint; --resume of a
     # stopped run starts from the one the driver found (it travels in the loop config).
     checkpoint = ray.train.get_checkpoint()
@@ -255,14 +291,20 @@ def train_distributed(
     out_dir: str | Path,
     opts: RayTrainOptions,
     callbacks: tuple[TrainCallback, ...] = (),
+    cache_dir: str | Path | None = None,
+    feature_memory_gb: float | None = DEFAULT_FEATURE_MEMORY_GB,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Train with Ray Train and save the best checkpoint to ``out_dir`` (the usual format).
 
-    ``callbacks`` run in every worker (they must pickle). Returns the run summary
+    ``callbacks`` run in every worker (they must pickle). Frozen features go to
+    FeatureStores in ``cache_dir`` (kept, reused by later runs) or in the run folder
+    (removed when the run finishes); each worker reads its shard, in memory when it
+    fits its share of ``feature_memory_gb``. Returns the run summary
     written into the checkpoint. Raises TrainingInterrupted (Ctrl-C) or
     TrainingFailed, both naming the run folder to ``--resume``.
     """
-    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
     from ray.util.queue import Queue
 
@@ -275,33 +317,42 @@ def train_distributed(
     encoder = FrozenEncoder(config.features)  # width and fingerprint; fails fast on a bad encoder
     config = config.replace(model={"hidden_size": encoder.hidden_size})
     fingerprint = encoder.fingerprint
-    del encoder  # the actors load their own copies
 
     init_ray(opts.address)
     _check_gpus(opts)
-    t_ray = time.perf_counter()
-    train_ds = feature_dataset(train.texts, train.labels, config.features, opts.workers, opts.use_gpu)
-    val_ds = feature_dataset(val.texts, val.labels, config.features, opts.workers, opts.use_gpu)
-    t_features = time.perf_counter()
-
     storage = Path(opts.storage_path or out_dir.parent / "ray_runs").resolve()
     name = opts.name or (Path(opts.resume).resolve().name if opts.resume else f"{out_dir.name}-{int(time.time())}")
     run_dir = storage / name
     run_dir.mkdir(parents=True, exist_ok=True)
     logger.info("Ray Train run folder: %s", run_dir)
-    per_worker_cpu = 1.0 if opts.use_gpu else max(0.1, min(1.0, (cluster_cpus() - 0.5) / opts.workers))
+    # Features are computed once into stores that every worker opens (a shared --cache-dir
+    # is reused by later runs, in-process ones too; else the run folder keeps them for
+    # --resume until the run finishes).
+    stores = Path(cache_dir).resolve() if cache_dir is not None else run_dir / "features"
+    t_ray = time.perf_counter()
+    train_store, val_store = (
+        build_feature_store(split.texts, encoder.store_path(split.texts, stores), config.features,
+                            encoder.hidden_size, fingerprint, opts.workers, opts.use_gpu, progress, desc)
+        for split, desc in ((train, "encoding train"), (val, "encoding val")))
+    del encoder  # the actors loaded their own copies
+    t_features = time.perf_counter()
+
+    cpus = cluster_cpus()
+    per_worker_cpu = 1.0 if opts.use_gpu else max(0.1, min(1.0, (cpus - 0.5) / opts.workers))
+    threads = None if opts.address else max(1, int(cpus // opts.workers))  # local: the machine's cores, shared
     events = Queue(maxsize=10_000, actor_options={"num_cpus": 0})
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"config": config.to_dict(), "fingerprint": fingerprint, "resume_path": resume,
-                           "callbacks": list(callbacks), "events": events},
+                           "callbacks": list(callbacks), "events": events, "threads": threads,
+                           "train_store": str(train_store), "val_store": str(val_store),
+                           "train_labels": train.labels, "val_labels": val.labels,
+                           "feature_memory_gb": feature_memory_gb},
         scaling_config=ScalingConfig(num_workers=opts.workers, use_gpu=opts.use_gpu,
                                      resources_per_worker={"CPU": per_worker_cpu}),
         run_config=RunConfig(name=name, storage_path=str(storage),
                              failure_config=FailureConfig(max_failures=opts.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2)),
-        datasets={"train": train_ds, "database": train_ds, "val": val_ds},
-        dataset_config=DataConfig(datasets_to_split=["train"]),
     )
     done = threading.Event()
     printer = threading.Thread(target=_log_events, args=(events, done, config.train.k), daemon=True)
@@ -334,4 +385,6 @@ def train_distributed(
         feature_seconds=round(t_features - t_ray, 2),
     )
     save_checkpoint(out_dir, model, config, fingerprint, summary)
+    if cache_dir is None:
+        shutil.rmtree(stores, ignore_errors=True)
     return summary

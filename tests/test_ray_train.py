@@ -23,21 +23,27 @@ def config(tiny_config, epochs):
 
 
 def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_path, corpus, tiny_config):
+    from dhim_ray.encoder import FrozenEncoder
     from dhim_ray.hasher import Hasher
-    from dhim_ray.jobs.train import RayTrainOptions, collect_features, feature_dataset, train_distributed
+    from dhim_ray.jobs.train import RayTrainOptions, build_feature_store, open_features, train_distributed
     from dhim_ray.training import hash_features
 
     out = tmp_path / "model"
     summary = train_distributed(corpus, config(tiny_config, 2), out,
                                 RayTrainOptions(workers=2, storage_path=tmp_path / "runs"))
+    assert not (tmp_path / "runs" / "features").exists()  # the run's feature stores go when it finishes
     assert summary["epochs_run"] == 2 and summary["workers"] == 2
     assert 0 < summary["best_val_precision_at_k_tie_aware"] <= 1
     assert [set(h) >= {"epoch", "steps", "loss", "seconds", "val_precision"} for h in summary["history"]] == [True] * 2
     hasher = Hasher.load(out)  # plain load, no Ray involved
     texts = corpus.with_split("val").load_split().texts
     in_process = hasher.encode(texts)
-    # the same weights on features computed by the Ray Data actors give the same codes
-    ray_feats, _ = collect_features(feature_dataset(texts, None, hasher.config.features, workers=2))
+    # the same weights on features written by the Ray Data actors give the same codes
+    enc = FrozenEncoder(hasher.config.features)
+    store = build_feature_store(texts, tmp_path / "store", hasher.config.features, enc.hidden_size, enc.fingerprint,
+                                workers=2)
+    ray_feats = open_features(store, memory_gb=0.0)
+    assert ray_feats.on_disk
     assert np.array_equal(hash_features(hasher.model, ray_feats), in_process)
 
 
@@ -57,6 +63,27 @@ def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, 
                                [h["loss"] for h in local_summary["history"]], rtol=1e-4)
     texts = corpus.with_split("val").load_split().texts
     assert np.array_equal(Hasher.load(tmp_path / "ray").encode(texts), Hasher.load(tmp_path / "local").encode(texts))
+
+
+def test_each_worker_reads_only_its_shard_of_features_on_disk(ray_session, tmp_path, corpus, tiny_config):
+    """Features over the memory budget stay on disk; each worker opens only its rows."""
+    from dhim_ray.jobs.train import RayTrainOptions, train_distributed
+
+    seen = tmp_path / "shards.txt"
+
+    class RecordShard(TrainCallback):
+        def on_epoch_end(self, state):
+            tokens = state.train.tokens
+            with open(seen, "a") as f:
+                f.write(f"{state.rank} {tokens.start} {tokens.stop} {type(tokens).__name__}\n")
+
+    summary = train_distributed(corpus, config(tiny_config, 1), tmp_path / "model",
+                                RayTrainOptions(workers=2, storage_path=tmp_path / "runs"),
+                                callbacks=(RecordShard(),), cache_dir=tmp_path / "cache", feature_memory_gb=0)
+    rows = sorted(tuple(line.split()) for line in seen.read_text().splitlines())
+    n = summary["n_train"]
+    assert rows == [("0", "0", str(n // 2), "RowFile"), ("1", str(n // 2), str(n), "RowFile")]
+    assert len(list((tmp_path / "cache").glob("features-*"))) == 2  # train and val stores, kept in --cache-dir
 
 
 def test_worker_failure_resumes_from_last_checkpoint(ray_session, tmp_path, corpus, tiny_config):
