@@ -25,6 +25,9 @@ def main() -> None:
     ap.add_argument("--bits", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--out", default="bench/ray_train.json")
+    ap.add_argument("--cache-dir", default="bench/.cache/features",
+                    help="Frozen features shared by the three runs (computed by the first; '' recomputes each time)")
+    ap.add_argument("--runs", default="in-process,1,2", help="Which runs, comma-separated")
     args = ap.parse_args()
     from dhim_ray.config import config_for_bits
     from dhim_ray.data import CorpusSpec
@@ -36,27 +39,31 @@ def main() -> None:
     cfg = config_for_bits(args.bits, train={"max_epochs": args.epochs, "patience": args.epochs})
     corpus = CorpusSpec(str(DATA / args.corpus))
     results = {}
-    for run in ("in-process", 1, 2):
+    cache = args.cache_dir or None
+    runs = [r if r == "in-process" else int(r) for r in args.runs.split(",")]
+    for run in runs:
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
             if run == "in-process":
-                _, s = train_corpus(corpus, cfg, Path(tmp) / "m", progress=False)
+                _, s = train_corpus(corpus, cfg, Path(tmp) / "m", progress=False, cache_dir=cache)
             else:
                 s = train_distributed(corpus, cfg, Path(tmp) / "m",
-                                      RayTrainOptions(workers=run, storage_path=Path(tmp) / "runs"))
+                                      RayTrainOptions(workers=run, storage_path=Path(tmp) / "runs"), cache_dir=cache)
             wall = time.perf_counter() - t0
         epochs = [h["seconds"] for h in s["history"]]
         to_best = wall - sum(epochs[s["best_epoch"] + 1:])  # what stopping at the best epoch would have cost
         results[str(run)] = ({k: v for k, v in s.items() if k not in ("history", "run_dir")}
                              | {"wall_seconds": wall, "wall_to_best_epoch_seconds": to_best})
         print(json.dumps(results[str(run)]), flush=True)
+    if "in-process" not in results:
+        return
     base = results["in-process"]
     results["ratios_to_in_process"] = {
         str(w): {"val_precision_diff": results[str(w)]["best_val_precision_at_k_tie_aware"]
                  - base["best_val_precision_at_k_tie_aware"],
                  "wall_time": results[str(w)]["wall_seconds"] / base["wall_seconds"],
                  "epoch_time": results[str(w)]["mean_epoch_seconds"] / base["mean_epoch_seconds"]}
-        for w in (1, 2)
+        for w in runs if w != "in-process"
     }
     print(json.dumps(results, indent=1))
     Path(args.out).write_text(json.dumps(results, indent=1))

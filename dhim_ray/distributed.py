@@ -3,7 +3,8 @@
 ``training.fit`` runs the same loop in one process and in every Ray Train worker.
 What differs is a ``Collective``: a single process is its own world; a worker of a
 process group (gloo on CPU, NCCL on GPU) all-gathers the global batch's codes,
-agrees on the batch count, and hears rank 0's decision to stop.
+agrees on the batch count, hashes its share of the validation documents, and
+hears rank 0's decision to stop.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class Collective:
 
     @property
     def is_chief(self) -> bool:
-        """Rank 0 validates, keeps the best weights and writes checkpoints."""
+        """Rank 0 decides early stopping and writes checkpoints."""
         return self.rank == 0
 
     @property
@@ -36,6 +37,14 @@ class Collective:
     def broadcast_flag(self, flag: bool) -> bool:
         """Rank 0's ``flag`` on every rank."""
         return flag
+
+    def my_rows(self, n: int) -> tuple[int, int]:
+        """This rank's contiguous share [a, b) of n rows (sizes differ by at most one)."""
+        return n * self.rank // self.world_size, n * (self.rank + 1) // self.world_size
+
+    def gather_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``rows`` (its ``my_rows`` share), concatenated in rank order, on every rank."""
+        return rows
 
 
 class _AllGather(torch.autograd.Function):
@@ -95,3 +104,16 @@ class ProcessGroup(Collective):
         t = torch.tensor([float(flag)], device=self.device)
         dist.broadcast(t, src=0)
         return bool(t.item())
+
+    def gather_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        rows = rows.to(self.device).contiguous()
+        sizes = [torch.zeros(1, dtype=torch.int64, device=self.device) for _ in range(self.world_size)]
+        dist.all_gather(sizes, torch.tensor([len(rows)], device=self.device))
+        sizes = [int(s.item()) for s in sizes]
+        padded = torch.zeros((max(sizes), *rows.shape[1:]), dtype=rows.dtype, device=self.device)
+        padded[: len(rows)] = rows
+        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(parts, padded)
+        return torch.cat([part[:size] for part, size in zip(parts, sizes)])

@@ -269,6 +269,15 @@ class EarlyStopping:
         self.best, self.best_epoch, self.bad_epochs = state["best"], state["best_epoch"], state["bad_epochs"]
 
 
+def hash_shared(model: DHIM, feats: Features, device: torch.device, collective: Collective) -> np.ndarray:
+    """Codes of all of ``feats``, each rank hashing its share (all ranks get every code)."""
+    a, b = collective.my_rows(len(feats))
+    codes = hash_features(model, feats.rows(a, b), device=device)
+    if collective.world_size == 1:
+        return codes
+    return collective.gather_rows(torch.from_numpy(codes)).cpu().numpy()
+
+
 def validate(
     model: DHIM,
     database: Features,
@@ -277,12 +286,15 @@ def validate(
     query_labels: np.ndarray,
     k: int,
     device: torch.device = torch.device("cpu"),
+    collective: Collective | None = None,
 ) -> PrecisionResult:
-    """Precision@k of the model's codes: database = training docs, queries = val docs."""
+    """Precision@k of the model's codes: database = training docs, queries = val docs.
+    Under Ray Train every rank hashes its share of both and every rank scores."""
+    collective = collective or Collective()
     k = min(k, len(database))
     return precision_at_k(
-        hash_features(model, database, device=device), database_labels,
-        hash_features(model, queries, device=device), query_labels, k,
+        hash_shared(model, database, device, collective), database_labels,
+        hash_shared(model, queries, device, collective), query_labels, k,
     )
 
 
@@ -297,6 +309,7 @@ class EpochRecord:
     mi_regulariser: float
     seconds: float = 0.0
     val_precision: float | None = None  # tie-aware P@k of the selection search; None without labels
+    validate_seconds: float = 0.0  # of ``seconds``, the selection search (rank 0)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -429,9 +442,10 @@ def fit(
 
     Args:
         train / train_labels: what this worker trains on (its shard under Ray Train).
-        val / val_labels: the validation documents (rank 0 only under Ray Train).
+        val / val_labels: the validation documents (every rank: each hashes a share).
         database / database_labels: what validation searches and ITQ is fitted on
-            (default: train). Under Ray Train rank 0 passes the whole training split.
+            (default: train). Under Ray Train every rank passes the whole training split
+            (left on disk: a rank reads its share of the selection sample; rank 0 fits ITQ).
         collective: how this worker talks to the others (default: a world of one).
             ``config.train.batch_size`` stays the global batch: each of N workers
             takes batch/N documents and the codes are all-gathered.
@@ -454,7 +468,8 @@ def fit(
     optimizer = torch.optim.Adam(model.parameters(), lr=config.train.lr)
     if database is None:
         database, database_labels = train, train_labels
-    selecting = collective.is_chief and val is not None and val_labels is not None and database_labels is not None
+    # Every rank takes part in selection (each hashes a share); rank 0's decision rules.
+    selecting = val is not None and val_labels is not None and database_labels is not None
     state = LoopState(model, optimizer, config, EarlyStopping(config.train.patience),
                       np.random.default_rng(config.train.seed), collective.rank, selecting, train=train)
     if resume_from is not None:
@@ -462,8 +477,8 @@ def fit(
 
         state.restore(*load_training_state(resume_from, model, optimizer))
         logger.info("resuming after epoch %d from %s", state.epoch, resume_from)
-    elif config.model.init == "itq":
-        init_from_itq(model, database, config.train.seed)  # under DDP, rank 0's weights win
+    elif config.model.init == "itq" and collective.is_chief:
+        init_from_itq(model, database, config.train.seed)  # under DDP rank 0's weights reach every rank
     trained = wrap_model(model) if wrap_model is not None else model
     if selecting:
         select_db, select_labels = selection_sample(database, database_labels, config.train)
@@ -494,8 +509,10 @@ def fit(
             raise DataError(f"{len(train)} training documents make no batch of 2; give at least 2 documents")
         record = EpochRecord(epoch, steps, *(sums[key] / steps for key in ("loss", "mi_local", "mi_regulariser")))
         if selecting:
-            p = validate(model, select_db, select_labels, val, val_labels, config.train.k, device)
+            t_val = time.perf_counter()
+            p = validate(model, select_db, select_labels, val, val_labels, config.train.k, device, collective)
             record.val_precision = p.precision_at_k_tie_aware
+            record.validate_seconds = time.perf_counter() - t_val
             if state.stopper.update(record.val_precision, epoch):
                 state.best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         record.seconds = time.perf_counter() - t0

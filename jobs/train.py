@@ -7,7 +7,8 @@
    of ``--feature-memory``, else read batch by batch) and runs the library's one
    training loop (``dhim_ray.training.fit``) with a ``ProcessGroup`` collective:
    ``--batch-size`` stays the global batch (each of N workers takes batch/N documents
-   and all-gathers the codes), rank 0 validates and decides early stopping for all.
+   and all-gathers the codes); each rank hashes its share of the validation search,
+   rank 0 decides early stopping for all.
 3. After every epoch rank 0 reports a resumable checkpoint; a worker failure restarts
    the group from it (``FailureConfig(max_failures)``), ``--resume RUN_DIR`` continues
    a stopped run. The driver logs one line per epoch; Ray's own output stays hidden
@@ -186,13 +187,12 @@ def train_loop_per_worker(loop_config: dict) -> None:
     # fit its share of the budget, else batch by batch from disk).
     local = open_features(loop_config["train_store"], per_worker,
                           shard_bounds(n_train, collective.rank, collective.world_size))
-    database = database_labels = val = val_labels = None
-    if collective.is_chief:
-        # Validation searches a fixed sample of the training documents (read once) and
-        # the ITQ start reads the whole split once, in chunks: left on disk.
-        database = local if collective.world_size == 1 else open_features(loop_config["train_store"], 0.0)
-        database_labels = loop_config["train_labels"]
-        val, val_labels = open_features(loop_config["val_store"], per_worker), loop_config["val_labels"]
+    # Every rank hashes its share of the validation search each epoch: a fixed sample of
+    # the training documents (read once) and the val split. Only rank 0 fits the ITQ start
+    # (one chunked pass over the split). Both stay on disk until read.
+    database = local if collective.world_size == 1 else open_features(loop_config["train_store"], 0.0)
+    val = open_features(loop_config["val_store"], per_worker)
+    database_labels, val_labels = loop_config["train_labels"], loop_config["val_labels"]
     # A restart after a worker failure gets this run's latest checkpoint; --resume of a
     # stopped run starts from the one the driver found (it travels in the loop config).
     checkpoint = ray.train.get_checkpoint()
