@@ -58,10 +58,8 @@ def main() -> None:
         results[str(run)] = ({k: v for k, v in s.items() if k not in ("history", "run_dir")}
                              | {"wall_seconds": wall, "wall_to_best_epoch_seconds": to_best})
         print(json.dumps(results[str(run)]), flush=True)
-    if "in-process" not in results:
-        return
-    base = results["in-process"]
-    results["ratios_to_in_process"] = {
+    base = results.get("in-process")
+    results["ratios_to_in_process"] = {} if base is None else {
         str(w): {"val_precision_diff": results[str(w)]["best_val_precision_at_k_tie_aware"]
                  - base["best_val_precision_at_k_tie_aware"],
                  "wall_time": results[str(w)]["wall_seconds"] / base["wall_seconds"],

@@ -143,7 +143,8 @@ def training_scale_section() -> list[str]:
         r = json.loads(path.read_text())
         sh, ref = r["shipped"], r["reference"]
         out += [f"Time to quality, {r['corpus']} {r['bits']} bits on {r['device_name']} "
-                f"(`python -m bench.time_to_quality --device {r['device']}`): wall time to the best epoch, "
+                f"(`python -m bench.time_to_quality --device {r['device']}"
+                f"{' --reference-epochs ' + str(ref['epochs_run']) + ' --reference-best-epoch ' + str(ref['best_epoch']) if ref.get('estimated') else ''}`): wall time to the best epoch, "
                 "features included, and its val P@100:", "",
                 "| loop | best val P@100 | best/run epochs | mean epoch s | wall to best epoch s |", "|---|---|---|---|---|",
                 f"| `dhim-ray train` (cached features, shipped recipe) | {sh['best_val_precision_at_k_tie_aware']:.4f} | "

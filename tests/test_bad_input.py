@@ -106,6 +106,8 @@ CASES = [
     (T("--max-words", "0"), 2, "--max-words 0: must be between 1 and 100000"),
     (T("--max-words", "500"), 2, "--max-words 500 needs 501 tokens"),
     (T("--workers", "0"), 2, "--workers 0: must be >= 1"),
+    (T("--feature-memory", "-1"), 2, "--feature-memory -1.0: must be >= 0 GiB"),
+    (T("--device", "tpu9"), 2, "--device tpu9: not a torch device"),
     (T("--limit", "0"), 2, "--limit 0: must be >= 1"),
     (T("--text-column", ""), 2, "--text-column '': give a column name"),
     (T("--text-column", "body"), 2, "no text column 'body'"),
