@@ -16,6 +16,7 @@ Submitted to a cluster as ``ray job submit -- dhim-ray ingest CORPUS --model DIR
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,7 @@ from dhim_ray.errors import ConfigError, IngestInterrupted, StoreError
 from dhim_ray.hasher import Hasher
 from dhim_ray.sources import plan_split
 
-from .ray_env import actor_resources, init_ray
+from .ray_env import actor_resources, check_gpus, init_ray
 from .stream import Prepare, check_scan, label_vocabulary, read_documents, scan
 
 logger = logging.getLogger(__name__)
@@ -53,11 +54,11 @@ logger = logging.getLogger(__name__)
 class CodeEncoder:
     """Ray Data callable class: loads the checkpoint once per actor, emits packed codes."""
 
-    def __init__(self, model_dir: str, threads: int = 1):
+    def __init__(self, model_dir: str, threads: int = 1, device: str = "cpu"):
         import torch
 
         torch.set_num_threads(max(1, threads))
-        self.hasher = Hasher.load(model_dir)
+        self.hasher = Hasher.load(model_dir, device=device)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         texts = [str(t) for t in batch["text"]]
@@ -110,6 +111,7 @@ def ingest(
     address: str | None = None,
     progress: bool = True,
     write_batch: int = 500,
+    use_gpu: bool = False,
 ) -> IngestResult:
     """Encode one split of a corpus with a trained model and upsert it into Milvus.
 
@@ -118,7 +120,8 @@ def ingest(
         model_dir: checkpoint folder from ``dhim-ray train`` (loaded and checked here,
             before any collection is created).
         target: Milvus URI and collection.
-        workers: encoding actors. batch_size: documents per encoder call.
+        workers: encoding actors (with ``use_gpu``, one GPU each). batch_size:
+            documents per encoder call.
         write_batch: rows per upsert from the driver (milvus-lite).
     Returns:
         IngestResult with the verified row count.
@@ -133,6 +136,10 @@ def ingest(
         raise ConfigError(f"workers={workers}: must be >= 1, e.g. workers=2")
     if batch_size < 1 or write_batch < 1:
         raise ConfigError(f"batch_size={min(batch_size, write_batch)}: must be >= 1, e.g. batch_size=64")
+    if use_gpu and not (address or os.environ.get("RAY_ADDRESS")):  # a local Ray: count the GPUs before any work
+        import torch
+
+        check_gpus(workers, True, available=torch.cuda.device_count())
     corpus = corpus.with_split(corpus.split or "train")
     index = check_index_for(target.uri, index or default_index(target.uri))
     # Everything that can be wrong with the model or the data fails here, before a
@@ -150,6 +157,7 @@ def ingest(
         release(target.uri)
     t0 = time.perf_counter()
     init_ray(address)
+    check_gpus(workers, use_gpu)
     scanned = scan(plan, cleaning)
     n_rows, n_dropped = check_scan(plan, scanned, corpus.drop_empty, corpus.limit)
     names = label_vocabulary(corpus, plan, scanned)
@@ -169,12 +177,14 @@ def ingest(
     actor_cpus, threads = actor_resources(workers)
     ds = ds.map_batches(
         CodeEncoder,
-        fn_constructor_kwargs={"model_dir": str(Path(model_dir).resolve()), "threads": threads},
+        fn_constructor_kwargs={"model_dir": str(Path(model_dir).resolve()), "threads": threads,
+                               "device": "cuda" if use_gpu else "cpu"},
         batch_size=batch_size,
         # One block at a time per actor: otherwise the first actor up takes several blocks
         # while the others are still loading the model.
         compute=ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1),
         num_cpus=actor_cpus,
+        num_gpus=1 if use_gpu else 0,
         batch_format="numpy",
     )
     writers = parallel = 1

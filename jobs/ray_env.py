@@ -123,6 +123,24 @@ def quiet_ray_data(verbose: bool = False) -> None:
     ctx.print_on_execution_start = False
 
 
+def check_gpus(workers: int, use_gpu: bool, available: float | None = None) -> None:
+    """With use_gpu, one GPU per worker must exist (else the actors wait forever): in the
+    running Ray cluster, or ``available`` when given (a local check before Ray starts)."""
+    if not use_gpu:
+        return
+    if available is None:
+        import ray
+
+        available = ray.cluster_resources().get("GPU", 0)
+    gpus = float(available)
+    if gpus < workers:
+        raise ClusterError(
+            f"use_gpu with workers={workers}: the cluster has {gpus:g} GPUs; lower workers to {int(gpus)} "
+            "or add GPU nodes (cluster.yaml)" if gpus else
+            "use_gpu: the cluster has no GPUs; drop --use-gpu or start GPU workers (cluster.yaml)"
+        )
+
+
 def cluster_cpus() -> float:
     import ray
 

@@ -36,12 +36,12 @@ from dhim_ray.checkpoint import STATE_META, check_writable, load_checkpoint, sav
 from dhim_ray.config import DHIMConfig, FeatureConfig
 from dhim_ray.data import CorpusSpec
 from dhim_ray.encoder import Features, FrozenEncoder
-from dhim_ray.errors import CheckpointError, ClusterError, ConfigError, TrainingFailed, TrainingInterrupted
+from dhim_ray.errors import CheckpointError, ConfigError, TrainingFailed, TrainingInterrupted
 from dhim_ray.feature_store import FeatureStore, StoreWriter
 from dhim_ray.pipeline import DEFAULT_FEATURE_MEMORY_GB, load_train_val, resume_config
 from dhim_ray.training import FitResult, LoopState, TrainCallback, fit
 
-from .ray_env import actor_resources, cluster_cpus, init_ray, split_table
+from .ray_env import actor_resources, check_gpus, cluster_cpus, init_ray, split_table
 
 logger = logging.getLogger(__name__)
 
@@ -232,20 +232,6 @@ def find_resume_checkpoint(run_dir: Path) -> str:
     return max(found)[1]
 
 
-def _check_gpus(opts: RayTrainOptions) -> None:
-    import ray
-
-    if not opts.use_gpu:
-        return
-    gpus = float(ray.cluster_resources().get("GPU", 0))
-    if gpus < opts.workers:
-        raise ClusterError(
-            f"use_gpu with workers={opts.workers}: the cluster has {gpus:g} GPUs; lower workers to {int(gpus)} "
-            "or add GPU nodes (cluster.yaml)" if gpus else
-            "use_gpu: the cluster has no GPUs; drop --use-gpu or start GPU workers (cluster.yaml)"
-        )
-
-
 def _log_events(events, done: threading.Event, k: int) -> None:
     """Driver side: one log line per finished epoch, as rank 0 reports it."""
     from ray.util.queue import Empty
@@ -319,7 +305,7 @@ def train_distributed(
     fingerprint = encoder.fingerprint
 
     init_ray(opts.address)
-    _check_gpus(opts)
+    check_gpus(opts.workers, opts.use_gpu)
     storage = Path(opts.storage_path or out_dir.parent / "ray_runs").resolve()
     name = opts.name or (Path(opts.resume).resolve().name if opts.resume else f"{out_dir.name}-{int(time.time())}")
     run_dir = storage / name

@@ -155,6 +155,7 @@ CASES = [
     (["ingest", "{toy}", "--uri", "{db}"], 2, "Missing option '--model'"),
     (ING("--batch-size", "0"), 2, "--batch-size 0: must be >= 1"),
     (ING("--workers", "0"), 2, "--workers 0: must be >= 1"),
+    (ING("--use-gpu"), 1, "use_gpu: the cluster has no GPUs; drop --use-gpu"),
     (ING("--index", "BIN_IVF_FLAT"), 2, "--index BIN_IVF_FLAT: milvus-lite files take BIN_FLAT only"),
     (ING("--index", "HNSW"), 2, "--index 'HNSW': choose one of BIN_FLAT, BIN_IVF_FLAT"),
     (ING("--nlist", "0", "--index", "BIN_FLAT"), 2, "--nlist 0: must be between 1 and 65536"),

@@ -175,7 +175,8 @@ def test_bad_inputs(tmp_path):
 
 
 def test_more_gpus_than_the_cluster_has(ray_session):
-    from dhim_ray.jobs.train import RayTrainOptions, _check_gpus
+    from dhim_ray.jobs.ray_env import check_gpus
 
     with pytest.raises(ClusterError, match="use_gpu: the cluster has no GPUs"):
-        _check_gpus(RayTrainOptions(workers=2, use_gpu=True))
+        check_gpus(2, use_gpu=True)
+    check_gpus(2, use_gpu=False)
