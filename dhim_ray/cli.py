@@ -225,7 +225,7 @@ def train(
     limit: Limit = None,
     cache_dir: CacheDir = None,
     feature_memory: Annotated[float, typer.Option(
-        help="GiB of frozen features held in memory; more stay on disk (in --cache-dir, else beside --out) and "
+        help="GiB of frozen features held in memory; more stay on disk (in --cache-dir, else in --out, removed at the end) and "
              "are read batch by batch.")] = 2.0,
     device: Device = "auto",
     workers: Annotated[int, typer.Option("--workers", "-w", help="Ray Train workers; 1 without --address runs in-process.")] = 1,
