@@ -238,7 +238,6 @@ def train(
     as_json: AsJson = False,
 ):
     """Train DHIM on a corpus and save the best checkpoint."""
-    import os
 
     from .config import parse_overrides
     from .errors import ConfigError
@@ -263,7 +262,9 @@ def train(
     cfg = build_config(bits, formulation, overrides)
     spec = corpus_spec(corpus, text_column, label_column, drop_empty, limit)
     name = Path(spec.name).name if Path(spec.name).exists() else spec.name.replace("/", "_")
-    distributed = workers > 1 or address is not None or use_gpu or bool(os.environ.get("RAY_ADDRESS"))
+    from .jobs.ray_env import cluster_address
+
+    distributed = workers > 1 or use_gpu or cluster_address(address) is not None
     if resume is not None and not distributed:
         if out_dir is not None and out_dir.resolve() != resume.resolve():
             raise ConfigError(f"resume={resume} with out={out_dir}: an in-process run resumes in its own --out folder")

@@ -8,9 +8,7 @@ bundle (fp16 token features + masks + sentence vectors), optionally cached on di
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +20,6 @@ from .config import DEFAULT_ENCODER, FeatureConfig
 from .errors import EncoderError
 from .feature_store import FeatureStore, RowFile
 from .text import clean_and_truncate
-
-logger = logging.getLogger(__name__)
 
 _PACKAGED_NAMES = {DEFAULT_ENCODER.lower(), f"sentence-transformers/{DEFAULT_ENCODER}".lower()}
 
@@ -164,17 +160,9 @@ class FrozenEncoder:
                 raise ValueError("in_memory=False needs a cache_dir to keep the features in")
             return self._features_in_memory(texts, batch_size, progress)
         folder = self.store_path(texts, cache_dir)
-        for attempt in (0, 1):
-            if not FeatureStore.exists(folder):
-                self.write_store(texts, folder, batch_size, progress)
-            try:
-                return Features(**FeatureStore.open(folder).columns(in_memory))
-            except ValueError:  # a damaged cache: build it again, once
-                if attempt:
-                    raise
-                logger.warning("feature cache %s is damaged; computing it again", folder)
-                shutil.rmtree(folder, ignore_errors=True)
-        raise AssertionError("unreachable")
+        if not FeatureStore.is_complete(folder):  # missing, or damaged: (re)built
+            self.write_store(texts, folder, batch_size, progress)
+        return Features(**FeatureStore.open(folder).columns(in_memory))
 
     @torch.inference_mode()
     def write_store(self, texts: list[str], folder: str | Path, batch_size: int = 64,

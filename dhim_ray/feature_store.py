@@ -9,8 +9,8 @@ system's page cache does the caching. A ``RowFile`` pickles as its path and row
 range, so a Ray worker opens the same store and reads only its shard.
 
     store = FeatureStore.create(folder, n=len(texts), n_tokens=50, hidden=384)
-    store.write(0, batch_features)          # any process, any order, disjoint rows
-    store.finish(meta)                      # atomic: the folder appears complete
+    store.writer().write(0, tokens, mask, cls, mean)   # any process, any order, disjoint rows
+    store.finish(**meta)                               # atomic: the folder appears complete
     feats = FeatureStore.open(folder).features(in_memory=False)
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 from collections.abc import Sequence
@@ -26,11 +27,19 @@ from typing import Any
 
 import numpy as np
 
+logger = logging.getLogger(__name__)
+
 META = "meta.json"
 FORMAT = 1
 # name -> (dtype, per-row shape given n_tokens T and hidden H)
 FIELDS: dict[str, tuple[str, str]] = {"tokens": ("float16", "TH"), "mask": ("bool", "T"),
                                       "cls": ("float32", "H"), "mean": ("float32", "H")}
+
+
+def _runs(idx: np.ndarray):
+    """(start, stop) positions in ``idx`` of its runs of consecutive row numbers."""
+    breaks = np.flatnonzero(np.diff(idx) != 1) + 1
+    return zip(np.r_[0, breaks].tolist(), np.r_[breaks, len(idx)].tolist())
 
 
 class RowFile:
@@ -131,9 +140,8 @@ class RowFile:
         if not len(idx):
             return out
         flat = out.reshape(len(idx), -1).view(np.uint8).reshape(len(idx), self._row_bytes)
-        breaks = np.flatnonzero(np.diff(idx) != 1) + 1
         fd = self._fileno()
-        for run_start, run_stop in zip(np.r_[0, breaks], np.r_[breaks, len(idx)]):
+        for run_start, run_stop in _runs(idx):
             row = self.start + int(idx[run_start])
             view = memoryview(flat[run_start:run_stop]).cast("B")
             offset, done = self._offset + row * self._row_bytes, 0
@@ -204,14 +212,6 @@ class FeatureStore:
         """Something to write rows with, from this process or (pickled) from another."""
         return StoreWriter(self.partial(self.folder))
 
-    def write(self, start: int, feats) -> None:
-        """Rows start..start+len(feats)-1 from a ``Features`` batch."""
-        w = self.writer()
-        try:
-            w.write(start, feats.tokens, feats.mask, feats.cls, feats.mean)
-        finally:
-            w.close()
-
     def finish(self, **meta: Any) -> FeatureStore:
         """Record ``meta`` and move the folder into place (the store now reads as complete)."""
         work = self.partial(self.folder)
@@ -225,6 +225,19 @@ class FeatureStore:
     @staticmethod
     def exists(folder: str | Path) -> bool:
         return (Path(folder) / META).is_file()
+
+    @classmethod
+    def is_complete(cls, folder: str | Path) -> bool:
+        """A finished store that opens (one left damaged, e.g. truncated, is logged and
+        reads as missing: building it again replaces it)."""
+        if not cls.exists(folder):
+            return False
+        try:
+            cls.open(folder)
+        except ValueError as exc:
+            logger.warning("%s; computing it again", exc)
+            return False
+        return True
 
     @classmethod
     def open(cls, folder: str | Path) -> FeatureStore:
@@ -276,8 +289,7 @@ class StoreWriter:
                    mean: np.ndarray) -> None:
         """Rows at arbitrary positions (a Ray Data batch's document numbers)."""
         rows = np.asarray(rows, dtype=np.int64)
-        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
-        for a, b in zip(np.r_[0, breaks], np.r_[breaks, len(rows)]):
+        for a, b in _runs(rows):
             self.write(int(rows[a]), tokens[a:b], mask[a:b], cls[a:b], mean[a:b])
 
     def close(self) -> None:

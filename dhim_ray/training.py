@@ -309,7 +309,7 @@ class EpochRecord:
     mi_regulariser: float
     seconds: float = 0.0
     val_precision: float | None = None  # tie-aware P@k of the selection search; None without labels
-    validate_seconds: float = 0.0  # of ``seconds``, the selection search (rank 0)
+    validate_seconds: float = 0.0  # of ``seconds``, the selection search (every rank hashes a share)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -16,7 +16,6 @@ Submitted to a cluster as ``ray job submit -- dhim-ray ingest CORPUS --model DIR
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,7 @@ from dhim_ray.errors import ConfigError, IngestInterrupted, StoreError
 from dhim_ray.hasher import Hasher
 from dhim_ray.sources import plan_split
 
-from .ray_env import actor_resources, check_gpus, init_ray
+from .ray_env import actor_resources, check_gpus, cluster_address, init_ray
 from .stream import Prepare, check_scan, label_vocabulary, read_documents, scan
 
 logger = logging.getLogger(__name__)
@@ -136,7 +135,7 @@ def ingest(
         raise ConfigError(f"workers={workers}: must be >= 1, e.g. workers=2")
     if batch_size < 1 or write_batch < 1:
         raise ConfigError(f"batch_size={min(batch_size, write_batch)}: must be >= 1, e.g. batch_size=64")
-    if use_gpu and not (address or os.environ.get("RAY_ADDRESS")):  # a local Ray: count the GPUs before any work
+    if use_gpu and cluster_address(address) is None:  # a local Ray: count the GPUs before any work
         import torch
 
         check_gpus(workers, True, available=torch.cuda.device_count())

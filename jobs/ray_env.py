@@ -18,6 +18,12 @@ RAY_LOGGERS = ("ray", "ray.data", "ray.train", "ray.tune", "ray.serve")
 LOCAL_START_ATTEMPTS = 3
 
 
+def cluster_address(address: str | None = None) -> str | None:
+    """The Ray cluster to join: ``address``, else RAY_ADDRESS (set inside 'ray job
+    submit'); None means a local Ray on this machine."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
 def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: bool | None = None) -> None:
     """Start a local Ray (address None) or join one ('auto', 'ray://host:10001', 'host:6379').
 
@@ -35,7 +41,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
     # 60 s default and fail the group start.
     os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "300")
     os.environ.setdefault("RAY_gcs_server_request_timeout_seconds", "120")
-    if not (address or os.environ.get("RAY_ADDRESS")):
+    address = cluster_address(address)
+    if address is None:
         # A local Ray's node agent samples every process' CPU and memory for the dashboard
         # (off here) every 5 s: on a 2-core machine that took ~13% of a core from training.
         os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "60000")
@@ -44,7 +51,6 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
     quiet_ray(verbose)
     if ray.is_initialized():
         return
-    address = address or os.environ.get("RAY_ADDRESS") or None  # inside 'ray job submit' the job's cluster
     kwargs = dict(include_dashboard=False, logging_level=logging.DEBUG if verbose else logging.ERROR,
                   log_to_driver=verbose, ignore_reinit_error=True)
     if address:

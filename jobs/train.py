@@ -41,7 +41,7 @@ from dhim_ray.feature_store import FeatureStore, StoreWriter
 from dhim_ray.pipeline import DEFAULT_FEATURE_MEMORY_GB, load_train_val, resume_config
 from dhim_ray.training import FitResult, LoopState, TrainCallback, fit
 
-from .ray_env import actor_resources, check_gpus, cluster_cpus, init_ray, split_table
+from .ray_env import actor_resources, check_gpus, cluster_address, cluster_cpus, init_ray, split_table
 
 logger = logging.getLogger(__name__)
 
@@ -92,12 +92,8 @@ def build_feature_store(texts: list[str], folder: Path, features: FeatureConfig,
     import ray
     from tqdm.auto import tqdm
 
-    if FeatureStore.exists(folder):
-        try:
-            FeatureStore.open(folder)
-            return folder
-        except ValueError:
-            logger.warning("feature store %s is damaged; computing it again", folder)
+    if FeatureStore.is_complete(folder):
+        return folder
     store = FeatureStore.create(folder, len(texts), features.n_tokens - 1, hidden)
     table = pa.table({"idx": np.arange(len(texts), dtype=np.int64), "text": pa.array(texts, pa.string())})
     actor_cpus, threads = actor_resources(workers)
@@ -121,11 +117,6 @@ def build_feature_store(texts: list[str], folder: Path, features: FeatureConfig,
         raise TrainingFailed(f"feature encoding wrote {done} of {len(texts)} documents into {folder}; rerun")
     store.finish(fingerprint=fingerprint, cleaning=features.cleaning)
     return folder
-
-
-def shard_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
-    """Rows [a, b) of n documents that worker ``rank`` of ``world`` trains on."""
-    return n * rank // world, n * (rank + 1) // world
 
 
 def open_features(folder: str | Path, memory_gb: float | None, rows: tuple[int, int] | None = None) -> Features:
@@ -185,8 +176,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     n_train = FeatureStore.open(loop_config["train_store"]).meta["n"]
     # This worker reads only its own rows of the training features (in memory when they
     # fit its share of the budget, else batch by batch from disk).
-    local = open_features(loop_config["train_store"], per_worker,
-                          shard_bounds(n_train, collective.rank, collective.world_size))
+    local = open_features(loop_config["train_store"], per_worker, collective.my_rows(n_train))
     # Every rank hashes its share of the validation search each epoch: a fixed sample of
     # the training documents (read once) and the val split. Only rank 0 fits the ITQ start
     # (one chunked pass over the split). Both stay on disk until read.
@@ -325,7 +315,8 @@ def train_distributed(
 
     cpus = cluster_cpus()
     per_worker_cpu = 1.0 if opts.use_gpu else max(0.1, min(1.0, (cpus - 0.5) / opts.workers))
-    threads = None if opts.address else max(1, int(cpus // opts.workers))  # local: the machine's cores, shared
+    # A local Ray shares this machine's cores among the workers; on a cluster Ray's default stands.
+    threads = max(1, int(cpus // opts.workers)) if cluster_address(opts.address) is None else None
     events = Queue(maxsize=10_000, actor_options={"num_cpus": 0})
     trainer = TorchTrainer(
         train_loop_per_worker,
