@@ -49,7 +49,7 @@ FLAGS = {
     "max_failures": "--max-failures", "use_gpu": "--use-gpu", "token_env": "--token-env",
     **{name: f"--{name}" for name in ("encoder", "alpha", "beta", "lr", "patience", "k", "regulariser", "init",
                                       "neighbours", "baseline", "index", "nlist", "nprobe", "collection", "uri",
-                                      "resume", "out", "workers", "limit", "address", "set", "split")},
+                                      "resume", "out", "workers", "limit", "address", "set", "split", "select")},
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
@@ -202,7 +202,12 @@ def train(
     encoder: Encoder = "all-MiniLM-L6-v2",
     max_words: Annotated[int, typer.Option(help="Words kept per document (paper: 50 short, 400 long).")] = 50,
     epochs: Annotated[int, typer.Option(help="Maximum epochs.")] = 100,
-    patience: Annotated[int, typer.Option(help="Stop after this many epochs without a better val P@100.")] = 6,
+    patience: Annotated[int, typer.Option(
+        help="Stop after this many epochs without a better selection score (see --select).")] = 6,
+    select: Annotated[str, typer.Option(
+        help="What picks the epoch on the val slice: labels (tie-aware P@100), neighbours (label-free: how much of each "
+             "val document's cosine top-100 under the frozen encoder its codes recover), or auto: labels when the "
+             "corpus has them, else neighbours.")] = "auto",
     batch_size: Annotated[int | None, typer.Option(help="Global batch size [default: per bit length].")] = None,
     lr: Annotated[float | None, typer.Option(help="Adam learning rate [default: per bit length].")] = None,
     alpha: Annotated[float | None, typer.Option(help="Bernoulli temperature [default: per bit length].")] = None,
@@ -249,7 +254,8 @@ def train(
     overrides = parse_overrides(list(set_ or []))
     overrides["features"].update({"encoder": encoder, "max_words": max_words},
                                  **({"cleaning": cleaning} if cleaning is not None else {}))
-    flags = {"train": {"max_epochs": epochs, "patience": patience, "seed": seed, "feature_dropout": feature_dropout,
+    flags = {"train": {"max_epochs": epochs, "patience": patience, "select": select, "seed": seed,
+                       "feature_dropout": feature_dropout,
                        "batch_size": batch_size, "lr": lr, "beta": beta, "neighbours": neighbours,
                        "crop_tokens": crop_tokens},
              "model": {"alpha": alpha, "regulariser": regulariser, "n_filters": filters, "init": init}}

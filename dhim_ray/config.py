@@ -86,6 +86,9 @@ class ModelConfig:
             )
 
 
+SELECT_CRITERIA = ("auto", "labels", "neighbours")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Optimisation and model selection."""
@@ -94,9 +97,14 @@ class TrainConfig:
     lr: float = 1e-3
     beta: float = 0.4  # weight of the regulariser MI term (the paper's code ignores it: 1.0)
     max_epochs: int = 100
-    patience: int = 6  # epochs without a better val P@k before stopping
+    patience: int = 6  # epochs without a better selection score before stopping
     grad_clip: float = 10.0  # max gradient norm, every step
-    k: int = 100  # precision@k for model selection
+    k: int = 100  # precision@k (or neighbour recall@k) for model selection
+    # Model selection on the validation slice: "labels" (tie-aware P@k), "neighbours"
+    # (label-free: how much of each val document's cosine top-k under the frozen
+    # encoder's sentence vectors its Hamming top-k recovers), or "auto": labels when
+    # the corpus has them, else neighbours.
+    select: str = "auto"
     seed: int = 0
     val_fraction: float = 0.1  # carved out of train when the corpus has no val split
     max_val: int = 1000  # ... but at most this many documents
@@ -126,6 +134,8 @@ class TrainConfig:
             raise ConfigError(f"crop_tokens={self.crop_tokens}: must be 0 (off) or positive, e.g. 64")
         if not 0 <= self.neighbours <= 1000:
             raise ConfigError(f"neighbours={self.neighbours}: must be between 0 (off) and 1000, e.g. 10")
+        if self.select not in SELECT_CRITERIA:
+            raise ConfigError(f"select={self.select!r}: choose one of {', '.join(SELECT_CRITERIA)}")
         if self.max_select_database < 0 or 0 < self.max_select_database <= self.k:
             raise ConfigError(f"max_select_database {self.max_select_database}: 0 (all) or more than k={self.k}")
         if not 0 <= self.feature_dropout < 1:

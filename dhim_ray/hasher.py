@@ -12,7 +12,7 @@ from .config import DHIMConfig
 from .encoder import Features, FrozenEncoder
 from .errors import DataError, EncoderMismatchError
 from .model import DHIM
-from .training import hash_features
+from .training import hash_features, score_features
 
 
 def _fingerprint_body(fingerprint: str) -> str:
@@ -79,6 +79,20 @@ class Hasher:
             feats = self.encoder.encode_batch(texts[start : start + batch_size])
             out[start : start + len(feats)] = self.hash_features(feats)
         return out
+
+    def encode_scores(self, texts: list[str] | str, batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+        """Texts -> (packed codes, pre-threshold scores (n, n_bits) float32 in (-1, 1)): the
+        scores re-rank Hamming candidates (``dhim_ray.rerank``, ``search --rerank``)."""
+        if isinstance(texts, str):
+            texts = [texts]
+        texts = check_texts(texts, self.config.features.cleaning)
+        codes = np.empty((len(texts), self.n_bytes), dtype=np.uint8)
+        scores = np.empty((len(texts), self.n_bits), dtype=np.float32)
+        for start in range(0, len(texts), batch_size):
+            feats = self.encoder.encode_batch(texts[start : start + batch_size])
+            codes[start : start + len(feats)], scores[start : start + len(feats)] = score_features(
+                self.model, feats, device=self.encoder.device)
+        return codes, scores
 
     def hash_features(self, feats: Features) -> np.ndarray:
         return hash_features(self.model, feats, device=self.encoder.device)

@@ -9,6 +9,7 @@ distance matrix (``hamming_distances``, numpy popcounts) is for small inputs and
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -188,33 +189,100 @@ def precision_at_k(
     k = _check_k(k, len(database))
     db_labels = _check_labels(database_labels, len(database), "database")
     q_labels = _check_labels(query_labels, len(queries), "queries")
+    ordered, expected = _search_hits(database, queries, k, lambda rows, ids: db_labels[ids] == q_labels[rows])
+    n_q = len(queries)
+    return PrecisionResult(k=k, precision_at_k=ordered / (n_q * k), precision_at_k_tie_aware=expected / (n_q * k),
+                           n_queries=n_q, n_database=len(database))
+
+
+def cosine_topk(database: np.ndarray, queries: np.ndarray, k: int, memory_mb: int = DEFAULT_MEMORY_MB,
+                exclude_self: bool = False) -> np.ndarray:
+    """Indices (n_queries, k) of each query's k nearest database vectors by cosine,
+    nearest first (ties by database order). ``exclude_self``: queries are the database
+    itself and a vector is not its own neighbour. Chunked: memory stays bounded."""
+    database, queries = np.asarray(database, np.float32), np.asarray(queries, np.float32)
+    k = _check_k(k, len(database) - int(exclude_self))
+    db = database / np.linalg.norm(database, axis=1, keepdims=True).clip(1e-12)
+    out = np.empty((len(queries), k), dtype=np.int64)
+    rows = _chunk_rows(len(db), memory_mb)
+    for start in range(0, len(queries), rows):
+        q = queries[start : start + rows]
+        sim = (q / np.linalg.norm(q, axis=1, keepdims=True).clip(1e-12)) @ db.T
+        if exclude_self:
+            sim[np.arange(len(q)), np.arange(start, start + len(q))] = -np.inf
+        part = np.argpartition(-sim, k - 1, axis=1)[:, :k]
+        order = np.lexsort((part, -np.take_along_axis(sim, part, 1)), axis=1)
+        out[start : start + len(q)] = np.take_along_axis(part, order, 1)
+    return out
+
+
+@dataclass(frozen=True)
+class NeighbourRecallResult:
+    """How much of each query's float cosine top-k its Hamming top-k recovers."""
+
+    k: int
+    recall_at_k: float
+    """Tie-aware: ties at the k-th Hamming distance broken uniformly at random."""
+    n_queries: int
+    n_database: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return dataclasses.asdict(self)
+
+
+def neighbour_recall_at_k(database: np.ndarray, queries: np.ndarray, neighbours: np.ndarray,
+                          k: int = 100) -> NeighbourRecallResult:
+    """A label-free quality score: the share of each query's ``neighbours`` (its k
+    nearest database documents by some other measure, e.g. cosine of the frozen
+    encoder's sentence vectors: ``cosine_topk``) among its k nearest codes by Hamming
+    distance, tie-aware as in precision_at_k, averaged over queries.
+
+    Args:
+        database, queries: packed codes of one width.
+        neighbours: (n_queries, m) database indices; m >= k, the first k are used.
+    """
+    _check_search(database, queries)
+    k = _check_k(k, len(database))
+    neighbours = np.asarray(neighbours)
+    if neighbours.ndim != 2 or len(neighbours) != len(queries) or neighbours.shape[1] < k:
+        raise DataError(f"neighbours of shape {neighbours.shape}: expected ({len(queries)}, >= {k}), "
+                        "k database indices per query")
+    n_db = np.int64(len(database))
+    keys = np.sort((np.arange(len(queries), dtype=np.int64)[:, None] * n_db + neighbours[:, :k]).ravel())
+
+    def relevant(rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        key = rows.astype(np.int64) * n_db + ids
+        pos = np.searchsorted(keys, key).clip(max=len(keys) - 1)
+        return keys[pos] == key
+
+    _, expected = _search_hits(database, queries, k, relevant)
+    return NeighbourRecallResult(k=k, recall_at_k=expected / (len(queries) * k), n_queries=len(queries),
+                                 n_database=len(database))
+
+
+def _search_hits(database: np.ndarray, queries: np.ndarray, k: int, relevant) -> tuple[float, float]:
+    """Relevant codes among each query's k nearest, summed over queries: (ties by
+    database order, tie-aware). ``relevant(rows, ids)``: query rows x database ids ->
+    bool, elementwise on arrays of one shape."""
     index = _index(database)
     ordered_hits = expected_hits = 0.0
     for start in range(0, len(queries), QUERY_CHUNK):
         q = np.ascontiguousarray(queries[start : start + QUERY_CHUNK])
-        labels = q_labels[start : start + QUERY_CHUNK]
+        rows = np.arange(start, start + len(q))
         idx, dist = _ordered(*index.search(q, k))
-        relevant = db_labels[idx] == labels[:, None]
-        ordered_hits += float(relevant.sum())
+        rel = relevant(np.broadcast_to(rows[:, None], idx.shape), idx)
+        ordered_hits += float(rel.sum())
         kth = dist[:, -1]
         closer = dist < kth[:, None]
-        n_lt, r_lt = closer.sum(axis=1), (closer & relevant).sum(axis=1)
-        n_eq, r_eq = _ties_at(index, q, kth, labels, db_labels)
+        n_lt, r_lt = closer.sum(axis=1), (closer & rel).sum(axis=1)
+        n_eq, r_eq = _ties_at(index, q, kth, lambda members, ids, rows=rows: relevant(rows[members], ids))
         expected_hits += float(np.sum(r_lt + (k - n_lt) * r_eq / n_eq))
-    n_q = len(queries)
-    return PrecisionResult(
-        k=k,
-        precision_at_k=ordered_hits / (n_q * k),
-        precision_at_k_tie_aware=expected_hits / (n_q * k),
-        n_queries=n_q,
-        n_database=len(database),
-    )
+    return ordered_hits, expected_hits
 
 
-def _ties_at(index, queries: np.ndarray, kth: np.ndarray, labels: np.ndarray,
-             db_labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _ties_at(index, queries: np.ndarray, kth: np.ndarray, relevant) -> tuple[np.ndarray, np.ndarray]:
     """Per query: how many database codes lie at exactly its k-th distance, and how many
-    of those carry its label (a range search per group of queries sharing that distance)."""
+    of those are relevant (a range search per group of queries sharing that distance)."""
     n_eq = np.zeros(len(queries), dtype=np.int64)
     r_eq = np.zeros(len(queries), dtype=np.int64)
     for d in np.unique(kth):
@@ -225,7 +293,7 @@ def _ties_at(index, queries: np.ndarray, kth: np.ndarray, labels: np.ndarray,
             owner = np.repeat(np.arange(len(members)), np.diff(lims).astype(np.int64))
             at = dist == d
             n_eq[members] = np.bincount(owner[at], minlength=len(members))
-            rel = at & (db_labels[ids] == labels[members][owner])
+            rel = at & relevant(members[owner], ids)
             r_eq[members] = np.bincount(owner[rel], minlength=len(members))
     return n_eq, r_eq
 
@@ -239,17 +307,7 @@ def cosine_precision_at_k(
     memory_mb: int = DEFAULT_MEMORY_MB,
 ) -> float:
     """Precision@k of exact cosine kNN on float vectors: the unhashed reference."""
-    db = np.asarray(database, dtype=np.float32)
-    qs = np.asarray(queries, dtype=np.float32)
-    db = db / np.maximum(np.linalg.norm(db, axis=1, keepdims=True), 1e-12)
-    qs = qs / np.maximum(np.linalg.norm(qs, axis=1, keepdims=True), 1e-12)
-    k = _check_k(k, len(db))
-    db_labels = _check_labels(database_labels, len(db), "database")
-    q_labels = _check_labels(query_labels, len(qs), "queries")
-    step = _chunk_rows(len(db), memory_mb)
-    hits = 0
-    for start in range(0, len(qs), step):
-        sim = qs[start : start + step] @ db.T
-        top = np.argpartition(-sim, k - 1, axis=1)[:, :k]
-        hits += int((db_labels[top] == q_labels[start : start + step, None]).sum())
-    return hits / (len(qs) * k)
+    db_labels = _check_labels(database_labels, len(database), "database")
+    q_labels = _check_labels(query_labels, len(queries), "queries")
+    top = cosine_topk(database, queries, k, memory_mb)
+    return float((db_labels[top] == q_labels[:, None]).mean())

@@ -28,7 +28,7 @@ from .config import DHIMConfig, ModelConfig, TrainConfig
 from .distributed import Collective
 from .encoder import Features
 from .errors import ConfigError, DataError
-from .metrics import PrecisionResult, precision_at_k
+from .metrics import PrecisionResult, cosine_topk, neighbour_recall_at_k, precision_at_k
 from .model import DHIM
 
 logger = logging.getLogger(__name__)
@@ -59,10 +59,54 @@ def selection_database(n: int, config: TrainConfig) -> np.ndarray:
     return np.sort(np.random.default_rng(config.seed + 1).choice(n, m, replace=False))
 
 
-def selection_sample(feats: Features, labels: np.ndarray, config: TrainConfig) -> tuple[Features, np.ndarray]:
-    """The training documents (features, labels) that model selection searches: see selection_database."""
-    idx = selection_database(len(feats), config)
-    return feats.take(idx), labels[idx]
+def selection_criterion(select: str, has_val: bool, has_labels: bool) -> str | None:
+    """What picks the epoch: "labels" (tie-aware P@k), "neighbours" (label-free
+    cosine-neighbour recall@k), or None without a validation slice (the last epoch)."""
+    if not has_val:
+        return None
+    if select == "labels" and not has_labels:
+        raise ConfigError("select=labels but the corpus has no labels: give --label-column NAME, "
+                          "or select by neighbours (label-free)")
+    if select == "auto":
+        return "labels" if has_labels else "neighbours"
+    return select
+
+
+CRITERIA = {"labels": "val P@{k} (tie-aware)", "neighbours": "val cosine-neighbour recall@{k} (tie-aware)"}
+
+
+@dataclass
+class Selection:
+    """What model selection searches each epoch: a fixed sample of the training
+    documents (see selection_database), their labels when there are, and each val
+    document's k nearest of them by cosine of the frozen encoder's sentence vectors
+    (the label-free criterion's reference; computed once)."""
+
+    criterion: str
+    database: Features
+    labels: np.ndarray | None
+    neighbours: np.ndarray
+    k: int
+
+    @classmethod
+    def build(cls, criterion: str, database: Features, labels: np.ndarray | None, val: Features,
+              config: TrainConfig) -> Selection:
+        idx = selection_database(len(database), config)
+        db = database.take(idx)
+        k = min(config.k, len(db))
+        neighbours = cosine_topk(db.mean, val.mean[np.arange(len(val))], k)
+        return cls(criterion, db, None if labels is None else labels[idx], neighbours, k)
+
+    def score(self, model: DHIM, val: Features, val_labels: np.ndarray | None, device: torch.device,
+              collective: Collective) -> tuple[float | None, float]:
+        """(tie-aware P@k or None without labels, tie-aware neighbour recall@k) of the
+        model's codes; every rank hashes a share of both sides and every rank scores."""
+        db_codes = hash_shared(model, self.database, device, collective)
+        val_codes = hash_shared(model, val, device, collective)
+        p = None
+        if self.labels is not None and val_labels is not None:
+            p = precision_at_k(db_codes, self.labels, val_codes, val_labels, self.k).precision_at_k_tie_aware
+        return p, neighbour_recall_at_k(db_codes, val_codes, self.neighbours, self.k).recall_at_k
 
 
 def token_mean(feats: Features, chunk: int = 1024) -> np.ndarray:
@@ -225,20 +269,42 @@ def train_step(
 
 
 @torch.no_grad()
-def hash_features(
-    model: DHIM, feats: Features, batch_size: int = 512, device: torch.device = torch.device("cpu")
-) -> np.ndarray:
-    """Deterministic codes of cached features: packed uint8 (n, n_bits // 8)."""
+def _global_logits(model: DHIM, feats: Features, batch_size: int,
+                   device: torch.device) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
+    """(document indices, their global logits) a batch at a time, in eval mode."""
     model.eval()
-    out = np.empty((len(feats), model.config.n_bits // 8), dtype=np.uint8)
     trim = trim_margin(model.config)
     # Shortest documents first, so trimmed batches carry little padding.
     order = np.argsort(feats.mask.sum(1), kind="stable") if trim is not None else np.arange(len(feats))
     for start in range(0, len(feats), batch_size):
         idx = np.sort(order[start : start + batch_size])
         tokens, mask, _ = to_tensors(feats, idx, "none", device, trim)
-        out[idx] = pack_codes(model.hash(tokens, mask).cpu().numpy())
+        yield idx, model.global_logits(tokens, mask)
+
+
+def hash_features(
+    model: DHIM, feats: Features, batch_size: int = 512, device: torch.device = torch.device("cpu")
+) -> np.ndarray:
+    """Deterministic codes of cached features: packed uint8 (n, n_bits // 8)."""
+    out = np.empty((len(feats), model.config.n_bits // 8), dtype=np.uint8)
+    for idx, logits in _global_logits(model, feats, batch_size, device):
+        out[idx] = pack_codes((logits > 0).to(torch.uint8).cpu().numpy())
     return out
+
+
+def score_features(
+    model: DHIM, feats: Features, batch_size: int = 512, device: torch.device = torch.device("cpu")
+) -> tuple[np.ndarray, np.ndarray]:
+    """(packed codes, pre-threshold scores (n, bits) float32 in (-1, 1)) of cached features:
+    the scores are what asymmetric re-ranking compares candidates' bits with (dhim_ray.rerank)."""
+    from .rerank import query_scores
+
+    codes = np.empty((len(feats), model.config.n_bits // 8), dtype=np.uint8)
+    scores = np.empty((len(feats), model.config.n_bits), dtype=np.float32)
+    for idx, logits in _global_logits(model, feats, batch_size, device):
+        codes[idx] = pack_codes((logits > 0).to(torch.uint8).cpu().numpy())
+        scores[idx] = query_scores(logits.float().cpu().numpy(), model.config.alpha)
+    return codes, scores
 
 
 class EarlyStopping:
@@ -309,6 +375,7 @@ class EpochRecord:
     mi_regulariser: float
     seconds: float = 0.0
     val_precision: float | None = None  # tie-aware P@k of the selection search; None without labels
+    val_neighbour_recall: float | None = None  # tie-aware recall of the val docs' cosine top-k (label-free)
     validate_seconds: float = 0.0  # of ``seconds``, the selection search (every rank hashes a share)
 
     def as_dict(self) -> dict[str, Any]:
@@ -330,7 +397,7 @@ class LoopState:
     stopper: EarlyStopping
     rng: np.random.Generator
     rank: int = 0
-    selecting: bool = False
+    criterion: str | None = None  # what picks the epoch (selection_criterion); None: the last epoch
     history: list[EpochRecord] = field(default_factory=list)
     best_state: dict[str, torch.Tensor] | None = None
     train: Features | None = None  # what this rank trains on (its shard under Ray Train)
@@ -341,7 +408,7 @@ class LoopState:
         return self.history[-1].epoch if self.history else -1
 
     def progress(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "stopper": self.stopper.state(), "history": [h.as_dict() for h in self.history],
+        return {"epoch": self.epoch, "criterion": self.criterion, "stopper": self.stopper.state(), "history": [h.as_dict() for h in self.history],
                 "rng": self.rng.bit_generator.state,
                 # the Bernoulli layer samples with torch's RNG: resumed == uninterrupted (on CPU)
                 "torch_rng": torch.get_rng_state().tolist()}
@@ -354,6 +421,10 @@ class LoopState:
         if progress.get("torch_rng"):
             torch.set_rng_state(torch.tensor(progress["torch_rng"], dtype=torch.uint8))
         self.best_state = best_state
+
+    @property
+    def selecting(self) -> bool:
+        return self.criterion is not None
 
     @property
     def finished(self) -> bool:
@@ -377,8 +448,9 @@ class FitResult:
     config: DHIMConfig
     history: list[EpochRecord] = field(default_factory=list)
     best_epoch: int = -1
-    best_precision: float | None = None
-    selected_by: str = "last epoch (no labels)"
+    best_precision: float | None = None  # tie-aware val P@k of the chosen epoch (None without labels)
+    best_neighbour_recall: float | None = None  # tie-aware val cosine-neighbour recall@k of the chosen epoch
+    selected_by: str = "last epoch (no validation)"
     seconds: float = 0.0
 
     @classmethod
@@ -389,10 +461,13 @@ class FitResult:
         history = [EpochRecord.from_dict(h) for h in progress["history"]]
         result = cls(model, config, history, seconds=seconds)
         if has_best:
-            result.best_epoch, result.best_precision = progress["stopper"]["best_epoch"], progress["stopper"]["best"]
-            result.selected_by = f"val P@{config.train.k} (tie-aware)"
+            result.best_epoch = progress["stopper"]["best_epoch"]
+            result.selected_by = CRITERIA[progress.get("criterion") or "labels"].format(k=config.train.k)
         else:
             result.best_epoch = progress["epoch"]
+        chosen = [h for h in history if h.epoch == result.best_epoch]
+        if chosen:
+            result.best_precision, result.best_neighbour_recall = chosen[0].val_precision, chosen[0].val_neighbour_recall
         return result
 
     def summary(self, **context: Any) -> dict[str, Any]:
@@ -405,6 +480,7 @@ class FitResult:
             "epochs_run": len(self.history),
             "selected_by": self.selected_by,
             "best_val_precision_at_k_tie_aware": self.best_precision,
+            "best_val_neighbour_recall_at_k": self.best_neighbour_recall,
             "train_seconds": round(self.seconds, 2),
             "mean_epoch_seconds": round(float(np.mean(epoch_seconds)), 3) if epoch_seconds else None,
             "history": [h.as_dict() for h in self.history],
@@ -469,9 +545,10 @@ def fit(
     if database is None:
         database, database_labels = train, train_labels
     # Every rank takes part in selection (each hashes a share); rank 0's decision rules.
-    selecting = val is not None and val_labels is not None and database_labels is not None
+    criterion = selection_criterion(config.train.select, val is not None,
+                                    val_labels is not None and database_labels is not None)
     state = LoopState(model, optimizer, config, EarlyStopping(config.train.patience),
-                      np.random.default_rng(config.train.seed), collective.rank, selecting, train=train)
+                      np.random.default_rng(config.train.seed), collective.rank, criterion, train=train)
     if resume_from is not None:
         from .checkpoint import load_training_state
 
@@ -480,8 +557,10 @@ def fit(
     elif config.model.init == "itq" and collective.is_chief:
         init_from_itq(model, database, config.train.seed)  # under DDP rank 0's weights reach every rank
     trained = wrap_model(model) if wrap_model is not None else model
-    if selecting:
-        select_db, select_labels = selection_sample(database, database_labels, config.train)
+    selection = None
+    if criterion is not None:
+        selection = Selection.build(criterion, database, database_labels if val_labels is not None else None,
+                                    val, config.train)
     table = neighbour_table(train.mean, config.train.neighbours) if config.train.neighbours else None
     batch_size = max(2, config.train.batch_size // collective.world_size)
     n_batches = None
@@ -508,16 +587,17 @@ def fit(
         if steps == 0:
             raise DataError(f"{len(train)} training documents make no batch of 2; give at least 2 documents")
         record = EpochRecord(epoch, steps, *(sums[key] / steps for key in ("loss", "mi_local", "mi_regulariser")))
-        if selecting:
+        if selection is not None:
             t_val = time.perf_counter()
-            p = validate(model, select_db, select_labels, val, val_labels, config.train.k, device, collective)
-            record.val_precision = p.precision_at_k_tie_aware
+            record.val_precision, record.val_neighbour_recall = selection.score(model, val, val_labels, device,
+                                                                                collective)
             record.validate_seconds = time.perf_counter() - t_val
-            if state.stopper.update(record.val_precision, epoch):
+            score = record.val_precision if criterion == "labels" else record.val_neighbour_recall
+            if state.stopper.update(score, epoch):
                 state.best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         record.seconds = time.perf_counter() - t0
         state.history.append(record)
-        stop = collective.broadcast_flag(selecting and state.stopper.should_stop)
+        stop = collective.broadcast_flag(state.selecting and state.stopper.should_stop)
         if collective.is_chief:
             _log_epoch(record, state, config.train.k, bar)
         for cb in callbacks:
@@ -533,12 +613,15 @@ def fit(
 
 
 def _log_epoch(record: EpochRecord, state: LoopState, k: int, bar) -> None:
-    val = "-" if record.val_precision is None else f"{record.val_precision:.4f}"
-    best = f"{state.stopper.best:.4f}" if state.selecting else "-"
+    def fmt(x: float | None) -> str:
+        return "-" if x is None else f"{x:.4f}"
+
+    val, nbr = fmt(record.val_precision), fmt(record.val_neighbour_recall)
+    best = fmt(state.stopper.best) if state.selecting else "-"
     if not bar.disable:
         bar.update(1)
-        bar.set_postfix(loss=f"{record.loss:.4f}", val_p=val, best=best)
-        logger.debug("epoch %d: loss %.4f val P@%d %s", record.epoch, record.loss, k, val)
+        bar.set_postfix(loss=f"{record.loss:.4f}", val_p=val, nbr=nbr, best=best)
+        logger.debug("epoch %d: loss %.4f val P@%d %s, neighbour recall %s", record.epoch, record.loss, k, val, nbr)
     else:
-        logger.info("epoch %d: loss %.4f, val P@%d %s, best %s (%.1f s)", record.epoch, record.loss, k, val, best,
-                    record.seconds)
+        logger.info("epoch %d: loss %.4f, val P@%d %s, neighbour recall@%d %s, best %s (%.1f s)", record.epoch,
+                    record.loss, k, val, k, nbr, best, record.seconds)

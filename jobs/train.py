@@ -233,10 +233,10 @@ def _log_events(events, done: threading.Event, k: int) -> None:
             continue
         except Exception:  # the queue actor is gone: the run is over
             return
-        val = "-" if e.get("val_precision") is None else f"{e['val_precision']:.4f}"
-        best = "-" if e.get("best") is None else f"{e['best']:.4f}"
-        logger.info("epoch %d: loss %.4f, val P@%d %s, best %s (%.1f s)", e["epoch"], e["loss"], k, val, best,
-                    e["seconds"])
+        val, nbr, best = (("-" if e.get(key) is None else f"{e[key]:.4f}")
+                          for key in ("val_precision", "val_neighbour_recall", "best"))
+        logger.info("epoch %d: loss %.4f, val P@%d %s, neighbour recall@%d %s, best %s (%.1f s)", e["epoch"],
+                    e["loss"], k, val, k, nbr, best, e["seconds"])
 
 
 def _fit_off_the_main_thread(trainer):

@@ -111,3 +111,59 @@ def test_search_and_precision_equal_brute_force_across_query_chunks(n_bits, monk
     expected = metrics.tie_aware_hits(full, relevant, 100).sum() / (70 * 100)
     assert r.precision_at_k_tie_aware == pytest.approx(expected)
     assert r.precision_at_k == pytest.approx(np.mean(db_l[ref_idx] == q_l[:, None]))
+
+
+def brute_force_neighbour_recall(db_bits, q_bits, neighbours, k):
+    """The label-free criterion by hand: relevance = membership in the query's neighbour list."""
+    dist = (q_bits[:, None, :] != db_bits[None, :, :]).sum(-1)
+    total = 0.0
+    for i in range(len(q_bits)):
+        rel = np.isin(np.arange(len(db_bits)), neighbours[i, :k])
+        kth = np.sort(dist[i])[k - 1]
+        closer, tied = dist[i] < kth, dist[i] == kth
+        total += (rel[closer].sum() + (k - closer.sum()) * rel[tied].sum() / tied.sum()) / k
+    return total / len(q_bits)
+
+
+@pytest.mark.parametrize("n_bits", [16, 32, 64, 128])
+def test_neighbour_recall_equals_brute_force_with_ties(n_bits, monkeypatch):
+    import dhim_ray.metrics as metrics
+    from dhim_ray.metrics import cosine_topk, neighbour_recall_at_k
+
+    monkeypatch.setattr(metrics, "QUERY_CHUNK", 7)  # several query chunks, and tie groups within them
+    rng = np.random.default_rng(n_bits)
+    pool = rng.integers(0, 2, (20, n_bits))
+    db_bits, q_bits = pool[rng.integers(0, 20, 250)], pool[rng.integers(0, 20, 23)]
+    vectors = rng.normal(size=(250, 12)).astype(np.float32)
+    queries = rng.normal(size=(23, 12)).astype(np.float32)
+    neighbours = cosine_topk(vectors, queries, 15)
+    r = neighbour_recall_at_k(pack_codes(db_bits), pack_codes(q_bits), neighbours, k=15)
+    assert r.recall_at_k == pytest.approx(brute_force_neighbour_recall(db_bits, q_bits, neighbours, 15))
+    assert 0 < r.recall_at_k < 1
+
+
+def test_cosine_topk_equals_sort_and_neighbour_recall_tells_lsh_from_random_lists():
+    from dhim_ray.metrics import cosine_topk, neighbour_recall_at_k
+
+    rng = np.random.default_rng(1)
+    db, q = rng.normal(size=(300, 8)), rng.normal(size=(10, 8))
+    sim = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (db / np.linalg.norm(db, axis=1, keepdims=True)).T
+    assert np.array_equal(cosine_topk(db, q, 20, memory_mb=1), np.argsort(-sim, axis=1, kind="stable")[:, :20])
+    own = cosine_topk(db, db[:5], 3, exclude_self=True)
+    assert not np.any(own == np.arange(5)[:, None])
+    # 128 random hyperplanes: the codes' Hamming order follows the angle, so they recover much of the
+    # cosine top-20; a random list of 20 "neighbours" is recovered at about chance (20/300).
+    planes = rng.normal(size=(8, 128))
+    db_codes, q_codes = pack_codes(db @ planes > 0), pack_codes(q @ planes > 0)
+    nbrs = cosine_topk(db, q, 20)
+    lsh = neighbour_recall_at_k(db_codes, q_codes, nbrs, 20).recall_at_k
+    rand = neighbour_recall_at_k(db_codes, q_codes, rng.permutation(300)[None, :20].repeat(10, 0), 20).recall_at_k
+    assert lsh > 0.5 > rand
+
+
+def test_neighbour_recall_bad_shape():
+    from dhim_ray.metrics import neighbour_recall_at_k
+
+    codes = pack_codes(np.zeros((10, 16), dtype=np.uint8))
+    with pytest.raises(DataError, match="neighbours of shape"):
+        neighbour_recall_at_k(codes, codes[:2], np.zeros((2, 3), dtype=np.int64), k=5)

@@ -62,7 +62,7 @@ def test_loss_finite_and_decreases_on_toy_corpus():
     cfg = config_for_bits(16, model={"hidden_size": 24, "n_filters": 16, "alpha": 0.3},
                           train={"batch_size": 32, "lr": 3e-3, "beta": 0.5})
     cfg = cfg.replace(train={"max_epochs": 15})
-    losses = [h.loss for h in fit(feats, None, cfg, progress=False).history]  # no labels: all 15 epochs
+    losses = [h.loss for h in fit(feats, None, cfg, progress=False).history]  # no val slice: all 15 epochs
     assert len(losses) == 15
     assert all(np.isfinite(losses))
     assert np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.05
@@ -78,6 +78,40 @@ def test_fit_keeps_best_epoch_and_learns_topics():
     assert result.best_precision == max(vals)
     assert result.best_epoch == int(np.argmax(vals))
     assert result.best_precision > 0.6  # 4 topics: chance is ~0.25
+
+
+def test_without_labels_the_neighbour_criterion_picks_the_epoch_and_stops_early():
+    from dhim_ray.metrics import cosine_topk, neighbour_recall_at_k
+    from dhim_ray.training import hash_features
+
+    feats, labels = toy_features(n=160, seed=1)
+    cfg = config_for_bits(16, model={"hidden_size": 24, "n_filters": 16, "alpha": 0.3},
+                          train={"batch_size": 32, "lr": 3e-3, "max_epochs": 40, "patience": 2, "k": 10})
+    tr, va = np.arange(120), np.arange(120, 160)
+    result = fit(feats.take(tr), feats.take(va), cfg, progress=False)  # no labels anywhere
+    recall = [h.val_neighbour_recall for h in result.history]
+    assert all(h.val_precision is None for h in result.history)
+    assert result.selected_by == "val cosine-neighbour recall@10 (tie-aware)"
+    assert result.best_epoch == int(np.argmax(recall)) and result.best_neighbour_recall == max(recall)
+    assert len(result.history) < 40 and len(result.history) == result.best_epoch + 1 + 2  # stopped by patience
+    # the returned model is the chosen epoch's: its codes score what that epoch scored
+    nbrs = cosine_topk(feats.mean[tr], feats.mean[va], 10)
+    again = neighbour_recall_at_k(hash_features(result.model, feats.take(tr)), hash_features(result.model,
+                                                                                              feats.take(va)), nbrs, 10)
+    assert again.recall_at_k == pytest.approx(result.best_neighbour_recall)
+    assert result.best_neighbour_recall > 0.3  # 10 of 120 by chance: ~0.08
+
+    # with labels, both scores are recorded and labels choose unless told otherwise
+    labelled = fit(feats.take(tr), feats.take(va), cfg, labels[tr], labels[va], progress=False)
+    assert labelled.selected_by == "val P@10 (tie-aware)"
+    assert all(h.val_precision is not None and h.val_neighbour_recall is not None for h in labelled.history)
+    told = fit(feats.take(tr), feats.take(va), cfg.replace(train={"select": "neighbours"}), labels[tr], labels[va],
+               progress=False)
+    assert told.selected_by.startswith("val cosine-neighbour") and told.best_precision is not None
+    with pytest.raises(ConfigError, match="no labels"):
+        fit(feats.take(tr), feats.take(va), cfg.replace(train={"select": "labels"}), progress=False)
+    with pytest.raises(ConfigError, match="select='best'"):
+        cfg.replace(train={"select": "best"})
 
 
 def test_as_published_formulation():

@@ -1,0 +1,175 @@
+"""Model selection without labels, and asymmetric re-ranking, on the four dev corpora.
+
+    python -m bench.selection run --corpora dbpedia agnews r8 20ng --bits 16 64
+    python -m bench.selection report          # prints the tables BENCHMARKS.md holds
+
+Protocol as bench.quality: database = train.csv, queries = val.csv, tie-aware P@100;
+selection (both criteria) on a slice carved out of train.csv, never val.csv. Each cell
+trains the shipped configuration once for a fixed number of epochs, recording every
+epoch's two selection scores on the slice (label P@100, and the label-free
+cosine-neighbour recall@100) and the val P@100 of that epoch's codes. Early stopping
+with patience 6 is then replayed on each score: the epoch each criterion would have
+picked, and what it scores on val. Training does not depend on the criterion (same
+seed, same batches), so replaying one run is exact; a criterion that would still be
+waiting at the cap picks its best epoch so far, as a capped run would.
+
+Re-ranking uses the label-picked epoch's model: val P@100 of the Hamming top-100
+(tie-aware) against the top-100 of k x m Hamming candidates re-ranked by agreement
+with the query's pre-threshold scores, and the q/s of both (exact search in memory).
+Results go to bench/selection.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from dhim_ray.config import config_for_bits
+from dhim_ray.metrics import hamming_topk, precision_at_k
+from dhim_ray.rerank import rerank_topk
+from dhim_ray.training import EarlyStopping, TrainCallback, carve_validation, fit, hash_features, score_features
+
+from .quality import LONG, corpus_features
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "selection.json"
+RERANK_M = (2, 4, 8)
+logger = logging.getLogger("bench.selection")
+
+
+class ValEachEpoch(TrainCallback):
+    """After each epoch: val P@100 (tie-aware) of this epoch's codes, train.csv as the database."""
+
+    def __init__(self, tr, va, train_labels, val_labels, k):
+        self.tr, self.va, self.train_labels, self.val_labels, self.k = tr, va, train_labels, val_labels, k
+        self.val_p: list[float] = []
+
+    def on_epoch_end(self, state) -> None:
+        r = precision_at_k(hash_features(state.model, self.tr), self.train_labels, hash_features(state.model, self.va),
+                           self.val_labels, self.k)
+        self.val_p.append(r.precision_at_k_tie_aware)
+        state.model.train()
+
+
+def replay(values: list[float], patience: int) -> tuple[int, int]:
+    """(picked epoch, epochs a run would have taken) of early stopping on ``values``."""
+    stopper = EarlyStopping(patience)
+    for epoch, v in enumerate(values):
+        stopper.update(v, epoch)
+        if stopper.should_stop:
+            return stopper.best_epoch, epoch + 1
+    return stopper.best_epoch, len(values)
+
+
+def spearman(a, b) -> float:
+    ra, rb = (np.argsort(np.argsort(x, kind="stable"), kind="stable").astype(float) for x in (a, b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def qps(fn, n_queries: int, repeat: int = 3) -> float:
+    best = min(_timed(fn) for _ in range(repeat))
+    return n_queries / best
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def run_cell(name: str, bits: int, epochs: int, patience: int, k: int, cache_dir: str) -> dict:
+    encoder, train, val, tr, va = corpus_features(name, cache_dir)
+    cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size},
+                          train={"max_epochs": epochs, "patience": epochs, "select": "labels"})
+    fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
+    cb = ValEachEpoch(tr, va, train.labels, val.labels, k)
+    res = fit(tr.take(fit_idx), tr.take(sel_idx), cfg, train.labels[fit_idx], train.labels[sel_idx],
+              progress=False, callbacks=(cb,))
+    sel_p = [h.val_precision for h in res.history]
+    nbr = [h.val_neighbour_recall for h in res.history]
+    e_lab, run_lab = replay(sel_p, patience)
+    e_nbr, run_nbr = replay(nbr, patience)
+    out = {"corpus": name, "bits": bits, "epochs": epochs, "patience": patience,
+           "label_epoch": e_lab, "label_epochs_run": run_lab, "label_val_p": cb.val_p[e_lab],
+           "neighbour_epoch": e_nbr, "neighbour_epochs_run": run_nbr, "neighbour_val_p": cb.val_p[e_nbr],
+           "diff": cb.val_p[e_nbr] - cb.val_p[e_lab],
+           "spearman_neighbour_vs_val_p": spearman(nbr, cb.val_p),
+           "spearman_label_selection_vs_val_p": spearman(sel_p, cb.val_p),
+           "history": {"selection_p": sel_p, "neighbour_recall": nbr, "val_p": cb.val_p},
+           "epoch_seconds": round(float(np.mean([h.seconds for h in res.history])), 2)}
+    # re-ranking, with the model of the label-picked epoch (the best by selection P@100 over the whole run)
+    db = hash_features(res.model, tr)
+    q_codes, q_scores = score_features(res.model, va)
+    plain = precision_at_k(db, train.labels, q_codes, val.labels, k)
+    qps_plain = qps(lambda: hamming_topk(db, q_codes, k), len(q_codes))
+    out["rerank"] = {"1": {"p": plain.precision_at_k, "p_tie": plain.precision_at_k_tie_aware, "qps": qps_plain}}
+    for m in RERANK_M:
+        idx, _ = rerank_topk(db, q_codes, q_scores, k, m)
+        p = float((train.labels[idx] == val.labels[:, None]).mean())
+        out["rerank"][str(m)] = {"p": p, "qps": qps(lambda m=m: rerank_topk(db, q_codes, q_scores, k, m),
+                                                    len(q_codes))}
+    logger.info("%s %d bits: label epoch %d (val %.4f), neighbour epoch %d (val %.4f), rho %.2f; rerank %s",
+                name, bits, e_lab, cb.val_p[e_lab], e_nbr, cb.val_p[e_nbr], out["spearman_neighbour_vs_val_p"],
+                {m: round(v["p"], 4) for m, v in out["rerank"].items()})
+    return out
+
+
+def load() -> dict:
+    return json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+
+
+def report() -> str:
+    rows = load()
+    lines = ["| corpus | bits | epochs (cap) | label-picked epoch: val P@100 | neighbour-picked epoch: val P@100 | "
+             "difference | Spearman rho (neighbour recall vs val P@100) | rho (label selection P vs val P@100) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows.values():
+        lines.append(f"| {r['corpus']} | {r['bits']} | {len(r['history']['val_p'])} | {r['label_epoch']}: "
+                     f"{r['label_val_p']:.4f} | {r['neighbour_epoch']}: {r['neighbour_val_p']:.4f} | "
+                     f"{100 * r['diff']:+.2f} pt | {r['spearman_neighbour_vs_val_p']:.2f} | "
+                     f"{r['spearman_label_selection_vs_val_p']:.2f} |")
+    lines += ["", "| corpus | bits | Hamming top-100 (tie-aware) | " + " | ".join(f"re-rank x{m}" for m in RERANK_M)
+              + " | q/s re-rank x4 vs Hamming |", "|---|---|---|" + "---|" * len(RERANK_M) + "---|"]
+    for r in rows.values():
+        rr = r["rerank"]
+        cells = " | ".join(f"{rr[str(m)]['p']:.4f} ({100 * (rr[str(m)]['p'] - rr['1']['p_tie']):+.2f})"
+                           for m in RERANK_M)
+        lines.append(f"| {r['corpus']} | {r['bits']} | {rr['1']['p_tie']:.4f} | {cells} | "
+                     f"{rr['4']['qps'] / rr['1']['qps']:.2f}x |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=("run", "report"))
+    ap.add_argument("--corpora", nargs="+", default=["dbpedia", "agnews", "r8", "20ng"])
+    ap.add_argument("--bits", nargs="+", type=int, default=[16, 64])
+    ap.add_argument("--epochs", type=int, default=30, help="epochs per cell (short corpora)")
+    ap.add_argument("--long-epochs", type=int, default=20, help="epochs per cell on 20ng and r8")
+    ap.add_argument("--patience", type=int, default=6)
+    ap.add_argument("--k", type=int, default=100)
+    ap.add_argument("--cache-dir", default=str(HERE / ".cache" / "features"))
+    args = ap.parse_args()
+    if args.command == "report":
+        print(report())
+        return
+    for name in args.corpora:
+        for bits in args.bits:
+            key = f"{name}-{bits}"
+            if key in load():
+                continue
+            epochs = args.long_epochs if name in LONG else args.epochs
+            row = run_cell(name, bits, epochs, args.patience, args.k, args.cache_dir)
+            results = load()
+            results[key] = row
+            RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
