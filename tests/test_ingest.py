@@ -330,3 +330,43 @@ def test_sharded_parquet_folder_streams_with_one_label_vocabulary(ray_session, m
     loaded = spec.load_split()
     assert loaded.label_names == ["politics", "sport", "tech"]
     assert [r["label"] for r in rows] == loaded.labels.tolist()
+
+
+def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested, model_dir):
+    """search --rerank M: the k x M nearest in the collection, re-ranked by agreement with the
+    query's scores. Which codes tied at the (k x M)-th distance the store returns is its own
+    choice, so the check re-ranks exactly the candidates the store returned."""
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.pipeline import evaluate_checkpoint
+    from dhim_ray.rerank import agreement, rerank_topk
+    from dhim_ray.search import Searcher, evaluate_in_milvus
+
+    target, _ = ingested
+    rows, db = stored(target)
+    by_row = {r["row"]: i for i, r in enumerate(rows)}
+    queries = CorpusSpec("bbc", "val", limit=20).load_split().texts
+    codes, scores = Hasher.load(model_dir).encode_scores(queries)
+    with Searcher(model_dir, target) as s:
+        hits = s.search(queries, k=10, rerank=4)
+        candidates = s.search_codes(codes, 40, output_fields=("row",))
+        plain = s.search(queries[:1], k=10)
+    assert "rerank_score" not in plain[0][0]
+    for q, (row_hits, cand) in enumerate(zip(hits, candidates)):
+        cand = sorted(cand, key=lambda h: (h["distance"], h["id"]))
+        agree = agreement(scores[q : q + 1], db[[by_row[h["row"]] for h in cand]][None])[0]
+        best = np.argsort(-agree, kind="stable")[:10]
+        assert [h["rerank_score"] for h in row_hits] == pytest.approx(agree[best].tolist(), abs=1e-3)
+        assert all(np.diff([h["rerank_score"] for h in row_hits]) <= 0)
+    # eval --rerank: the plain precisions are unchanged and the re-ranked one is the in-memory re-rank's
+    queries_spec = CorpusSpec("bbc", "val", limit=40)
+    in_memory = evaluate_checkpoint(model_dir, BBC, queries_spec, k=20, progress=False, rerank=4)
+    plain_eval = evaluate_checkpoint(model_dir, BBC, queries_spec, k=20, progress=False)
+    assert in_memory["precision_at_k_tie_aware"] == plain_eval["precision_at_k_tie_aware"]
+    split, q_split = BBC.load_split(), queries_spec.load_split()
+    hasher = Hasher.load(model_dir)
+    q_codes, q_scores = hasher.encode_scores(q_split.texts)
+    idx, _ = rerank_topk(hasher.encode(split.texts), q_codes, q_scores, 20, 4)
+    assert in_memory["precision_at_k_reranked"] == pytest.approx(
+        float((split.labels[idx] == q_split.labels[:, None]).mean()))
+    milvus = evaluate_in_milvus(model_dir, queries_spec, target, k=20, rerank=4)
+    assert milvus["rerank"] == 4 and 0 < milvus["precision_at_k_reranked"] <= 1
