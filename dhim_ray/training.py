@@ -75,6 +75,14 @@ def selection_criterion(select: str, has_val: bool, has_labels: bool) -> str | N
 CRITERIA = {"labels": "val P@{k} (tie-aware)", "neighbours": "val cosine-neighbour recall@{k} (tie-aware)"}
 
 
+def selection_warmup(criterion: str | None, config: TrainConfig) -> int:
+    """Epochs the criterion does not pick from. The label-free criterion rewards codes that
+    keep the encoder's cosine geometry, and early epochs (an ITQ start above all) are
+    closest to it before training moves the codes towards the corpus' structure
+    (BENCHMARKS.md, "Model selection without labels"): it waits ``patience`` epochs."""
+    return min(config.patience, config.max_epochs - 1) if criterion == "neighbours" else 0
+
+
 @dataclass
 class Selection:
     """What model selection searches each epoch: a fixed sample of the training
@@ -308,16 +316,20 @@ def score_features(
 
 
 class EarlyStopping:
-    """Tracks the best validation value; stops after ``patience`` epochs without a better one."""
+    """Tracks the best validation value; stops after ``patience`` epochs without a better one.
+    Epochs before ``warmup`` are not candidates (and do not count towards patience)."""
 
-    def __init__(self, patience: int):
+    def __init__(self, patience: int, warmup: int = 0):
         self.patience = patience
+        self.warmup = warmup
         self.best = -math.inf
         self.best_epoch = -1
         self.bad_epochs = 0
 
     def update(self, value: float, epoch: int) -> bool:
         """Record an epoch's value; True if it is a new best."""
+        if epoch < self.warmup:
+            return False
         if value > self.best:
             self.best, self.best_epoch, self.bad_epochs = value, epoch, 0
             return True
@@ -547,7 +559,8 @@ def fit(
     # Every rank takes part in selection (each hashes a share); rank 0's decision rules.
     criterion = selection_criterion(config.train.select, val is not None,
                                     val_labels is not None and database_labels is not None)
-    state = LoopState(model, optimizer, config, EarlyStopping(config.train.patience),
+    state = LoopState(model, optimizer, config,
+                      EarlyStopping(config.train.patience, selection_warmup(criterion, config.train)),
                       np.random.default_rng(config.train.seed), collective.rank, criterion, train=train)
     if resume_from is not None:
         from .checkpoint import load_training_state
