@@ -370,3 +370,23 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
         float((split.labels[idx] == q_split.labels[:, None]).mean()))
     milvus = evaluate_in_milvus(model_dir, queries_spec, target, k=20, rerank=4)
     assert milvus["rerank"] == 4 and 0 < milvus["precision_at_k_reranked"] <= 1
+
+
+def test_search_cli_rerank_shows_the_score_and_json_carries_it(ingested, model_dir):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    target, _ = ingested
+    env = dict(os.environ, COLUMNS="120", HF_HUB_OFFLINE="1")
+    base = [sys.executable, "-m", "dhim_ray.cli", "search", "oil prices", "--model", str(model_dir),
+            "--uri", target.uri, "--collection", target.collection, "-k", "3", "--rerank", "4"]
+    table = subprocess.run(base, capture_output=True, text=True, env=env, timeout=300)
+    assert table.returncode == 0, table.stderr
+    assert all(col in next(line for line in table.stdout.splitlines() if "rank" in line)
+               for col in ("distance", "score", "label"))
+    as_json = subprocess.run([*base, "--json"], capture_output=True, text=True, env=env, timeout=300)
+    hits = json.loads(as_json.stdout)[0]["hits"]
+    assert len(hits) == 3 and [h["rerank_score"] for h in hits] == sorted((h["rerank_score"] for h in hits),
+                                                                          reverse=True)
