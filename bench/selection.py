@@ -29,8 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from dhim_ray.checkpoint import save_checkpoint
 from dhim_ray.config import TrainConfig, config_for_bits
-from dhim_ray.metrics import hamming_topk, precision_at_k
+from dhim_ray.metrics import cosine_topk, hamming_topk, precision_at_k
 from dhim_ray.rerank import rerank_topk
 from dhim_ray.training import (
     EarlyStopping,
@@ -47,6 +48,7 @@ from .quality import LONG, corpus_features
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "selection.json"
 RERANK_M = (2, 4, 8)
+MODELS = HERE / ".cache" / "selection"  # the label-picked model of each cell (not committed)
 logger = logging.getLogger("bench.selection")
 
 
@@ -122,15 +124,43 @@ def run_cell(name: str, bits: int, epochs: int, patience: int, k: int, cache_dir
     q_codes, q_scores = score_features(res.model, va)
     plain = precision_at_k(db, train.labels, q_codes, val.labels, k)
     qps_plain = qps(lambda: hamming_topk(db, q_codes, k), len(q_codes))
-    out["rerank"] = {"1": {"p": plain.precision_at_k, "p_tie": plain.precision_at_k_tie_aware, "qps": qps_plain}}
+    cos_top = cosine_topk(tr.mean, va.mean, k)  # what float cosine kNN returns: the recall reference
+    # unit-norm float16, as a float16 vector field keeps them (held as float32 here for the arithmetic)
+    db_vec = (tr.mean / np.linalg.norm(tr.mean, axis=1, keepdims=True)).astype(np.float16).astype(np.float32)
+    plain_idx, _ = hamming_topk(db, q_codes, k)
+    out["rerank"] = {"1": {"p": plain.precision_at_k, "p_tie": plain.precision_at_k_tie_aware, "qps": qps_plain,
+                           "cosine_recall": recall(plain_idx, cos_top)}}
+    out["float"] = {"cosine_knn_p": float((train.labels[cos_top] == val.labels[:, None]).mean()),
+                    "bytes_per_doc_codes": bits // 8, "bytes_per_doc_float16": int(db_vec.shape[1] * 2)}
     for m in RERANK_M:
         idx, _ = rerank_topk(db, q_codes, q_scores, k, m)
-        p = float((train.labels[idx] == val.labels[:, None]).mean())
-        out["rerank"][str(m)] = {"p": p, "qps": qps(lambda m=m: rerank_topk(db, q_codes, q_scores, k, m),
-                                                    len(q_codes))}
+        out["rerank"][str(m)] = {"p": float((train.labels[idx] == val.labels[:, None]).mean()),
+                                 "cosine_recall": recall(idx, cos_top),
+                                 "qps": qps(lambda m=m: rerank_topk(db, q_codes, q_scores, k, m), len(q_codes))}
+        fidx = float_rescore(db, db_vec, q_codes, va.mean, k, m)
+        out["float"][str(m)] = {"p": float((train.labels[fidx] == val.labels[:, None]).mean()),
+                                "cosine_recall": recall(fidx, cos_top),
+                                "qps": qps(lambda m=m: float_rescore(db, db_vec, q_codes, va.mean, k, m),
+                                           len(q_codes))}
+    MODELS.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(MODELS / f"{name}-{bits}", res.model, res.config, encoder.fingerprint, {"bench": "selection"})
     logger.info("%s %d bits: %s, rho %.2f; rerank %s", name, bits, picks(out), out["spearman_neighbour_vs_val_p"],
                 {m: round(v["p"], 4) for m, v in out["rerank"].items()})
     return out
+
+
+def recall(found: np.ndarray, reference: np.ndarray) -> float:
+    """Share of each row of ``reference`` (the float cosine top-k) that ``found`` holds."""
+    return float(np.mean([len(np.intersect1d(f, r)) / len(r) for f, r in zip(found, reference)]))
+
+
+def float_rescore(db_codes, db_vectors, q_codes, q_vectors, k: int, m: int) -> np.ndarray:
+    """k x m Hamming candidates re-scored by cosine against the query's float vector
+    (database vectors unit-norm, rounded to float16)."""
+    cand, _ = hamming_topk(db_codes, q_codes, k * m)
+    q = (q_vectors / np.linalg.norm(q_vectors, axis=1, keepdims=True)).astype(np.float32)
+    sim = np.einsum("ncd,nd->nc", db_vectors[cand], q)
+    return np.take_along_axis(cand, np.argsort(-sim, axis=1, kind="stable")[:, :k], axis=1)
 
 
 def load() -> dict:
@@ -158,10 +188,26 @@ def report() -> str:
                            for m in RERANK_M)
         lines.append(f"| {r['corpus']} | {r['bits']} | {rr['1']['p_tie']:.4f} | {cells} | "
                      f"{rr['4']['qps'] / rr['1']['qps']:.2f}x |")
+    lines += ["", "| corpus | bits | codes alone: P@100 (tie-aware) / recall of cosine top-100 | "
+              "bit re-rank x4 | float re-score x2 | float re-score x4 | float re-score x8 | float cosine kNN P@100 | "
+              "q/s float x4 vs Hamming | bytes/doc: codes, + float16 vector |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows.values():
+        if "float" not in r:
+            continue
+        rr, fl = r["rerank"], r["float"]
+
+        def pr(x):
+            return f"{x['p']:.4f} / {x['cosine_recall']:.3f}"
+
+        lines.append(f"| {r['corpus']} | {r['bits']} | {rr['1']['p_tie']:.4f} / {rr['1']['cosine_recall']:.3f} | "
+                     f"{pr(rr['4'])} | {pr(fl['2'])} | {pr(fl['4'])} | {pr(fl['8'])} | {fl['cosine_knn_p']:.4f} | "
+                     f"{fl['4']['qps'] / rr['1']['qps']:.2f}x | {fl['bytes_per_doc_codes']}, "
+                     f"{fl['bytes_per_doc_codes'] + fl['bytes_per_doc_float16']} |")
     return "\n".join(lines)
 
 
-def main() -> None:
+def main() -> None:  # noqa: C901
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=("run", "report"))
@@ -172,14 +218,18 @@ def main() -> None:
     ap.add_argument("--patience", type=int, default=6)
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--cache-dir", default=str(HERE / ".cache" / "features"))
+    ap.add_argument("--results", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.results:
+        global RESULTS
+        RESULTS = Path(args.results)
     if args.command == "report":
         print(report())
         return
     for name in args.corpora:
         for bits in args.bits:
             key = f"{name}-{bits}"
-            if key in load():
+            if "float" in load().get(key, {}):
                 continue
             epochs = args.long_epochs if name in LONG else args.epochs
             row = run_cell(name, bits, epochs, args.patience, args.k, args.cache_dir)
