@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 
 FORMAT = "dhim-ray/codes"
 CODE_FIELD = "code"
+VECTOR_FIELD = "vector"  # optional (ingest --store-vectors): the unit-norm sentence vector, float16
 TEXT_PREVIEW = 1024
 MAX_SEARCH_K = 16384  # Milvus' limit on top-k
 DEFAULT_TIMEOUT = 30.0
@@ -236,11 +237,18 @@ def make_rows(
     texts: Sequence[str],
     source: str,
     rows: np.ndarray,
+    vectors: np.ndarray | None = None,
 ) -> list[dict[str, Any]]:
     """Validated insert rows. Every code is checked for dtype and length first:
-    Milvus stores wrong-length codes silently and shifts the rest of the batch."""
+    Milvus stores wrong-length codes silently and shifts the rest of the batch.
+    ``vectors`` (n, d): sentence vectors, stored unit-norm as float16."""
     codes = check_codes(codes, n_bits)
     n = len(codes)
+    if vectors is not None:
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or len(vectors) != n or not np.isfinite(vectors).all():
+            raise CodeFormatError(f"vectors of shape {vectors.shape}: expected ({n}, width), finite, one per code")
+        vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True).clip(1e-12)).astype(np.float16)
     for name, col in (("ids", ids), ("texts", texts), ("rows", rows)):
         if len(col) != n:
             raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
@@ -255,6 +263,7 @@ def make_rows(
             "text": _preview(texts[i]),
             "source": source[:256],
             "row": int(rows[i]),
+            **({VECTOR_FIELD: vectors[i]} if vectors is not None else {}),
         })
     return out
 
@@ -278,6 +287,7 @@ class CollectionInfo:
     count: int = 0
     nlist: int = 0  # BIN_IVF_FLAT clusters, 0 for other index types
     meta: dict[str, Any] = field(default_factory=dict)
+    vector_dim: int = 0  # width of the stored float16 sentence vectors; 0: codes only
 
     def search_index(self, nprobe: int | None = None) -> IndexSpec:
         """How to search this collection: exact BIN_FLAT, or IVF probing ``nprobe`` clusters."""
@@ -287,7 +297,7 @@ class CollectionInfo:
         return IndexSpec("BIN_IVF_FLAT", nlist=nlist, nprobe=min(nprobe or IndexSpec().nprobe, nlist))
 
 
-def _schema(n_bits: int, meta: dict[str, Any]):
+def _schema(n_bits: int, meta: dict[str, Any], vector_dim: int = 0):
     from pymilvus import DataType, MilvusClient
 
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False, description=json.dumps(meta))
@@ -297,6 +307,8 @@ def _schema(n_bits: int, meta: dict[str, Any]):
     schema.add_field("text", DataType.VARCHAR, max_length=TEXT_PREVIEW * 4)
     schema.add_field("source", DataType.VARCHAR, max_length=256)
     schema.add_field("row", DataType.INT64)
+    if vector_dim:
+        schema.add_field(VECTOR_FIELD, DataType.FLOAT16_VECTOR, dim=vector_dim)
     return schema
 
 
@@ -320,14 +332,16 @@ def describe(client, name: str, timeout: float = DEFAULT_TIMEOUT) -> CollectionI
         index = client.describe_index(name, index_names[0], timeout=timeout)
         metric, index_type = index.get("metric_type", ""), index.get("index_type", "")
         nlist = int(index.get("nlist", 0) or 0)
-    return CollectionInfo(name, n_bits, metric, index_type, meta.get("model", ""), nlist=nlist, meta=meta)
+    return CollectionInfo(name, n_bits, metric, index_type, meta.get("model", ""), nlist=nlist, meta=meta,
+                          vector_dim=int(meta.get("vector_dim", 0)))
 
 
 def check_collection(client, name: str, n_bits: int, model: str, overwrite: bool = False,
-                     timeout: float = DEFAULT_TIMEOUT) -> CollectionInfo | None:
+                     timeout: float = DEFAULT_TIMEOUT, vector_dim: int | None = None) -> CollectionInfo | None:
     """The existing collection ``name`` (None if there is none), refused with
     CollectionMismatchError when it cannot take these codes: another code width,
-    metric or model, or not made by dhim-ray (unless ``overwrite``). Creates nothing."""
+    metric or model, not made by dhim-ray, or (``vector_dim`` given) float vectors kept
+    or not against this ingest's (unless ``overwrite``). Creates nothing."""
     check_n_bits(n_bits)
     info = describe(client, name, timeout)
     if info is None or overwrite:
@@ -342,6 +356,11 @@ def check_collection(client, name: str, n_bits: int, model: str, overwrite: bool
             problems.append(f"its metric is {info.metric}, not HAMMING")
         if info.model and model and info.model != model:
             problems.append(f"it holds codes of model {info.model}, not {model}")
+        if vector_dim is not None and info.vector_dim != vector_dim:
+            problems.append(f"it keeps float vectors of width {info.vector_dim}, this ingest {vector_dim}"
+                            if info.vector_dim and vector_dim else
+                            "it keeps float vectors and this ingest has none (add --store-vectors)" if info.vector_dim
+                            else "it keeps codes only and this ingest adds float vectors (drop --store-vectors)")
     if problems:
         raise CollectionMismatchError(
             f"collection {name!r}: {'; '.join(problems)}; pick another --collection or pass --overwrite"
@@ -357,28 +376,33 @@ def ensure_collection(
     index: IndexSpec = IndexSpec(),
     overwrite: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
+    vector_dim: int = 0,
 ) -> CollectionInfo:
     """Create the code collection, or check an existing one matches.
 
-    An existing collection with another code width, metric or model is refused
-    (CollectionMismatchError) unless ``overwrite``, which drops and recreates it.
+    An existing collection with another code width, metric or model, or whose float
+    vectors (``vector_dim``, 0 = none) differ, is refused (CollectionMismatchError)
+    unless ``overwrite``, which drops and recreates it.
     """
-    info = check_collection(client, name, n_bits, model, overwrite, timeout)
+    info = check_collection(client, name, n_bits, model, overwrite, timeout, vector_dim)
     if info is not None and not overwrite:
         client.load_collection(name, timeout=timeout)
         return info
     if info is not None:
         client.drop_collection(name, timeout=timeout)
-    meta = {"format": FORMAT, "n_bits": n_bits, "model": model}
+    meta = {"format": FORMAT, "n_bits": n_bits, "model": model, **({"vector_dim": vector_dim} if vector_dim else {})}
     index_params = client.prepare_index_params()
     index_params.add_index(field_name=CODE_FIELD, index_type=index.index_type, metric_type="HAMMING",
                            params=index.params())
+    if vector_dim:  # every vector field needs an index to load; the vectors are read by id, never searched
+        index_params.add_index(field_name=VECTOR_FIELD, index_type="FLAT", metric_type="COSINE")
     try:
-        client.create_collection(name, schema=_schema(n_bits, meta), index_params=index_params, timeout=timeout)
+        client.create_collection(name, schema=_schema(n_bits, meta, vector_dim), index_params=index_params,
+                                 timeout=timeout)
     except Exception as exc:
         raise StoreError(f"collection {name!r}: Milvus refused to create it ({str(exc).splitlines()[0][:200]})") from exc
     client.load_collection(name, timeout=timeout)
-    return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta)
+    return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, vector_dim=vector_dim)
 
 
 def upsert_rows(client, name: str, rows: list[dict[str, Any]], timeout: float = DEFAULT_TIMEOUT) -> int:
@@ -464,23 +488,38 @@ def search_codes(
     return out
 
 
-def fetch_codes(client, name: str, ids: Sequence[int], n_bits: int, timeout: float = DEFAULT_TIMEOUT,
-                batch_size: int = 4096) -> np.ndarray:
-    """The stored packed codes of rows ``ids``, in that order: uint8 (len(ids), n_bits // 8).
-    (A query by id: milvus-lite 2.5.1 hangs when a search asks for the vector field.)"""
+def _fetch_by_id(client, name: str, ids: Sequence[int], field_name: str, timeout: float,
+                 batch_size: int = 4096) -> list[Any]:
+    """Field ``field_name`` of rows ``ids``, in that order (a query by id: milvus-lite 2.5.1
+    hangs when a search asks for a vector field)."""
     ids = [int(i) for i in ids]
-    found: dict[int, bytes] = {}
+    found: dict[int, Any] = {}
     for start in range(0, len(ids), batch_size):
         chunk = ids[start : start + batch_size]
         try:
-            rows = client.query(name, filter=f"id in [{', '.join(map(str, chunk))}]", output_fields=["id", CODE_FIELD],
+            rows = client.query(name, filter=f"id in [{', '.join(map(str, chunk))}]", output_fields=["id", field_name],
                                 timeout=timeout)
         except Exception as exc:
-            raise StoreError(f"collection {name!r}: reading codes failed ({str(exc).splitlines()[0][:200]})") from exc
+            raise StoreError(f"collection {name!r}: reading {field_name} failed "
+                             f"({str(exc).splitlines()[0][:200]})") from exc
         for r in rows:
-            code = r[CODE_FIELD]
-            found[int(r["id"])] = bytes(code[0] if isinstance(code, list) else code)
+            value = r[field_name]
+            found[int(r["id"])] = value[0] if isinstance(value, list) and len(value) == 1 else value
     missing = [i for i in ids if i not in found]
     if missing:
         raise StoreError(f"collection {name!r}: rows {missing[:5]} vanished between search and read; search again")
-    return bytes_to_codes([found[i] for i in ids], n_bits)
+    return [found[i] for i in ids]
+
+
+def fetch_codes(client, name: str, ids: Sequence[int], n_bits: int, timeout: float = DEFAULT_TIMEOUT) -> np.ndarray:
+    """The stored packed codes of rows ``ids``, in that order: uint8 (len(ids), n_bits // 8)."""
+    return bytes_to_codes([bytes(c) for c in _fetch_by_id(client, name, ids, CODE_FIELD, timeout)], n_bits)
+
+
+def fetch_vectors(client, name: str, ids: Sequence[int], dim: int, timeout: float = DEFAULT_TIMEOUT) -> np.ndarray:
+    """The stored unit-norm sentence vectors of rows ``ids`` (ingest --store-vectors), in that
+    order: float32 (len(ids), dim)."""
+    out = np.empty((len(ids), dim), dtype=np.float32)
+    for i, v in enumerate(_fetch_by_id(client, name, ids, VECTOR_FIELD, timeout)):
+        out[i] = np.frombuffer(v, dtype=np.float16) if isinstance(v, (bytes, bytearray)) else np.asarray(v)
+    return out

@@ -52,19 +52,20 @@ def block_to_rows(table, n_bits: int, source: str) -> list[dict[str, Any]]:
     cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
     codes = np.stack(cols["code"]).astype(np.uint8) if len(cols["code"]) else np.zeros((0, n_bits // 8), np.uint8)
     labels = cols.get("label")
-    return make_rows(cols["id"], codes, n_bits, labels, [str(t) for t in cols["text"]], source, cols["row"])
+    vectors = np.stack(cols["vector"]) if "vector" in cols and len(cols["vector"]) else None
+    return make_rows(cols["id"], codes, n_bits, labels, [str(t) for t in cols["text"]], source, cols["row"], vectors)
 
 
 class MilvusDatasink(Datasink[WriteStats]):
     def __init__(self, target: MilvusTarget, n_bits: int, source: str, model: str,
-                 index: IndexSpec = IndexSpec(), overwrite: bool = False):
+                 index: IndexSpec = IndexSpec(), overwrite: bool = False, vector_dim: int = 0):
         if target.lite:
             raise ConfigError(
                 f"uri={target.uri}: MilvusDatasink writes from many processes but a milvus-lite file takes one; "
                 "write from the driver (dhim-ray ingest does) or use a Milvus server"
             )
         self.target, self.n_bits, self.source, self.model = target, n_bits, source, model
-        self.index, self.overwrite = index, overwrite
+        self.index, self.overwrite, self.vector_dim = index, overwrite, vector_dim
         self.rows_written = 0
         self.stats: list[WriteStats] = []
 
@@ -72,7 +73,7 @@ class MilvusDatasink(Datasink[WriteStats]):
         client = self.target.connect()
         try:
             ensure_collection(client, self.target.collection, self.n_bits, self.model, self.index, self.overwrite,
-                              self.target.timeout)
+                              self.target.timeout, self.vector_dim)
         finally:
             client.close()
 

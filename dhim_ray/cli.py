@@ -381,6 +381,9 @@ def ingest(
     overwrite: Annotated[bool, typer.Option(help="Drop an existing collection with another width or model.")] = False,
     address: Annotated[str | None, typer.Option(help="Ray cluster address ('auto', ray://host:10001).")] = None,
     use_gpu: Annotated[bool, typer.Option(help="One GPU per encoding actor (--workers actors, as many GPUs).")] = False,
+    store_vectors: Annotated[bool, typer.Option(
+        help="Also keep each document's sentence vector (float16, 2 x encoder width bytes) so search --rerank "
+             "re-scores candidates by cosine.")] = False,
     text_column: TextColumn = None,
     label_column: LabelColumn = None,
     drop_empty: DropEmpty = False,
@@ -400,7 +403,8 @@ def ingest(
     target = MilvusTarget(uri, collection, token_env=token_env)
     index_spec = IndexSpec(index, nlist=nlist, nprobe=min(16, nlist)) if index else default_index(uri, nlist)
     result = run_ingest(spec, model_dir, target, workers=workers, batch_size=batch_size, overwrite=overwrite,
-                        index=index_spec, address=address, progress=not as_json, use_gpu=use_gpu)
+                        index=index_spec, address=address, progress=not as_json, use_gpu=use_gpu,
+                        store_vectors=store_vectors)
     print_result(result.as_dict(), as_json, title=f"ingested into {collection}")
 
 

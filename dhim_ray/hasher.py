@@ -80,18 +80,25 @@ class Hasher:
             out[start : start + len(feats)] = self.hash_features(feats)
         return out
 
-    def encode_scores(self, texts: list[str] | str, batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
-        """Texts -> (packed codes, pre-threshold scores (n, n_bits) float32 in (-1, 1)): the
-        scores re-rank Hamming candidates (``dhim_ray.rerank``, ``search --rerank``)."""
+    def encode_scores(self, texts: list[str] | str, batch_size: int = 64,
+                      vectors: bool = False) -> tuple[np.ndarray, ...]:
+        """Texts -> (packed codes, pre-threshold scores (n, n_bits) float32 in (-1, 1)), and
+        with ``vectors`` the encoder's mean-pooled sentence vectors (n, width) float32 too:
+        the scores re-rank Hamming candidates by their bits (``dhim_ray.rerank``), the vectors
+        by cosine where a collection keeps float vectors (``ingest --store-vectors``)."""
         if isinstance(texts, str):
             texts = [texts]
         texts = check_texts(texts, self.config.features.cleaning)
         codes = np.empty((len(texts), self.n_bytes), dtype=np.uint8)
         scores = np.empty((len(texts), self.n_bits), dtype=np.float32)
+        means = np.empty((len(texts), self.encoder.hidden_size), dtype=np.float32) if vectors else None
         for start in range(0, len(texts), batch_size):
             feats = self.encoder.encode_batch(texts[start : start + batch_size])
-            codes[start : start + len(feats)], scores[start : start + len(feats)] = self.score_features(feats)
-        return codes, scores
+            stop = start + len(feats)
+            codes[start:stop], scores[start:stop] = self.score_features(feats)
+            if means is not None:
+                means[start:stop] = feats.mean
+        return (codes, scores, means) if vectors else (codes, scores)
 
     def hash_features(self, feats: Features) -> np.ndarray:
         return hash_features(self.model, feats, device=self.encoder.device)

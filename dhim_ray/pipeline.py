@@ -226,7 +226,8 @@ def evaluate_checkpoint(
     out = {"method": "dhim", "model": str(model_dir), "n_bits": hasher.n_bits, **result.as_dict()}
     if rerank > 1:
         idx, _ = rerank_topk(db_codes, q_codes, q_scores, result.k, rerank)
-        out.update(rerank=rerank, precision_at_k_reranked=float((db.labels[idx] == q_labels[:, None]).mean()))
+        out.update(rerank=rerank, rerank_by="agreement with the query's bit scores",
+                   precision_at_k_reranked=float((db.labels[idx] == q_labels[:, None]).mean()))
     return {**out, "seconds": round(time.perf_counter() - t0, 2)}
 
 

@@ -25,6 +25,7 @@ from .connectors.milvus import (
     count_rows,
     describe,
     fetch_codes,
+    fetch_vectors,
     mask_uri,
     release,
     search_codes,
@@ -75,6 +76,7 @@ class Searcher:
                 f"collection {target.collection!r} holds codes of model {info.model}, not of {model_dir} ({mid}); "
                 "search with the model it was ingested with, or re-ingest"
             )
+        self.info = info
         if index is None:
             self.index = info.search_index(nprobe)
 
@@ -84,29 +86,47 @@ class Searcher:
         """``Searcher.open("runs/bbc-64", "dhim_ray.db", "bbc_64")``; a server: uri="http://host:19530"."""
         return cls(model_dir, MilvusTarget(uri, collection, token_env=token_env), nprobe=nprobe)
 
+    @property
+    def rescores_by_cosine(self) -> bool:
+        """Whether re-ranking uses the stored float vectors (ingest --store-vectors)."""
+        return self.info.vector_dim > 0
+
     def search(self, texts: list[str] | str, k: int = 10, rerank: int = 1) -> list[list[dict[str, Any]]]:
         """The k best rows per text: by Hamming distance, or (``rerank`` m > 1) the k x m
-        nearest re-ranked by agreement with the query's pre-threshold scores; each hit
-        then carries its ``rerank_score``."""
+        nearest re-ranked: by cosine against the query's float vector where the collection
+        keeps float vectors, else by agreement with the query's pre-threshold scores. Each
+        hit then carries its ``rerank_score``."""
         if isinstance(texts, str):
             texts = [texts]
         check_search_k(k)  # before encoding: fail fast
         texts = check_texts(texts, self.hasher.config.features.cleaning)
         if check_rerank(rerank) == 1:
             return self.search_codes(self.hasher.encode(texts), k)
-        codes, scores = self.hasher.encode_scores(texts)
-        return self.search_reranked(codes, scores, k, rerank)
+        codes, scores, vectors = self.hasher.encode_scores(texts, vectors=True)
+        return self.search_reranked(codes, scores, k, rerank, vectors=vectors)
 
     def search_reranked(self, codes: np.ndarray, scores: np.ndarray, k: int, m: int,
-                        output_fields=("label", "text", "source", "row")) -> list[list[dict[str, Any]]]:
-        """Fetch min(k x m, 16384) Hamming candidates per query, read their codes, and keep
-        the k that agree best with the query's scores (equal scores keep Hamming order)."""
+                        output_fields=("label", "text", "source", "row"),
+                        vectors: np.ndarray | None = None) -> list[list[dict[str, Any]]]:
+        """Fetch min(k x m, 16384) Hamming candidates per query and keep the k best: by
+        cosine of the stored float vectors against ``vectors`` (the queries' sentence
+        vectors) where the collection keeps them, else by agreement of their codes with
+        the query's ``scores``. Equal scores keep Hamming order."""
         fetch = min(k * check_rerank(m), MAX_SEARCH_K)
+        by_cosine = self.rescores_by_cosine and vectors is not None
         out = []
         for i, hits in enumerate(self.search_codes(codes, fetch, output_fields)):
             hits.sort(key=lambda h: (h["distance"], h["id"]))  # the store's own tie order is unspecified
-            cand = fetch_codes(self.client, self.target.collection, [h["id"] for h in hits], self.hasher.n_bits,
-                               self.target.timeout)
+            ids = [h["id"] for h in hits]
+            if by_cosine:
+                cand = fetch_vectors(self.client, self.target.collection, ids, self.info.vector_dim,
+                                     self.target.timeout)
+                q = vectors[i] / max(float(np.linalg.norm(vectors[i])), 1e-12)
+                sim = cand @ q
+                order = np.argsort(-sim, kind="stable")[:k]
+                out.append([{**hits[j], "rerank_score": round(float(sim[j]), 4)} for j in order])
+                continue
+            cand = fetch_codes(self.client, self.target.collection, ids, self.hasher.n_bits, self.target.timeout)
             order, agree = rerank(scores[i : i + 1], cand[None], k)
             out.append([{**hits[j], "rerank_score": round(float(a), 4)} for j, a in zip(order[0], agree[0])])
         return out
@@ -150,14 +170,16 @@ def evaluate_in_milvus(
         n_db = searcher.count()
         if k > n_db:
             raise ConfigError(f"k={k}: larger than the collection ({n_db} codes); use k={n_db} or less")
-        codes, scores = searcher.hasher.encode_scores(q.texts)
+        codes, scores, vectors = searcher.hasher.encode_scores(q.texts, vectors=True)
         result = tie_aware_from_store(searcher, codes, q_labels, k, n_db)
         out = {"method": "dhim", "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
                "n_bits": searcher.hasher.n_bits, **result.as_dict()}
         if rerank > 1:
-            hits = searcher.search_reranked(codes, scores, k, rerank, output_fields=("label",))
+            hits = searcher.search_reranked(codes, scores, k, rerank, output_fields=("label",), vectors=vectors)
             labels = np.array([[h["label"] for h in row] for row in hits])
-            out.update(rerank=rerank, precision_at_k_reranked=float((labels == q_labels[:, None]).mean()))
+            out.update(rerank=rerank, rerank_by="cosine of stored vectors" if searcher.rescores_by_cosine
+                       else "agreement with the query's bit scores",
+                       precision_at_k_reranked=float((labels == q_labels[:, None]).mean()))
     return {**out, "seconds": round(time.perf_counter() - t0, 2)}
 
 

@@ -51,18 +51,22 @@ logger = logging.getLogger(__name__)
 
 
 class CodeEncoder:
-    """Ray Data callable class: loads the checkpoint once per actor, emits packed codes."""
+    """Ray Data callable class: loads the checkpoint once per actor, emits packed codes
+    (and, with ``vectors``, each document's mean-pooled sentence vector, float16)."""
 
-    def __init__(self, model_dir: str, threads: int = 1, device: str = "cpu"):
+    def __init__(self, model_dir: str, threads: int = 1, device: str = "cpu", vectors: bool = False):
         import torch
 
         torch.set_num_threads(max(1, threads))
         self.hasher = Hasher.load(model_dir, device=device)
+        self.vectors = vectors
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         texts = [str(t) for t in batch["text"]]
         feats = self.hasher.encoder.encode_batch(texts)
         batch["code"] = self.hasher.hash_features(feats)  # uint8 (n, n_bytes)
+        if self.vectors:
+            batch["vector"] = np.asarray(feats.mean, dtype=np.float16)
         return batch
 
 
@@ -111,6 +115,7 @@ def ingest(
     progress: bool = True,
     write_batch: int = 500,
     use_gpu: bool = False,
+    store_vectors: bool = False,
 ) -> IngestResult:
     """Encode one split of a corpus with a trained model and upsert it into Milvus.
 
@@ -122,6 +127,8 @@ def ingest(
         workers: encoding actors (with ``use_gpu``, one GPU each). batch_size:
             documents per encoder call.
         write_batch: rows per upsert from the driver (milvus-lite).
+        store_vectors: also keep each document's sentence vector (the encoder's mean-pooled
+            vector, unit-norm float16: 2 x width bytes a document) for float re-scoring.
     Returns:
         IngestResult with the verified row count.
     Raises:
@@ -145,12 +152,13 @@ def ingest(
     # collection is created: the model, the columns, then (in Ray) every row's text.
     hasher = Hasher.load(model_dir)
     n_bits, mid, cleaning = hasher.n_bits, hasher.model_id, hasher.config.features.cleaning
+    vector_dim = hasher.encoder.hidden_size if store_vectors else 0
     del hasher
     plan = plan_split(corpus)
     source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")
     client = target.connect()  # an unreachable store or a collection that cannot take these codes fails now
     try:
-        check_collection(client, target.collection, n_bits, mid, overwrite, target.timeout)
+        check_collection(client, target.collection, n_bits, mid, overwrite, target.timeout, vector_dim)
     finally:
         client.close()
         release(target.uri)
@@ -165,7 +173,7 @@ def ingest(
 
     client = target.connect()
     try:
-        ensure_collection(client, target.collection, n_bits, mid, index, overwrite, target.timeout)
+        ensure_collection(client, target.collection, n_bits, mid, index, overwrite, target.timeout, vector_dim)
         first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
         refuse_foreign_rows(client, target.collection, document_ids(source, first), source, target.timeout)
     finally:
@@ -177,7 +185,7 @@ def ingest(
     ds = ds.map_batches(
         CodeEncoder,
         fn_constructor_kwargs={"model_dir": str(Path(model_dir).resolve()), "threads": threads,
-                               "device": "cuda" if use_gpu else "cpu"},
+                               "device": "cuda" if use_gpu else "cpu", "vectors": store_vectors},
         batch_size=batch_size,
         # One block at a time per actor: otherwise the first actor up takes several blocks
         # while the others are still loading the model.
@@ -194,7 +202,7 @@ def ingest(
         else:
             from dhim_ray.connectors.milvus_sink import MilvusDatasink
 
-            sink = MilvusDatasink(target, n_bits, source, mid, index, overwrite=False)
+            sink = MilvusDatasink(target, n_bits, source, mid, index, overwrite=False, vector_dim=vector_dim)
             # Upserts wait on the network, not the CPU: a quarter CPU each lets them run beside the encoders.
             ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0.25})
             written, writers, parallel = sink.rows_written, sink.writers, sink.max_parallel_writes
@@ -236,7 +244,7 @@ def write_from_driver(ds, target: MilvusTarget, n_bits: int, source: str, total:
             for batch in ds.iter_batches(batch_size=write_batch, batch_format="numpy"):
                 refuse_foreign_rows(client, target.collection, batch["id"], source, target.timeout)
                 rows = make_rows(batch["id"], np.asarray(batch["code"], dtype=np.uint8), n_bits, batch["label"],
-                                 [str(t) for t in batch["text"]], source, batch["row"])
+                                 [str(t) for t in batch["text"]], source, batch["row"], batch.get("vector"))
                 written += upsert_rows(client, target.collection, rows, target.timeout)
                 bar.update(len(rows))
     finally:

@@ -390,3 +390,45 @@ def test_search_cli_rerank_shows_the_score_and_json_carries_it(ingested, model_d
     hits = json.loads(as_json.stdout)[0]["hits"]
     assert len(hits) == 3 and [h["rerank_score"] for h in hits] == sorted((h["rerank_score"] for h in hits),
                                                                           reverse=True)
+
+
+def test_store_vectors_keeps_unit_float16_vectors_and_rerank_rescores_by_cosine(ray_session, model_dir, tmp_path):
+    """ingest --store-vectors: each row also keeps its sentence vector; search --rerank then
+    re-scores the Hamming candidates by cosine; a codes-only ingest into it is refused."""
+    from dhim_ray.connectors.milvus import describe, fetch_vectors
+    from dhim_ray.encoder import FrozenEncoder
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.search import Searcher, evaluate_in_milvus
+
+    small = CorpusSpec("bbc", "train", limit=80)
+    target = MilvusTarget(str(tmp_path / "vec.db"), "bbc16v")
+    result = ingest(small, model_dir, target, workers=1, progress=False, store_vectors=True)
+    assert result.verified
+    rows, _ = stored(target)
+    hasher = Hasher.load(model_dir)
+    mean = FrozenEncoder(hasher.config.features).features(small.load_split().texts, progress=False).mean
+    client = target.connect()
+    try:
+        assert describe(client, target.collection).vector_dim == mean.shape[1]
+        got = fetch_vectors(client, target.collection, [r["id"] for r in rows], mean.shape[1])
+    finally:
+        client.close()
+        release(target.uri)
+    unit = mean / np.linalg.norm(mean, axis=1, keepdims=True)
+    assert np.allclose(got, unit, atol=2e-3) and np.allclose(np.linalg.norm(got, axis=1), 1, atol=2e-3)
+
+    query = small.load_split().texts[3]
+    with Searcher(model_dir, target) as s:
+        assert s.rescores_by_cosine
+        hits = s.search([query], k=5, rerank=4)[0]
+        candidates = s.search_codes(hasher.encode([query]), 20, output_fields=("row",))[0]
+    q = hasher.encode_scores([query], vectors=True)[2][0]
+    position = {int(r): i for i, r in enumerate(small.load_split().rows)}  # source row -> split position
+    cos = [float(unit[position[h["row"]]] @ (q / np.linalg.norm(q))) for h in candidates]
+    assert [h["rerank_score"] for h in hits] == pytest.approx(sorted(cos, reverse=True)[:5], abs=2e-3)
+    assert hits[0]["row"] == small.load_split().rows[3]  # the query's own document, cosine 1
+    evaluated = evaluate_in_milvus(model_dir, CorpusSpec("bbc", "val", limit=20), target, k=10, rerank=2)
+    assert evaluated["rerank_by"] == "cosine of stored vectors"
+    with pytest.raises(CollectionMismatchError, match="keeps float vectors and this ingest has none"):
+        ingest(small, model_dir, target, workers=1, progress=False)
