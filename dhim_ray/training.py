@@ -28,7 +28,7 @@ from .config import DHIMConfig, ModelConfig, TrainConfig
 from .distributed import Collective
 from .encoder import Features
 from .errors import ConfigError, DataError
-from .metrics import PrecisionResult, cosine_topk, neighbour_recall_at_k, precision_at_k
+from .metrics import cosine_topk, neighbour_recall_at_k, precision_at_k
 from .model import DHIM
 
 logger = logging.getLogger(__name__)
@@ -354,26 +354,6 @@ def hash_shared(model: DHIM, feats: Features, device: torch.device, collective: 
     if collective.world_size == 1:
         return codes
     return collective.gather_rows(torch.from_numpy(codes)).cpu().numpy()
-
-
-def validate(
-    model: DHIM,
-    database: Features,
-    database_labels: np.ndarray,
-    queries: Features,
-    query_labels: np.ndarray,
-    k: int,
-    device: torch.device = torch.device("cpu"),
-    collective: Collective | None = None,
-) -> PrecisionResult:
-    """Precision@k of the model's codes: database = training docs, queries = val docs.
-    Under Ray Train every rank hashes its share of both and every rank scores."""
-    collective = collective or Collective()
-    k = min(k, len(database))
-    return precision_at_k(
-        hash_shared(model, database, device, collective), database_labels,
-        hash_shared(model, queries, device, collective), query_labels, k,
-    )
 
 
 @dataclass

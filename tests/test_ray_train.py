@@ -40,14 +40,17 @@ def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_pat
     in_process = hasher.encode(texts)
     # Both workers hashed a share of the validation search; one process searching it
     # whole with the kept (best) weights scores what rank 0 recorded.
+    from dhim_ray.distributed import Collective
     from dhim_ray.pipeline import load_train_val
-    from dhim_ray.training import selection_sample, validate
+    from dhim_ray.training import Selection
 
     cfg = hasher.config
     train, val, _ = load_train_val(corpus, cfg)
-    db, db_labels = selection_sample(hasher.encoder.features(train.texts), train.labels, cfg.train)
-    p = validate(hasher.model, db, db_labels, hasher.encoder.features(val.texts), val.labels, cfg.train.k)
-    assert p.precision_at_k_tie_aware == pytest.approx(summary["best_val_precision_at_k_tie_aware"], abs=1e-9)
+    val_f = hasher.encoder.features(val.texts)
+    selection = Selection.build("labels", hasher.encoder.features(train.texts), train.labels, val_f, cfg.train)
+    p, recall = selection.score(hasher.model, val_f, val.labels, hasher.encoder.device, Collective())
+    assert p == pytest.approx(summary["best_val_precision_at_k_tie_aware"], abs=1e-9)
+    assert recall == pytest.approx(summary["best_val_neighbour_recall_at_k"], abs=1e-9)
     # the same weights on features written by the Ray Data actors give the same codes
     enc = FrozenEncoder(hasher.config.features)
     store = build_feature_store(texts, tmp_path / "store", hasher.config.features, enc.hidden_size, enc.fingerprint,
