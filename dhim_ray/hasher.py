@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -69,14 +70,19 @@ class Hasher:
     def n_bytes(self) -> int:
         return self.n_bits // 8
 
-    def encode(self, texts: list[str] | str, batch_size: int = 64, progress: bool = False) -> np.ndarray:
-        """Texts -> packed codes, uint8 (n, n_bits // 8), most significant bit first."""
+    def _batches(self, texts: list[str] | str, batch_size: int) -> tuple[int, Iterator[tuple[int, Features]]]:
+        """(number of texts, (start, features) a batch at a time), the texts checked first."""
         if isinstance(texts, str):
             texts = [texts]
         texts = check_texts(texts, self.config.features.cleaning)
-        out = np.empty((len(texts), self.n_bytes), dtype=np.uint8)
-        for start in range(0, len(texts), batch_size):
-            feats = self.encoder.encode_batch(texts[start : start + batch_size])
+        return len(texts), ((s, self.encoder.encode_batch(texts[s : s + batch_size]))
+                            for s in range(0, len(texts), batch_size))
+
+    def encode(self, texts: list[str] | str, batch_size: int = 64, progress: bool = False) -> np.ndarray:
+        """Texts -> packed codes, uint8 (n, n_bits // 8), most significant bit first."""
+        n, batches = self._batches(texts, batch_size)
+        out = np.empty((n, self.n_bytes), dtype=np.uint8)
+        for start, feats in batches:
             out[start : start + len(feats)] = self.hash_features(feats)
         return out
 
@@ -86,14 +92,11 @@ class Hasher:
         with ``vectors`` the encoder's mean-pooled sentence vectors (n, width) float32 too:
         the scores re-rank Hamming candidates by their bits (``dhim_ray.rerank``), the vectors
         by cosine where a collection keeps float vectors (``ingest --store-vectors``)."""
-        if isinstance(texts, str):
-            texts = [texts]
-        texts = check_texts(texts, self.config.features.cleaning)
-        codes = np.empty((len(texts), self.n_bytes), dtype=np.uint8)
-        scores = np.empty((len(texts), self.n_bits), dtype=np.float32)
-        means = np.empty((len(texts), self.encoder.hidden_size), dtype=np.float32) if vectors else None
-        for start in range(0, len(texts), batch_size):
-            feats = self.encoder.encode_batch(texts[start : start + batch_size])
+        n, batches = self._batches(texts, batch_size)
+        codes = np.empty((n, self.n_bytes), dtype=np.uint8)
+        scores = np.empty((n, self.n_bits), dtype=np.float32)
+        means = np.empty((n, self.encoder.hidden_size), dtype=np.float32) if vectors else None
+        for start, feats in batches:
             stop = start + len(feats)
             codes[start:stop], scores[start:stop] = self.score_features(feats)
             if means is not None:
