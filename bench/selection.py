@@ -32,7 +32,7 @@ import numpy as np
 from dhim_ray.checkpoint import save_checkpoint
 from dhim_ray.config import TrainConfig, config_for_bits
 from dhim_ray.metrics import cosine_topk, hamming_topk, precision_at_k
-from dhim_ray.rerank import rerank_topk
+from dhim_ray.rerank import rerank_topk, rescore_cosine
 from dhim_ray.training import (
     EarlyStopping,
     TrainCallback,
@@ -158,9 +158,8 @@ def float_rescore(db_codes, db_vectors, q_codes, q_vectors, k: int, m: int) -> n
     """k x m Hamming candidates re-scored by cosine against the query's float vector
     (database vectors unit-norm, rounded to float16)."""
     cand, _ = hamming_topk(db_codes, q_codes, k * m)
-    q = (q_vectors / np.linalg.norm(q_vectors, axis=1, keepdims=True)).astype(np.float32)
-    sim = np.einsum("ncd,nd->nc", db_vectors[cand], q)
-    return np.take_along_axis(cand, np.argsort(-sim, axis=1, kind="stable")[:, :k], axis=1)
+    order, _ = rescore_cosine(q_vectors, db_vectors[cand], k)
+    return np.take_along_axis(cand, order, axis=1)
 
 
 def load() -> dict:

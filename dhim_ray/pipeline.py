@@ -27,7 +27,7 @@ from .encoder import Features, FrozenEncoder
 from .errors import CheckpointError, TrainingInterrupted
 from .hasher import Hasher
 from .metrics import precision_at_k
-from .rerank import check_rerank, rerank_topk
+from .rerank import BY_BITS, check_rerank, rerank_topk
 from .training import FitResult, LoopState, TrainCallback, carve_validation, fit
 
 logger = logging.getLogger(__name__)
@@ -226,7 +226,7 @@ def evaluate_checkpoint(
     out = {"method": "dhim", "model": str(model_dir), "n_bits": hasher.n_bits, **result.as_dict()}
     if rerank > 1:
         idx, _ = rerank_topk(db_codes, q_codes, q_scores, result.k, rerank)
-        out.update(rerank=rerank, rerank_by="agreement with the query's bit scores",
+        out.update(rerank=rerank, rerank_by=BY_BITS,
                    precision_at_k_reranked=float((db.labels[idx] == q_labels[:, None]).mean()))
     return {**out, "seconds": round(time.perf_counter() - t0, 2)}
 

@@ -18,6 +18,8 @@ import numpy as np
 from .errors import ConfigError
 
 MAX_RERANK = 64
+BY_BITS = "agreement with the query's bit scores"
+BY_COSINE = "cosine of stored vectors"
 RERANK_CHUNK = 256  # queries scored at a time: (chunk, k * m, bits) float32 stays small
 
 
@@ -40,13 +42,26 @@ def agreement(scores: np.ndarray, codes: np.ndarray) -> np.ndarray:
     return 2 * np.einsum("ncb,nb->nc", bits, scores) - scores.sum(axis=1)[:, None]
 
 
+def _best(score: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's k highest scores, best first; equal scores keep the candidates' order."""
+    order = np.argsort(-score, axis=1, kind="stable")[:, :k]
+    return order, np.take_along_axis(score, order, axis=1)
+
+
 def rerank(scores: np.ndarray, candidate_codes: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Order each query's candidates (listed nearest first by Hamming distance) by
     agreement, best first; equal agreement keeps the Hamming order.
     Returns (positions into the candidate list (n, k), agreement (n, k))."""
-    a = agreement(scores, candidate_codes)
-    order = np.argsort(-a, axis=1, kind="stable")[:, :k]
-    return order, np.take_along_axis(a, order, axis=1)
+    return _best(agreement(scores, candidate_codes), k)
+
+
+def rescore_cosine(query_vectors: np.ndarray, candidate_vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Order each query's candidates by cosine of their unit-norm vectors (n, c, d) with the
+    query's vector (n, d), best first; equal scores keep the Hamming order.
+    Returns (positions into the candidate list (n, k), cosine (n, k))."""
+    q = np.asarray(query_vectors, dtype=np.float32)
+    q = q / np.linalg.norm(q, axis=1, keepdims=True).clip(1e-12)
+    return _best(np.einsum("ncd,nd->nc", np.asarray(candidate_vectors, dtype=np.float32), q), k)
 
 
 def rerank_topk(database: np.ndarray, queries: np.ndarray, scores: np.ndarray, k: int,

@@ -34,7 +34,7 @@ from .data import CorpusSpec, require_labels
 from .errors import CollectionMismatchError, ConfigError, StoreError
 from .hasher import Hasher, check_texts
 from .metrics import PrecisionResult, tie_aware_hits
-from .rerank import check_rerank, rerank
+from .rerank import BY_BITS, BY_COSINE, check_rerank, rerank, rescore_cosine
 
 
 class Searcher:
@@ -121,14 +121,12 @@ class Searcher:
             if by_cosine:
                 cand = fetch_vectors(self.client, self.target.collection, ids, self.info.vector_dim,
                                      self.target.timeout)
-                q = vectors[i] / max(float(np.linalg.norm(vectors[i])), 1e-12)
-                sim = cand @ q
-                order = np.argsort(-sim, kind="stable")[:k]
-                out.append([{**hits[j], "rerank_score": round(float(sim[j]), 4)} for j in order])
-                continue
-            cand = fetch_codes(self.client, self.target.collection, ids, self.hasher.n_bits, self.target.timeout)
-            order, agree = rerank(scores[i : i + 1], cand[None], k)
-            out.append([{**hits[j], "rerank_score": round(float(a), 4)} for j, a in zip(order[0], agree[0])])
+                order, score = rescore_cosine(vectors[i : i + 1], cand[None], k)
+            else:
+                cand = fetch_codes(self.client, self.target.collection, ids, self.hasher.n_bits,
+                                   self.target.timeout)
+                order, score = rerank(scores[i : i + 1], cand[None], k)
+            out.append([{**hits[j], "rerank_score": round(float(a), 4)} for j, a in zip(order[0], score[0])])
         return out
 
     def search_codes(self, codes: np.ndarray, k: int, output_fields=("label", "text", "source", "row")):
@@ -177,8 +175,7 @@ def evaluate_in_milvus(
         if rerank > 1:
             hits = searcher.search_reranked(codes, scores, k, rerank, output_fields=("label",), vectors=vectors)
             labels = np.array([[h["label"] for h in row] for row in hits])
-            out.update(rerank=rerank, rerank_by="cosine of stored vectors" if searcher.rescores_by_cosine
-                       else "agreement with the query's bit scores",
+            out.update(rerank=rerank, rerank_by=BY_COSINE if searcher.rescores_by_cosine else BY_BITS,
                        precision_at_k_reranked=float((labels == q_labels[:, None]).mean()))
     return {**out, "seconds": round(time.perf_counter() - t0, 2)}
 
