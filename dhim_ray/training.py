@@ -605,16 +605,23 @@ def fit(
                                    time.perf_counter() - start)
 
 
-def _log_epoch(record: EpochRecord, state: LoopState, k: int, bar) -> None:
-    def fmt(x: float | None) -> str:
-        return "-" if x is None else f"{x:.4f}"
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
 
-    val, nbr = fmt(record.val_precision), fmt(record.val_neighbour_recall)
-    best = fmt(state.stopper.best) if state.selecting else "-"
-    if not bar.disable:
-        bar.update(1)
-        bar.set_postfix(loss=f"{record.loss:.4f}", val_p=val, nbr=nbr, best=best)
-        logger.debug("epoch %d: loss %.4f val P@%d %s, neighbour recall %s", record.epoch, record.loss, k, val, nbr)
-    else:
-        logger.info("epoch %d: loss %.4f, val P@%d %s, neighbour recall@%d %s, best %s (%.1f s)", record.epoch,
-                    record.loss, k, val, k, nbr, best, record.seconds)
+
+def epoch_message(record: dict[str, Any], k: int, best: float | None) -> str:
+    """One epoch's log line, the same in-process and on the Ray driver (``record``: EpochRecord.as_dict())."""
+    return (f"epoch {record['epoch']}: loss {record['loss']:.4f}, val P@{k} {_fmt(record.get('val_precision'))}, "
+            f"neighbour recall@{k} {_fmt(record.get('val_neighbour_recall'))}, best {_fmt(best)} "
+            f"({record['seconds']:.1f} s)")
+
+
+def _log_epoch(record: EpochRecord, state: LoopState, k: int, bar) -> None:
+    best = state.stopper.best if state.selecting else None
+    if bar.disable:
+        logger.info("%s", epoch_message(record.as_dict(), k, best))
+        return
+    bar.update(1)
+    bar.set_postfix(loss=f"{record.loss:.4f}", val_p=_fmt(record.val_precision), nbr=_fmt(record.val_neighbour_recall),
+                    best=_fmt(best))
+    logger.debug("%s", epoch_message(record.as_dict(), k, best))

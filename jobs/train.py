@@ -39,7 +39,7 @@ from dhim_ray.encoder import Features, FrozenEncoder
 from dhim_ray.errors import CheckpointError, ConfigError, TrainingFailed, TrainingInterrupted
 from dhim_ray.feature_store import FeatureStore, StoreWriter
 from dhim_ray.pipeline import DEFAULT_FEATURE_MEMORY_GB, load_train_val, resume_config
-from dhim_ray.training import FitResult, LoopState, TrainCallback, fit
+from dhim_ray.training import FitResult, LoopState, TrainCallback, epoch_message, fit
 
 from .ray_env import actor_resources, check_gpus, cluster_address, cluster_cpus, init_ray, split_table
 
@@ -233,10 +233,7 @@ def _log_events(events, done: threading.Event, k: int) -> None:
             continue
         except Exception:  # the queue actor is gone: the run is over
             return
-        val, nbr, best = (("-" if e.get(key) is None else f"{e[key]:.4f}")
-                          for key in ("val_precision", "val_neighbour_recall", "best"))
-        logger.info("epoch %d: loss %.4f, val P@%d %s, neighbour recall@%d %s, best %s (%.1f s)", e["epoch"],
-                    e["loss"], k, val, k, nbr, best, e["seconds"])
+        logger.info("%s", epoch_message(e, k, e.get("best")))
 
 
 def _fit_off_the_main_thread(trainer):
