@@ -90,20 +90,18 @@ class Selection:
     document's k nearest of them by cosine of the frozen encoder's sentence vectors
     (the label-free criterion's reference; computed once)."""
 
-    criterion: str
     database: Features
     labels: np.ndarray | None
     neighbours: np.ndarray
     k: int
 
     @classmethod
-    def build(cls, criterion: str, database: Features, labels: np.ndarray | None, val: Features,
-              config: TrainConfig) -> Selection:
+    def build(cls, database: Features, labels: np.ndarray | None, val: Features, config: TrainConfig) -> Selection:
         idx = selection_database(len(database), config)
         db = database.take(idx)
         k = min(config.k, len(db))
         neighbours = cosine_topk(db.mean, val.mean[np.arange(len(val))], k)
-        return cls(criterion, db, None if labels is None else labels[idx], neighbours, k)
+        return cls(db, None if labels is None else labels[idx], neighbours, k)
 
     def score(self, model: DHIM, val: Features, val_labels: np.ndarray | None, device: torch.device,
               collective: Collective) -> tuple[float | None, float]:
@@ -552,8 +550,8 @@ def fit(
     trained = wrap_model(model) if wrap_model is not None else model
     selection = None
     if criterion is not None:
-        selection = Selection.build(criterion, database, database_labels if val_labels is not None else None,
-                                    val, config.train)
+        selection = Selection.build(database, database_labels if val_labels is not None else None, val,
+                                    config.train)
     table = neighbour_table(train.mean, config.train.neighbours) if config.train.neighbours else None
     batch_size = max(2, config.train.batch_size // collective.world_size)
     n_batches = None
