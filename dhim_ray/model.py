@@ -20,6 +20,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .losses import bilinear_scores, jsd_mi
+from .transforms import build_transform
 
 
 def bernoulli_straight_through(logits: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -53,6 +54,10 @@ class DHIM(nn.Module):
         self.target_proj = None if config.shared_cls_projection else nn.Linear(h, config.n_bits)
         self.disc_local = nn.Linear(config.n_bits, config.n_bits, bias=False)
         self.disc_target = nn.Linear(config.n_bits, config.n_bits, bias=False)
+        # Fitted on the training corpus before training (training.fit_transforms), never trained:
+        # kept here so a checkpoint holds the transforms its training used.
+        self.target_transform = build_transform(config.target_transform, h)
+        self.neighbour_transform = build_transform(config.neighbour_transform, h)
 
     # ---- codes -------------------------------------------------------------
     def local_logits(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -82,6 +87,8 @@ class DHIM(nn.Module):
         return (self.global_logits(tokens, mask) > 0).to(torch.uint8)
 
     def _target_logits(self, target: torch.Tensor) -> torch.Tensor:
+        if self.target_transform is not None:
+            target = self.target_transform(target)
         if self.target_proj is None:
             return self.proj(target)
         return self.target_proj(target)

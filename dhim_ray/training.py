@@ -30,6 +30,7 @@ from .encoder import Features
 from .errors import ConfigError, DataError
 from .metrics import cosine_topk, neighbour_recall_at_k, precision_at_k
 from .model import DHIM
+from .transforms import fit_transform, fitting_sample, transform
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +142,28 @@ def init_from_itq(model: DHIM, feats: Features, seed: int = 0) -> None:
     w = itq.w @ itq.rotation  # (H, bits)
     scale = (itq.project(x)).std(axis=0) + 1e-6
     model.init_linear_path((w / scale).T, -(itq.mean @ w) / scale)
+
+
+#: Transforms are fitted on at most this many database vectors (a fixed sample).
+TRANSFORM_SAMPLE = 20_000
+
+
+def fit_transforms(model: DHIM, database: Features, seed: int = 0) -> None:
+    """Fit the model's sentence-vector transforms (ModelConfig.target_transform: on the
+    regulariser target; neighbour_transform: on the mean-pooled vectors) on a fixed
+    sample of at most TRANSFORM_SAMPLE database documents."""
+    rows = fitting_sample(len(database), TRANSFORM_SAMPLE, seed)
+    for module, column in ((model.target_transform, model.config.regulariser),
+                           (model.neighbour_transform, "mean")):
+        if module is not None:
+            fitted = fit_transform(module.kind, np.asarray(database.target(column)[rows], dtype=np.float64), seed)
+            module.load_state_dict(fitted.state_dict())
+
+
+def neighbour_vectors(feats: Features, model: DHIM) -> np.ndarray:
+    """The vectors whose cosine picks each document's neighbour positives: the mean-pooled
+    vectors, through the model's neighbour transform when it has one."""
+    return transform(model.neighbour_transform, feats.mean)
 
 
 def neighbour_table(vectors: np.ndarray, m: int, chunk: int | None = None) -> np.ndarray:
@@ -545,14 +568,18 @@ def fit(
 
         state.restore(*load_training_state(resume_from, model, optimizer))
         logger.info("resuming after epoch %d from %s", state.epoch, resume_from)
-    elif config.model.init == "itq" and collective.is_chief:
-        init_from_itq(model, database, config.train.seed)  # under DDP rank 0's weights reach every rank
+    elif collective.is_chief:  # under DDP rank 0's weights and buffers reach every rank
+        fit_transforms(model, database, config.train.seed)
+        if config.model.init == "itq":
+            init_from_itq(model, database, config.train.seed)
     trained = wrap_model(model) if wrap_model is not None else model
     selection = None
     if criterion is not None:
         selection = Selection.build(database, database_labels if val_labels is not None else None, val,
                                     config.train)
-    table = neighbour_table(train.mean, config.train.neighbours) if config.train.neighbours else None
+    table = None
+    if config.train.neighbours:
+        table = neighbour_table(neighbour_vectors(train, model), config.train.neighbours)
     batch_size = max(2, config.train.batch_size // collective.world_size)
     n_batches = None
     if collective.world_size > 1:

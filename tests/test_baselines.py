@@ -50,3 +50,18 @@ def test_errors():
         make_baseline("itq", 64).fit(np.random.default_rng(0).standard_normal((100, 32)))
     with pytest.raises(ConfigError, match="call fit"):
         make_baseline("lsh", 16).hash(np.zeros((2, 4)))
+
+
+def test_whitening_sign_equals_pca_sign_bits():
+    """Whitening only rescales each principal axis, so its sign bits are PCA-sign's."""
+    x, _ = clustered(d=32)
+    white = make_baseline("whitening-sign", 16).fit(x)
+    pca = make_baseline("pca-sign", 16).fit(x)
+    agree = (white.bits(x) == pca.bits(x)).mean(0)
+    # an eigenvector's sign is arbitrary: each bit equals PCA-sign's or its complement
+    assert np.all((agree > 0.999) | (agree < 0.001))
+
+
+def test_transform_baselines_refuse_more_bits_than_dims():
+    with pytest.raises(ConfigError, match="n_bits=64: flow-sign keeps at most the vectors' 32 dims"):
+        make_baseline("flow-sign", 64).fit(np.random.default_rng(0).standard_normal((100, 32)))
