@@ -50,7 +50,8 @@ FLAGS = {
     **{name: f"--{name}" for name in ("encoder", "alpha", "beta", "lr", "patience", "k", "regulariser", "init",
                                       "neighbours", "baseline", "index", "nlist", "nprobe", "collection", "uri",
                                       "resume", "out", "workers", "limit", "address", "set", "split", "select",
-                                      "rerank")},
+                                      "rerank", "method", "temperature", "lam", "epochs")},
+    "max_steps": "--max-steps", "save_every": "--save-every",
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
@@ -295,6 +296,44 @@ def train(
                                   feature_memory_gb=feature_memory)
     result = {"out": str(out_dir), "n_bits": bits, **{k: v for k, v in summary.items() if k != "history"}}
     print_result(result, as_json, title=f"trained {out_dir}")
+
+
+@app.command()
+@handle_errors
+def refine(
+    corpus: Annotated[str, typer.Argument(help="Corpus whose training texts refine the encoder (no labels used).")],
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the refined encoder (a Hugging Face "
+                                                               "folder; then --encoder OUT).")],
+    method: Annotated[str, typer.Option(help="Refinement: sg-opt (self-guided contrastive fine-tuning).")] = "sg-opt",
+    encoder: Encoder = "all-MiniLM-L6-v2",
+    max_words: Annotated[int, typer.Option(help="Words kept per document.")] = 50,
+    epochs: Annotated[int, typer.Option(help="Passes over the corpus (paper: 1).")] = 1,
+    batch_size: Annotated[int, typer.Option(help="Documents per step (paper: 16).")] = 16,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 1e-5,
+    temperature: Annotated[float, typer.Option(help="Contrastive temperature tau (paper: 0.01).")] = 0.01,
+    lam: Annotated[float, typer.Option(help="Weight of ||theta - theta_start||^2 (paper: 0.1).")] = 0.1,
+    max_steps: Annotated[int, typer.Option(help="Stop after N steps (0 = every batch of every epoch).")] = 0,
+    save_every: Annotated[int, typer.Option(help="Steps between resumable states.")] = 200,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    cleaning: Annotated[str, typer.Option(help="Text cleaning: unicode or ascii.")] = "unicode",
+    text_column: TextColumn = None,
+    drop_empty: DropEmpty = False,
+    limit: Limit = None,
+    device: Device = "auto",
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted refine into the same --out.")] = False,
+    as_json: AsJson = False,
+):
+    """Refine a BERT-family encoder on a corpus without labels (SG-OPT); use it with --encoder OUT."""
+    from .pipeline import refine_corpus
+    from .refine import RefineConfig
+
+    cfg = RefineConfig(method=method, encoder=encoder, epochs=epochs, batch_size=batch_size, lr=lr,
+                       temperature=temperature, lam=lam, max_words=max_words, max_steps=max_steps,
+                       save_every=save_every, seed=seed, cleaning=cleaning)
+    spec = corpus_spec(corpus, text_column, None, drop_empty, limit)
+    summary = refine_corpus(spec, cfg, out_dir, device=pick_device(device), resume=resume, progress=not as_json)
+    result = {"out": str(out_dir), **{k: v for k, v in summary.items() if k != "config"}}
+    print_result(result, as_json, title=f"refined encoder {out_dir}")
 
 
 @app.command("eval")

@@ -21,6 +21,9 @@ from .errors import EncoderError
 from .feature_store import FeatureStore, RowFile
 from .text import clean_and_truncate
 
+#: Sentence-vector poolings of ``FrozenEncoder.sentence_vectors``.
+POOLINGS = ("first-last-avg", "mean")
+
 _PACKAGED_NAMES = {DEFAULT_ENCODER.lower(), f"sentence-transformers/{DEFAULT_ENCODER}".lower()}
 
 
@@ -196,16 +199,41 @@ class FrozenEncoder:
                 bar.update(stop - start)
         return out
 
-    @torch.inference_mode()
-    def encode_batch(self, texts: list[str]) -> Features:
-        """One forward pass; padded to n_tokens as in the paper (positions stay aligned)."""
-        enc = self.tokenizer(
+    def _tokenize(self, texts: list[str]):
+        return self.tokenizer(
             self.prepare(texts),
             padding="max_length",
             truncation=True,
             max_length=self.config.n_tokens,
             return_tensors="pt",
         ).to(self.device)
+
+    @torch.inference_mode()
+    def sentence_vectors(self, texts: list[str], pooling: str = "first-last-avg", batch_size: int = 64,
+                         progress: bool = False) -> np.ndarray:
+        """(n, H) float32 sentence vectors pooled another way than the cached ``Features.mean``:
+        'first-last-avg' (WhiteningBERT's layer average: the mean-pooled first and last
+        transformer layers, averaged) or 'mean' (the last layer, as Features.mean)."""
+        if pooling not in POOLINGS:
+            raise EncoderError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
+        out = np.zeros((len(texts), self.hidden_size), dtype=np.float32)
+        with tqdm(total=len(texts), desc=f"encoding ({pooling})", unit="doc", disable=not progress,
+                  leave=False) as bar:
+            for start in range(0, len(texts), batch_size):
+                enc = self._tokenize(texts[start : start + batch_size])
+                states = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                                    output_hidden_states=True).hidden_states
+                w = enc["attention_mask"].to(states[-1].dtype)[:, :, None]
+                layers = (states[1], states[-1]) if pooling == "first-last-avg" else (states[-1],)
+                pooled = sum((h * w).sum(1) / w.sum(1).clamp_min(1) for h in layers) / len(layers)
+                out[start : start + len(pooled)] = pooled.float().cpu().numpy()
+                bar.update(len(pooled))
+        return out
+
+    @torch.inference_mode()
+    def encode_batch(self, texts: list[str]) -> Features:
+        """One forward pass; padded to n_tokens as in the paper (positions stay aligned)."""
+        enc = self._tokenize(texts)
         hidden = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
         attn = enc["attention_mask"].bool()  # (B, T+1)
         special = torch.zeros_like(attn)

@@ -27,6 +27,7 @@ from .encoder import Features, FrozenEncoder
 from .errors import CheckpointError, TrainingInterrupted
 from .hasher import Hasher
 from .metrics import precision_at_k
+from .refine import RefineConfig, refine_encoder
 from .rerank import BY_BITS, check_rerank, rerank_topk
 from .training import FitResult, LoopState, TrainCallback, carve_validation, fit
 
@@ -251,3 +252,15 @@ def evaluate_baseline(
     model.fit(db_f.mean)
     result = precision_at_k(model.hash(db_f.mean), db.labels, model.hash(q_f.mean), q_labels, k)
     return {"method": baseline, "n_bits": n_bits, **result.as_dict()}
+
+
+def refine_corpus(corpus: CorpusSpec, config: RefineConfig, out: str | Path, device: str = "cpu",
+                  resume: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Refine an encoder (SG-OPT) on a corpus' training texts, no labels used, into a
+    Hugging Face folder at ``out`` that ``FeatureConfig(encoder=out)`` loads."""
+    out = Path(out)
+    if not resume:
+        check_writable(out.parent)
+    texts = corpus.with_split(None).load().split("train").texts
+    return refine_encoder(texts, out, config, device=device, resume=resume, progress=progress,
+                          context={"corpus": corpus.display, "method": config.method})

@@ -162,8 +162,9 @@ class Flow(nn.Module):
         optimizer = torch.optim.Adam(params, lr=lr)
         with torch.no_grad():
             best, best_state, bad = float(self.nll(held)), self._coupling_state(), 0
-        start = best
-        for epoch in range(max_epochs):
+        start, epochs_run = best, 0
+        for _ in range(max_epochs):
+            epochs_run += 1
             perm = torch.randperm(len(fit_rows), generator=gen)
             for i in range(0, len(fit_rows), batch_size):
                 loss = self.nll(fit_rows[perm[i : i + batch_size]])
@@ -183,7 +184,7 @@ class Flow(nn.Module):
         for p in params:
             p.requires_grad_(False)
         logger.debug("flow fitted on %d vectors: held-out NLL/dim %.4f (whitening alone %.4f), %d epochs",
-                     len(x), best, start, epoch + 1)
+                     len(x), best, start, epochs_run)
         return self
 
     def _coupling_state(self) -> dict[str, torch.Tensor]:
