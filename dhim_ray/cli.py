@@ -52,6 +52,7 @@ FLAGS = {
                                       "resume", "out", "workers", "limit", "address", "set", "split", "select",
                                       "rerank", "method", "temperature", "lam", "epochs")},
     "max_steps": "--max-steps", "save_every": "--save-every",
+    "target_transform": "--target-transform", "neighbour_transform": "--neighbour-transform",
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
@@ -218,6 +219,10 @@ def train(
     alpha: Annotated[float | None, typer.Option(help="Bernoulli temperature [default: per bit length].")] = None,
     beta: Annotated[float | None, typer.Option(help="Regulariser weight [default: per bit length].")] = None,
     regulariser: Annotated[str | None, typer.Option(help="Regulariser target: cls, mean or none.")] = None,
+    target_transform: Annotated[str | None, typer.Option(
+        help="Fit this on the corpus and apply it to the regulariser target: none, whitening or flow [none].")] = None,
+    neighbour_transform: Annotated[str | None, typer.Option(
+        help="Pick neighbour positives by cosine after this transform: none, whitening or flow [none].")] = None,
     formulation: Annotated[str, typer.Option(help="shipped, or paper (the reference code and its quirks).")] = "shipped",
     neighbours: Annotated[int | None, typer.Option(help="Top-m cosine neighbours as extra positives; 0 = off [10].")] = None,
     crop_tokens: Annotated[int | None, typer.Option(help="Train on random windows of N words; 0 = off [64].")] = None,
@@ -263,7 +268,8 @@ def train(
                        "feature_dropout": feature_dropout,
                        "batch_size": batch_size, "lr": lr, "beta": beta, "neighbours": neighbours,
                        "crop_tokens": crop_tokens},
-             "model": {"alpha": alpha, "regulariser": regulariser, "n_filters": filters, "init": init}}
+             "model": {"alpha": alpha, "regulariser": regulariser, "n_filters": filters, "init": init,
+                       "target_transform": target_transform, "neighbour_transform": neighbour_transform}}
     for section, values in flags.items():
         overrides[section].update({k: v for k, v in values.items() if v is not None})
     if init is not None:

@@ -1,0 +1,262 @@
+"""Sentence-representation refinements (issue 16): whitening, BERT-flow, layer-averaged
+whitening and SG-OPT, as float baselines, as sign-hashing baselines, and under DHIM.
+
+    python -m bench.representations refine --corpora dbpedia agnews        # SG-OPT encoders (bench/.cache/sg-opt)
+    python -m bench.representations float --corpora dbpedia agnews r8 20ng  # float cosine kNN per representation
+    python -m bench.representations signs --corpora dbpedia agnews r8 20ng --bits 16 32 64 128
+    python -m bench.representations dhim --corpora dbpedia agnews --bits 16 --max-epochs 8
+    python -m bench.representations report
+
+Protocol as bench.quality (database = train.csv, queries = val.csv, tie-aware P@100;
+DHIM picks its epoch on a 10% slice of train.csv). Every transform is fitted on the
+database (train.csv) vectors only. Results accumulate in bench/representations.jsonl
+(a rerun skips what is there); ``report`` prints the tables BENCHMARKS.md holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.quality import DATA, LONG, corpus_features, epoch_cap, train_dhim
+from dhim_ray.baselines import make_baseline
+from dhim_ray.config import FeatureConfig, config_for_bits
+from dhim_ray.data import load_corpus
+from dhim_ray.encoder import FrozenEncoder
+from dhim_ray.metrics import cosine_precision_at_k, precision_at_k
+from dhim_ray.transforms import Whitening, fit_transform, transform
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "representations.jsonl"
+CACHE = HERE / ".cache"
+SG_DIR = CACHE / "sg-opt"
+
+
+def load_rows() -> list[dict]:
+    return [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()] if RESULTS.exists() else []
+
+
+def record(row: dict) -> None:
+    print(json.dumps(row), flush=True)
+    with open(RESULTS, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def done(rows, **key) -> bool:
+    return any(all(r.get(k) == v for k, v in key.items()) for r in rows)
+
+
+def sg_opt_encoder(name: str) -> Path:
+    return SG_DIR / name
+
+
+def layer_average(name: str, train, val, max_words: int) -> tuple[np.ndarray, np.ndarray]:
+    """First-last-avg sentence vectors of train and val, cached under bench/.cache."""
+    path = CACHE / "first-last-avg" / f"{name}.npz"
+    if path.exists():
+        saved = np.load(path)
+        return saved["train"], saved["val"]
+    enc = FrozenEncoder(FeatureConfig(max_words=max_words))
+    tr = enc.sentence_vectors(train.texts, "first-last-avg", progress=True)
+    va = enc.sentence_vectors(val.texts, "first-last-avg", progress=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, train=tr, val=va)
+    return tr, va
+
+
+def representations(name: str, cache_dir: str, with_layers: bool = True) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """name -> (database vectors, query vectors), every transform fitted on the database."""
+    encoder, train, val, tr, va = corpus_features(name, cache_dir)
+    x, q = np.asarray(tr.mean, np.float32), np.asarray(va.mean, np.float32)
+    reps = {"plain (mean)": (x, q), "plain [CLS]": (np.asarray(tr.cls), np.asarray(va.cls))}
+    for kind in ("whitening", "flow"):
+        t = fit_transform(kind, x)
+        reps[kind] = (transform(t, x), transform(t, q))
+    w = Whitening(x.shape[1], k=128).fit(x)
+    reps["whitening k=128"] = (transform(w, x), transform(w, q))
+    if with_layers:
+        lx, lq = layer_average(name, train, val, encoder.config.max_words)
+        reps["first-last-avg"] = (lx, lq)
+        t = fit_transform("whitening", lx)
+        reps["first-last-avg whitening"] = (transform(t, lx), transform(t, lq))
+    sg = sg_opt_encoder(name)
+    if sg.exists():
+        enc = FrozenEncoder(FeatureConfig(encoder=str(sg), max_words=encoder.config.max_words))
+        a, b = enc.features(train.texts, cache_dir=cache_dir), enc.features(val.texts, cache_dir=cache_dir)
+        reps["sg-opt (mean)"] = (np.asarray(a.mean), np.asarray(b.mean))
+        reps["sg-opt [CLS]"] = (np.asarray(a.cls), np.asarray(b.cls))
+    return reps
+
+
+def run_refine(corpora, steps: int, lr: float) -> None:
+    from dhim_ray.refine import RefineConfig, refine_encoder
+
+    for name in corpora:
+        out = sg_opt_encoder(name)
+        if out.exists():
+            continue
+        train = load_corpus(str(DATA / name)).split("train")
+        cfg = RefineConfig(lr=lr, max_steps=steps, max_words=400 if name in LONG else 50)
+        partial = out.with_name(out.name + ".partial")
+        summary = refine_encoder(train.texts, out, cfg, resume=(partial / "refine-state").exists(), progress=True)
+        record({"kind": "refine", "corpus": name, "steps": summary["steps"], "seconds": summary["seconds"],
+                "docs_per_second": round(summary["steps"] * cfg.batch_size / summary["seconds"], 2),
+                "first_loss": summary["first_loss"], "last_loss": summary["last_loss"], "lr": lr})
+
+
+def run_float(corpora, cache_dir: str, k: int, with_layers: bool) -> None:
+    rows = load_rows()
+    for name in corpora:
+        _, train, val, _, _ = corpus_features(name, cache_dir)
+        for rep, (x, q) in representations(name, cache_dir, with_layers).items():
+            if done(rows, kind="float", corpus=name, representation=rep):
+                continue
+            p = cosine_precision_at_k(x, train.labels, q, val.labels, k)
+            record({"kind": "float", "corpus": name, "representation": rep, "p": p})
+
+
+def run_signs(corpora, bits_list, cache_dir: str, k: int) -> None:
+    rows = load_rows()
+    for name in corpora:
+        _, train, val, tr, va = corpus_features(name, cache_dir)
+        x, q = np.asarray(tr.mean), np.asarray(va.mean)
+        for bits in bits_list:
+            for method in ("whitening-sign", "flow-sign", "itq"):
+                if done(rows, kind="sign", corpus=name, bits=bits, method=method):
+                    continue
+                t0 = time.perf_counter()
+                b = make_baseline(method, bits, 0).fit(x)
+                r = precision_at_k(b.hash(x), train.labels, b.hash(q), val.labels, k)
+                record({"kind": "sign", "corpus": name, "bits": bits, "method": method,
+                        "p_tie": r.precision_at_k_tie_aware, "seconds": round(time.perf_counter() - t0, 1)})
+
+
+VARIANTS: dict[str, dict] = {
+    "shipped": {},
+    "flow target": {"model": {"target_transform": "flow"}},
+    "whitening target": {"model": {"target_transform": "whitening"}},
+    "flow neighbours": {"model": {"neighbour_transform": "flow"}},
+    "whitening neighbours": {"model": {"neighbour_transform": "whitening"}},
+    "sg-opt features": {"encoder": "sg-opt"},
+    "sg-opt features, [CLS] target": {"encoder": "sg-opt", "model": {"regulariser": "cls"}},
+}
+
+
+def run_dhim(corpora, bits_list, variants, max_epochs: int, long_epochs: int, k: int, cache_dir: str,
+             seeds=(0,)) -> None:
+    rows = load_rows()
+    for name in corpora:
+        for variant in variants:
+            over = VARIANTS[variant]
+            if over.get("encoder") == "sg-opt":
+                if not sg_opt_encoder(name).exists():
+                    print(f"skipping {name} {variant}: no SG-OPT encoder (run 'refine' first)", flush=True)
+                    continue
+                encoder, train, val, tr, va = _features_with(name, str(sg_opt_encoder(name)), cache_dir)
+            else:
+                encoder, train, val, tr, va = corpus_features(name, cache_dir)
+            for bits in bits_list:
+                epochs = epoch_cap(name, bits, max_epochs, long_epochs)
+                for seed in seeds:
+                    key = {"kind": "dhim", "corpus": name, "bits": bits, "variant": variant, "seed": seed,
+                           "max_epochs": epochs}
+                    if done(rows, **key):
+                        continue
+                    cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size, **over.get("model", {})},
+                                          train={"max_epochs": epochs, "seed": seed})
+                    record({**key, **train_dhim(cfg, tr, va, train, val, k)})
+
+
+def _features_with(name: str, encoder_path: str, cache_dir: str):
+    corpus = load_corpus(str(DATA / name))
+    train, val = corpus.split("train"), corpus.split("val")
+    encoder = FrozenEncoder(FeatureConfig(encoder=encoder_path, max_words=400 if name in LONG else 50))
+    return (encoder, train, val, encoder.features(train.texts, progress=True, cache_dir=cache_dir),
+            encoder.features(val.texts, progress=True, cache_dir=cache_dir))
+
+
+def report() -> str:
+    rows = load_rows()
+    corpora = [c for c in ("dbpedia", "agnews", "r8", "20ng") if any(r.get("corpus") == c for r in rows)]
+    out = []
+    floats = [r for r in rows if r["kind"] == "float"]
+    reps = list(dict.fromkeys(r["representation"] for r in floats))
+    if floats:
+        out += ["| representation | " + " | ".join(corpora) + " |", "|---|" + "---|" * len(corpora)]
+        for rep in reps:
+            cells = []
+            for c in corpora:
+                hit = [r["p"] for r in floats if r["corpus"] == c and r["representation"] == rep]
+                cells.append(f"{hit[0]:.4f}" if hit else "")
+            out.append(f"| {rep} | " + " | ".join(cells) + " |")
+        out.append("")
+    signs = [r for r in rows if r["kind"] == "sign"]
+    if signs:
+        bits = sorted({r["bits"] for r in signs})
+        out += ["| corpus | method | " + " | ".join(f"{b} bits" for b in bits) + " |", "|---|---|" + "---|" * len(bits)]
+        for c in corpora:
+            for m in ("whitening-sign", "flow-sign", "itq"):
+                cells = [next((f"{r['p_tie']:.4f}" for r in signs if r["corpus"] == c and r["method"] == m
+                               and r["bits"] == b), "") for b in bits]
+                out.append(f"| {c} | {m} | " + " | ".join(cells) + " |")
+        out.append("")
+    dhim = [r for r in rows if r["kind"] == "dhim"]
+    if dhim:
+        out += ["| corpus | bits | variant | P@100 tie-aware | vs shipped | best epoch / run (cap) | train s |",
+                "|---|---|---|---|---|---|---|"]
+        for c in corpora:
+            for b in sorted({r["bits"] for r in dhim if r["corpus"] == c}):
+                cell = [r for r in dhim if r["corpus"] == c and r["bits"] == b]
+                base = [r["p_tie"] for r in cell if r["variant"] == "shipped"]
+                for v in VARIANTS:
+                    got = [r for r in cell if r["variant"] == v]
+                    if not got:
+                        continue
+                    p = float(np.mean([r["p_tie"] for r in got]))
+                    diff = f"{100 * (p - np.mean(base)):+.2f} pt" if base and v != "shipped" else ""
+                    r0 = got[0]
+                    out.append(f"| {c} | {b} | {v} | {p:.4f} | {diff} | {r0['best_epoch']}/{r0['epochs_run']} "
+                               f"({r0['max_epochs']}) | {r0['seconds']} |")
+        out.append("")
+    refines = [r for r in rows if r["kind"] == "refine"]
+    if refines:
+        out += ["| corpus | SG-OPT steps | seconds | docs/s | loss first -> last | lr |", "|---|---|---|---|---|---|"]
+        for r in refines:
+            out.append(f"| {r['corpus']} | {r['steps']} | {r['seconds']} | {r['docs_per_second']} | "
+                       f"{r['first_loss']:.3f} -> {r['last_loss']:.3f} | {r['lr']} |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["refine", "float", "signs", "dhim", "report"])
+    ap.add_argument("--corpora", nargs="+", default=["dbpedia", "agnews", "r8", "20ng"])
+    ap.add_argument("--bits", nargs="+", type=int, default=[16, 32, 64, 128])
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--max-epochs", type=int, default=8)
+    ap.add_argument("--long-epochs", type=int, default=10)
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--k", type=int, default=100)
+    ap.add_argument("--cache-dir", default=str(CACHE / "features"))
+    ap.add_argument("--no-layers", action="store_true", help="skip first-last-avg (one more encoder pass per corpus)")
+    ap.add_argument("--steps", type=int, default=0, help="refine: SG-OPT steps (0 = one epoch)")
+    ap.add_argument("--lr", type=float, default=1e-5, help="refine: SG-OPT learning rate")
+    a = ap.parse_args()
+    if a.what == "refine":
+        run_refine(a.corpora, a.steps, a.lr)
+    elif a.what == "float":
+        run_float(a.corpora, a.cache_dir, a.k, not a.no_layers)
+    elif a.what == "signs":
+        run_signs(a.corpora, a.bits, a.cache_dir, a.k)
+    elif a.what == "dhim":
+        run_dhim(a.corpora, a.bits, a.variants, a.max_epochs, a.long_epochs, a.k, a.cache_dir, tuple(a.seeds))
+    else:
+        print(report())
+
+
+if __name__ == "__main__":
+    main()
