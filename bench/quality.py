@@ -65,10 +65,11 @@ def record(row: dict) -> None:
         f.write(json.dumps(row) + "\n")
 
 
-def corpus_features(name: str, cache_dir: str):
+def corpus_features(name: str, cache_dir: str, encoder_name: str | None = None):
     corpus = load_corpus(str(DATA / name))
     train, val = corpus.split("train"), corpus.split("val")
-    encoder = FrozenEncoder(FeatureConfig(max_words=400 if name in LONG else 50))
+    extra = {"encoder": encoder_name} if encoder_name else {}
+    encoder = FrozenEncoder(FeatureConfig(max_words=400 if name in LONG else 50, **extra))
     tr = encoder.features(train.texts, progress=True, cache_dir=cache_dir)
     va = encoder.features(val.texts, progress=True, cache_dir=cache_dir)
     return encoder, train, val, tr, va

@@ -85,8 +85,7 @@ def representations(name: str, cache_dir: str, with_layers: bool = True) -> dict
         reps["first-last-avg whitening"] = (transform(t, lx), transform(t, lq))
     sg = sg_opt_encoder(name)
     if sg.exists():
-        enc = FrozenEncoder(FeatureConfig(encoder=str(sg), max_words=encoder.config.max_words))
-        a, b = enc.features(train.texts, cache_dir=cache_dir), enc.features(val.texts, cache_dir=cache_dir)
+        _, _, _, a, b = corpus_features(name, cache_dir, str(sg))
         reps["sg-opt (mean)"] = (np.asarray(a.mean), np.asarray(b.mean))
         reps["sg-opt [CLS]"] = (np.asarray(a.cls), np.asarray(b.cls))
     return reps
@@ -156,7 +155,7 @@ def run_dhim(corpora, bits_list, variants, max_epochs: int, long_epochs: int, k:
                 if not sg_opt_encoder(name).exists():
                     print(f"skipping {name} {variant}: no SG-OPT encoder (run 'refine' first)", flush=True)
                     continue
-                encoder, train, val, tr, va = _features_with(name, str(sg_opt_encoder(name)), cache_dir)
+                encoder, train, val, tr, va = corpus_features(name, cache_dir, str(sg_opt_encoder(name)))
             else:
                 encoder, train, val, tr, va = corpus_features(name, cache_dir)
             for bits in bits_list:
@@ -169,14 +168,6 @@ def run_dhim(corpora, bits_list, variants, max_epochs: int, long_epochs: int, k:
                     cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size, **over.get("model", {})},
                                           train={"max_epochs": epochs, "seed": seed})
                     record({**key, **train_dhim(cfg, tr, va, train, val, k)})
-
-
-def _features_with(name: str, encoder_path: str, cache_dir: str):
-    corpus = load_corpus(str(DATA / name))
-    train, val = corpus.split("train"), corpus.split("val")
-    encoder = FrozenEncoder(FeatureConfig(encoder=encoder_path, max_words=400 if name in LONG else 50))
-    return (encoder, train, val, encoder.features(train.texts, progress=True, cache_dir=cache_dir),
-            encoder.features(val.texts, progress=True, cache_dir=cache_dir))
 
 
 def report() -> str:
