@@ -1,13 +1,13 @@
 """BIN_FLAT vs BIN_IVF_FLAT on a Milvus server, on learned codes: q/s and tie-aware
 recall@100 against exact search, for each nlist and nprobe, 1 and 8 clients.
 
-    python -m bench.million ingest --docs 1000000     # first: the 1M codes it reads
-    python -m bench.ivf_curve --nlist 128 1024 4096 --queries-from val
-    python -m bench.ivf_curve --nlist 128 1024 4096 --queries-from generated
+    python -m bench.million hash --layers 1           # first: the 1M learned codes it reads
+    python -m bench.ivf_curve                          # both query sets: val, generated
 
-The database is the 1M generated documents hashed by bench.million's trained tiny
-model (read back from its milvus-lite file); the queries (see export_codes) are hashed
-by the same model. The server (the PyPI ``milvus`` package, as the
+The database is the 1M generated documents hashed by a trained DHIM model
+(``--model``, a folder under bench/.cache/million; the default is bench.million's
+DHIM on all-MiniLM-L6-v2's first layer); the queries (see export_codes) are hashed by
+the same model. The server (the PyPI ``milvus`` package, as the
 server tests use it) runs inside a network namespace of its own (``unshare -n``).
 Tie-aware recall@k: a returned code counts when it is strictly closer than the exact
 k-th distance, and codes at exactly that distance count up to the slots left, so any
@@ -34,46 +34,35 @@ CACHE = HERE / ".cache" / "million"
 logger = logging.getLogger("bench.ivf_curve")
 
 
-def export_codes(n_docs: int, queries_from: str) -> tuple[Path, Path]:
-    """The ingested codes (by row) and 1,000 query codes, as .npy files. Queries are
-    generated documents (``generated``: shuffled dev documents, like the database, so
-    their neighbours are near-duplicates) or real held-out documents (``val``: 250 from
-    each dev corpus' val.csv, which no database document was made from)."""
-    from dhim_ray.codes import bytes_to_codes
-    from dhim_ray.connectors.milvus import MilvusTarget, release
+def export_codes(n_docs: int, queries_from: str, model_name: str) -> tuple[Path, Path]:
+    """The database codes (by row; bench.million hashes the generated corpus) and 1,000
+    query codes, as .npy files. Queries are generated documents (``generated``: shuffled
+    dev documents, like the database, so their neighbours are near-duplicates) or real
+    held-out documents (``val``: 250 from each dev corpus' val.csv, which no database
+    document was made from)."""
+    from bench.million import hash_corpus, make_corpus
     from dhim_ray.hasher import Hasher
 
-    db_path, q_path = CACHE / f"codes-{n_docs}.npy", CACHE / f"queries-{queries_from}-1000.npy"
-    hasher = Hasher.load(CACHE / "tiny-dhim-64")
-    if not db_path.exists():
-        target = MilvusTarget(str(CACHE / f"ingest-{n_docs}.db"), "docs")
-        client = target.connect(create=False)
-        codes = np.zeros((n_docs, hasher.n_bytes), np.uint8)
-        last = -1
-        try:
-            while True:
-                page = client.query("docs", filter=f"id > {last}", output_fields=["code", "row"], limit=16384)
-                if not page:
-                    break
-                raw = [bytes(r["code"][0] if isinstance(r["code"], list) else r["code"]) for r in page]
-                codes[[r["row"] for r in page]] = bytes_to_codes(raw, hasher.n_bits)
-                last = max(r["id"] for r in page)
-        finally:
-            client.close()
-            release(target.uri)
-        np.save(db_path, codes)
-    if not q_path.exists() and queries_from == "generated":
-        import pyarrow.parquet as pq
+    model = CACHE / model_name
+    if not (model / "config.json").exists():
+        raise SystemExit(f"{model} is missing: build it with python -m bench.million hash")
+    make_corpus(n_docs)
+    db_path = hash_corpus(model, n_docs)
+    q_path = CACHE / f"queries-{model_name}-{queries_from}-1000.npy"
+    if not q_path.exists():
+        hasher = Hasher.load(model)
+        if queries_from == "generated":
+            import pyarrow.parquet as pq
 
-        texts = pq.read_table(CACHE / "corpus-5000" / "train" / "part-00000.parquet").column("text").to_pylist()
-        np.save(q_path, hasher.encode(texts[:1000]))
-    elif not q_path.exists():
-        from dhim_ray.data import CorpusSpec
+            texts = pq.read_table(make_corpus(5000) / "train" / "part-00000.parquet").column("text").to_pylist()
+            np.save(q_path, hasher.encode(texts[:1000]))
+        else:
+            from dhim_ray.data import CorpusSpec
 
-        data = HERE.parents[1] / "shared" / "data"
-        texts = [t for name in ("dbpedia", "agnews", "20ng", "r8")
-                 for t in CorpusSpec(str(data / name), "val").load_split().texts[:250]]
-        np.save(q_path, hasher.encode(texts))
+            data = HERE.parents[1] / "shared" / "data"
+            texts = [t for name in ("dbpedia", "agnews", "20ng", "r8")
+                     for t in CorpusSpec(str(data / name), "val").load_split().texts[:250]]
+            np.save(q_path, hasher.encode(texts))
     return db_path, q_path
 
 
@@ -94,11 +83,18 @@ def inner(args) -> None:
     from dhim_ray.metrics import hamming_topk
 
     os.environ["MILVUS_TOKEN"] = "root:Milvus"
-    db, q = np.load(args.codes), np.load(args.queries)
-    n_bits, k = db.shape[1] * 8, 100
-    _, exact = hamming_topk(db, q, k)
+    db, k = np.load(args.codes), 100
+    n_bits = db.shape[1] * 8
+    sets = []  # one per query file: its queries, exact distances, code profile and rows
+    for path, out in zip(args.queries, args.out):
+        q = np.load(path)
+        _, exact = hamming_topk(db, q, k)
+        profile = {"distinct_codes": int(len(np.unique(db.view(f"V{db.shape[1]}")))),
+                   "nearest_distance_mean": float(exact[:, 0].mean()), "kth_distance_mean": float(exact[:, -1].mean()),
+                   "queries_with_ties_at_kth": float(np.mean((exact == exact[:, -1:]).sum(1) > 1))}
+        logger.info("%s: %s", Path(path).stem, json.dumps(profile))
+        sets.append({"q": q, "exact": exact, "profile": profile, "rows": [], "path": path, "out": out})
     server = start_server(CACHE / "server", authorization=True)
-    results = []
     try:
         target = MilvusTarget(URI, "curve", timeout=600)
         client = target.connect()
@@ -124,27 +120,30 @@ def inner(args) -> None:
                                                                  if p <= spec.nlist]
             for nprobe in probes:
                 search = spec if not nprobe else IndexSpec(spec.index_type, nlist=spec.nlist, nprobe=nprobe)
-                search_codes(client, "curve", q[:20], n_bits, k, search, output_fields=(), timeout=600)  # warm
-                t0 = time.perf_counter()
-                hits = search_codes(client, "curve", q, n_bits, k, search, output_fields=(), timeout=600,
-                                    batch_size=100)
-                qps1 = len(q) / (time.perf_counter() - t0)
-                # IVF may return fewer than k (probed clusters too small): the missing count as misses.
-                found = np.full((len(q), k), n_bits + 1)
-                for i, r in enumerate(hits):
-                    found[i, : len(r)] = [h["distance"] for h in r]
-                qps8 = concurrent_qps(target, q, n_bits, k, search, clients=8)
-                row = {"index": spec.index_type, "nlist": spec.nlist if nprobe else 0, "nprobe": nprobe,
-                       "build_s": build, "qps_1_client": qps1, "qps_8_clients": qps8,
-                       "recall_tie_aware": tie_aware_recall(found, exact, k)}
-                results.append(row)
-                logger.info("%s", json.dumps(row))
+                for qs in sets:
+                    q = qs["q"]
+                    search_codes(client, "curve", q[:20], n_bits, k, search, output_fields=(), timeout=600)  # warm
+                    t0 = time.perf_counter()
+                    hits = search_codes(client, "curve", q, n_bits, k, search, output_fields=(), timeout=600,
+                                        batch_size=100)
+                    qps1 = len(q) / (time.perf_counter() - t0)
+                    # IVF may return fewer than k (probed clusters too small): the missing count as misses.
+                    found = np.full((len(q), k), n_bits + 1)
+                    for i, r in enumerate(hits):
+                        found[i, : len(r)] = [h["distance"] for h in r]
+                    qps8 = concurrent_qps(target, q, n_bits, k, search, clients=8)
+                    row = {"index": spec.index_type, "nlist": spec.nlist if nprobe else 0, "nprobe": nprobe,
+                           "build_s": build, "qps_1_client": qps1, "qps_8_clients": qps8,
+                           "recall_tie_aware": tie_aware_recall(found, qs["exact"], k)}
+                    qs["rows"].append(row)
+                    logger.info("%s %s", Path(qs["path"]).stem, json.dumps(row))
         client.close()
     finally:
         server.stop()
-    Path(args.out).write_text(json.dumps({"n_codes": len(db), "bits": n_bits, "queries": len(q), "k": k,
-                                          "queries_from": Path(args.queries).stem,
-                                          "rows": results}, indent=1) + "\n")
+    for qs in sets:
+        Path(qs["out"]).write_text(json.dumps({"n_codes": len(db), "bits": n_bits, "queries": len(qs["q"]), "k": k,
+                                               "queries_from": Path(qs["path"]).stem, "model": args.model,
+                                               **qs["profile"], "rows": qs["rows"]}, indent=1) + "\n")
 
 
 def concurrent_qps(target, q: np.ndarray, n_bits: int, k: int, spec, clients: int) -> float:
@@ -173,20 +172,23 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=1_000_000)
-    ap.add_argument("--nlist", type=int, nargs="+", default=[256, 1024, 4096])
-    ap.add_argument("--queries-from", choices=("generated", "val"), default="val")
-    ap.add_argument("--out", default=None, help="default: bench/ivf_curve_QUERIES.json")
+    ap.add_argument("--nlist", type=int, nargs="+", default=[128, 1024, 4096])
+    ap.add_argument("--queries-from", nargs="+", choices=("generated", "val"), default=["val", "generated"],
+                    help="query sets, each searched against the same index builds")
+    ap.add_argument("--model", default="minilm-l1-dhim-64", help="a trained model folder under bench/.cache/million")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--codes", help=argparse.SUPPRESS)
-    ap.add_argument("--queries", help=argparse.SUPPRESS)
+    ap.add_argument("--queries", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--out", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.inner:
         inner(args)
         return
-    args.out = args.out or str(HERE / f"ivf_curve_{args.queries_from}.json")
-    db_path, q_path = export_codes(args.docs, args.queries_from)
-    cmd = (f"ip link set lo up && exec {sys.executable} -m bench.ivf_curve --inner --codes {db_path} "
-           f"--queries {q_path} --out {args.out} --nlist {' '.join(map(str, args.nlist))}")
+    paths = [export_codes(args.docs, name, args.model) for name in args.queries_from]
+    outs = [str(HERE / f"ivf_curve_{name}.json") for name in args.queries_from]
+    cmd = (f"ip link set lo up && exec {sys.executable} -m bench.ivf_curve --inner --codes {paths[0][0]} "
+           f"--queries {' '.join(str(q) for _, q in paths)} --out {' '.join(outs)} --model {args.model} "
+           f"--nlist {' '.join(map(str, args.nlist))}")
     env = dict(os.environ, RAY_AUTH_MODE="disabled")
     subprocess.run(["unshare", "-n", "sh", "-c", cmd], cwd=ROOT, env=env, check=True)
 

@@ -81,8 +81,11 @@ def picks(r: dict) -> dict:
     h, patience = r["history"], r["patience"]
     warmup = selection_warmup("neighbours", TrainConfig(patience=patience, max_epochs=len(h["val_p"])))
     out = {}
-    for name, values, w in (("label", h["selection_p"], 0), ("neighbour", h["neighbour_recall"], warmup),
-                            ("neighbour_no_warmup", h["neighbour_recall"], 0)):
+    criteria = [("label", h["selection_p"], 0), ("neighbour", h["neighbour_recall"], warmup),
+                ("neighbour_no_warmup", h["neighbour_recall"], 0)]
+    if "objective" in h:  # a loss: lower is better
+        criteria.append(("objective", [-v for v in h["objective"]], 0))
+    for name, values, w in criteria:
         epoch, run = replay(values, patience, w)
         out[name] = {"epoch": epoch, "epochs_run": run, "val_p": h["val_p"][epoch]}
     return out
@@ -114,10 +117,12 @@ def run_cell(name: str, bits: int, epochs: int, patience: int, k: int, cache_dir
               progress=False, callbacks=(cb,))
     sel_p = [h.val_precision for h in res.history]
     nbr = [h.val_neighbour_recall for h in res.history]
+    objective = [h.val_objective for h in res.history]
     out = {"corpus": name, "bits": bits, "epochs": epochs, "patience": patience,
            "spearman_neighbour_vs_val_p": spearman(nbr, cb.val_p),
+           "spearman_objective_vs_val_p": spearman([-v for v in objective], cb.val_p),
            "spearman_label_selection_vs_val_p": spearman(sel_p, cb.val_p),
-           "history": {"selection_p": sel_p, "neighbour_recall": nbr, "val_p": cb.val_p},
+           "history": {"selection_p": sel_p, "neighbour_recall": nbr, "objective": objective, "val_p": cb.val_p},
            "epoch_seconds": round(float(np.mean([h.seconds for h in res.history])), 2)}
     # re-ranking, with the model of the label-picked epoch (the best by selection P@100 over the whole run)
     db = hash_features(res.model, tr)
@@ -170,15 +175,19 @@ def report() -> str:
     rows = load()
     lines = ["| corpus | bits | epochs run | label-picked epoch: val P@100 | neighbour-picked epoch: val P@100 | "
              "difference | without the warm-up | Spearman rho (neighbour recall vs val P@100) | "
-             "rho (label selection P vs val P@100) |", "|---|---|---|---|---|---|---|---|---|"]
+             "rho (label selection P vs val P@100) | objective-picked epoch: val P@100 (difference) | "
+             "rho (held-out objective vs val P@100) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows.values():
         pk = picks(r)
         lab, nbr, raw = pk["label"], pk["neighbour"], pk["neighbour_no_warmup"]
+        obj = pk.get("objective")
+        obj_cells = (f"{obj['epoch']}: {obj['val_p']:.4f} ({100 * (obj['val_p'] - lab['val_p']):+.2f} pt) | "
+                     f"{r['spearman_objective_vs_val_p']:.2f}" if obj else "not run | -")
         lines.append(f"| {r['corpus']} | {r['bits']} | {lab['epochs_run']} / {nbr['epochs_run']} (cap "
                      f"{len(r['history']['val_p'])}) | {lab['epoch']}: {lab['val_p']:.4f} | {nbr['epoch']}: "
                      f"{nbr['val_p']:.4f} | {100 * (nbr['val_p'] - lab['val_p']):+.2f} pt | {raw['epoch']}: "
                      f"{100 * (raw['val_p'] - lab['val_p']):+.2f} pt | {r['spearman_neighbour_vs_val_p']:.2f} | "
-                     f"{r['spearman_label_selection_vs_val_p']:.2f} |")
+                     f"{r['spearman_label_selection_vs_val_p']:.2f} | {obj_cells} |")
     lines += ["", "| corpus | bits | Hamming top-100 (tie-aware) | " + " | ".join(f"re-rank x{m}" for m in RERANK_M)
               + " | q/s re-rank x4 vs Hamming |", "|---|---|---|" + "---|" * len(RERANK_M) + "---|"]
     for r in rows.values():
@@ -228,7 +237,7 @@ def main() -> None:  # noqa: C901
     for name in args.corpora:
         for bits in args.bits:
             key = f"{name}-{bits}"
-            if "float" in load().get(key, {}):
+            if "objective" in load().get(key, {}).get("history", {}):
                 continue
             epochs = args.long_epochs if name in LONG else args.epochs
             row = run_cell(name, bits, epochs, args.patience, args.k, args.cache_dir)

@@ -212,8 +212,8 @@ def train(
         help="Stop after this many epochs without a better selection score (see --select).")] = 6,
     select: Annotated[str, typer.Option(
         help="What picks the epoch on the val slice: labels (tie-aware P@100), neighbours (label-free: how much of each "
-             "val document's cosine top-100 under the frozen encoder its codes recover), or auto: labels when the "
-             "corpus has them, else neighbours.")] = "auto",
+             "val document's cosine top-100 under the frozen encoder its codes recover), objective (label-free: the "
+             "training loss on the val slice), or auto: labels when the corpus has them, else neighbours.")] = "auto",
     batch_size: Annotated[int | None, typer.Option(help="Global batch size [default: per bit length].")] = None,
     lr: Annotated[float | None, typer.Option(help="Adam learning rate [default: per bit length].")] = None,
     alpha: Annotated[float | None, typer.Option(help="Bernoulli temperature [default: per bit length].")] = None,

@@ -99,7 +99,7 @@ class ModelConfig:
             )
 
 
-SELECT_CRITERIA = ("auto", "labels", "neighbours")
+SELECT_CRITERIA = ("auto", "labels", "neighbours", "objective")
 
 
 @dataclass(frozen=True)
@@ -115,8 +115,9 @@ class TrainConfig:
     k: int = 100  # precision@k (or neighbour recall@k) for model selection
     # Model selection on the validation slice: "labels" (tie-aware P@k), "neighbours"
     # (label-free: how much of each val document's cosine top-k under the frozen
-    # encoder's sentence vectors its Hamming top-k recovers), or "auto": labels when
-    # the corpus has them, else neighbours.
+    # encoder's sentence vectors its Hamming top-k recovers), "objective" (label-free:
+    # the training loss on the slice, lowest wins), or "auto": labels when the corpus
+    # has them, else neighbours.
     select: str = "auto"
     seed: int = 0
     val_fraction: float = 0.1  # carved out of train when the corpus has no val split

@@ -73,7 +73,8 @@ def selection_criterion(select: str, has_val: bool, has_labels: bool) -> str | N
     return select
 
 
-CRITERIA = {"labels": "val P@{k} (tie-aware)", "neighbours": "val cosine-neighbour recall@{k} (tie-aware)"}
+CRITERIA = {"labels": "val P@{k} (tie-aware)", "neighbours": "val cosine-neighbour recall@{k} (tie-aware)",
+            "objective": "val held-out objective (DHIM loss)"}
 
 
 def selection_warmup(criterion: str | None, config: TrainConfig) -> int:
@@ -89,31 +90,59 @@ class Selection:
     """What model selection searches each epoch: a fixed sample of the training
     documents (see selection_database), their labels when there are, and each val
     document's k nearest of them by cosine of the frozen encoder's sentence vectors
-    (the label-free criterion's reference; computed once)."""
+    (the label-free criterion's reference; computed once). ``val_pairs``: each val
+    document's nearest other val documents, the neighbour positives of the held-out
+    objective (None when training uses none)."""
 
     database: Features
     labels: np.ndarray | None
     neighbours: np.ndarray
     k: int
+    config: DHIMConfig
+    val_pairs: np.ndarray | None = None
 
     @classmethod
-    def build(cls, database: Features, labels: np.ndarray | None, val: Features, config: TrainConfig) -> Selection:
-        idx = selection_database(len(database), config)
+    def build(cls, database: Features, labels: np.ndarray | None, val: Features, config: DHIMConfig,
+              model: DHIM) -> Selection:
+        idx = selection_database(len(database), config.train)
         db = database.take(idx)
-        k = min(config.k, len(db))
+        k = min(config.train.k, len(db))
         neighbours = cosine_topk(db.mean, val.mean[np.arange(len(val))], k)
-        return cls(db, None if labels is None else labels[idx], neighbours, k)
+        val_pairs = None
+        if config.train.neighbours and len(val) > 1:
+            val_pairs = neighbour_table(neighbour_vectors(val, model), config.train.neighbours)
+        return cls(db, None if labels is None else labels[idx], neighbours, k, config, val_pairs)
 
     def score(self, model: DHIM, val: Features, val_labels: np.ndarray | None, device: torch.device,
-              collective: Collective) -> tuple[float | None, float]:
-        """(tie-aware P@k or None without labels, tie-aware neighbour recall@k) of the
-        model's codes; every rank hashes a share of both sides and every rank scores."""
+              collective: Collective) -> tuple[float | None, float, float]:
+        """(tie-aware P@k or None without labels, tie-aware neighbour recall@k, held-out
+        objective) of the model; every rank hashes a share of both sides and every rank
+        scores (the objective is computed whole on each rank: the weights are the same)."""
         db_codes = hash_shared(model, self.database, device, collective)
         val_codes = hash_shared(model, val, device, collective)
         p = None
         if self.labels is not None and val_labels is not None:
             p = precision_at_k(db_codes, self.labels, val_codes, val_labels, self.k).precision_at_k_tie_aware
-        return p, neighbour_recall_at_k(db_codes, val_codes, self.neighbours, self.k).recall_at_k
+        recall = neighbour_recall_at_k(db_codes, val_codes, self.neighbours, self.k).recall_at_k
+        return p, recall, held_out_objective(model, val, self.config, device, self.val_pairs)
+
+
+@torch.no_grad()
+def held_out_objective(model: DHIM, feats: Features, config: DHIMConfig, device: torch.device,
+                       pairs: np.ndarray | None = None) -> float:
+    """The training loss on held-out documents, per document: the same batches, crops and
+    Bernoulli draws every call (seeded, the caller's RNG streams untouched), so epochs
+    compare. ``pairs``: a neighbour table over ``feats`` (see neighbour_table)."""
+    model.eval()
+    rng = np.random.default_rng(config.train.seed + 2)
+    total, n = 0.0, 0
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(config.train.seed + 2)
+        for tokens, mask, target, batch_pairs in epoch_batches(feats, config, rng, device, None, pairs):
+            out = model(tokens, mask, target, config.train.beta, pairs=batch_pairs)
+            total += out.loss.item() * len(tokens)
+            n += len(tokens)
+    return total / max(n, 1)
 
 
 def token_mean(feats: Features, chunk: int = 1024) -> np.ndarray:
@@ -389,6 +418,7 @@ class EpochRecord:
     seconds: float = 0.0
     val_precision: float | None = None  # tie-aware P@k of the selection search; None without labels
     val_neighbour_recall: float | None = None  # tie-aware recall of the val docs' cosine top-k (label-free)
+    val_objective: float | None = None  # the training loss on the val slice (label-free; lower is better)
     validate_seconds: float = 0.0  # of ``seconds``, the selection search (every rank hashes a share)
 
     def as_dict(self) -> dict[str, Any]:
@@ -463,6 +493,7 @@ class FitResult:
     best_epoch: int = -1
     best_precision: float | None = None  # tie-aware val P@k of the chosen epoch (None without labels)
     best_neighbour_recall: float | None = None  # tie-aware val cosine-neighbour recall@k of the chosen epoch
+    best_objective: float | None = None  # the val slice's training loss at the chosen epoch
     selected_by: str = "last epoch (no validation)"
     seconds: float = 0.0
 
@@ -481,6 +512,7 @@ class FitResult:
         chosen = [h for h in history if h.epoch == result.best_epoch]
         if chosen:
             result.best_precision, result.best_neighbour_recall = chosen[0].val_precision, chosen[0].val_neighbour_recall
+            result.best_objective = chosen[0].val_objective
         return result
 
     def summary(self, **context: Any) -> dict[str, Any]:
@@ -494,6 +526,7 @@ class FitResult:
             "selected_by": self.selected_by,
             "best_val_precision_at_k_tie_aware": self.best_precision,
             "best_val_neighbour_recall_at_k": self.best_neighbour_recall,
+            "best_val_objective": self.best_objective,
             "train_seconds": round(self.seconds, 2),
             "mean_epoch_seconds": round(float(np.mean(epoch_seconds)), 3) if epoch_seconds else None,
             "history": [h.as_dict() for h in self.history],
@@ -576,7 +609,7 @@ def fit(
     selection = None
     if criterion is not None:
         selection = Selection.build(database, database_labels if val_labels is not None else None, val,
-                                    config.train)
+                                    config, model)
     table = None
     if config.train.neighbours:
         table = neighbour_table(neighbour_vectors(train, model), config.train.neighbours)
@@ -607,10 +640,11 @@ def fit(
         record = EpochRecord(epoch, steps, *(sums[key] / steps for key in ("loss", "mi_local", "mi_regulariser")))
         if selection is not None:
             t_val = time.perf_counter()
-            record.val_precision, record.val_neighbour_recall = selection.score(model, val, val_labels, device,
-                                                                                collective)
+            record.val_precision, record.val_neighbour_recall, record.val_objective = selection.score(
+                model, val, val_labels, device, collective)
             record.validate_seconds = time.perf_counter() - t_val
-            score = record.val_precision if criterion == "labels" else record.val_neighbour_recall
+            score = {"labels": record.val_precision, "neighbours": record.val_neighbour_recall,
+                     "objective": -record.val_objective}[criterion]
             if state.stopper.update(score, epoch):
                 state.best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         record.seconds = time.perf_counter() - t0
@@ -637,12 +671,19 @@ def _fmt(x: float | None) -> str:
 def epoch_message(record: dict[str, Any], k: int, best: float | None) -> str:
     """One epoch's log line, the same in-process and on the Ray driver (``record``: EpochRecord.as_dict())."""
     return (f"epoch {record['epoch']}: loss {record['loss']:.4f}, val P@{k} {_fmt(record.get('val_precision'))}, "
-            f"neighbour recall@{k} {_fmt(record.get('val_neighbour_recall'))}, best {_fmt(best)} "
-            f"({record['seconds']:.1f} s)")
+            f"neighbour recall@{k} {_fmt(record.get('val_neighbour_recall'))}, "
+            f"val loss {_fmt(record.get('val_objective'))}, best {_fmt(best)} ({record['seconds']:.1f} s)")
+
+
+def best_score(state: LoopState) -> float | None:
+    """The criterion's best value so far, as the criterion reads (a loss for "objective")."""
+    if not state.selecting:
+        return None
+    return -state.stopper.best if state.criterion == "objective" else state.stopper.best
 
 
 def _log_epoch(record: EpochRecord, state: LoopState, k: int, bar) -> None:
-    best = state.stopper.best if state.selecting else None
+    best = best_score(state)
     if bar.disable:
         logger.info("%s", epoch_message(record.as_dict(), k, best))
         return

@@ -39,7 +39,7 @@ from dhim_ray.encoder import Features, FrozenEncoder
 from dhim_ray.errors import CheckpointError, ConfigError, TrainingFailed, TrainingInterrupted
 from dhim_ray.feature_store import FeatureStore, StoreWriter
 from dhim_ray.pipeline import DEFAULT_FEATURE_MEMORY_GB, load_train_val, resume_config
-from dhim_ray.training import FitResult, LoopState, TrainCallback, epoch_message, fit
+from dhim_ray.training import FitResult, LoopState, TrainCallback, best_score, epoch_message, fit
 
 from .ray_env import actor_resources, check_gpus, cluster_address, cluster_cpus, init_ray, split_table
 
@@ -145,7 +145,7 @@ class ReportEachEpoch(TrainCallback):
             ray.train.report(metrics)
             return
         if self.events is not None:
-            self.events.put({**record.as_dict(), "best": state.stopper.best if state.selecting else None},
+            self.events.put({**record.as_dict(), "best": best_score(state)},
                             block=False)
         # Not a TemporaryDirectory: report() may move the folder into storage.
         tmp = tempfile.mkdtemp(prefix="dhim-ckpt-")

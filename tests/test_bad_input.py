@@ -107,7 +107,7 @@ CASES = [
     (T("--max-words", "500"), 2, "--max-words 500 needs 501 tokens"),
     (T("--workers", "0"), 2, "--workers 0: must be >= 1"),
     (T("--feature-memory", "-1"), 2, "--feature-memory -1.0: must be >= 0 GiB"),
-    (T("--select", "best"), 2, "--select 'best': choose one of auto, labels, neighbours"),
+    (T("--select", "best"), 2, "--select 'best': choose one of auto, labels, neighbours, objective"),
     (T("--target-transform", "pca"), 2, "--target-transform 'pca': choose one of none, whitening, flow"),
     (T("--neighbour-transform", "zca"), 2, "--neighbour-transform 'zca': choose one of none, whitening, flow"),
     (T("--target-transform", "flow", "--regulariser", "none"), 2,

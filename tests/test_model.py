@@ -115,6 +115,37 @@ def test_without_labels_the_neighbour_criterion_picks_the_epoch_and_stops_early(
         cfg.replace(train={"select": "best"})
 
 
+def test_held_out_objective_criterion_picks_the_lowest_val_loss():
+    from dhim_ray.training import held_out_objective, neighbour_table, neighbour_vectors
+
+    feats, labels = toy_features(n=160, seed=1)
+    cfg = config_for_bits(16, model={"hidden_size": 24, "n_filters": 16, "alpha": 0.3},
+                          train={"batch_size": 32, "lr": 3e-3, "max_epochs": 40, "patience": 2, "k": 10,
+                                 "select": "objective"})
+    tr, va = np.arange(120), np.arange(120, 160)
+    result = fit(feats.take(tr), feats.take(va), cfg, labels[tr], labels[va], progress=False)
+    loss = [h.val_objective for h in result.history]
+    assert result.selected_by == "val held-out objective (DHIM loss)"
+    assert result.best_epoch == int(np.argmin(loss)) and result.best_objective == min(loss)
+    assert len(result.history) == min(40, result.best_epoch + 1 + 2)  # stopped by patience (or the cap)
+    assert loss[result.best_epoch] < loss[0]  # training lowers the held-out loss too
+    # the returned model is the chosen epoch's: the same fixed batches and draws give its loss again,
+    # and computing it leaves the caller's torch RNG where it was
+    val = feats.take(va)
+    pairs = neighbour_table(neighbour_vectors(val, result.model), cfg.train.neighbours)
+    torch.manual_seed(5)
+    again = held_out_objective(result.model, val, cfg, torch.device("cpu"), pairs)
+    after = torch.rand(3)
+    torch.manual_seed(5)
+    assert torch.equal(after, torch.rand(3))
+    assert again == pytest.approx(result.best_objective)
+    # the objective is recorded under every criterion and does not change what training does
+    labelled = fit(feats.take(tr), feats.take(va), cfg.replace(train={"select": "labels"}), labels[tr], labels[va],
+                   progress=False)
+    assert [h.loss for h in labelled.history[:3]] == [h.loss for h in result.history[:3]]
+    assert [h.val_objective for h in labelled.history[:3]] == loss[:3]
+
+
 def test_as_published_formulation():
     cfg = as_published(config_for_bits(32, model={"hidden_size": 768}))
     assert cfg.model.score_sigmoid and not cfg.model.mask_padding and cfg.train.beta == 1.0
