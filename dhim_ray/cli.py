@@ -106,11 +106,24 @@ def handle_errors(fn):
     return wrapper
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time of each record, so a caller that
+    swaps stderr (a test runner, CliRunner) never leaves the handler on a closed file."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def setup_logging(verbose: bool, quiet: bool) -> None:
     """dhim-ray's own progress lines at INFO on stderr; -v adds DEBUG and Ray's logs,
     -q keeps warnings and errors only."""
     level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(logging.Formatter("%(message)s" if not verbose else "%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("dhim_ray")
     root.handlers[:] = [handler]
