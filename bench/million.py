@@ -378,6 +378,9 @@ def interrupt_then_rerun(uri: str, n_docs: int, after: float, workers: int) -> d
     args = [str(n_docs), uri, "docs", "--workers", str(workers)]
     first = child(args, interrupt_after=after)
     partial = count_collection(uri, "docs")
+    if first is not None or partial["count"] >= n_docs:
+        logger.warning("the first ingest finished before its Ctrl-C after %.0f s: nothing was interrupted; "
+                       "rerun with a smaller --after", after)
     again = child(args)
     return {"interrupted_after_s": after, "first_completed": first is not None, "rows_after_interrupt": partial,
             "rerun": again, "final": count_collection(uri, "docs")}

@@ -70,8 +70,11 @@ def million_section() -> list[str]:
         out.append("")
     for key in sorted(k for k in r if "interrupt_rerun_" in k):
         x, where = r[key], "a Milvus 2.3 server" if key.startswith("server_") else "milvus-lite"
+        left = (f"the first run finished before it (nothing was interrupted: rerun with a smaller --after), leaving "
+                f"{x['rows_after_interrupt']['count']:,} rows" if x["first_completed"] else
+                f"left {x['rows_after_interrupt']['count']:,} rows")
         line = (f"Interrupted, then rerun, into {where} ({key.rsplit('_', 1)[1]} documents, tiny encoder): Ctrl-C "
-                f"after {x['interrupted_after_s']:.0f} s left {x['rows_after_interrupt']['count']:,} rows; the rerun "
+                f"after {x['interrupted_after_s']:.0f} s {left}; the rerun "
                 f"verified={x['rerun'] and x['rerun']['verified']}, and the collection then held "
                 f"{x['final']['count']:,} rows with {x['final']['distinct_ids']:,} distinct ids.")
         if x["rerun"]:
@@ -205,7 +208,10 @@ def selection_section() -> list[str]:
             "P@100 of that epoch's codes. The library's early stopping (patience 6; the label-free criterion "
             "waits 6 epochs before it picks) is replayed on each score: training does not depend on the "
             "criterion, so the replay is exact. 'epochs run' = label / label-free; a criterion still waiting at "
-            "the cap picks its best so far. Spearman rho is across all epochs of the cell.", "",
+            "the cap picks its best so far. Spearman rho is across all epochs of the cell. The last two columns: the "
+            "held-out objective (`--select objective`: the training loss on the slice, the same fixed batches, crops "
+            "and Bernoulli draws every epoch, lowest wins, no warm-up), recorded on the cells rerun since it "
+            "exists (the rerun reproduces every other recorded figure to the digit).", "",
             "Re-ranking (second table): the label-picked model's val queries keep their pre-threshold scores; "
             "k x m Hamming candidates are re-ranked by agreement sum_b s_b (2 c_b - 1), "
             "s_b = 2 sigmoid(logit_b / alpha) - 1, and the top 100 scored (plain precision: agreement has "
