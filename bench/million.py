@@ -292,8 +292,11 @@ def run_ingest(n_docs: int, model: Path, uri: str, collection: str, workers: int
 
 def child(args: list[str], timeout: float | None = None, interrupt_after: float | None = None) -> dict | None:
     """Run ``python -m bench.million _one ...`` and return its JSON line (None if interrupted)."""
+    # A bench started in the background (`cmd &`) inherits SIGINT ignored, and so would the
+    # child: give it Python's own Ctrl-C handling back, or the interrupt below does nothing.
     proc = subprocess.Popen([sys.executable, "-m", "bench.million", "_one", *args], stdout=subprocess.PIPE,
-                            text=True, cwd=Path(__file__).resolve().parents[1])
+                            text=True, cwd=Path(__file__).resolve().parents[1],
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     if interrupt_after is not None:
         time.sleep(interrupt_after)
         proc.send_signal(signal.SIGINT)
