@@ -14,7 +14,7 @@ Two passes over the source, both in parallel read tasks, neither through the dri
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -60,10 +60,14 @@ class ShardSource:
         self.plan, self.cleaning, self.prepare = plan, cleaning, prepare
 
     def datasource(self):
+        import ray
         from ray.data import Datasource, ReadTask
         from ray.data.block import BlockMetadata
 
-        outer = self
+        # An in-memory table (the packaged corpus) goes to the object store once; the
+        # read tasks carry its reference, not the table (Ray warns on large read functions).
+        shards = tuple(replace(s, table=ray.put(s.table)) if s.table is not None else s for s in self.plan.shards)
+        outer = ShardSource(replace(self.plan, shards=shards), self.cleaning, self.prepare)
 
         class _Source(Datasource):
             def estimate_inmemory_data_size(self):
@@ -86,6 +90,10 @@ class ShardSource:
 
     def read(self, i: int):
         shard = self.plan.shards[i]
+        if shard.table is not None and not hasattr(shard.table, "num_rows"):  # an object reference
+            import ray
+
+            shard = replace(shard, table=ray.get(shard.table))
         for block in read_shard(shard, self.plan.text_column, self.plan.label_column):
             if self.prepare is None:
                 yield summarise(block, i, self.cleaning)
