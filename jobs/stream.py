@@ -90,10 +90,11 @@ class ShardSource:
 
     def read(self, i: int):
         shard = self.plan.shards[i]
-        if shard.table is not None and not hasattr(shard.table, "num_rows"):  # an object reference
+        if shard.table is not None:
             import ray
 
-            shard = replace(shard, table=ray.get(shard.table))
+            if isinstance(shard.table, ray.ObjectRef):  # put there by datasource()
+                shard = replace(shard, table=ray.get(shard.table))
         for block in read_shard(shard, self.plan.text_column, self.plan.label_column):
             if self.prepare is None:
                 yield summarise(block, i, self.cleaning)
