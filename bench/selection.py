@@ -1,6 +1,7 @@
 """Model selection without labels, and asymmetric re-ranking, on the four dev corpora.
 
     python -m bench.selection run --corpora dbpedia agnews r8 20ng --bits 16 64
+    python -m bench.selection rerank --corpora dbpedia agnews r8 --bits 32 128   # re-ranking only
     python -m bench.selection report          # prints the tables BENCHMARKS.md holds
 
 Protocol as bench.quality: database = train.csv, queries = val.csv, tie-aware P@100;
@@ -16,7 +17,9 @@ waiting at the cap picks its best epoch so far, as a capped run would.
 Re-ranking uses the label-picked epoch's model: val P@100 of the Hamming top-100
 (tie-aware) against the top-100 of k x m Hamming candidates re-ranked by agreement
 with the query's pre-threshold scores, and the q/s of both (exact search in memory).
-Results go to bench/selection.json.
+``rerank`` measures re-ranking alone on more widths: it trains the shipped schedule
+(labels pick the epoch, patience 6, cap --shipped-epochs) without the per-epoch
+records, which is what makes a cell cheap. Results go to bench/selection.json.
 """
 
 from __future__ import annotations
@@ -125,8 +128,34 @@ def run_cell(name: str, bits: int, epochs: int, patience: int, k: int, cache_dir
            "history": {"selection_p": sel_p, "neighbour_recall": nbr, "objective": objective, "val_p": cb.val_p},
            "epoch_seconds": round(float(np.mean([h.seconds for h in res.history])), 2)}
     # re-ranking, with the model of the label-picked epoch (the best by selection P@100 over the whole run)
-    db = hash_features(res.model, tr)
-    q_codes, q_scores = score_features(res.model, va)
+    out.update(measure_rerank(res.model, train, val, tr, va, bits, k))
+    MODELS.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(MODELS / f"{name}-{bits}", res.model, res.config, encoder.fingerprint, {"bench": "selection"})
+    logger.info("%s %d bits: %s, rho %.2f; rerank %s", name, bits, picks(out), out["spearman_neighbour_vs_val_p"],
+                {m: round(v["p"], 4) for m, v in out["rerank"].items()})
+    return out
+
+
+def rerank_cell(name: str, bits: int, epochs: int, patience: int, k: int, cache_dir: str) -> dict:
+    """Re-ranking only: the shipped schedule (labels pick the epoch, early stopping), then measure_rerank."""
+    encoder, train, val, tr, va = corpus_features(name, cache_dir)
+    cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size},
+                          train={"max_epochs": epochs, "patience": patience, "select": "labels"})
+    fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
+    res = fit(tr.take(fit_idx), tr.take(sel_idx), cfg, train.labels[fit_idx], train.labels[sel_idx], progress=False)
+    out = {"corpus": name, "bits": bits, "epochs": epochs, "patience": patience, "best_epoch": res.best_epoch,
+           "epochs_run": len(res.history), **measure_rerank(res.model, train, val, tr, va, bits, k)}
+    logger.info("%s %d bits (re-ranking only, best epoch %d of %d): %s", name, bits, res.best_epoch,
+                len(res.history), {m: round(v["p"], 4) for m, v in out["rerank"].items()})
+    return out
+
+
+def measure_rerank(model, train, val, tr, va, bits: int, k: int) -> dict:
+    """Hamming top-k against bit re-ranking and float re-scoring of k x m candidates: P@k, recall of
+    the float cosine top-k, q/s (exact search in memory, best of 3)."""
+    out: dict = {}
+    db = hash_features(model, tr)
+    q_codes, q_scores = score_features(model, va)
     plain = precision_at_k(db, train.labels, q_codes, val.labels, k)
     qps_plain = qps(lambda: hamming_topk(db, q_codes, k), len(q_codes))
     cos_top = cosine_topk(tr.mean, va.mean, k)  # what float cosine kNN returns: the recall reference
@@ -147,10 +176,6 @@ def run_cell(name: str, bits: int, epochs: int, patience: int, k: int, cache_dir
                                 "cosine_recall": recall(fidx, cos_top),
                                 "qps": qps(lambda m=m: float_rescore(db, db_vec, q_codes, va.mean, k, m),
                                            len(q_codes))}
-    MODELS.mkdir(parents=True, exist_ok=True)
-    save_checkpoint(MODELS / f"{name}-{bits}", res.model, res.config, encoder.fingerprint, {"bench": "selection"})
-    logger.info("%s %d bits: %s, rho %.2f; rerank %s", name, bits, picks(out), out["spearman_neighbour_vs_val_p"],
-                {m: round(v["p"], 4) for m, v in out["rerank"].items()})
     return out
 
 
@@ -167,8 +192,21 @@ def float_rescore(db_codes, db_vectors, q_codes, q_vectors, k: int, m: int) -> n
     return np.take_along_axis(cand, order, axis=1)
 
 
+def _epoch(r: dict) -> str:
+    """The re-ranked model's epoch: from the selection history, or the shipped schedule's run."""
+    if "history" in r:  # run_cell re-ranks the best epoch by selection P@100 over the whole capped run
+        sel = r["history"]["selection_p"]
+        return f"{int(np.argmax(sel))} of {len(sel)} (cap {r['epochs']}, no early stop)"
+    return f"{r['best_epoch']} of {r['epochs_run']} (cap {r['epochs']}, patience {r['patience']})"
+
+
 def load() -> dict:
     return json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+
+
+def _order(rows: dict) -> list[dict]:
+    corpora = ("dbpedia", "agnews", "r8", "20ng")
+    return sorted(rows.values(), key=lambda r: (corpora.index(r["corpus"]) if r["corpus"] in corpora else 9, r["bits"]))
 
 
 def report() -> str:
@@ -177,7 +215,9 @@ def report() -> str:
              "difference | without the warm-up | Spearman rho (neighbour recall vs val P@100) | "
              "rho (label selection P vs val P@100) | objective-picked epoch: val P@100 (difference) | "
              "rho (held-out objective vs val P@100) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows.values():
+    for r in _order(rows):
+        if "history" not in r:  # a re-ranking-only cell (`rerank`)
+            continue
         pk = picks(r)
         lab, nbr, raw = pk["label"], pk["neighbour"], pk["neighbour_no_warmup"]
         obj = pk.get("objective")
@@ -188,19 +228,20 @@ def report() -> str:
                      f"{nbr['val_p']:.4f} | {100 * (nbr['val_p'] - lab['val_p']):+.2f} pt | {raw['epoch']}: "
                      f"{100 * (raw['val_p'] - lab['val_p']):+.2f} pt | {r['spearman_neighbour_vs_val_p']:.2f} | "
                      f"{r['spearman_label_selection_vs_val_p']:.2f} | {obj_cells} |")
-    lines += ["", "| corpus | bits | Hamming top-100 (tie-aware) | " + " | ".join(f"re-rank x{m}" for m in RERANK_M)
-              + " | q/s re-rank x4 vs Hamming |", "|---|---|---|" + "---|" * len(RERANK_M) + "---|"]
-    for r in rows.values():
+    lines += ["", "| corpus | bits | epoch (label-picked) | Hamming top-100 (tie-aware) | "
+              + " | ".join(f"re-rank x{m}" for m in RERANK_M)
+              + " | q/s re-rank x4 vs Hamming |", "|---|---|---|---|" + "---|" * len(RERANK_M) + "---|"]
+    for r in _order(rows):
         rr = r["rerank"]
         cells = " | ".join(f"{rr[str(m)]['p']:.4f} ({100 * (rr[str(m)]['p'] - rr['1']['p_tie']):+.2f})"
                            for m in RERANK_M)
-        lines.append(f"| {r['corpus']} | {r['bits']} | {rr['1']['p_tie']:.4f} | {cells} | "
+        lines.append(f"| {r['corpus']} | {r['bits']} | {_epoch(r)} | {rr['1']['p_tie']:.4f} | {cells} | "
                      f"{rr['4']['qps'] / rr['1']['qps']:.2f}x |")
     lines += ["", "| corpus | bits | codes alone: P@100 (tie-aware) / recall of cosine top-100 | "
               "bit re-rank x4 | float re-score x2 | float re-score x4 | float re-score x8 | float cosine kNN P@100 | "
               "q/s float x4 vs Hamming | bytes/doc: codes, + float16 vector |",
               "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows.values():
+    for r in _order(rows):
         if "float" not in r:
             continue
         rr, fl = r["rerank"], r["float"]
@@ -218,12 +259,13 @@ def report() -> str:
 def main() -> None:  # noqa: C901
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=("run", "report"))
+    ap.add_argument("command", choices=("run", "rerank", "report"))
     ap.add_argument("--corpora", nargs="+", default=["dbpedia", "agnews", "r8", "20ng"])
     ap.add_argument("--bits", nargs="+", type=int, default=[16, 64])
     ap.add_argument("--epochs", type=int, default=30, help="epochs per cell (short corpora)")
     ap.add_argument("--long-epochs", type=int, default=20, help="epochs per cell on 20ng and r8")
     ap.add_argument("--patience", type=int, default=6)
+    ap.add_argument("--shipped-epochs", type=int, default=100, help="rerank: the epoch cap of the shipped schedule")
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--cache-dir", default=str(HERE / ".cache" / "features"))
     ap.add_argument("--results", default=None, help=argparse.SUPPRESS)
@@ -237,10 +279,14 @@ def main() -> None:  # noqa: C901
     for name in args.corpora:
         for bits in args.bits:
             key = f"{name}-{bits}"
-            if "objective" in load().get(key, {}).get("history", {}):
+            row = load().get(key, {})
+            if "objective" in row.get("history", {}) or (args.command == "rerank" and "rerank" in row):
                 continue
             epochs = args.long_epochs if name in LONG else args.epochs
-            row = run_cell(name, bits, epochs, args.patience, args.k, args.cache_dir)
+            if args.command == "rerank":
+                row = rerank_cell(name, bits, args.shipped_epochs, args.patience, args.k, args.cache_dir)
+            else:
+                row = run_cell(name, bits, epochs, args.patience, args.k, args.cache_dir)
             results = load()
             results[key] = row
             RESULTS.write_text(json.dumps(results, indent=1) + "\n")
