@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.quality import DATA, LONG, corpus_features, epoch_cap, train_dhim
+from bench.quality import DATA, LONG, corpus_features, epoch_cap, record_shipped_schedule, train_dhim
 from dhim_ray.baselines import make_baseline
 from dhim_ray.config import FeatureConfig, config_for_bits
 from dhim_ray.data import load_corpus
@@ -167,7 +167,10 @@ def run_dhim(corpora, bits_list, variants, max_epochs: int, long_epochs: int, k:
                         continue
                     cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size, **over.get("model", {})},
                                           train={"max_epochs": epochs, "seed": seed})
-                    record({**key, **train_dhim(cfg, tr, va, train, val, k)})
+                    row = train_dhim(cfg, tr, va, train, val, k)
+                    record({**key, **row})
+                    if variant == "shipped":
+                        record_shipped_schedule(name, bits, seed, epochs, cfg.train.patience, row)
 
 
 def report() -> str:
@@ -200,8 +203,8 @@ def report() -> str:
         out += ["| corpus | bits | variant | P@100 tie-aware | vs shipped | best epoch / run (cap) | train s |",
                 "|---|---|---|---|---|---|---|"]
         for c in corpora:
-            for b in sorted({r["bits"] for r in dhim if r["corpus"] == c}):
-                cell = [r for r in dhim if r["corpus"] == c and r["bits"] == b]
+            for b, cap in sorted({(r["bits"], r["max_epochs"]) for r in dhim if r["corpus"] == c}):
+                cell = [r for r in dhim if r["corpus"] == c and r["bits"] == b and r["max_epochs"] == cap]
                 base = [r["p_tie"] for r in cell if r["variant"] == "shipped"]
                 for v in VARIANTS:
                     got = [r for r in cell if r["variant"] == v]
