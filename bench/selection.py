@@ -213,8 +213,8 @@ def to_quality() -> None:
         if "history" not in r:
             continue  # re-ranking cells record themselves
         lab = picks(r)["label"]
-        if lab["epochs_run"] >= len(r["history"]["val_p"]):
-            continue  # still waiting at the cap: not the shipped schedule
+        if lab["epoch"] + r["patience"] >= len(r["history"]["val_p"]):
+            continue  # early stopping had not fired by the cap: not the shipped schedule
         record_shipped_schedule(r["corpus"], r["bits"], 0, SHIPPED_EPOCHS, r["patience"], {
             "p": None, "p_tie": lab["val_p"], "seconds": round(r["epoch_seconds"] * lab["epochs_run"], 1),
             "best_epoch": lab["epoch"], "epochs_run": lab["epochs_run"], "epoch_seconds": r["epoch_seconds"]})
