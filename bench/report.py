@@ -199,7 +199,9 @@ def selection_section() -> list[str]:
         return []
     return ["## Model selection without labels, and re-ranking (issue 15)", "",
             "Command: `python -m bench.selection run --corpora dbpedia agnews r8 20ng --bits 16 64` (30 epochs per cell, 20 on r8 and 20ng; results in "
-            "`bench/selection.json`), then `python -m bench.selection report`.", "",
+            "`bench/selection.json`); re-ranking alone at 32 and 128 bits on the shipped schedule: "
+            "`python -m bench.selection rerank --corpora r8 dbpedia agnews --bits 32 128` (rows whose epoch column "
+            "says 'patience 6'; 20ng at 32/128 not run); then `python -m bench.selection report`.", "",
             "Protocol as the quality table (database = train.csv, queries = val.csv, tie-aware P@100; selection on "
             "a 10% slice of train.csv). Each cell trains the shipped configuration once for a fixed number of "
             "epochs and records, every epoch, both selection scores on the slice (label P@100; label-free "
