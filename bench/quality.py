@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from dhim_ray.baselines import make_baseline
-from dhim_ray.config import FeatureConfig, as_published, config_for_bits, parse_overrides
+from dhim_ray.config import FeatureConfig, TrainConfig, as_published, config_for_bits, parse_overrides
 from dhim_ray.data import load_corpus
 from dhim_ray.encoder import FrozenEncoder
 from dhim_ray.metrics import cosine_precision_at_k, precision_at_k
@@ -65,18 +65,20 @@ def record(row: dict) -> None:
         f.write(json.dumps(row) + "\n")
 
 
-SHIPPED_EPOCHS = 100  # the shipped schedule: 100 epochs at most, patience 6 (TrainConfig's defaults)
+SHIPPED = TrainConfig()  # the shipped schedule: its max_epochs (100) and patience (6)
+SHIPPED_EPOCHS = SHIPPED.max_epochs
 
 
 def record_shipped_schedule(name: str, bits: int, seed: int, max_epochs: int, patience: int, row: dict) -> None:
     """A DHIM run of the shipped configuration and schedule, trained by another bench (selection's
     re-ranking cells, representations' 'shipped' variant), goes into the quality table too:
-    one training, two tables. Runs with a cap or another patience are not the shipped schedule."""
-    if max_epochs < SHIPPED_EPOCHS or patience != 6:
+    one training, two tables (``row`` as ``run_row`` makes it). Runs with a cap or another patience
+    are not the shipped schedule."""
+    if max_epochs < SHIPPED_EPOCHS or patience != SHIPPED.patience:
         return
     if not done(load_results(), corpus=name, bits=bits, method="dhim shipped", seed=seed, max_epochs=max_epochs):
         record({"corpus": name, "bits": bits, "method": "dhim shipped", "seed": seed, "max_epochs": max_epochs,
-                **{k: row[k] for k in ("p", "p_tie", "seconds", "best_epoch", "epochs_run", "epoch_seconds")}})
+                **row})
 
 
 def corpus_features(name: str, cache_dir: str, encoder_name: str | None = None):
@@ -89,14 +91,24 @@ def corpus_features(name: str, cache_dir: str, encoder_name: str | None = None):
     return encoder, train, val, tr, va
 
 
+def fit_carved(cfg, tr, train, callbacks=()):
+    """Train on train.csv less a carved slice, which picks the epoch (never val.csv)."""
+    fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
+    return fit(tr.take(fit_idx), tr.take(sel_idx), cfg, train.labels[fit_idx], train.labels[sel_idx],
+               progress=False, callbacks=callbacks)
+
+
+def run_row(res, p: float, p_tie: float) -> dict:
+    """One DHIM run's quality-table fields: val P@100 (db order, tie-aware) and how training went."""
+    return {"p": p, "p_tie": p_tie, "seconds": round(res.seconds, 1), "best_epoch": res.best_epoch,
+            "epochs_run": len(res.history), "epoch_seconds": round(float(np.mean([h.seconds for h in res.history])), 1)}
+
+
 def train_dhim(cfg, tr, va, train, val, k: int) -> dict:
     """Train with model selection on a slice of train, evaluate val queries against all of train."""
-    fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
-    res = fit(tr.take(fit_idx), tr.take(sel_idx), cfg, train.labels[fit_idx], train.labels[sel_idx], progress=False)
+    res = fit_carved(cfg, tr, train)
     r = precision_at_k(hash_features(res.model, tr), train.labels, hash_features(res.model, va), val.labels, k)
-    return {"p": r.precision_at_k, "p_tie": r.precision_at_k_tie_aware, "seconds": round(res.seconds, 1),
-            "best_epoch": res.best_epoch, "epochs_run": len(res.history),
-            "epoch_seconds": round(float(np.mean([h.seconds for h in res.history])), 1)}
+    return run_row(res, r.precision_at_k, r.precision_at_k_tie_aware)
 
 
 def epoch_cap(name: str, bits: int, max_epochs: int, long_epochs: int | None = None,

@@ -40,14 +40,12 @@ from dhim_ray.rerank import rerank_topk, rescore_cosine
 from dhim_ray.training import (
     EarlyStopping,
     TrainCallback,
-    carve_validation,
-    fit,
     hash_features,
     score_features,
     selection_warmup,
 )
 
-from .quality import LONG, SHIPPED_EPOCHS, corpus_features, record_shipped_schedule
+from .quality import LONG, SHIPPED_EPOCHS, corpus_features, fit_carved, record_shipped_schedule, run_row
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "selection.json"
@@ -115,10 +113,8 @@ def run_cell(name: str, bits: int, epochs: int, patience: int, k: int, cache_dir
     encoder, train, val, tr, va = corpus_features(name, cache_dir)
     cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size},
                           train={"max_epochs": epochs, "patience": epochs, "select": "labels"})
-    fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
     cb = ValEachEpoch(tr, va, train.labels, val.labels, k)
-    res = fit(tr.take(fit_idx), tr.take(sel_idx), cfg, train.labels[fit_idx], train.labels[sel_idx],
-              progress=False, callbacks=(cb,))
+    res = fit_carved(cfg, tr, train, callbacks=(cb,))
     sel_p = [h.val_precision for h in res.history]
     nbr = [h.val_neighbour_recall for h in res.history]
     objective = [h.val_objective for h in res.history]
@@ -142,14 +138,11 @@ def rerank_cell(name: str, bits: int, epochs: int, patience: int, k: int, cache_
     encoder, train, val, tr, va = corpus_features(name, cache_dir)
     cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size},
                           train={"max_epochs": epochs, "patience": patience, "select": "labels"})
-    fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
-    res = fit(tr.take(fit_idx), tr.take(sel_idx), cfg, train.labels[fit_idx], train.labels[sel_idx], progress=False)
+    res = fit_carved(cfg, tr, train)
     out = {"corpus": name, "bits": bits, "epochs": epochs, "patience": patience, "best_epoch": res.best_epoch,
            "epochs_run": len(res.history), **measure_rerank(res.model, train, val, tr, va, bits, k)}
     plain = out["rerank"]["1"]
-    record_shipped_schedule(name, bits, cfg.train.seed, epochs, patience, {
-        "p": plain["p"], "p_tie": plain["p_tie"], "seconds": round(res.seconds, 1), "best_epoch": res.best_epoch,
-        "epochs_run": len(res.history), "epoch_seconds": round(float(np.mean([h.seconds for h in res.history])), 1)})
+    record_shipped_schedule(name, bits, cfg.train.seed, epochs, patience, run_row(res, plain["p"], plain["p_tie"]))
     logger.info("%s %d bits (re-ranking only, best epoch %d of %d): %s", name, bits, res.best_epoch,
                 len(res.history), {m: round(v["p"], 4) for m, v in out["rerank"].items()})
     return out
