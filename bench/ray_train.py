@@ -55,8 +55,10 @@ def main() -> None:
             wall = time.perf_counter() - t0
         epochs = [h["seconds"] for h in s["history"]]
         to_best = wall - sum(epochs[s["best_epoch"] + 1:])  # what stopping at the best epoch would have cost
+        validate = [h.get("validate_seconds") or 0.0 for h in s["history"]]
         results[str(run)] = ({k: v for k, v in s.items() if k not in ("history", "run_dir")}
-                             | {"wall_seconds": wall, "wall_to_best_epoch_seconds": to_best})
+                             | {"wall_seconds": wall, "wall_to_best_epoch_seconds": to_best,
+                                "mean_validate_seconds": sum(validate) / max(1, len(validate))})
         print(json.dumps(results[str(run)]), flush=True)
     base = results.get("in-process")
     results["ratios_to_in_process"] = {} if base is None else {

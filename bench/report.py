@@ -336,6 +336,10 @@ def main() -> None:
                       "", f"Rows verified: {i['rows_verified']}.", ""]
     parts += million_section()
     rt = HERE / "ray_train.json"
+
+    def _fmt_s(x):
+        return "" if x is None else f"{x:.2f}"
+
     if rt.exists():
         r = json.loads(rt.read_text())
         parts += ["## Ray Train: in-process vs 1 and 2 workers (issues 12 and 14)", "",
@@ -343,7 +347,7 @@ def main() -> None:
                   "(one training loop for all three; same global batch, lr and seed; the features come from one "
                   "shared `--cache-dir`, computed by the first run, so 'features s' of the others is reading it)", "",
                   "| run | best val P@100 (tie-aware) | wall s | Ray start s | features s | mean epoch s | "
-                  "wall to best epoch s |", "|---|---|---|---|---|---|---|"]
+                  "of which validation s | wall to best epoch s |", "|---|---|---|---|---|---|---|---|"]
         for name in ("in-process", "on-disk", "1", "2"):
             if name not in r:
                 continue
@@ -352,7 +356,8 @@ def main() -> None:
                      "(`--feature-memory 0`)"}.get(name, f"Ray Train, {name} worker{'s' if name == '2' else ''}")
             parts.append(f"| {label} | {x['best_val_precision_at_k_tie_aware']:.4f} | {x['wall_seconds']:.1f} | "
                          f"{x.get('ray_start_seconds', 0):.1f} | {x['feature_seconds']:.1f} | "
-                         f"{x['mean_epoch_seconds']:.1f} | {x['wall_to_best_epoch_seconds']:.1f} |")
+                         f"{x['mean_epoch_seconds']:.2f} | {_fmt_s(x.get('mean_validate_seconds'))} | "
+                         f"{x['wall_to_best_epoch_seconds']:.1f} |")
         for w, ratio in r["ratios_to_in_process"].items():
             parts.append(f"\n{w} worker(s) vs in-process: val P@100 difference {ratio['val_precision_diff']:+.4f}; "
                          f"wall time ratio {ratio['wall_time']:.2f}; epoch time ratio {ratio['epoch_time']:.2f}.")

@@ -3,13 +3,13 @@
 ``training.fit`` runs the same loop in one process and in every Ray Train worker.
 What differs is a ``Collective``: a single process is its own world; a worker of a
 process group (gloo on CPU, NCCL on GPU) all-gathers the global batch's codes,
-agrees on the batch count, hashes its share of the validation documents, and
-hears rank 0's decision to stop.
+agrees on the batch count, scores its share of the validation search and sums the
+shares, and hears rank 0's decision to stop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -41,6 +41,10 @@ class Collective:
     def my_rows(self, n: int) -> tuple[int, int]:
         """This rank's contiguous share [a, b) of n rows (sizes differ by at most one)."""
         return n * self.rank // self.world_size, n * (self.rank + 1) // self.world_size
+
+    def sum(self, values: Sequence[float]) -> list[float]:
+        """``values`` summed elementwise over all workers (float64), on every rank."""
+        return [float(v) for v in values]
 
     def gather_rows(self, rows: torch.Tensor) -> torch.Tensor:
         """Every rank's ``rows`` (its ``my_rows`` share), concatenated in rank order, on every rank."""
@@ -104,6 +108,13 @@ class ProcessGroup(Collective):
         t = torch.tensor([float(flag)], device=self.device)
         dist.broadcast(t, src=0)
         return bool(t.item())
+
+    def sum(self, values: Sequence[float]) -> list[float]:
+        import torch.distributed as dist
+
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.tolist()
 
     def gather_rows(self, rows: torch.Tensor) -> torch.Tensor:
         import torch.distributed as dist

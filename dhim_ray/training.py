@@ -116,33 +116,58 @@ class Selection:
     def score(self, model: DHIM, val: Features, val_labels: np.ndarray | None, device: torch.device,
               collective: Collective) -> tuple[float | None, float, float]:
         """(tie-aware P@k or None without labels, tie-aware neighbour recall@k, held-out
-        objective) of the model; every rank hashes a share of both sides and every rank
-        scores (the objective is computed whole on each rank: the weights are the same)."""
+        objective) of the model. The work is split across ranks: every rank hashes a share
+        of the database sample (all ranks get every code), then searches and scores only
+        its share of the val documents and its share of the objective's batches; one
+        all-reduce of the sums gives every rank the whole figures."""
         db_codes = hash_shared(model, self.database, device, collective)
-        val_codes = hash_shared(model, val, device, collective)
-        p = None
-        if self.labels is not None and val_labels is not None:
-            p = precision_at_k(db_codes, self.labels, val_codes, val_labels, self.k).precision_at_k_tie_aware
-        recall = neighbour_recall_at_k(db_codes, val_codes, self.neighbours, self.k).recall_at_k
-        return p, recall, held_out_objective(model, val, self.config, device, self.val_pairs)
+        a, b = collective.my_rows(len(val))
+        labelled = self.labels is not None and val_labels is not None
+        p_sum = recall_sum = 0.0
+        if b > a:
+            val_codes = hash_features(model, val.rows(a, b), device=device)
+            if labelled:
+                p_sum = precision_at_k(db_codes, self.labels, val_codes, np.asarray(val_labels)[a:b],
+                                       self.k).precision_at_k_tie_aware * (b - a)
+            recall_sum = neighbour_recall_at_k(db_codes, val_codes, self.neighbours[a:b], self.k).recall_at_k * (b - a)
+        loss_sum, n_loss = held_out_sums(model, val, self.config, device, self.val_pairs, collective)
+        p_sum, recall_sum, loss_sum, n_loss = collective.sum([p_sum, recall_sum, loss_sum, n_loss])
+        n = max(len(val), 1)
+        return (p_sum / n if labelled else None), recall_sum / n, loss_sum / max(n_loss, 1)
 
 
-@torch.no_grad()
 def held_out_objective(model: DHIM, feats: Features, config: DHIMConfig, device: torch.device,
                        pairs: np.ndarray | None = None) -> float:
     """The training loss on held-out documents, per document: the same batches, crops and
-    Bernoulli draws every call (seeded, the caller's RNG streams untouched), so epochs
-    compare. ``pairs``: a neighbour table over ``feats`` (see neighbour_table)."""
+    Bernoulli draws every call (seeded per batch, the caller's RNG streams untouched), so
+    epochs compare. ``pairs``: a neighbour table over ``feats`` (see neighbour_table)."""
+    total, n = held_out_sums(model, feats, config, device, pairs)
+    return total / max(n, 1)
+
+
+@torch.no_grad()
+def held_out_sums(model: DHIM, feats: Features, config: DHIMConfig, device: torch.device,
+                  pairs: np.ndarray | None = None, collective: Collective | None = None) -> tuple[float, int]:
+    """(summed loss x batch size, documents) of this rank's share of the held-out batches:
+    batch i is rank i % world's. Each batch's crops and draws are seeded by its index, so
+    the sums over ranks equal one process computing every batch."""
+    collective = collective or Collective()
     model.eval()
-    rng = np.random.default_rng(config.train.seed + 2)
+    plan = batch_plan(len(feats), config.train.batch_size, np.random.default_rng(config.train.seed + 2), pairs)
+    trim = trim_margin(config.model)
     total, n = 0.0, 0
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(config.train.seed + 2)
-        for tokens, mask, target, batch_pairs in epoch_batches(feats, config, rng, device, None, pairs):
-            out = model(tokens, mask, target, config.train.beta, pairs=batch_pairs)
+        for i, (idx, batch_pairs) in enumerate(plan):
+            if i % collective.world_size != collective.rank:
+                continue
+            torch.manual_seed(config.train.seed + 2 + 7919 * i)
+            tokens, mask, target = to_tensors(feats, idx, config.model.regulariser, device, trim,
+                                              config.train.crop_tokens, np.random.default_rng([config.train.seed + 2, i]))
+            out = model(tokens, mask, target, config.train.beta,
+                        pairs=None if batch_pairs is None else torch.from_numpy(batch_pairs).to(device))
             total += out.loss.item() * len(tokens)
             n += len(tokens)
-    return total / max(n, 1)
+    return total, n
 
 
 def token_mean(feats: Features, chunk: int = 1024) -> np.ndarray:
@@ -292,16 +317,20 @@ def epoch_batches(
     ``neighbours`` table (see neighbour_table), anchor/neighbour pairs whose ``pairs``
     matrix marks the extra positives. Crops and padding trims follow the config.
     """
-    batch_size = batch_size or config.train.batch_size
-    if neighbours is None:
-        batches = ((idx, None) for idx in batch_indices(len(feats), batch_size, rng))
-    else:
-        batches = pair_batches(len(feats), batch_size, neighbours, rng)
     trim = trim_margin(config.model)
-    for idx, pairs in batches:
+    for idx, pairs in batch_plan(len(feats), batch_size or config.train.batch_size, rng, neighbours):
         tokens, mask, target = to_tensors(feats, idx, config.model.regulariser, device, trim,
                                           config.train.crop_tokens, rng)
         yield tokens, mask, target, None if pairs is None else torch.from_numpy(pairs).to(device)
+
+
+def batch_plan(n: int, batch_size: int, rng: np.random.Generator,
+               neighbours: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    """An epoch's batches as (document indices, extra-positive pairs or None): shuffled
+    batches, or anchor/neighbour pairs with a ``neighbours`` table (see pair_batches)."""
+    if neighbours is None:
+        return ((idx, None) for idx in batch_indices(n, batch_size, rng))
+    return pair_batches(n, batch_size, neighbours, rng)
 
 
 def train_step(

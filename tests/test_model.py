@@ -139,6 +139,17 @@ def test_held_out_objective_criterion_picks_the_lowest_val_loss():
     torch.manual_seed(5)
     assert torch.equal(after, torch.rand(3))
     assert again == pytest.approx(result.best_objective)
+    # split across ranks (batch i is rank i % world's), the shares' sums are the whole objective
+    from dhim_ray.distributed import Collective
+    from dhim_ray.training import held_out_sums
+
+    class Rank(Collective):
+        def __init__(self, rank, world):
+            self.rank, self.world_size = rank, world
+
+    shares = [held_out_sums(result.model, val, cfg, torch.device("cpu"), pairs, Rank(r, 3)) for r in range(3)]
+    assert all(n > 0 for _, n in shares)
+    assert sum(t for t, _ in shares) / sum(n for _, n in shares) == pytest.approx(again, rel=1e-6)
     # the objective is recorded under every criterion and does not change what training does
     labelled = fit(feats.take(tr), feats.take(va), cfg.replace(train={"select": "labels"}), labels[tr], labels[va],
                    progress=False)
