@@ -7,8 +7,9 @@
    of ``--feature-memory``, else read batch by batch) and runs the library's one
    training loop (``dhim_ray.training.fit``) with a ``ProcessGroup`` collective:
    ``--batch-size`` stays the global batch (each of N workers takes batch/N documents
-   and all-gathers the codes); each rank hashes its share of the validation search,
-   rank 0 decides early stopping for all.
+   and all-gathers the codes); each rank hashes its share of the selection sample,
+   scores its share of the val split and of the held-out objective, one all-reduce
+   sums the shares, and rank 0 decides early stopping for all.
 3. After every epoch rank 0 reports a resumable checkpoint; a worker failure restarts
    the group from it (``FailureConfig(max_failures)``), ``--resume RUN_DIR`` continues
    a stopped run. The driver logs one line per epoch; Ray's own output stays hidden
@@ -177,8 +178,8 @@ def train_loop_per_worker(loop_config: dict) -> None:
     # This worker reads only its own rows of the training features (in memory when they
     # fit its share of the budget, else batch by batch from disk).
     local = open_features(loop_config["train_store"], per_worker, collective.my_rows(n_train))
-    # Every rank hashes its share of the validation search each epoch: a fixed sample of
-    # the training documents (read once) and the val split. Only rank 0 fits the ITQ start
+    # Every rank takes its share of the validation search each epoch: it hashes part of a
+    # fixed sample of the training documents (read once) and scores part of the val split. Only rank 0 fits the ITQ start
     # (one chunked pass over the split). Both stay on disk until read.
     database = local if collective.world_size == 1 else open_features(loop_config["train_store"], 0.0)
     val = open_features(loop_config["val_store"], per_worker)
