@@ -237,6 +237,8 @@ def representations_section() -> list[str]:
             "    --variants shipped \"flow target\" \"flow neighbours\" \"sg-opt features\"   # 8-epoch cap (10 on r8)",
             "python -m bench.representations dhim --corpora r8 dbpedia agnews --bits 16 \\",
             "    --variants shipped \"flow target\" --max-epochs 100 --long-epochs 100      # the shipped schedule",
+            "python -m bench.representations dhim --corpora r8 dbpedia agnews --bits 16 \\",
+            "    --variants shipped \"flow target\" --max-epochs 100 --long-epochs 100 --seeds 1   # a second seed",
             "python -m bench.representations report",
             "```", "",
             "Protocol as the quality table (database = train.csv, queries = val.csv, tie-aware P@100). Every "
@@ -245,7 +247,8 @@ def representations_section() -> list[str]:
             "maximum likelihood (stopped on a held-out tenth); 'first-last-avg' is WhiteningBERT's layer average "
             "(mean-pooled first and last transformer layers); SG-OPT is `dhim-ray refine` (batch 16, tau 0.01, "
             "lambda 0.1, one epoch, lr 1e-5) on train.csv. DHIM rows: the shipped 16-bit configuration with one "
-            "change, one seed; '(8)'/'(10)' = an epoch cap, '(100)' = the shipped schedule (100 epochs at most, "
+            "change, P@100 the mean over the seeds run (the 'seeds' column: how many, and the difference to the "
+            "shipped variant seed by seed); '(8)'/'(10)' = an epoch cap, '(100)' = the shipped schedule (100 epochs at most, "
             "patience 6; every such run stopped by itself); 'vs shipped' compares rows of the same schedule. "
             "Seconds on 2 shared cores (other runs went at once): read them as upper bounds.", "",
             "Tables, in order: float cosine kNN (P@100) per representation; sign-hashing baselines (tie-aware "

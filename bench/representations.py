@@ -200,8 +200,8 @@ def report() -> str:
         out.append("")
     dhim = [r for r in rows if r["kind"] == "dhim"]
     if dhim:
-        out += ["| corpus | bits | variant | P@100 tie-aware | vs shipped | best epoch / run (cap) | train s |",
-                "|---|---|---|---|---|---|---|"]
+        out += ["| corpus | bits | variant | P@100 tie-aware | vs shipped | seeds: vs shipped per seed "
+                "| best epoch / run (cap) | train s |", "|---|---|---|---|---|---|---|---|"]
         for c in corpora:
             for b, cap in sorted({(r["bits"], r["max_epochs"]) for r in dhim if r["corpus"] == c}):
                 cell = [r for r in dhim if r["corpus"] == c and r["bits"] == b and r["max_epochs"] == cap]
@@ -212,9 +212,15 @@ def report() -> str:
                         continue
                     p = float(np.mean([r["p_tie"] for r in got]))
                     diff = f"{100 * (p - np.mean(base)):+.2f} pt" if base and v != "shipped" else ""
+                    # the difference seed by seed, where the shipped variant ran with the same seed
+                    by_seed = {r.get("seed", 0): r["p_tie"] for r in cell if r["variant"] == "shipped"}
+                    seeds = sorted({r.get("seed", 0) for r in got})
+                    per_seed = ", ".join(f"{100 * (r['p_tie'] - by_seed[r.get('seed', 0)]):+.2f}"
+                                         for r in sorted(got, key=lambda r: r.get("seed", 0))
+                                         if r.get("seed", 0) in by_seed) if v != "shipped" else ""
                     r0 = got[0]
-                    out.append(f"| {c} | {b} | {v} | {p:.4f} | {diff} | {r0['best_epoch']}/{r0['epochs_run']} "
-                               f"({r0['max_epochs']}) | {r0['seconds']} |")
+                    out.append(f"| {c} | {b} | {v} | {p:.4f} | {diff} | {len(seeds)}: {per_seed} | "
+                               f"{r0['best_epoch']}/{r0['epochs_run']} ({r0['max_epochs']}) | {r0['seconds']} |")
         out.append("")
     refines = [r for r in rows if r["kind"] == "refine"]
     if refines:
