@@ -45,7 +45,7 @@ from dhim_ray.training import (
     selection_warmup,
 )
 
-from .quality import LONG, SHIPPED_EPOCHS, corpus_features, fit_carved, record_shipped_schedule, run_row
+from .quality import LONG, SHIPPED_EPOCHS, corpus_features, fit_carved, record_shipped_schedule
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "selection.json"
@@ -140,9 +140,10 @@ def rerank_cell(name: str, bits: int, epochs: int, patience: int, k: int, cache_
                           train={"max_epochs": epochs, "patience": patience, "select": "labels"})
     res = fit_carved(cfg, tr, train)
     out = {"corpus": name, "bits": bits, "epochs": epochs, "patience": patience, "best_epoch": res.best_epoch,
-           "epochs_run": len(res.history), **measure_rerank(res.model, train, val, tr, va, bits, k)}
-    plain = out["rerank"]["1"]
-    record_shipped_schedule(name, bits, cfg.train.seed, epochs, patience, run_row(res, plain["p"], plain["p_tie"]))
+           "epochs_run": len(res.history), "seconds": round(res.seconds, 1),
+           "epoch_seconds": round(float(np.mean([h.seconds for h in res.history])), 1),
+           **measure_rerank(res.model, train, val, tr, va, bits, k)}
+    _record_rerank_cell(out, cfg.train.seed)
     logger.info("%s %d bits (re-ranking only, best epoch %d of %d): %s", name, bits, res.best_epoch,
                 len(res.history), {m: round(v["p"], 4) for m, v in out["rerank"].items()})
     return out
@@ -198,13 +199,25 @@ def _epoch(r: dict) -> str:
     return f"{r['best_epoch']} of {r['epochs_run']} (cap {r['epochs']}, patience {r['patience']})"
 
 
+def _record_rerank_cell(r: dict, seed: int = 0) -> None:
+    """A re-ranking cell is the shipped schedule when its cap is the shipped one, or when early
+    stopping fired before a lower cap (the run is then the same): its plain search goes into the
+    quality table as a shipped-schedule row."""
+    stopped = r["epochs_run"] < r["epochs"]
+    plain = r["rerank"]["1"]
+    record_shipped_schedule(r["corpus"], r["bits"], seed, SHIPPED_EPOCHS if stopped else r["epochs"], r["patience"], {
+        "p": plain["p"], "p_tie": plain["p_tie"], "seconds": r.get("seconds"), "best_epoch": r["best_epoch"],
+        "epochs_run": r["epochs_run"], "epoch_seconds": r.get("epoch_seconds")})
+
+
 def to_quality() -> None:
     """Cells whose label-selection replay stopped before the cap ran exactly the shipped schedule
     (same seed, same batches; training does not depend on when it would stop): their picked epoch's
     val P@100 goes into the quality table. The db-order P@100 was not recorded there, so it stays blank."""
     for r in load().values():
         if "history" not in r:
-            continue  # re-ranking cells record themselves
+            _record_rerank_cell(r)  # a no-op for cells already recorded
+            continue
         lab = picks(r)["label"]
         if lab["epoch"] + r["patience"] >= len(r["history"]["val_p"]):
             continue  # early stopping had not fired by the cap: not the shipped schedule
