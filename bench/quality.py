@@ -321,7 +321,8 @@ def main() -> None:
                     help="sweep: a setting over the shipped defaults, e.g. train.beta=2.0 (repeatable)")
     ap.add_argument("--seed", type=int, default=0, help="sweep: the seed")
     ap.add_argument("--k", type=int, default=100)
-    ap.add_argument("--cache-dir", default=".cache/features")
+    ap.add_argument("--cache-dir", default=str(HERE / ".cache" / "features"),
+                    help="frozen features, shared with the other benches (bench/.cache/features)")
     args = ap.parse_args()
     if args.mode == "table":
         run_table(args.corpora, args.bits, args.max_epochs, args.k, args.cache_dir, args.published_epochs,

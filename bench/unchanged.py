@@ -25,7 +25,8 @@ def main() -> None:
     ap.add_argument("--corpus", default="agnews")
     ap.add_argument("--bits", nargs="+", type=int, default=[32, 64])
     ap.add_argument("--max-epochs", type=int, default=8)
-    ap.add_argument("--cache-dir", default=".cache/features")
+    ap.add_argument("--cache-dir", default=str(HERE / ".cache" / "features"),
+                    help="frozen features, shared with the other benches (bench/.cache/features)")
     ap.add_argument("--out", default=str(HERE / "unchanged.json"))
     args = ap.parse_args()
     recorded = {(r["bits"]): r for r in load_results() if r["corpus"] == args.corpus and r["method"] == "dhim shipped"
