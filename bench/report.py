@@ -239,6 +239,8 @@ def representations_section() -> list[str]:
             "    --variants shipped \"flow target\" --max-epochs 100 --long-epochs 100      # the shipped schedule",
             "python -m bench.representations dhim --corpora r8 dbpedia agnews --bits 16 \\",
             "    --variants shipped \"flow target\" --max-epochs 100 --long-epochs 100 --seeds 1   # a second seed",
+            "python -m bench.representations dhim --corpora dbpedia agnews r8 --bits 16 --variants \\",
+            "    \"whitening target\" \"whitening neighbours\" --max-epochs 100 --long-epochs 100",
             "python -m bench.representations report",
             "```", "",
             "Protocol as the quality table (database = train.csv, queries = val.csv, tie-aware P@100). Every "
