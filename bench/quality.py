@@ -98,10 +98,19 @@ def fit_carved(cfg, tr, train, callbacks=()):
                progress=False, callbacks=callbacks)
 
 
+#: How a DHIM run's training went, as the quality table records it (see training_fields).
+TRAINING_FIELDS = ("seconds", "best_epoch", "epochs_run", "epoch_seconds")
+
+
+def training_fields(res) -> dict:
+    """A FitResult's TRAINING_FIELDS: seconds, best epoch, epochs run, mean epoch seconds."""
+    return {"seconds": round(res.seconds, 1), "best_epoch": res.best_epoch, "epochs_run": len(res.history),
+            "epoch_seconds": round(float(np.mean([h.seconds for h in res.history])), 1)}
+
+
 def run_row(res, p: float, p_tie: float) -> dict:
     """One DHIM run's quality-table fields: val P@100 (db order, tie-aware) and how training went."""
-    return {"p": p, "p_tie": p_tie, "seconds": round(res.seconds, 1), "best_epoch": res.best_epoch,
-            "epochs_run": len(res.history), "epoch_seconds": round(float(np.mean([h.seconds for h in res.history])), 1)}
+    return {"p": p, "p_tie": p_tie, **training_fields(res)}
 
 
 def train_dhim(cfg, tr, va, train, val, k: int) -> dict:

@@ -45,7 +45,15 @@ from dhim_ray.training import (
     selection_warmup,
 )
 
-from .quality import LONG, SHIPPED_EPOCHS, corpus_features, fit_carved, record_shipped_schedule
+from .quality import (
+    LONG,
+    SHIPPED_EPOCHS,
+    TRAINING_FIELDS,
+    corpus_features,
+    fit_carved,
+    record_shipped_schedule,
+    training_fields,
+)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "selection.json"
@@ -139,9 +147,7 @@ def rerank_cell(name: str, bits: int, epochs: int, patience: int, k: int, cache_
     cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size},
                           train={"max_epochs": epochs, "patience": patience, "select": "labels"})
     res = fit_carved(cfg, tr, train)
-    out = {"corpus": name, "bits": bits, "epochs": epochs, "patience": patience, "best_epoch": res.best_epoch,
-           "epochs_run": len(res.history), "seconds": round(res.seconds, 1),
-           "epoch_seconds": round(float(np.mean([h.seconds for h in res.history])), 1),
+    out = {"corpus": name, "bits": bits, "epochs": epochs, "patience": patience, **training_fields(res),
            **measure_rerank(res.model, train, val, tr, va, bits, k)}
     _record_rerank_cell(out, cfg.train.seed)
     logger.info("%s %d bits (re-ranking only, best epoch %d of %d): %s", name, bits, res.best_epoch,
@@ -206,8 +212,7 @@ def _record_rerank_cell(r: dict, seed: int = 0) -> None:
     stopped = r["epochs_run"] < r["epochs"]
     plain = r["rerank"]["1"]
     record_shipped_schedule(r["corpus"], r["bits"], seed, SHIPPED_EPOCHS if stopped else r["epochs"], r["patience"], {
-        "p": plain["p"], "p_tie": plain["p_tie"], "seconds": r.get("seconds"), "best_epoch": r["best_epoch"],
-        "epochs_run": r["epochs_run"], "epoch_seconds": r.get("epoch_seconds")})
+        "p": plain["p"], "p_tie": plain["p_tie"], **{f: r.get(f) for f in TRAINING_FIELDS}})
 
 
 def to_quality() -> None:
