@@ -16,6 +16,11 @@ def gib(x: float) -> str:
     return f"{x:.2f} GiB"
 
 
+def seconds(x: float | None) -> str:
+    """Seconds to two decimals; blank for a figure a run did not record."""
+    return "" if x is None else f"{x:.2f}"
+
+
 def million_section() -> list[str]:
     path = HERE / "million.json"
     if not path.exists():
@@ -200,8 +205,10 @@ def selection_section() -> list[str]:
     return ["## Model selection without labels, and re-ranking (issue 15)", "",
             "Command: `python -m bench.selection run --corpora dbpedia agnews r8 20ng --bits 16 64` (30 epochs per cell, 20 on r8 and 20ng; results in "
             "`bench/selection.json`); re-ranking alone at 32 and 128 bits on the shipped schedule: "
-            "`python -m bench.selection rerank --corpora r8 dbpedia agnews --bits 32 128` (rows whose epoch column "
-            "says 'patience 6'; 20ng at 32/128 not run); then `python -m bench.selection report`.", "",
+            "`python -m bench.selection rerank --corpora r8 dbpedia agnews --bits 32 128` and "
+            "`python -m bench.selection rerank --corpora 20ng --bits 32 128 --shipped-epochs 30` (rows whose epoch "
+            "column says 'patience 6'; both 20ng runs stopped by themselves at epoch 17); then "
+            "`python -m bench.selection report`.", "",
             "Protocol as the quality table (database = train.csv, queries = val.csv, tie-aware P@100; selection on "
             "a 10% slice of train.csv). Each cell trains the shipped configuration once for a fixed number of "
             "epochs and records, every epoch, both selection scores on the slice (label P@100; label-free "
@@ -289,17 +296,20 @@ def main() -> None:
                   "    'padding counted as words (paper code)'",
                   "python -m bench.quality sweep --corpora r8 --bits 16 --max-epochs 5 --set model.init=itq \\",
                   "    --set train.beta=2.0   # one row of the sweep that chose the per-bit defaults",
-                  "# the shipped schedule's rows (100 epochs at most, patience 6, seed 0), trained by other benches:",
-                  "python -m bench.representations dhim --corpora r8 dbpedia agnews --bits 16 \\",
-                  "    --variants shipped --max-epochs 100 --long-epochs 100",
+                  "# the shipped schedule's rows (100 epochs at most, patience 6), trained by other benches:",
+                  "python -m bench.representations dhim --corpora r8 dbpedia agnews 20ng --bits 16 \\",
+                  "    --variants shipped --max-epochs 100 --long-epochs 100   # and --seeds 1 on r8 dbpedia agnews",
                   "python -m bench.selection rerank --corpora r8 dbpedia agnews --bits 32 128",
+                  "python -m bench.selection rerank --corpora 20ng --bits 32 128 --shipped-epochs 30",
                   "python -m bench.selection to-quality   # 64 bits and 20ng: replays that stopped by themselves",
                   "python -m bench.quality report",
                   "```", "",
                   "Protocol: DHIM trains on 90% of train.csv and picks its epoch on the other 10% (never on val.csv), "
                   "searching a fixed sample of at most 4,000 training documents; database = all of train.csv, "
                   "queries = val.csv. 'dhim shipped' is the shipped schedule (100 epochs at most, early stopping "
-                  "with patience 6, seed 0) wherever a run of it exists, marked '(shipped schedule)'; its rows "
+                  "with patience 6; seed 0, and seeds 0 and 1 at 16 bits on dbpedia, agnews and r8) wherever a "
+                  "run of it exists, marked '(shipped schedule)', including runs with a lower cap that early "
+                  "stopping ended first; its rows "
                   "from `bench.selection to-quality` are the label-picked epoch of a selection cell whose early "
                   "stopping fired before its cap (the same configuration and schedule; the cell's per-epoch "
                   "records shift the random stream, so it is another draw, not the same run, and its db-order "
@@ -341,10 +351,6 @@ def main() -> None:
                       "", f"Rows verified: {i['rows_verified']}.", ""]
     parts += million_section()
     rt = HERE / "ray_train.json"
-
-    def _fmt_s(x):
-        return "" if x is None else f"{x:.2f}"
-
     if rt.exists():
         r = json.loads(rt.read_text())
         parts += ["## Ray Train: in-process vs 1 and 2 workers (issues 12 and 14)", "",
@@ -361,7 +367,7 @@ def main() -> None:
                      "(`--feature-memory 0`)"}.get(name, f"Ray Train, {name} worker{'s' if name == '2' else ''}")
             parts.append(f"| {label} | {x['best_val_precision_at_k_tie_aware']:.4f} | {x['wall_seconds']:.1f} | "
                          f"{x.get('ray_start_seconds', 0):.1f} | {x['feature_seconds']:.1f} | "
-                         f"{x['mean_epoch_seconds']:.2f} | {_fmt_s(x.get('mean_validate_seconds'))} | "
+                         f"{x['mean_epoch_seconds']:.2f} | {seconds(x.get('mean_validate_seconds'))} | "
                          f"{x['wall_to_best_epoch_seconds']:.1f} |")
         for w, ratio in r["ratios_to_in_process"].items():
             parts.append(f"\n{w} worker(s) vs in-process: val P@100 difference {ratio['val_precision_diff']:+.4f}; "

@@ -179,8 +179,9 @@ def train_loop_per_worker(loop_config: dict) -> None:
     # fit its share of the budget, else batch by batch from disk).
     local = open_features(loop_config["train_store"], per_worker, collective.my_rows(n_train))
     # Every rank takes its share of the validation search each epoch: it hashes part of a
-    # fixed sample of the training documents (read once) and scores part of the val split. Only rank 0 fits the ITQ start
-    # (one chunked pass over the split). Both stay on disk until read.
+    # fixed sample of the training documents (read once) and scores part of the val split.
+    # Only rank 0 fits the ITQ start (one chunked pass over the split). Both stay on disk
+    # until read.
     database = local if collective.world_size == 1 else open_features(loop_config["train_store"], 0.0)
     val = open_features(loop_config["val_store"], per_worker)
     database_labels, val_labels = loop_config["train_labels"], loop_config["val_labels"]
