@@ -49,6 +49,10 @@ VECTOR_FIELD = "vector"  # optional (ingest --store-vectors): the unit-norm sent
 TEXT_PREVIEW = 1024
 MAX_SEARCH_K = 16384  # Milvus' limit on top-k
 DEFAULT_TIMEOUT = 30.0
+# milvus-lite is a local process on a unix socket: keepalive pings only earn a GOAWAY
+# ("too_many_pings") from its server while the client waits idle (e.g. on slow encoders),
+# which gRPC prints to the terminal. pymilvus pings every 10 s by default; lite needs none.
+LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 2**31 - 1, "grpc.keepalive_permit_without_calls": 0}
 OUTPUT_FIELDS = ["label", "text", "source", "row"]
 INDEX_TYPES = ("BIN_FLAT", "BIN_IVF_FLAT")
 
@@ -171,12 +175,15 @@ def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS
             raise StoreError(f"uri={uri}: no such milvus-lite file; check the path or run 'dhim-ray ingest' first")
         if not os.path.isdir(parent):
             raise StoreError(f"uri={uri}: folder {parent} does not exist; create it or pick another path")
+        kwargs["grpc_options"] = LITE_GRPC_OPTIONS
     else:
         _check_reachable(uri, timeout)
         secret = os.environ.get(token_env)
         if secret:
             kwargs["token"] = secret
-        kwargs["timeout"] = timeout
+    # The wait for the channel: pymilvus' default is 10 s, which a milvus-lite server
+    # starting on a loaded machine can pass.
+    kwargs["timeout"] = timeout
     try:
         return MilvusClient(uri=uri, **kwargs)
     except Exception as exc:  # pymilvus raises MilvusException or plain errors
