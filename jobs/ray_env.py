@@ -66,6 +66,34 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
     else:
         _start_local(num_cpus, kwargs)
     quiet_ray_data(verbose)
+    if not verbose:
+        _absorb_actor_restart_warning()
+
+
+class _Idle:
+    def __init__(self, _):
+        pass
+
+
+def _absorb_actor_restart_warning() -> None:
+    """Ray's C++ core prints one false alarm to the terminal per process: every Ray Data
+    actor pool (Ray 2.60 passes the actors their transformer by reference, and keeps that
+    reference, so restarts work) logs "has constructor arguments in the object store and
+    max_restarts > 0" (ray-project/ray#53727) at ERROR, which no log level hides without
+    printing another line. It is logged once per process, when the actor is submitted: so
+    submit one such actor here with the terminal's file descriptor pointed elsewhere, and
+    kill it. -v leaves the line alone."""
+    import ray
+
+    saved, sink = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(sink, 2)
+        actor = ray.remote(num_cpus=0, max_restarts=1)(_Idle).remote(ray.put(None))
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(sink)
+    ray.kill(actor, no_restart=True)
 
 
 def _start_local(num_cpus: int | None, kwargs: dict) -> None:

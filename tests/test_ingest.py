@@ -432,3 +432,27 @@ def test_store_vectors_keeps_unit_float16_vectors_and_rerank_rescores_by_cosine(
     assert evaluated["rerank_by"] == "cosine of stored vectors"
     with pytest.raises(CollectionMismatchError, match="keeps float vectors and this ingest has none"):
         ingest(small, model_dir, target, workers=1, progress=False)
+
+
+def test_ingest_keeps_ray_and_grpc_chatter_out_of_the_terminal(model_dir, tmp_path):
+    """Without -v the terminal shows our own lines only: not Ray's C++ core (every Ray Data
+    actor pool of Ray 2.60 logs a false 'constructor arguments in the object store' ERROR),
+    not Ray workers' output, not gRPC's transport logs."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_BACKEND_LOG_LEVEL", "RAY_ADDRESS")}
+    env.update(HF_HUB_OFFLINE="1", COLUMNS="120")
+    run = subprocess.run([sys.executable, "-m", "dhim_ray.cli", "ingest", "bbc", "--split", "val", "--limit", "80",
+                          "--model", str(model_dir), "--uri", str(tmp_path / "quiet.db"), "--workers", "2"],
+                         capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stderr
+    assert "80" in run.stdout
+    foreign = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,.]+ [DIWEF] \d+ \d+\]"  # Ray's C++ core
+                         r"|^[DIWEF]\d{4} \d\d:\d\d"  # gRPC / glog
+                         r"|^\((raylet|pid=|\w+ pid=)"  # Ray workers' forwarded output
+                         r"|constructor arguments in the object store|core_worker\.cc|chttp2")
+    leaked = [line for line in run.stderr.splitlines() if foreign.search(line.strip())]
+    assert not leaked, "\n".join(leaked)
