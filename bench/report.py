@@ -248,6 +248,10 @@ def representations_section() -> list[str]:
             "    --variants shipped \"flow target\" --max-epochs 100 --long-epochs 100 --seeds 1   # a second seed",
             "python -m bench.representations dhim --corpora dbpedia agnews r8 --bits 16 --variants \\",
             "    \"whitening target\" \"whitening neighbours\" --max-epochs 100 --long-epochs 100",
+            "python -m bench.representations dhim --corpora 20ng --bits 16 --variants \"whitening target\" \\",
+            "    --max-epochs 100 --long-epochs 100",
+            "python -m bench.representations dhim --corpora r8 dbpedia agnews --bits 16 --variants \\",
+            "    \"whitening target\" --max-epochs 100 --long-epochs 100 --seeds 1",
             "python -m bench.representations report",
             "```", "",
             "Protocol as the quality table (database = train.csv, queries = val.csv, tie-aware P@100). Every "
@@ -258,7 +262,8 @@ def representations_section() -> list[str]:
             "lambda 0.1, one epoch, lr 1e-5) on train.csv. DHIM rows: the shipped 16-bit configuration with one "
             "change, P@100 the mean over the seeds run (the 'seeds' column: how many, and the difference to the "
             "shipped variant seed by seed); '(8)'/'(10)' = an epoch cap, '(100)' = the shipped schedule (100 epochs at most, "
-            "patience 6; every such run stopped by itself); 'vs shipped' compares rows of the same schedule. "
+            "patience 6; every such run stopped by itself); 'vs shipped' is the mean of the seed-by-seed "
+            "differences, between rows of the same schedule. "
             "Seconds on 2 shared cores (other runs went at once): read them as upper bounds.", "",
             "Tables, in order: float cosine kNN (P@100) per representation; sign-hashing baselines (tie-aware "
             "P@100, ITQ on the plain vectors for reference); DHIM variants; SG-OPT refinement runs.", "",

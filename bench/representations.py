@@ -211,13 +211,14 @@ def report() -> str:
                     if not got:
                         continue
                     p = float(np.mean([r["p_tie"] for r in got]))
-                    diff = f"{100 * (p - np.mean(base)):+.2f} pt" if base and v != "shipped" else ""
-                    # the difference seed by seed, where the shipped variant ran with the same seed
+                    # the difference seed by seed, where the shipped variant ran with the same seed;
+                    # 'vs shipped' is their mean (paired: a seed only one side ran does not count)
                     by_seed = {r.get("seed", 0): r["p_tie"] for r in cell if r["variant"] == "shipped"}
                     seeds = sorted({r.get("seed", 0) for r in got})
-                    per_seed = ", ".join(f"{100 * (r['p_tie'] - by_seed[r.get('seed', 0)]):+.2f}"
-                                         for r in sorted(got, key=lambda r: r.get("seed", 0))
-                                         if r.get("seed", 0) in by_seed) if v != "shipped" else ""
+                    paired = [100 * (r["p_tie"] - by_seed[r.get("seed", 0)])
+                              for r in sorted(got, key=lambda r: r.get("seed", 0)) if r.get("seed", 0) in by_seed]
+                    per_seed = ", ".join(f"{d:+.2f}" for d in paired) if v != "shipped" else ""
+                    diff = f"{np.mean(paired):+.2f} pt" if base and paired and v != "shipped" else ""
                     r0 = got[0]
                     out.append(f"| {c} | {b} | {v} | {p:.4f} | {diff} | {len(seeds)}: {per_seed} | "
                                f"{r0['best_epoch']}/{r0['epochs_run']} ({r0['max_epochs']}) | {r0['seconds']} |")

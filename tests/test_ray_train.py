@@ -61,16 +61,23 @@ def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_pat
     assert np.array_equal(hash_features(hasher.model, ray_feats), in_process)
 
 
-def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, corpus, tiny_config):
+def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, corpus, tiny_config, caplog):
     """One loop: a single Ray worker (DDP over a world of one) and the in-process run
-    see the same batches and reach the same weights."""
+    see the same batches and reach the same weights. The driver logs each epoch rank 0
+    reported, once, in order."""
+    import logging
+
     from dhim_ray.hasher import Hasher
     from dhim_ray.jobs.train import RayTrainOptions, train_distributed
     from dhim_ray.pipeline import train_corpus
 
     cfg = config(tiny_config, 3)
-    ray_summary = train_distributed(corpus, cfg, tmp_path / "ray", RayTrainOptions(workers=1,
-                                                                                  storage_path=tmp_path / "runs"))
+    with caplog.at_level(logging.INFO, logger="dhim_ray.jobs.train"):
+        ray_summary = train_distributed(corpus, cfg, tmp_path / "ray", RayTrainOptions(workers=1,
+                                                                                      storage_path=tmp_path / "runs"))
+    epoch_lines = [r.getMessage() for r in caplog.records if r.name == "dhim_ray.jobs.train"
+                   and r.getMessage().startswith("epoch ")]
+    assert [line.split()[1] for line in epoch_lines] == ["0:", "1:", "2:"], epoch_lines
     _, local_summary = train_corpus(corpus, cfg, tmp_path / "local", progress=False)
     assert [h["steps"] for h in ray_summary["history"]] == [h["steps"] for h in local_summary["history"]]
     np.testing.assert_allclose([h["loss"] for h in ray_summary["history"]],
