@@ -61,7 +61,7 @@ def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_pat
     assert np.array_equal(hash_features(hasher.model, ray_feats), in_process)
 
 
-def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, corpus, tiny_config, caplog):
+def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, corpus, tiny_config):
     """One loop: a single Ray worker (DDP over a world of one) and the in-process run
     see the same batches and reach the same weights. The driver logs each epoch rank 0
     reported, once, in order."""
@@ -71,12 +71,26 @@ def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, 
     from dhim_ray.jobs.train import RayTrainOptions, train_distributed
     from dhim_ray.pipeline import train_corpus
 
+    class Lines(logging.Handler):  # on the logger itself: the CLI stops 'dhim_ray' propagating to the root
+        def __init__(self):
+            super().__init__(logging.INFO)
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
     cfg = config(tiny_config, 3)
-    with caplog.at_level(logging.INFO, logger="dhim_ray.jobs.train"):
+    train_logger, lines = logging.getLogger("dhim_ray.jobs.train"), Lines()
+    level = train_logger.level
+    train_logger.addHandler(lines)
+    train_logger.setLevel(logging.INFO)
+    try:
         ray_summary = train_distributed(corpus, cfg, tmp_path / "ray", RayTrainOptions(workers=1,
                                                                                       storage_path=tmp_path / "runs"))
-    epoch_lines = [r.getMessage() for r in caplog.records if r.name == "dhim_ray.jobs.train"
-                   and r.getMessage().startswith("epoch ")]
+    finally:
+        train_logger.removeHandler(lines)
+        train_logger.setLevel(level)
+    epoch_lines = [line for line in lines.lines if line.startswith("epoch ")]
     assert [line.split()[1] for line in epoch_lines] == ["0:", "1:", "2:"], epoch_lines
     _, local_summary = train_corpus(corpus, cfg, tmp_path / "local", progress=False)
     assert [h["steps"] for h in ray_summary["history"]] == [h["steps"] for h in local_summary["history"]]
