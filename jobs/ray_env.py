@@ -67,7 +67,10 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
         _start_local(num_cpus, kwargs)
     quiet_ray_data(verbose)
     if not verbose:
-        _absorb_actor_restart_warning()
+        try:
+            _absorb_actor_restart_warning()
+        except Exception as exc:  # cosmetic: never fail a run over it
+            logger.debug("could not absorb Ray's actor-restart warning: %s", exc)
 
 
 class _Idle:
