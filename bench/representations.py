@@ -205,20 +205,20 @@ def report() -> str:
         for c in corpora:
             for b, cap in sorted({(r["bits"], r["max_epochs"]) for r in dhim if r["corpus"] == c}):
                 cell = [r for r in dhim if r["corpus"] == c and r["bits"] == b and r["max_epochs"] == cap]
-                base = [r["p_tie"] for r in cell if r["variant"] == "shipped"]
+                # a variant's difference seed by seed, where the shipped variant ran with the same seed;
+                # 'vs shipped' is their mean (paired: a seed only one side ran does not count)
+                by_seed = {r.get("seed", 0): r["p_tie"] for r in cell if r["variant"] == "shipped"}
                 for v in VARIANTS:
                     got = [r for r in cell if r["variant"] == v]
                     if not got:
                         continue
                     p = float(np.mean([r["p_tie"] for r in got]))
-                    # the difference seed by seed, where the shipped variant ran with the same seed;
-                    # 'vs shipped' is their mean (paired: a seed only one side ran does not count)
-                    by_seed = {r.get("seed", 0): r["p_tie"] for r in cell if r["variant"] == "shipped"}
                     seeds = sorted({r.get("seed", 0) for r in got})
                     paired = [100 * (r["p_tie"] - by_seed[r.get("seed", 0)])
-                              for r in sorted(got, key=lambda r: r.get("seed", 0)) if r.get("seed", 0) in by_seed]
-                    per_seed = ", ".join(f"{d:+.2f}" for d in paired) if v != "shipped" else ""
-                    diff = f"{np.mean(paired):+.2f} pt" if base and paired and v != "shipped" else ""
+                              for r in sorted(got, key=lambda r: r.get("seed", 0))
+                              if r.get("seed", 0) in by_seed] if v != "shipped" else []
+                    per_seed = ", ".join(f"{d:+.2f}" for d in paired)
+                    diff = f"{np.mean(paired):+.2f} pt" if paired else ""
                     r0 = got[0]
                     out.append(f"| {c} | {b} | {v} | {p:.4f} | {diff} | {len(seeds)}: {per_seed} | "
                                f"{r0['best_epoch']}/{r0['epochs_run']} ({r0['max_epochs']}) | {r0['seconds']} |")
