@@ -2,6 +2,7 @@
 whitening and SG-OPT, as float baselines, as sign-hashing baselines, and under DHIM.
 
     python -m bench.representations refine --corpora dbpedia agnews        # SG-OPT encoders (bench/.cache/sg-opt)
+    python -m bench.representations refine --corpora r8 --refine-words 64  # long texts: refine on their first 64 words
     python -m bench.representations float --corpora dbpedia agnews r8 20ng  # float cosine kNN per representation
     python -m bench.representations signs --corpora dbpedia agnews r8 20ng --bits 16 32 64 128
     python -m bench.representations dhim --corpora dbpedia agnews --bits 16 --max-epochs 8
@@ -91,7 +92,7 @@ def representations(name: str, cache_dir: str, with_layers: bool = True) -> dict
     return reps
 
 
-def run_refine(corpora, steps: int, lr: float) -> None:
+def run_refine(corpora, steps: int, lr: float, max_words: int = 0) -> None:
     from dhim_ray.refine import RefineConfig, refine_encoder
 
     for name in corpora:
@@ -99,12 +100,14 @@ def run_refine(corpora, steps: int, lr: float) -> None:
         if out.exists():
             continue
         train = load_corpus(str(DATA / name)).split("train")
-        cfg = RefineConfig(lr=lr, max_steps=steps, max_words=400 if name in LONG else 50)
+        words = max_words or (400 if name in LONG else 50)
+        cfg = RefineConfig(lr=lr, max_steps=steps, max_words=words)
         partial = out.with_name(out.name + ".partial")
         summary = refine_encoder(train.texts, out, cfg, resume=(partial / "refine-state").exists(), progress=True)
         record({"kind": "refine", "corpus": name, "steps": summary["steps"], "seconds": summary["seconds"],
                 "docs_per_second": round(summary["steps"] * cfg.batch_size / summary["seconds"], 2),
-                "first_loss": summary["first_loss"], "last_loss": summary["last_loss"], "lr": lr})
+                "first_loss": summary["first_loss"], "last_loss": summary["last_loss"], "lr": lr,
+                "max_words": words})
 
 
 def run_float(corpora, cache_dir: str, k: int, with_layers: bool) -> None:
@@ -225,10 +228,11 @@ def report() -> str:
         out.append("")
     refines = [r for r in rows if r["kind"] == "refine"]
     if refines:
-        out += ["| corpus | SG-OPT steps | seconds | docs/s | loss first -> last | lr |", "|---|---|---|---|---|---|"]
+        out += ["| corpus | SG-OPT steps | words per text | seconds | docs/s | loss first -> last | lr |",
+                "|---|---|---|---|---|---|---|"]
         for r in refines:
-            out.append(f"| {r['corpus']} | {r['steps']} | {r['seconds']} | {r['docs_per_second']} | "
-                       f"{r['first_loss']:.3f} -> {r['last_loss']:.3f} | {r['lr']} |")
+            out.append(f"| {r['corpus']} | {r['steps']} | {r.get('max_words', 50)} | {r['seconds']} | "
+                       f"{r['docs_per_second']} | {r['first_loss']:.3f} -> {r['last_loss']:.3f} | {r['lr']} |")
     return "\n".join(out)
 
 
@@ -246,9 +250,11 @@ def main() -> None:
     ap.add_argument("--no-layers", action="store_true", help="skip first-last-avg (one more encoder pass per corpus)")
     ap.add_argument("--steps", type=int, default=0, help="refine: SG-OPT steps (0 = one epoch)")
     ap.add_argument("--lr", type=float, default=1e-5, help="refine: SG-OPT learning rate")
+    ap.add_argument("--refine-words", type=int, default=0,
+                    help="refine: words per text (0 = the corpus's feature length: 400 on r8/20ng, else 50)")
     a = ap.parse_args()
     if a.what == "refine":
-        run_refine(a.corpora, a.steps, a.lr)
+        run_refine(a.corpora, a.steps, a.lr, a.refine_words)
     elif a.what == "float":
         run_float(a.corpora, a.cache_dir, a.k, not a.no_layers)
     elif a.what == "signs":
