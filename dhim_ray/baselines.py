@@ -1,5 +1,6 @@
 """Classic unsupervised hashing on the same frozen sentence vectors (numpy; the
-transform baselines use dhim_ray.transforms, torch).
+transform baselines use dhim_ray.transforms, torch), and the float references they are
+measured against (FLOAT_BASELINES: cosine kNN on the unhashed vectors).
 
 Each baseline is fitted on the database's vectors, then hashes any vectors to
 packed codes. whitening-sign is BERT-whitening + sign of the first n_bits whitened
@@ -16,6 +17,15 @@ from .codes import check_n_bits, pack_codes
 from .errors import ConfigError
 
 BASELINES = ("lsh", "pca-sign", "pca-median", "itq", "whitening-sign", "flow-sign")
+FLOAT_BASELINES = {"cosine": None, "whitening-cosine": "whitening", "flow-cosine": "flow"}
+"""The unhashed references: exact cosine kNN on the float sentence vectors, as they are or
+after a transform (dhim_ray.transforms) fitted on the database; name -> transform."""
+
+
+def check_baseline(name: str) -> None:
+    """A hashing or a float baseline's name, or a ConfigError listing them all."""
+    if name not in BASELINES and name not in FLOAT_BASELINES:
+        raise ConfigError(f"baseline={name!r}: choose one of {', '.join((*BASELINES, *FLOAT_BASELINES))}")
 
 
 class Baseline:

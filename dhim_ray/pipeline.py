@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .baselines import make_baseline
+from .baselines import FLOAT_BASELINES, check_baseline, make_baseline
 from .checkpoint import (
     check_writable,
     clear_training_state,
@@ -26,10 +26,11 @@ from .data import CorpusSpec, Split, align_labels, require_labels
 from .encoder import Features, FrozenEncoder
 from .errors import CheckpointError, TrainingInterrupted
 from .hasher import Hasher
-from .metrics import precision_at_k
+from .metrics import cosine_precision_at_k, precision_at_k
 from .refine import RefineConfig, refine_encoder
 from .rerank import BY_BITS, check_rerank, rerank_topk
 from .training import FitResult, LoopState, TrainCallback, carve_validation, fit
+from .transforms import fit_transform, transform
 
 logger = logging.getLogger(__name__)
 
@@ -243,15 +244,31 @@ def evaluate_baseline(
     progress: bool = True,
     cache_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Precision@k of a classic hashing baseline on the frozen mean-pooled features."""
-    model = make_baseline(baseline, n_bits, seed)  # fail fast on a bad name or width
+    """Precision@k of a classic hashing baseline on the frozen mean-pooled features, or of a
+    float baseline (``FLOAT_BASELINES``: exact cosine kNN, ``n_bits`` unused)."""
+    check_baseline(baseline)
+    model = None if baseline in FLOAT_BASELINES else make_baseline(baseline, n_bits, seed)  # fail fast on a width
     enc = FrozenEncoder(features or FeatureConfig(encoder=DEFAULT_ENCODER))
     db, q, q_labels = eval_splits(database, queries)
     db_f = enc.features(db.texts, progress=progress, cache_dir=cache_dir)
     q_f = enc.features(q.texts, progress=progress, cache_dir=cache_dir)
+    if model is None:
+        return _float_baseline(baseline, db_f.mean, db.labels, q_f.mean, q_labels, k, seed)
     model.fit(db_f.mean)
     result = precision_at_k(model.hash(db_f.mean), db.labels, model.hash(q_f.mean), q_labels, k)
-    return {"method": baseline, "n_bits": n_bits, **result.as_dict()}
+    return {"method": baseline, "n_bits": n_bits, "bytes_per_doc": n_bits // 8, **result.as_dict()}
+
+
+def _float_baseline(name: str, database, database_labels, queries, query_labels, k: int, seed: int) -> dict[str, Any]:
+    """Cosine kNN precision@k on float vectors, after the baseline's transform fitted on the database."""
+    x, qv = np.asarray(database, np.float32), np.asarray(queries, np.float32)
+    if FLOAT_BASELINES[name] is not None:
+        fitted = fit_transform(FLOAT_BASELINES[name], x, seed)
+        x, qv = transform(fitted, x), transform(fitted, qv)
+    p = cosine_precision_at_k(x, database_labels, qv, query_labels, k)
+    # distances are continuous: no ties to break, so both tie rules give the same figure
+    return {"method": name, "dims": x.shape[1], "bytes_per_doc": 4 * x.shape[1], "k": k, "precision_at_k": p,
+            "precision_at_k_tie_aware": p, "n_queries": len(qv), "n_database": len(x)}
 
 
 def refine_corpus(corpus: CorpusSpec, config: RefineConfig, out: str | Path, device: str = "cpu",

@@ -56,7 +56,11 @@ def build_tiny_bert(folder: Path, hidden_size: int = 32, seed: int = 0) -> Path:
     words = sorted({w for text in TOPICS.values() for w in text.split()})
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz") + words
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tok = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    # transformers 5 reads the vocabulary from vocab= (vocab_file= is ignored there, leaving a
+    # tokenizer that maps every word to [UNK] and a BERT that gives every text the same vector)
+    tok = BertTokenizerFast(vocab=str(folder / "vocab.txt"), do_lower_case=True)
+    ids = tok(" ".join(words), add_special_tokens=False)["input_ids"]
+    assert tok.unk_token_id not in ids and len(ids) == len(words), "the tiny BERT's tokenizer lost its vocabulary"
     tok.save_pretrained(folder)
     torch.manual_seed(seed)
     cfg = BertConfig(vocab_size=len(vocab), hidden_size=hidden_size, num_hidden_layers=2, num_attention_heads=2,

@@ -160,6 +160,9 @@ CASES = [
     (["eval", "{root}/no_model_section", "--database", "{toy}:train", "--queries", "{toy}:val"], 2,
      "has no model/features config"),
     (["eval", "--baseline", "sh", "--database", "{toy}:train", "--queries", "{toy}:val"], 2, "--baseline 'sh'"),
+    (["eval", "--baseline", "cosine-flow", "--database", "{toy}:train", "--queries", "{toy}:val"], 2,
+     "--baseline 'cosine-flow': choose one of lsh, pca-sign, pca-median, itq, whitening-sign, flow-sign, cosine, "
+     "whitening-cosine, flow-cosine"),
     (["eval", "--baseline", "itq", "--bits", "7", "--database", "{toy}:train", "--queries", "{toy}:val"], 2,
      "--bits 7: must be a multiple of 8"),
     (["eval", "--baseline", "itq", "--encoder", "{truncated}", "--database", "{toy}:train", "--queries",

@@ -46,6 +46,37 @@ def test_eval_baseline(toy_folder, tiny_bert):
     assert json.loads(r.output.strip().splitlines()[-1])["method"] == "itq"
 
 
+def test_eval_float_baselines_are_cosine_knn_on_the_unhashed_vectors(toy_folder, tiny_bert):
+    """Issue 16.2a: the float references from the CLI. 'cosine' is exact cosine kNN on the
+    mean-pooled vectors (checked against numpy here); the transformed ones search another space."""
+    import numpy as np
+
+    from dhim_ray.config import FeatureConfig
+    from dhim_ray.data import load_corpus
+    from dhim_ray.encoder import FrozenEncoder
+
+    def evaluate(name):
+        r = run("eval", "--baseline", name, "--encoder", tiny_bert, "--max-words", 12, "--k", 10,
+                "--database", f"{toy_folder}:train", "--queries", f"{toy_folder}:val", "--json")
+        assert r.exit_code == 0, r.output
+        return json.loads(r.output.strip().splitlines()[-1])
+
+    got = {name: evaluate(name) for name in ("cosine", "whitening-cosine", "flow-cosine")}
+    corpus = load_corpus(str(toy_folder))
+    train, val = corpus.split("train"), corpus.split("val")
+    encoder = FrozenEncoder(FeatureConfig(tiny_bert, 12))
+    x, q = (np.asarray(encoder.features(s.texts, progress=False).mean, np.float64) for s in (train, val))
+    sim = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (x / np.linalg.norm(x, axis=1, keepdims=True)).T
+    top = np.argsort(-sim, axis=1, kind="stable")[:, :10]
+    expected = (np.asarray(train.labels)[top] == np.asarray(val.labels)[:, None]).mean()
+    assert got["cosine"]["precision_at_k"] == pytest.approx(expected, abs=1e-9)
+    assert got["cosine"]["dims"] == x.shape[1] and got["cosine"]["bytes_per_doc"] == 4 * x.shape[1]
+    assert got["cosine"]["n_database"] == len(x) and got["cosine"]["n_queries"] == len(q)
+    assert {g["method"] for g in got.values()} == set(got)
+    assert got["whitening-cosine"]["precision_at_k"] != got["cosine"]["precision_at_k"]
+    assert "n_bits" not in got["cosine"]
+
+
 def test_eval_without_labels_says_how_to_fix(trained, tmp_path):
     (tmp_path / "q.jsonl").write_text('{"text": "football goal"}\n{"text": "vote party"}\n')
     r = run("eval", trained, "--database", f"{tmp_path / 'q.jsonl'}:train", "--queries", f"{tmp_path / 'q.jsonl'}:train")
