@@ -364,8 +364,9 @@ def eval_(
         help="Database corpus and split, e.g. ../shared/data/dbpedia:train (not with --collection: "
              "the collection is the database).")] = None,
     k: Annotated[int, typer.Option("--k", "-k", help="Precision@k.")] = 100,
-    baseline: Annotated[str | None, typer.Option(help="Evaluate a baseline instead: hashing (lsh, pca-sign, pca-median, itq, whitening-sign, flow-sign) or "
-             "float cosine kNN on the unhashed vectors (cosine, whitening-cosine, flow-cosine).")] = None,
+    baseline: Annotated[str | None, typer.Option(
+        help="Evaluate a baseline instead: hashing (lsh, pca-sign, pca-median, itq, whitening-sign, flow-sign) "
+             "or float cosine kNN on the unhashed vectors (cosine, whitening-cosine, flow-cosine).")] = None,
     bits: Annotated[int, typer.Option(help="Code length for a hashing --baseline.")] = 64,
     encoder: Encoder = "all-MiniLM-L6-v2",
     max_words: Annotated[int, typer.Option(help="Words per document for --baseline.")] = 50,
