@@ -238,7 +238,7 @@ def representations_section() -> list[str]:
             "Commands (results accumulate in `bench/representations.jsonl`; a rerun skips what is there):", "",
             "```bash",
             "python -m bench.representations refine --corpora dbpedia agnews       # SG-OPT, one epoch, lr 1e-5",
-            "python -m bench.representations refine --corpora r8 --refine-words 64  # long texts: their first 64 words",
+            "python -m bench.representations refine --corpora r8 20ng --refine-words 64  # long texts: first 64 words",
             "python -m bench.representations float --corpora dbpedia agnews r8      # float cosine kNN per representation",
             "python -m bench.representations signs --corpora dbpedia agnews r8 --bits 16 32 64 128",
             "python -m bench.representations float --corpora 20ng --no-layers     # 20ng: no layer-averaged pass",
@@ -266,8 +266,8 @@ def representations_section() -> list[str]:
             "'whitening k=128' the first 128; 'flow' is whitening followed by four affine coupling layers fitted by "
             "maximum likelihood (stopped on a held-out tenth); 'first-last-avg' is WhiteningBERT's layer average "
             "(mean-pooled first and last transformer layers); SG-OPT is `dhim-ray refine` (batch 16, tau 0.01, "
-            "lambda 0.1, one epoch, lr 1e-5) on train.csv, each text cut to its first 50 words (64 on r8; DHIM's "
-            "features from the refined encoder keep r8's 400). DHIM rows: the shipped 16-bit configuration with one "
+            "lambda 0.1, one epoch, lr 1e-5) on train.csv, each text cut to its first 50 words (64 on r8 and 20ng; "
+            "DHIM's features from the refined encoder keep their 400). DHIM rows: the shipped 16-bit configuration with one "
             "change, P@100 the mean over the seeds run (the 'seeds' column: how many, and the difference to the "
             "shipped variant seed by seed); '(8)'/'(10)' = an epoch cap, '(100)' = the shipped schedule (100 epochs at most, "
             "patience 6; every such run stopped by itself); 'vs shipped' is the mean of the seed-by-seed "
