@@ -145,6 +145,8 @@ VARIANTS: dict[str, dict] = {
     "whitening neighbours": {"model": {"neighbour_transform": "whitening"}},
     "sg-opt features": {"encoder": "sg-opt"},
     "sg-opt features, [CLS] target": {"encoder": "sg-opt", "model": {"regulariser": "cls"}},
+    # long documents: training reads random windows (64 words shipped), codes read the whole text
+    "crop 128 words": {"train": {"crop_tokens": 128}},
 }
 
 
@@ -169,7 +171,7 @@ def run_dhim(corpora, bits_list, variants, max_epochs: int, long_epochs: int, k:
                     if done(rows, **key):
                         continue
                     cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size, **over.get("model", {})},
-                                          train={"max_epochs": epochs, "seed": seed})
+                                          train={"max_epochs": epochs, "seed": seed, **over.get("train", {})})
                     row = train_dhim(cfg, tr, va, train, val, k)
                     record({**key, **row})
                     if variant == "shipped":
