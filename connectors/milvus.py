@@ -5,6 +5,8 @@ A code collection holds one row per document:
     id      INT64 primary key, deterministic from (source, split, row)
     code    BINARY_VECTOR(n_bits), HAMMING metric
     label   INT64 (-1 when the source has no label)
+    label_name  VARCHAR the label's name where the source's labels are strings, else ""
+            (collections made before it existed lack the field and still work)
     text    VARCHAR preview of the document (first ``TEXT_PREVIEW`` characters)
     source  VARCHAR corpus and split, e.g. "dbpedia:train"
     row     INT64 row number in that source
@@ -46,6 +48,8 @@ logger = logging.getLogger(__name__)
 FORMAT = "dhim-ray/codes"
 CODE_FIELD = "code"
 VECTOR_FIELD = "vector"  # optional (ingest --store-vectors): the unit-norm sentence vector, float16
+LABEL_NAME_FIELD = "label_name"
+LABEL_NAME_MAX = 256  # characters kept of a label's name
 TEXT_PREVIEW = 1024
 MAX_SEARCH_K = 16384  # Milvus' limit on top-k
 DEFAULT_TIMEOUT = 30.0
@@ -245,10 +249,14 @@ def make_rows(
     source: str,
     rows: np.ndarray,
     vectors: np.ndarray | None = None,
+    label_names: Sequence[str] | None = None,
+    name_field: bool = True,
 ) -> list[dict[str, Any]]:
     """Validated insert rows. Every code is checked for dtype and length first:
     Milvus stores wrong-length codes silently and shifts the rest of the batch.
-    ``vectors`` (n, d): sentence vectors, stored unit-norm as float16."""
+    ``vectors`` (n, d): sentence vectors, stored unit-norm as float16. ``label_names``:
+    each row's label name (None: "" for every row). ``name_field``: the collection has the
+    label_name field (CollectionInfo.label_names; False for one made before it existed)."""
     codes = check_codes(codes, n_bits)
     n = len(codes)
     if vectors is not None:
@@ -259,8 +267,9 @@ def make_rows(
     for name, col in (("ids", ids), ("texts", texts), ("rows", rows)):
         if len(col) != n:
             raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
-    if labels is not None and len(labels) != n:
-        raise CodeFormatError(f"labels has {len(labels)} entries for {n} codes: expected one per code")
+    for name, col in (("labels", labels), ("label_names", label_names)):
+        if col is not None and len(col) != n:
+            raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
     out = []
     for i in range(n):
         out.append({
@@ -271,14 +280,20 @@ def make_rows(
             "source": source[:256],
             "row": int(rows[i]),
             **({VECTOR_FIELD: vectors[i]} if vectors is not None else {}),
+            **({LABEL_NAME_FIELD: _cut(str(label_names[i]), LABEL_NAME_MAX) if label_names is not None else ""}
+               if name_field else {}),
         })
     return out
 
 
 def _preview(text: str) -> str:
-    # VARCHAR max_length counts bytes; keep a margin for multi-byte characters.
-    cut = text[:TEXT_PREVIEW]
-    while len(cut.encode("utf-8")) > TEXT_PREVIEW * 4 - 4:
+    return _cut(text, TEXT_PREVIEW)
+
+
+def _cut(text: str, chars: int) -> str:
+    # VARCHAR max_length counts bytes (it is chars * 4 here); keep a margin for multi-byte characters.
+    cut = text[:chars]
+    while len(cut.encode("utf-8")) > chars * 4 - 4:
         cut = cut[: len(cut) // 2]
     return cut
 
@@ -295,6 +310,12 @@ class CollectionInfo:
     nlist: int = 0  # BIN_IVF_FLAT clusters, 0 for other index types
     meta: dict[str, Any] = field(default_factory=dict)
     vector_dim: int = 0  # width of the stored float16 sentence vectors; 0: codes only
+    label_names: bool = False  # rows carry their label's name (the label_name field)
+
+    @property
+    def output_fields(self) -> list[str]:
+        """The fields a search returns beside id and distance."""
+        return OUTPUT_FIELDS + ([LABEL_NAME_FIELD] if self.label_names else [])
 
     def search_index(self, nprobe: int | None = None) -> IndexSpec:
         """How to search this collection: exact BIN_FLAT, or IVF probing ``nprobe`` clusters."""
@@ -311,6 +332,7 @@ def _schema(n_bits: int, meta: dict[str, Any], vector_dim: int = 0):
     schema.add_field("id", DataType.INT64, is_primary=True)
     schema.add_field(CODE_FIELD, DataType.BINARY_VECTOR, dim=n_bits)
     schema.add_field("label", DataType.INT64)
+    schema.add_field(LABEL_NAME_FIELD, DataType.VARCHAR, max_length=LABEL_NAME_MAX * 4)
     schema.add_field("text", DataType.VARCHAR, max_length=TEXT_PREVIEW * 4)
     schema.add_field("source", DataType.VARCHAR, max_length=256)
     schema.add_field("row", DataType.INT64)
@@ -340,7 +362,8 @@ def describe(client, name: str, timeout: float = DEFAULT_TIMEOUT) -> CollectionI
         metric, index_type = index.get("metric_type", ""), index.get("index_type", "")
         nlist = int(index.get("nlist", 0) or 0)
     return CollectionInfo(name, n_bits, metric, index_type, meta.get("model", ""), nlist=nlist, meta=meta,
-                          vector_dim=int(meta.get("vector_dim", 0)))
+                          vector_dim=int(meta.get("vector_dim", 0)),
+                          label_names=any(f["name"] == LABEL_NAME_FIELD for f in desc["fields"]))
 
 
 def check_collection(client, name: str, n_bits: int, model: str, overwrite: bool = False,
@@ -409,7 +432,8 @@ def ensure_collection(
     except Exception as exc:
         raise StoreError(f"collection {name!r}: Milvus refused to create it ({str(exc).splitlines()[0][:200]})") from exc
     client.load_collection(name, timeout=timeout)
-    return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, vector_dim=vector_dim)
+    return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, vector_dim=vector_dim,
+                          label_names=True)
 
 
 def upsert_rows(client, name: str, rows: list[dict[str, Any]], timeout: float = DEFAULT_TIMEOUT) -> int:

@@ -22,7 +22,16 @@ from ray.data.block import BlockAccessor
 
 from dhim_ray.errors import ConfigError
 
-from .milvus import IndexSpec, MilvusTarget, ensure_collection, make_rows, refuse_foreign_rows, upsert_rows
+from .milvus import (
+    LABEL_NAME_FIELD,
+    IndexSpec,
+    MilvusTarget,
+    describe,
+    ensure_collection,
+    make_rows,
+    refuse_foreign_rows,
+    upsert_rows,
+)
 
 BATCH_ROWS = 2000
 
@@ -47,13 +56,16 @@ def max_concurrent(stats: list[WriteStats]) -> int:
     return peak
 
 
-def block_to_rows(table, n_bits: int, source: str) -> list[dict[str, Any]]:
-    """A pyarrow block with id, code (uint8 tensor), label, text, row -> validated rows."""
+def block_to_rows(table, n_bits: int, source: str, name_field: bool = True) -> list[dict[str, Any]]:
+    """A pyarrow block with id, code (uint8 tensor), label, text, row (and label_name,
+    vector where present) -> validated rows; ``name_field``: the collection has the
+    label_name field (CollectionInfo.label_names)."""
     cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
     codes = np.stack(cols["code"]).astype(np.uint8) if len(cols["code"]) else np.zeros((0, n_bits // 8), np.uint8)
     labels = cols.get("label")
     vectors = np.stack(cols["vector"]) if "vector" in cols and len(cols["vector"]) else None
-    return make_rows(cols["id"], codes, n_bits, labels, [str(t) for t in cols["text"]], source, cols["row"], vectors)
+    return make_rows(cols["id"], codes, n_bits, labels, [str(t) for t in cols["text"]], source, cols["row"], vectors,
+                     cols.get(LABEL_NAME_FIELD), name_field=name_field)
 
 
 class MilvusDatasink(Datasink[WriteStats]):
@@ -82,10 +94,12 @@ class MilvusDatasink(Datasink[WriteStats]):
         client = self.target.connect()
         written = 0
         try:
+            info = describe(client, self.target.collection, self.target.timeout)
+            name_field = info is not None and info.label_names  # False: made before rows kept label names
             for block in blocks:
                 table = BlockAccessor.for_block(block).to_arrow()
                 for start in range(0, table.num_rows, BATCH_ROWS):
-                    rows = block_to_rows(table.slice(start, BATCH_ROWS), self.n_bits, self.source)
+                    rows = block_to_rows(table.slice(start, BATCH_ROWS), self.n_bits, self.source, name_field)
                     refuse_foreign_rows(client, self.target.collection, [r["id"] for r in rows], self.source,
                                         self.target.timeout)
                     written += upsert_rows(client, self.target.collection, rows, self.target.timeout)

@@ -504,7 +504,8 @@ def search(
 
 
 def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
-    """A table per query; rank, distance, label and row keep their width at any terminal size."""
+    """A table per query; rank, distance, label (its name where the corpus' labels are
+    strings) and row keep their width at any terminal size."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -519,7 +520,8 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
         table.add_column("text", overflow="ellipsis", no_wrap=True, ratio=1)
         for rank, h in enumerate(rows, 1):
             score = (f"{h['rerank_score']:.2f}",) if reranked else ()
-            table.add_row(str(rank), str(h["distance"]), *score, str(h.get("label")), str(h.get("row")),
+            label = h.get("label_name") or str(h.get("label"))  # a string label's name, else its number
+            table.add_row(str(rank), str(h["distance"]), *score, label[:40], str(h.get("row")),
                           Text(" ".join(str(h.get("text", "")).split())[:300]))
         console.print(table)
 

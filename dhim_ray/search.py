@@ -3,7 +3,7 @@
     >>> from dhim_ray import Searcher
     >>> with Searcher.open("runs/dbpedia-64", "dhim_ray.db", "dbpedia_64") as s:
     ...     hits = s.search(["a football club in spain"], k=10)[0]
-    >>> hits[0]   # {"id", "distance", "label", "text", "source", "row"}
+    >>> hits[0]   # {"id", "distance", "label", "label_name", "text", "source", "row"}
 
 It joins the library (the model hashes the queries) and the Milvus connector; it
 never imports Ray. Evaluation through Milvus (``evaluate_in_milvus``) lives here too.
@@ -106,7 +106,7 @@ class Searcher:
         return self.search_reranked(codes, scores, k, rerank, vectors=vectors)
 
     def search_reranked(self, codes: np.ndarray, scores: np.ndarray, k: int, m: int,
-                        output_fields=("label", "text", "source", "row"),
+                        output_fields: tuple[str, ...] | None = None,
                         vectors: np.ndarray | None = None) -> list[list[dict[str, Any]]]:
         """Fetch min(k x m, 16384) Hamming candidates per query and keep the k best: by
         cosine of the stored float vectors against ``vectors`` (the queries' sentence
@@ -129,9 +129,11 @@ class Searcher:
             out.append([{**hits[j], "rerank_score": round(float(a), 4)} for j, a in zip(order[0], score[0])])
         return out
 
-    def search_codes(self, codes: np.ndarray, k: int, output_fields=("label", "text", "source", "row")):
+    def search_codes(self, codes: np.ndarray, k: int, output_fields: tuple[str, ...] | None = None):
+        """Top-k rows by Hamming distance per packed code; ``output_fields`` default to all the
+        collection has (label_name where its rows carry label names)."""
         return search_codes(self.client, self.target.collection, codes, self.hasher.n_bits, k, self.index,
-                            output_fields, self.target.timeout)
+                            self.info.output_fields if output_fields is None else output_fields, self.target.timeout)
 
     def count(self) -> int:
         return count_rows(self.client, self.target.collection, self.target.timeout)

@@ -52,6 +52,7 @@ class SourcePlan:
     shards: tuple[Shard, ...]
     text_column: str
     label_column: str | None  # None: the source has no labels
+    label_names: tuple[str, ...] | None = None  # names of integer labels (packaged corpus, hub ClassLabel)
 
     @property
     def counted(self) -> bool:
@@ -131,7 +132,8 @@ def _plan_loaded(spec: CorpusSpec, split: str, where: str) -> SourcePlan:
         # "source_row": the packaged corpus' own row numbers (its splits are carved from one
         # list), which its document ids have always used.
         table = pa.table({"text": pa.array(data.texts, pa.string()), "label": data.labels, "source_row": data.rows})
-        return SourcePlan(where, (Shard("", "table", len(table), table=table),), "text", "label")
+        return SourcePlan(where, (Shard("", "table", len(table), table=table),), "text", "label",
+                          tuple(data.label_names) if data.label_names else None)
     from .data import hub_split
 
     ds = hub_split(spec, split)
@@ -144,7 +146,8 @@ def _plan_loaded(spec: CorpusSpec, split: str, where: str) -> SourcePlan:
     if sum(s.n_rows for s in shards) != len(ds):
         raise DataError(f"{where}: the dataset's cache files hold {sum(s.n_rows for s in shards)} rows, "
                         f"the dataset {len(ds)}; it is filtered or indexed: save it with save_to_disk and pass that")
-    return SourcePlan(where, tuple(shards), text_column, label_column)
+    names = getattr(ds.features.get(label_column), "names", None) if label_column else None  # a ClassLabel
+    return SourcePlan(where, tuple(shards), text_column, label_column, tuple(names) if names else None)
 
 
 def _arrow_rows(path: str) -> int:

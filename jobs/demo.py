@@ -59,7 +59,6 @@ def run_demo(out_dir: str | Path, bits: int = 64, epochs: int = 15, progress: bo
     logger.info("5/5 search: %r", QUERY)
     with Searcher(model_dir, target) as searcher:
         hits = searcher.search(QUERY, k=5)[0]
-    label_names = val_split.load_split().label_names
 
     return {
         "model": str(model_dir),
@@ -70,7 +69,7 @@ def run_demo(out_dir: str | Path, bits: int = 64, epochs: int = 15, progress: bo
         "milvus_precision_at_100": round(milvus["precision_at_k_tie_aware"], 4),
         "ingest": ing.as_dict(),
         "query": QUERY,
-        "hits": [{"distance": h["distance"], "label": label_names[h["label"]], "text": " ".join(h["text"].split())[:80]}
+        "hits": [{"distance": h["distance"], "label": h["label_name"], "text": " ".join(h["text"].split())[:80]}
                  for h in hits],
         "seconds": round(time.perf_counter() - t0, 1),
     }

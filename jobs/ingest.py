@@ -173,13 +173,14 @@ def ingest(
 
     client = target.connect()
     try:
-        ensure_collection(client, target.collection, n_bits, mid, index, overwrite, target.timeout, vector_dim)
+        info = ensure_collection(client, target.collection, n_bits, mid, index, overwrite, target.timeout, vector_dim)
         first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
         refuse_foreign_rows(client, target.collection, document_ids(source, first), source, target.timeout)
     finally:
         client.close()
         release(target.uri)
-    prepare = Prepare(source, tuple(scanned.offsets), n_rows, tuple(names) if names else None, corpus.drop_empty)
+    prepare = Prepare(source, tuple(scanned.offsets), n_rows, tuple(names) if names else None, corpus.drop_empty,
+                      plan.label_names)
     ds = read_documents(plan, cleaning, prepare)
     actor_cpus, threads = actor_resources(workers)
     ds = ds.map_batches(
@@ -198,7 +199,8 @@ def ingest(
     written = 0
     try:
         if target.lite:
-            written = write_from_driver(ds, target, n_bits, source, n_documents, progress, write_batch)
+            written = write_from_driver(ds, target, n_bits, source, n_documents, progress, write_batch,
+                                        name_field=info.label_names)
         else:
             from dhim_ray.connectors.milvus_sink import MilvusDatasink
 
@@ -233,8 +235,9 @@ def ingest(
 
 
 def write_from_driver(ds, target: MilvusTarget, n_bits: int, source: str, total: int, progress: bool,
-                      write_batch: int) -> int:
-    """milvus-lite takes one process per file: the driver upserts what the actors encode."""
+                      write_batch: int, name_field: bool = True) -> int:
+    """milvus-lite takes one process per file: the driver upserts what the actors encode.
+    ``name_field``: the collection has the label_name field."""
     from tqdm.auto import tqdm
 
     client = target.connect()
@@ -244,7 +247,8 @@ def write_from_driver(ds, target: MilvusTarget, n_bits: int, source: str, total:
             for batch in ds.iter_batches(batch_size=write_batch, batch_format="numpy"):
                 refuse_foreign_rows(client, target.collection, batch["id"], source, target.timeout)
                 rows = make_rows(batch["id"], np.asarray(batch["code"], dtype=np.uint8), n_bits, batch["label"],
-                                 [str(t) for t in batch["text"]], source, batch["row"], batch.get("vector"))
+                                 [str(t) for t in batch["text"]], source, batch["row"], batch.get("vector"),
+                                 batch.get("label_name"), name_field=name_field)
                 written += upsert_rows(client, target.collection, rows, target.timeout)
                 bar.update(len(rows))
     finally:

@@ -220,13 +220,15 @@ def check_scan(plan: SourcePlan, result: ScanResult, drop_empty: bool, limit: in
 @dataclass(frozen=True)
 class Prepare:
     """Turns a shard's block into document rows: split-wide row numbers, ids, numbered
-    labels; rows past ``limit`` and (with drop_empty) empty texts left out."""
+    labels (and string labels' names, as label_name); rows past ``limit`` and (with
+    drop_empty) empty texts left out."""
 
     source: str
     offsets: tuple[int, ...]
     limit: int  # rows 0..limit-1 of the split
-    label_names: tuple[str, ...] | None
+    label_names: tuple[str, ...] | None  # the vocabulary of string labels
     drop_empty: bool
+    names_of_numbers: tuple[str, ...] | None = None  # names of integer labels (SourcePlan.label_names)
 
     def wants(self, shard: int) -> bool:
         return self.offsets[shard] < self.limit
@@ -245,13 +247,18 @@ class Prepare:
         rows = rows[idx]
         if "source_row" in block.column_names:
             rows = block.column("source_row").to_numpy()[idx].astype(np.int64)
+        names = None
         if "label" in block.column_names:
             values = block.column("label").take(pa.array(idx)).to_pylist()
             if self.label_names is not None:
                 index = {n: i for i, n in enumerate(self.label_names)}
-                labels = np.asarray([index[str(v)] for v in values], dtype=np.int64)
+                names = [str(v) for v in values]
+                labels = np.asarray([index[n] for n in names], dtype=np.int64)
             else:
                 labels = np.asarray(values, dtype=np.int64)
+                if self.names_of_numbers is not None:
+                    known = len(self.names_of_numbers)
+                    names = [self.names_of_numbers[v] if 0 <= v < known else "" for v in labels.tolist()]
         else:
             labels = np.full(len(idx), -1, dtype=np.int64)
         return pa.table({
@@ -259,4 +266,5 @@ class Prepare:
             "text": pa.array([texts[i] for i in idx], pa.string()),
             "label": labels,
             "row": rows,
+            **({"label_name": pa.array(names, pa.string())} if names is not None else {}),
         })

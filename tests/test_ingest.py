@@ -90,6 +90,7 @@ def test_search_own_text_returns_it_at_distance_zero(ingested, model_dir):
     own = [h for h in hits if h["row"] == split.rows[7]]
     assert own and own[0]["distance"] == 0
     assert own[0]["text"] == split.texts[7][:1024] and own[0]["source"].startswith("bbc:train@")
+    assert own[0]["label"] == split.labels[7] and own[0]["label_name"] == split.label_names[split.labels[7]]
 
 
 def test_milvus_precision_equals_in_memory(ingested, model_dir):
@@ -291,6 +292,7 @@ def test_search_output_keeps_rank_distance_label_and_row_on_narrow_terminals(ing
     assert max(len(line) for line in run.stdout.splitlines()) <= columns
     body = [line for line in run.stdout.splitlines() if line.startswith("│")]
     assert len(body) == 3 and all(cell.strip() for line in body for cell in line.split("│")[1:5])
+    assert all(line.split("│")[3].strip() in BBC.load_split().label_names for line in body)  # names, not numbers
 
 
 def test_sharded_parquet_folder_streams_with_one_label_vocabulary(ray_session, model_dir, tmp_path):
@@ -319,7 +321,8 @@ def test_sharded_parquet_folder_streams_with_one_label_vocabulary(ray_session, m
     assert first.n_documents == again.n_documents == again.rows_in_collection == again.rows_of_source == 89
     client = target.connect()
     try:
-        rows = client.query(target.collection, filter="id >= 0", output_fields=["row", "label", "source"], limit=1000)
+        rows = client.query(target.collection, filter="id >= 0", output_fields=["row", "label", "label_name", "source"],
+                            limit=1000)
     finally:
         client.close()
         release(target.uri)
@@ -330,6 +333,7 @@ def test_sharded_parquet_folder_streams_with_one_label_vocabulary(ray_session, m
     loaded = spec.load_split()
     assert loaded.label_names == ["politics", "sport", "tech"]
     assert [r["label"] for r in rows] == loaded.labels.tolist()
+    assert [r["label_name"] for r in rows] == [records[r]["label"] for r in expected]
 
 
 def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested, model_dir):
@@ -456,3 +460,53 @@ def test_ingest_keeps_ray_and_grpc_chatter_out_of_the_terminal(model_dir, tmp_pa
                          r"|constructor arguments in the object store|core_worker\.cc|chttp2")
     leaked = [line for line in run.stderr.splitlines() if foreign.search(line.strip())]
     assert not leaked, "\n".join(leaked)
+
+
+def test_a_collection_made_before_label_names_still_takes_ingests_and_searches(ray_session, model_dir, tmp_path):
+    """Collections ingested before rows carried label_name lack the field: a rerun upserts
+    into them without it, search returns the label number, and the CLI shows that number."""
+    import os
+    import subprocess
+    import sys
+
+    from pymilvus import DataType, MilvusClient
+
+    from dhim_ray.connectors.milvus import CODE_FIELD, FORMAT, TEXT_PREVIEW, describe
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.search import Searcher
+
+    target = MilvusTarget(str(tmp_path / "old.db"), "old16")
+    meta = {"format": FORMAT, "n_bits": 16, "model": Hasher.load(model_dir).model_id}
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False, description=json.dumps(meta))
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field(CODE_FIELD, DataType.BINARY_VECTOR, dim=16)
+    schema.add_field("label", DataType.INT64)
+    schema.add_field("text", DataType.VARCHAR, max_length=TEXT_PREVIEW * 4)
+    schema.add_field("source", DataType.VARCHAR, max_length=256)
+    schema.add_field("row", DataType.INT64)
+    client = target.connect()
+    try:
+        index = client.prepare_index_params()
+        index.add_index(field_name=CODE_FIELD, index_type="BIN_FLAT", metric_type="HAMMING")
+        client.create_collection(target.collection, schema=schema, index_params=index, timeout=30)
+        assert not describe(client, target.collection).label_names
+    finally:
+        client.close()
+        release(target.uri)
+    spec = CorpusSpec("bbc", "train", limit=40)
+    result = ingest(spec, model_dir, target, workers=1, progress=False)
+    assert result.rows_in_collection == 40
+    split = spec.load_split()
+    with Searcher(model_dir, target) as s:
+        assert not s.info.label_names
+        hits = s.search([split.texts[3]], k=40)[0]
+    own = next(h for h in hits if h["row"] == split.rows[3])
+    assert own["label"] == split.labels[3] and "label_name" not in own
+    env = dict(os.environ, COLUMNS="120", HF_HUB_OFFLINE="1")
+    run = subprocess.run([sys.executable, "-m", "dhim_ray.cli", "search", split.texts[3][:200], "--model",
+                          str(model_dir), "--uri", target.uri, "--collection", target.collection, "-k", "40", "--json"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    shown = next(h for h in json.loads(run.stdout)[0]["hits"] if h["row"] == split.rows[3])
+    assert shown["label"] == split.labels[3] and "label_name" not in shown

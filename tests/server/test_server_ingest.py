@@ -142,6 +142,7 @@ def test_search_through_the_ivf_index(ingested, model_dir):
         hits = s.search([split.texts[11]], k=N)[0]
     own = [h for h in hits if h["row"] == split.rows[11]]
     assert hits[0]["distance"] == 0 and own and own[0]["distance"] == 0
+    assert own[0]["label_name"] == split.label_names[split.labels[11]]  # written by the sink's workers
     queries = CorpusSpec("bbc", "val", limit=60)
     in_memory = evaluate_checkpoint(model_dir, BBC, queries, k=50, progress=False)
     served = evaluate_in_milvus(model_dir, queries, target, k=50, index=exact)
