@@ -5,8 +5,8 @@ A code collection holds one row per document:
     id      INT64 primary key, deterministic from (source, split, row)
     code    BINARY_VECTOR(n_bits), HAMMING metric
     label   INT64 (-1 when the source has no label)
-    label_name  VARCHAR the label's name where the source's labels are strings, else ""
-            (collections made before it existed lack the field and still work)
+    label_name  VARCHAR the label's name where the source names its labels (string labels,
+            a ClassLabel), else ""; collections made before it existed lack it and still work
     text    VARCHAR preview of the document (first ``TEXT_PREVIEW`` characters)
     source  VARCHAR corpus and split, e.g. "dbpedia:train"
     row     INT64 row number in that source
