@@ -504,8 +504,8 @@ def search(
 
 
 def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
-    """A table per query; rank, distance, label (its name where the corpus' labels are
-    strings) and row keep their width at any terminal size."""
+    """A table per query; rank, distance, label (its name where the corpus names its
+    labels, else its number) and row keep their width at any terminal size."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text

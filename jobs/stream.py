@@ -220,8 +220,8 @@ def check_scan(plan: SourcePlan, result: ScanResult, drop_empty: bool, limit: in
 @dataclass(frozen=True)
 class Prepare:
     """Turns a shard's block into document rows: split-wide row numbers, ids, numbered
-    labels (and string labels' names, as label_name); rows past ``limit`` and (with
-    drop_empty) empty texts left out."""
+    labels (and their names, as label_name, where the source names them: string labels,
+    or ``names_of_numbers``); rows past ``limit`` and (with drop_empty) empty texts left out."""
 
     source: str
     offsets: tuple[int, ...]
