@@ -207,6 +207,14 @@ def training_scale_section() -> list[str]:
                     f"({ref['wall_seconds']:.0f} s), every one measured.", ""]
         out += [f"Time ratio {r['time_ratio']:.3f} (1/{1 / r['time_ratio']:.1f}); P@100 "
                 f"{r['precision_diff']:+.4f}.", ""]
+        from bench.time_to_quality import wall_to_reach
+
+        reach = wall_to_reach(sh, ref["best_val_precision_at_k_tie_aware"])
+        if reach is not None and not ref.get("estimated"):
+            out += [f"Time to the reference loop's quality: `dhim-ray train` passed the reference loop's best val "
+                    f"P@100 ({ref['best_val_precision_at_k_tie_aware']:.4f}) at its epoch {reach[0]}, "
+                    f"{reach[1]:.1f} s in: {reach[1] / ref['wall_to_best_epoch_seconds']:.3f} "
+                    f"(1/{ref['wall_to_best_epoch_seconds'] / reach[1]:.1f}) of the reference loop's time to it.", ""]
     return out
 
 
