@@ -1,0 +1,152 @@
+"""Other label-free selection signals, tried on the cells where the shipped one misses.
+
+    python -m bench.selection_probe --corpora agnews dbpedia --bits 64 --epochs 30
+    python -m bench.selection_probe --report
+
+Issue 15's label-free criterion (tie-aware recall of each val document's cosine top-100
+among its Hamming top-100) picks within 1 point of the label-picked epoch on 6 of the 8
+cells of bench.selection, and misses dbpedia and agnews at 64 bits, where it keeps rising
+while label precision has peaked. This probe trains the same cell (the shipped
+configuration, the same carved selection slice, labels picking nothing) and records per
+epoch, on the selection slice:
+
+- neighbour recall at k = 10, 100 and 1000 (k = 1000: the coarse structure of a
+  4,000-document sample, not the fine one);
+- pseudo-label P@100: tie-aware P@100 with labels from spherical k-means (C = 4, 16, 64
+  clusters, faiss) of the frozen encoder's mean vectors of the selection database: a
+  label-free stand-in for topical labels at three granularities;
+- the slice's label P@100 and the val split's P@100 (what the criteria are judged on).
+
+For each signal: the epoch its maximum picks (from epoch 0, and after the shipped
+6-epoch warm-up), that epoch's val P@100 against the best epoch's, and the signal's
+Spearman correlation with val P@100 across epochs. Results: bench/selection_probe.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from bench.quality import corpus_features, fit_carved
+from dhim_ray.config import config_for_bits
+from dhim_ray.metrics import cosine_topk, neighbour_recall_at_k, precision_at_k
+from dhim_ray.training import TrainCallback, carve_validation, hash_features, selection_database
+
+logger = logging.getLogger("bench.selection_probe")
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "selection_probe.json"
+RECALL_KS = (10, 100, 1000)
+CLUSTERS = (4, 16, 64)
+WARMUPS = (0, 6)
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def pseudo_labels(db_vectors: np.ndarray, q_vectors: np.ndarray, clusters: int, seed: int = 0):
+    """(database, query) cluster ids of spherical k-means fitted on the database vectors."""
+    import faiss
+
+    db, q = _unit(db_vectors), _unit(q_vectors)
+    km = faiss.Kmeans(db.shape[1], clusters, niter=25, seed=seed, spherical=True)
+    km.train(db)
+    return km.index.search(db, 1)[1][:, 0], km.index.search(q, 1)[1][:, 0]
+
+
+class Probe(TrainCallback):
+    def __init__(self, db, q, db_labels, q_labels, tr, va, va_labels, train_labels, k=100):
+        self.db, self.q, self.tr, self.va = db, q, tr, va
+        self.db_labels, self.q_labels, self.va_labels, self.train_labels = db_labels, q_labels, va_labels, train_labels
+        self.k = k
+        self.neighbours = cosine_topk(db.mean, q.mean, max(RECALL_KS))
+        self.pseudo = {c: pseudo_labels(db.mean, q.mean, c) for c in CLUSTERS}
+        self.rows: list[dict] = []
+
+    def on_epoch_end(self, state) -> None:
+        model = state.model
+        dbc, qc = hash_features(model, self.db), hash_features(model, self.q)
+        row = {f"recall@{k}": neighbour_recall_at_k(dbc, qc, self.neighbours, k).recall_at_k for k in RECALL_KS}
+        for c, (a, b) in self.pseudo.items():
+            row[f"pseudo P@100 C={c}"] = precision_at_k(dbc, a, qc, b, self.k).precision_at_k_tie_aware
+        row["slice label P@100"] = precision_at_k(dbc, self.db_labels, qc, self.q_labels, self.k).precision_at_k_tie_aware
+        row["val P@100"] = precision_at_k(hash_features(model, self.tr), self.train_labels,
+                                          hash_features(model, self.va), self.va_labels, self.k).precision_at_k_tie_aware
+        model.train()
+        self.rows.append(row)
+        logger.info("epoch %d: %s", len(self.rows) - 1, {k: round(v, 4) for k, v in row.items()})
+
+
+def run_cell(corpus: str, bits: int, epochs: int, cache: str) -> dict:
+    encoder, train, val, tr, va = corpus_features(corpus, cache)
+    cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size},
+                          train={"max_epochs": epochs, "patience": epochs, "select": "labels"})
+    fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
+    db_idx = fit_idx[selection_database(len(fit_idx), cfg.train)]
+    probe = Probe(tr.take(db_idx), tr.take(sel_idx), train.labels[db_idx], train.labels[sel_idx],
+                  tr, va, val.labels, train.labels)
+    fit_carved(cfg, tr, train, callbacks=(probe,))
+    return {"corpus": corpus, "bits": bits, "epochs": epochs, "history": probe.rows}
+
+
+def summarise(cell: dict) -> list[dict]:
+    from scipy.stats import spearmanr
+
+    rows = cell["history"]
+    val = np.array([r["val P@100"] for r in rows])
+    best = float(val.max())
+    out = []
+    for key in rows[0]:
+        if key == "val P@100":
+            continue
+        signal = np.array([r[key] for r in rows])
+        picks = {}
+        for warm in WARMUPS:
+            epoch = warm + int(signal[warm:].argmax())
+            picks[warm] = (epoch, float(val[epoch]) - best)
+        out.append({"signal": key, "picks": picks, "spearman": float(spearmanr(signal, val).statistic)})
+    return out
+
+
+def report(cells: dict) -> str:
+    lines = []
+    for name, cell in cells.items():
+        rows = cell["history"]
+        val = [r["val P@100"] for r in rows]
+        best = int(np.argmax(val))
+        lines += [f"{name}: {cell['epochs']} epochs, best val P@100 {val[best]:.4f} at epoch {best}", "",
+                  "| signal | picks (from epoch 0) | vs best | picks (after warm-up 6) | vs best | Spearman vs val P@100 |",
+                  "|---|---|---|---|---|---|"]
+        for s in summarise(cell):
+            (e0, d0), (e6, d6) = s["picks"][0], s["picks"][6]
+            lines.append(f"| {s['signal']} | {e0} | {100 * d0:+.2f} pt | {e6} | {100 * d6:+.2f} pt | {s['spearman']:+.3f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpora", nargs="+", default=["agnews", "dbpedia"])
+    parser.add_argument("--bits", nargs="+", type=int, default=[64])
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--cache-dir", default=str(HERE / ".cache" / "features"))
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--report", action="store_true", help="print the tables of --out and exit")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    cells = json.loads(args.out.read_text()) if args.out.exists() else {}
+    if not args.report:
+        for corpus in args.corpora:
+            for bits in args.bits:
+                cells[f"{corpus}-{bits}"] = run_cell(corpus, bits, args.epochs, args.cache_dir)
+                args.out.write_text(json.dumps(cells, indent=1))
+    print(report(cells))
+
+
+if __name__ == "__main__":
+    main()
