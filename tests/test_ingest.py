@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import write_csv
+from conftest import train_bbc16, write_csv
 
 from dhim_ray.codes import bytes_to_codes
 from dhim_ray.connectors.milvus import (
@@ -39,13 +39,7 @@ BBC = CorpusSpec("bbc", "train", limit=N)
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """A quickly trained 16-bit model on a slice of the packaged BBC corpus (real encoder)."""
-    from dhim_ray.config import config_for_bits
-    from dhim_ray.pipeline import train_corpus
-
-    out = tmp_path_factory.mktemp("model") / "bbc-16"
-    cfg = config_for_bits(16, train={"max_epochs": 2, "batch_size": 64})
-    train_corpus(CorpusSpec("bbc", limit=N), cfg, out, progress=False)
-    return out
+    return train_bbc16(tmp_path_factory.mktemp("model") / "bbc-16", N)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import train_bbc16
 from milvus_server import ROOT_TOKEN, URI, start_server
 
 from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, ensure_collection
@@ -38,13 +39,7 @@ def milvus_uri(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from dhim_ray.config import config_for_bits
-    from dhim_ray.pipeline import train_corpus
-
-    out = tmp_path_factory.mktemp("model") / "bbc-16"
-    cfg = config_for_bits(16, train={"max_epochs": 2, "batch_size": 64})
-    train_corpus(CorpusSpec("bbc", limit=N), cfg, out, progress=False)
-    return out
+    return train_bbc16(tmp_path_factory.mktemp("model") / "bbc-16", N)
 
 
 @pytest.fixture(scope="module")
