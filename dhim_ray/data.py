@@ -199,10 +199,24 @@ def load_corpus(
     if splits is not None:
         corpus = Corpus(corpus.name, {s: corpus.split(_canonical_split(s, corpus)) for s in splits})
     if spec.limit is not None:
-        corpus.splits = {k: v.take(np.arange(min(spec.limit, len(v)))) for k, v in corpus.splits.items()}
+        corpus.splits = {k: _first_rows(v, spec.limit, f"{corpus.name}:{k}") for k, v in corpus.splits.items()}
     for split_name, split in corpus.splits.items():
         corpus.splits[split_name] = _validate(split, f"{corpus.name}:{split_name}", spec.drop_empty)
     return corpus
+
+
+def _first_rows(split: Split, limit: int, where: str) -> Split:
+    """The first ``limit`` rows; warns when they hold at most half of the split's labels
+    though they are many enough (10 per label) to hold them all: a split ordered by
+    label, whose first rows are one or two labels."""
+    kept = split.take(np.arange(min(limit, len(split))))
+    if split.labels is not None and len(kept) < len(split):
+        have, of = len(np.unique(kept.labels)), len(np.unique(split.labels))
+        if have <= max(1, of // 2) < of and len(kept) >= 10 * of:
+            logger.warning("%s: --limit %d keeps its first %d of %d rows, which hold %d of its %d labels (the split "
+                           "is ordered by label?): precision@k on them means little", where, limit, len(kept),
+                           len(split), have, of)
+    return kept
 
 
 def load_split(spec: str | CorpusSpec, default_split: str = "train", **kwargs) -> Split:

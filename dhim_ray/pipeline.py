@@ -29,7 +29,7 @@ from .hasher import Hasher
 from .metrics import cosine_precision_at_k, precision_at_k
 from .refine import RefineConfig, refine_encoder
 from .rerank import BY_BITS, check_rerank, rerank_topk
-from .training import FitResult, LoopState, TrainCallback, carve_validation, fit
+from .training import ONE_LABEL_HINT, FitResult, LoopState, TrainCallback, carve_validation, fit, selection_criterion
 from .transforms import fit_transform, transform
 
 logger = logging.getLogger(__name__)
@@ -62,6 +62,13 @@ def load_train_val(corpus: CorpusSpec, config: DHIMConfig) -> tuple[Split, Split
         tr_idx, val_idx = carve_validation(len(train), config.train)
         train, val = train.take(tr_idx), train.take(val_idx)
         val_source = f"{len(val)} documents carved from train (seed {config.train.seed})"
+    # Refuse or redirect a selection labels cannot make before any feature is computed.
+    has_labels = train.labels is not None and val.labels is not None
+    n_labels = len(np.unique(train.labels)) if has_labels else None
+    criterion = selection_criterion(config.train.select, True, has_labels, n_labels)
+    if has_labels and criterion != "labels" and config.train.select == "auto":
+        logger.warning("every training document has the same label, so val P@%d cannot rank epochs: selecting by "
+                       "cosine neighbours (label-free) instead; %s", config.train.k, ONE_LABEL_HINT)
     return train, val, val_source
 
 

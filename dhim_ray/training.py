@@ -60,16 +60,29 @@ def selection_database(n: int, config: TrainConfig) -> np.ndarray:
     return np.sort(np.random.default_rng(config.seed + 1).choice(n, m, replace=False))
 
 
-def selection_criterion(select: str, has_val: bool, has_labels: bool) -> str | None:
+ONE_LABEL_HINT = ("train on documents of several labels (--limit keeps the first rows, and a split ordered by "
+                  "label then holds one)")
+
+
+def selection_criterion(select: str, has_val: bool, has_labels: bool, n_labels: int | None = None) -> str | None:
     """What picks the epoch: "labels" (tie-aware P@k), "neighbours" (label-free
-    cosine-neighbour recall@k), or None without a validation slice (the last epoch)."""
+    cosine-neighbour recall@k), or None without a validation slice (the last epoch).
+
+    ``n_labels``: how many distinct labels the searched training documents hold. With
+    one, P@k is the share of val documents with that label whatever the codes, so it
+    cannot rank epochs (early stopping would keep the first): "auto" then selects by
+    neighbours; "labels" is refused."""
     if not has_val:
         return None
     if select == "labels" and not has_labels:
         raise ConfigError("select=labels but the corpus has no labels: give --label-column NAME, "
                           "or select by neighbours (label-free)")
+    one_label = has_labels and n_labels is not None and n_labels < 2
+    if select == "labels" and one_label:
+        raise ConfigError(f"select=labels but every training document has the same label: P@k cannot rank epochs; "
+                          f"{ONE_LABEL_HINT}, or select by neighbours (label-free)")
     if select == "auto":
-        return "labels" if has_labels else "neighbours"
+        return "labels" if has_labels and not one_label else "neighbours"
     return select
 
 
@@ -620,8 +633,9 @@ def fit(
     if database is None:
         database, database_labels = train, train_labels
     # Every rank takes part in selection (each hashes a share); rank 0's decision rules.
-    criterion = selection_criterion(config.train.select, val is not None,
-                                    val_labels is not None and database_labels is not None)
+    has_labels = val_labels is not None and database_labels is not None
+    criterion = selection_criterion(config.train.select, val is not None, has_labels,
+                                    len(np.unique(database_labels)) if has_labels else None)
     state = LoopState(model, optimizer, config,
                       EarlyStopping(config.train.patience, selection_warmup(criterion, config.train)),
                       np.random.default_rng(config.train.seed), collective.rank, criterion, train=train)

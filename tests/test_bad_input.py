@@ -60,6 +60,7 @@ def world(tmp_path_factory, toy_folder, tiny_bert, tiny_config):
         data = f.read_bytes()
         (truncated / f.name).write_bytes(data[: len(data) // 3] if f.suffix == ".safetensors" else data)
     (root / "afile").write_text("not a folder")
+    write_csv(root / "one_label" / "train.csv", [("a", f"story number {i}") for i in range(8)], header=True)
     write_csv(root / "latin1" / "train.csv", [("a", "x")], header=True)
     (root / "latin1" / "train.csv").write_bytes("label,text\na,caf\xe9\n".encode("latin-1"))
     return {"root": root, "model": model, "db": db, "toy": toy_folder, "bert": tiny_bert, "truncated": truncated}
@@ -124,6 +125,8 @@ CASES = [
      "needs at least --batch-size 500"),
     (T("--device", "tpu9"), 2, "--device tpu9: not a torch device"),
     (T("--limit", "0"), 2, "--limit 0: must be >= 1"),
+    (["train", "{root}/one_label", "--encoder", "{bert}", "--select", "labels", "--out", "{root}/out"], 2,
+     "--select labels but every training document has the same label"),
     (T("--text-column", ""), 2, "--text-column '': give a column name"),
     (T("--text-column", "body"), 2, "no text column 'body'"),
     (T("--label-column", "lable"), 2, "no label column 'lable'"),

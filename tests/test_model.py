@@ -115,6 +115,22 @@ def test_without_labels_the_neighbour_criterion_picks_the_epoch_and_stops_early(
         cfg.replace(train={"select": "best"})
 
 
+def test_one_label_cannot_pick_the_epoch_so_auto_selects_by_neighbours():
+    """Found using the CLI: `train bbc --limit 400` kept the packaged split's first rows, all
+    one label, so val P@100 read the same every epoch and early stopping kept epoch 0."""
+    feats, labels = toy_features(n=160, seed=1)
+    cfg = config_for_bits(16, model={"hidden_size": 24, "n_filters": 16, "alpha": 0.3},
+                          train={"batch_size": 32, "lr": 3e-3, "max_epochs": 4, "patience": 2, "k": 10})
+    tr, va = np.arange(120), np.arange(120, 160)
+    one = np.zeros(120, dtype=np.int64)
+    result = fit(feats.take(tr), feats.take(va), cfg, one, labels[va], progress=False)
+    assert result.selected_by == "val cosine-neighbour recall@10 (tie-aware)"
+    # what labels would have ranked by: the same figure every epoch, whatever the codes
+    assert len({round(h.val_precision, 12) for h in result.history}) == 1
+    with pytest.raises(ConfigError, match="every training document has the same label"):
+        fit(feats.take(tr), feats.take(va), cfg.replace(train={"select": "labels"}), one, labels[va], progress=False)
+
+
 def test_held_out_objective_criterion_picks_the_lowest_val_loss():
     from dhim_ray.training import held_out_objective, neighbour_table, neighbour_vectors
 
