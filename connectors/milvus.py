@@ -366,6 +366,17 @@ def describe(client, name: str, timeout: float = DEFAULT_TIMEOUT) -> CollectionI
                           label_names=any(f["name"] == LABEL_NAME_FIELD for f in desc["fields"]))
 
 
+def collections_of_model(client, model: str, n_bits: int, timeout: float = DEFAULT_TIMEOUT) -> list[str]:
+    """Names (sorted) of the code collections ingested with ``model`` (the id stamped on
+    them); without a model id, those of width ``n_bits``."""
+    found = []
+    for name in sorted(client.list_collections(timeout=timeout)):
+        info = describe(client, name, timeout)
+        if info is not None and info.n_bits and (info.model == model if model else info.n_bits == n_bits):
+            found.append(name)
+    return found
+
+
 def check_collection(client, name: str, n_bits: int, model: str, overwrite: bool = False,
                      timeout: float = DEFAULT_TIMEOUT, vector_dim: int | None = None) -> CollectionInfo | None:
     """The existing collection ``name`` (None if there is none), refused with

@@ -480,7 +480,8 @@ def _default_collection(name: str, n_bits: int) -> str:
 def search(
     text: Annotated[list[str], typer.Argument(help="Query text(s).")],
     model_dir: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder the collection was ingested with.")],
-    collection: Annotated[str, typer.Option(help="Collection to search.")],
+    collection: Annotated[str | None, typer.Option(
+        help="Collection to search [default: the one collection at --uri ingested with --model].")] = None,
     uri: Uri = DEFAULT_DB,
     token_env: TokenEnv = "MILVUS_TOKEN",
     k: Annotated[int, typer.Option("-k", "--k", help="Hits per query (at most 16384).")] = 10,
@@ -495,7 +496,9 @@ def search(
 
     check_search_k(k)
     check_rerank(rerank)
-    with Searcher(model_dir, MilvusTarget(uri, collection, token_env=token_env), nprobe=nprobe) as searcher:
+    if collection is not None:
+        MilvusTarget(uri, collection, token_env=token_env)  # a malformed name fails before the model loads
+    with Searcher.open(model_dir, uri, collection, token_env=token_env, nprobe=nprobe) as searcher:
         hits = searcher.search(text, k, rerank=rerank)
     if as_json:
         typer.echo(json.dumps([{"query": q, "hits": h} for q, h in zip(text, hits)], default=_json_default))

@@ -11,6 +11,7 @@ never imports Ray. Evaluation through Milvus (``evaluate_in_milvus``) lives here
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from .connectors.milvus import (
     IndexSpec,
     MilvusTarget,
     check_search_k,
+    collections_of_model,
+    connect,
     count_rows,
     describe,
     fetch_codes,
@@ -35,6 +38,30 @@ from .errors import CollectionMismatchError, ConfigError, StoreError
 from .hasher import Hasher, check_texts
 from .metrics import PrecisionResult, tie_aware_hits
 from .rerank import BY_BITS, BY_COSINE, check_rerank, rerank, rescore_cosine
+
+logger = logging.getLogger(__name__)
+
+
+def find_collection(model_dir: str | Path, uri: str, token_env: str = "MILVUS_TOKEN",
+                    hasher: Hasher | None = None) -> str:
+    """The one collection at ``uri`` ingested with the model at ``model_dir``: what search
+    uses when it is given no collection name. None or several: a StoreError or
+    ConfigError that says what is there."""
+    hasher = hasher or Hasher.load(model_dir)
+    client = connect(uri, token_env=token_env, create=False)
+    try:
+        found = collections_of_model(client, hasher.model_id, hasher.n_bits)
+    finally:
+        client.close()
+        release(uri)
+    if not found:
+        raise StoreError(f"no collection at {mask_uri(uri)} was ingested with {model_dir}; run 'dhim-ray ingest "
+                         f"CORPUS --model {model_dir} --uri {mask_uri(uri)}' first, or name one with --collection")
+    if len(found) > 1:
+        raise ConfigError(f"{mask_uri(uri)} holds {len(found)} collections ingested with {model_dir} "
+                          f"({', '.join(found)}); name one with --collection")
+    logger.info("searching collection %s at %s (the one ingested with %s)", found[0], mask_uri(uri), model_dir)
+    return found[0]
 
 
 class Searcher:
@@ -81,10 +108,14 @@ class Searcher:
             self.index = info.search_index(nprobe)
 
     @classmethod
-    def open(cls, model_dir: str | Path, uri: str, collection: str, token_env: str = "MILVUS_TOKEN",
+    def open(cls, model_dir: str | Path, uri: str, collection: str | None = None, token_env: str = "MILVUS_TOKEN",
              nprobe: int | None = None) -> Searcher:
-        """``Searcher.open("runs/bbc-64", "dhim_ray.db", "bbc_64")``; a server: uri="http://host:19530"."""
-        return cls(model_dir, MilvusTarget(uri, collection, token_env=token_env), nprobe=nprobe)
+        """``Searcher.open("runs/bbc-64", "dhim_ray.db", "bbc_64")``; a server: uri="http://host:19530".
+        Without ``collection``: the one collection at ``uri`` ingested with the model."""
+        hasher = Hasher.load(model_dir)
+        if collection is None:
+            collection = find_collection(model_dir, uri, token_env, hasher)
+        return cls(model_dir, MilvusTarget(uri, collection, token_env=token_env), hasher=hasher, nprobe=nprobe)
 
     @property
     def rescores_by_cosine(self) -> bool:

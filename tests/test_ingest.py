@@ -504,3 +504,54 @@ def test_a_collection_made_before_label_names_still_takes_ingests_and_searches(r
     assert run.returncode == 0, run.stderr
     shown = next(h for h in json.loads(run.stdout)[0]["hits"] if h["row"] == split.rows[3])
     assert shown["label"] == split.labels[3] and "label_name" not in shown
+
+
+def test_search_without_a_collection_name_finds_the_one_ingested_with_the_model(model_dir, tmp_path):
+    """`dhim-ray search` asked for --collection though ingest had named it: now the one
+    collection at --uri ingested with the model is used; several or none is a one-line
+    error naming what is there."""
+    import os
+    import subprocess
+    import sys
+
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.search import Searcher, find_collection
+
+    hasher = Hasher.load(model_dir)
+    texts = BBC.load_split().texts[:30]
+    target = MilvusTarget(str(tmp_path / "codes.db"), "news_16")
+    client = target.connect()
+    try:
+        ensure_collection(client, "news_16", 16, hasher.model_id)
+        upsert_rows(client, "news_16", make_rows(document_ids("bbc@1", range(30)), hasher.encode(texts), 16, None,
+                                                 texts, "bbc@1", np.arange(30)))
+        ensure_collection(client, "other_16", 16, "another-model")  # another model's codes: not a candidate
+    finally:
+        client.close()
+        release(target.uri)
+    assert find_collection(model_dir, target.uri) == "news_16"
+    with Searcher.open(model_dir, target.uri) as s:
+        assert s.target.collection == "news_16"
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    run = subprocess.run([sys.executable, "-m", "dhim_ray.cli", "search", texts[4][:300], "--model", str(model_dir),
+                          "--uri", target.uri, "-k", "30", "--json"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "searching collection news_16" in run.stderr
+    hits = json.loads(run.stdout)[0]["hits"]
+    assert len(hits) == 30 and next(h for h in hits if h["row"] == 4)["distance"] == 0
+
+    client = target.connect()
+    try:
+        ensure_collection(client, "news_copy_16", 16, hasher.model_id)
+    finally:
+        client.close()
+        release(target.uri)
+    with pytest.raises(ConfigError, match=r"holds 2 collections ingested with .* \(news_16, news_copy_16\); "
+                                          r"name one with --collection"):
+        find_collection(model_dir, target.uri)
+    empty = MilvusTarget(str(tmp_path / "empty.db"), "unused")
+    empty.connect().close()
+    release(empty.uri)
+    with pytest.raises(StoreError, match="no collection at .*empty.db was ingested with"):
+        find_collection(model_dir, empty.uri)
