@@ -288,6 +288,8 @@ def representations_section() -> list[str]:
             "    --max-epochs 100 --long-epochs 100",
             "python -m bench.representations dhim --corpora r8 --bits 16 --variants shipped \"whitening target\" \\",
             "    --max-epochs 100 --long-epochs 100 --seeds 2 3",
+            "python -m bench.representations dhim --corpora 20ng --bits 16 --variants shipped \"whitening target\" \\",
+            "    --max-epochs 100 --long-epochs 100 --seeds 2",
             "python -m bench.representations report",
             "```", "",
             "Protocol as the quality table (database = train.csv, queries = val.csv, tie-aware P@100). Every "
@@ -342,7 +344,7 @@ def main() -> None:
                   "    --set train.beta=2.0   # one row of the sweep that chose the per-bit defaults",
                   "# the shipped schedule's rows (100 epochs at most, patience 6), trained by other benches:",
                   "python -m bench.representations dhim --corpora r8 dbpedia agnews 20ng --bits 16 \\",
-                  "    --variants shipped --max-epochs 100 --long-epochs 100   # and --seeds 1 on r8 dbpedia agnews, 2 3 on r8",
+                  "    --variants shipped --max-epochs 100 --long-epochs 100   # and --seeds 1 on all four, 2 3 on r8, 2 on 20ng",
                   "python -m bench.selection rerank --corpora r8 dbpedia agnews --bits 32 128",
                   "python -m bench.selection rerank --corpora 20ng --bits 32 128 --shipped-epochs 30",
                   "python -m bench.selection to-quality   # 64 bits and 20ng: replays that stopped by themselves",
