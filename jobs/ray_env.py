@@ -46,6 +46,11 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
         # A local Ray's node agent samples every process' CPU and memory for the dashboard
         # (off here) every 5 s: on a 2-core machine that took ~13% of a core from training.
         os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "60000")
+        # Ray starts its workers 15 nice levels below the driver: beside any other busy
+        # process the encoders and training workers then get a few percent of a core
+        # (beside one busy loop per core an ingest took 7.2x as long: bench/worker_priority.py). A local run is the user's own
+        # command, so its workers run at the user's priority (`nice dhim-ray ...` still works).
+        os.environ.setdefault("RAY_worker_niceness", "0")
     import ray
 
     quiet_ray(verbose)

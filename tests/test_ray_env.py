@@ -43,3 +43,18 @@ def test_a_local_start_that_keeps_failing_names_no_address(monkeypatch):
         env._start_local(None, {})
     assert "address" not in str(e.value).split(";")[0] and "--address auto" in str(e.value)
     assert e.value.retriable
+
+
+def test_local_workers_run_at_the_drivers_priority(ray_session):
+    """Ray starts workers 15 nice levels down by default: beside another busy process an
+    ingest's encoders got a few percent of a core. A local run keeps the user's priority."""
+    import os
+
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert os.environ["RAY_worker_niceness"] == "0"  # noqa: SIM112 (Ray reads this spelling)
+    assert ray.get(niceness.remote(), timeout=120) == os.nice(0)
