@@ -2,7 +2,7 @@
 
     python -m bench.worker_priority            # 120 packaged BBC documents, one busy loop per core
 
-Ray starts its workers 15 nice levels below the driver (``RAY_worker_niceness``); since
+Ray's default starts its workers 15 nice levels below the driver (``RAY_worker_niceness``);
 this stack's local runs start them at the user's own priority (0). The bench trains a
 small model once, then times the same ``dhim-ray ingest`` (a fresh Ray and milvus-lite
 file each run, as a user's command) three ways: a quiet machine, and beside one busy
