@@ -1,6 +1,6 @@
 """Other label-free selection signals, tried on the cells where the shipped one misses.
 
-    python -m bench.selection_probe --corpora agnews dbpedia --bits 64 --epochs 30
+    python -m bench.selection_probe --corpora agnews dbpedia --bits 64 --epochs 30 --intrinsic
     python -m bench.selection_probe --report
 
 Issue 15's label-free criterion (tie-aware recall of each val document's cosine top-100
@@ -15,6 +15,11 @@ epoch, on the selection slice:
 - pseudo-label P@100: tie-aware P@100 with labels from spherical k-means (C = 4, 16, 64
   clusters, faiss) of the frozen encoder's mean vectors of the selection database: a
   label-free stand-in for topical labels at three granularities;
+- signals of the codes alone, no encoder geometry (`--intrinsic`): relative contrast (mean
+  Hamming distance to the whole sample over mean distance to the 100 nearest), the share of
+  the codes' variance that k-means with C = 4 and 16 clusters explains, bit independence
+  (1 - mean |correlation| between bits), reciprocal 10-NN share among the sample's codes,
+  and the mean confidence of the slice's bits (mean |2 sigmoid(logit / alpha) - 1|);
 - the slice's label P@100 and the val split's P@100 (what the criteria are judged on).
 
 For each signal: the epoch its maximum picks (from epoch 0, and after the shipped
@@ -59,8 +64,45 @@ def pseudo_labels(db_vectors: np.ndarray, q_vectors: np.ndarray, clusters: int, 
     return km.index.search(db, 1)[1][:, 0], km.index.search(q, 1)[1][:, 0]
 
 
+def unpack(codes: np.ndarray) -> np.ndarray:
+    """Packed uint8 codes as +-1 float32 (n, bits)."""
+    return np.unpackbits(codes, axis=1).astype(np.float32) * 2 - 1
+
+
+def intrinsic_signals(db_codes: np.ndarray, q_codes: np.ndarray, q_scores: np.ndarray, k: int = 100,
+                      seed: int = 0) -> dict[str, float]:
+    """Label-free and encoder-free scores of one epoch's codes (see the module docstring)."""
+    import faiss
+
+    from dhim_ray.metrics import hamming_distances
+
+    db, bits = unpack(db_codes), db_codes.shape[1] * 8
+    out = {}
+    d = hamming_distances(db_codes, q_codes).astype(np.float32)
+    nearest = np.sort(d, axis=1)[:, :k]
+    out["code relative contrast"] = float(d.mean() / max(nearest.mean(), 1e-6))
+    total = float(((db - db.mean(0)) ** 2).sum())
+    for c in (4, 16):
+        km = faiss.Kmeans(bits, c, niter=25, seed=seed)
+        km.train(db)
+        inertia = float(km.index.search(db, 1)[0].sum())
+        out[f"code k-means explained C={c}"] = 1.0 - inertia / max(total, 1e-9)
+    corr = np.corrcoef(db.T)
+    corr = np.nan_to_num(corr, nan=1.0)
+    out["bit independence"] = float(1.0 - np.abs(corr[~np.eye(bits, dtype=bool)]).mean())
+    dd = hamming_distances(db_codes, db_codes).astype(np.float32)
+    np.fill_diagonal(dd, np.inf)
+    order = np.argsort(dd + np.arange(len(dd))[None, :] * 1e-6, axis=1, kind="stable")[:, :10]
+    member = np.zeros(dd.shape, dtype=bool)
+    np.put_along_axis(member, order, True, axis=1)
+    out["reciprocal 10-NN"] = float((member & member.T).sum() / member.sum())
+    out["bit confidence"] = float(np.abs(q_scores).mean())
+    return out
+
+
 class Probe(TrainCallback):
-    def __init__(self, db, q, db_labels, q_labels, tr, va, va_labels, train_labels, k=100):
+    def __init__(self, db, q, db_labels, q_labels, tr, va, va_labels, train_labels, k=100, intrinsic=False):
+        self.intrinsic = intrinsic
         self.db, self.q, self.tr, self.va = db, q, tr, va
         self.db_labels, self.q_labels, self.va_labels, self.train_labels = db_labels, q_labels, va_labels, train_labels
         self.k = k
@@ -74,6 +116,10 @@ class Probe(TrainCallback):
         row = {f"recall@{k}": neighbour_recall_at_k(dbc, qc, self.neighbours, k).recall_at_k for k in RECALL_KS}
         for c, (a, b) in self.pseudo.items():
             row[f"pseudo P@100 C={c}"] = precision_at_k(dbc, a, qc, b, self.k).precision_at_k_tie_aware
+        if self.intrinsic:
+            from dhim_ray.training import score_features
+
+            row.update(intrinsic_signals(dbc, qc, score_features(model, self.q)[1], self.k))
         row["slice label P@100"] = precision_at_k(dbc, self.db_labels, qc, self.q_labels, self.k).precision_at_k_tie_aware
         row["val P@100"] = precision_at_k(hash_features(model, self.tr), self.train_labels,
                                           hash_features(model, self.va), self.va_labels, self.k).precision_at_k_tie_aware
@@ -82,14 +128,14 @@ class Probe(TrainCallback):
         logger.info("epoch %d: %s", len(self.rows) - 1, {k: round(v, 4) for k, v in row.items()})
 
 
-def run_cell(corpus: str, bits: int, epochs: int, cache: str) -> dict:
+def run_cell(corpus: str, bits: int, epochs: int, cache: str, intrinsic: bool = False) -> dict:
     encoder, train, val, tr, va = corpus_features(corpus, cache)
     cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size},
                           train={"max_epochs": epochs, "patience": epochs, "select": "labels"})
     fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
     db_idx = fit_idx[selection_database(len(fit_idx), cfg.train)]
     probe = Probe(tr.take(db_idx), tr.take(sel_idx), train.labels[db_idx], train.labels[sel_idx],
-                  tr, va, val.labels, train.labels)
+                  tr, va, val.labels, train.labels, intrinsic=intrinsic)
     fit_carved(cfg, tr, train, callbacks=(probe,))
     return {"corpus": corpus, "bits": bits, "epochs": epochs, "history": probe.rows}
 
@@ -136,6 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--cache-dir", default=str(HERE / ".cache" / "features"))
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--intrinsic", action="store_true", help="also record the codes' own signals")
     parser.add_argument("--report", action="store_true", help="print the tables of --out and exit")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -143,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.report:
         for corpus in args.corpora:
             for bits in args.bits:
-                cells[f"{corpus}-{bits}"] = run_cell(corpus, bits, args.epochs, args.cache_dir)
+                cells[f"{corpus}-{bits}"] = run_cell(corpus, bits, args.epochs, args.cache_dir, args.intrinsic)
                 args.out.write_text(json.dumps(cells, indent=1))
     print(report(cells))
 
