@@ -10,6 +10,8 @@ A code collection holds one row per document:
     text    VARCHAR preview of the document (first ``TEXT_PREVIEW`` characters)
     source  VARCHAR corpus and split, e.g. "dbpedia:train"
     row     INT64 row number in that source
+    key     VARCHAR the document's own id from the source's id column (ingest --id-column),
+            else ""; collections made before it existed lack it and still work
 
 The collection description stores JSON metadata (format, n_bits, model id) so an
 existing collection with another width, metric or model is refused, not mixed.
@@ -50,6 +52,8 @@ CODE_FIELD = "code"
 VECTOR_FIELD = "vector"  # optional (ingest --store-vectors): the unit-norm sentence vector, float16
 LABEL_NAME_FIELD = "label_name"
 LABEL_NAME_MAX = 256  # characters kept of a label's name
+KEY_FIELD = "key"
+KEY_MAX = 256  # characters of a document's own id (longer ones are refused, not cut)
 TEXT_PREVIEW = 1024
 MAX_SEARCH_K = 16384  # Milvus' limit on top-k
 DEFAULT_TIMEOUT = 30.0
@@ -251,12 +255,16 @@ def make_rows(
     vectors: np.ndarray | None = None,
     label_names: Sequence[str] | None = None,
     name_field: bool = True,
+    keys: Sequence[str] | None = None,
+    key_field: bool = True,
 ) -> list[dict[str, Any]]:
     """Validated insert rows. Every code is checked for dtype and length first:
     Milvus stores wrong-length codes silently and shifts the rest of the batch.
     ``vectors`` (n, d): sentence vectors, stored unit-norm as float16. ``label_names``:
     each row's label name (None: "" for every row). ``name_field``: the collection has the
-    label_name field (CollectionInfo.label_names; False for one made before it existed)."""
+    label_name field (CollectionInfo.label_names; False for one made before it existed).
+    ``keys``: each document's own id (None: "" for every row), at most KEY_MAX characters;
+    ``key_field``: the collection has the key field (CollectionInfo.keys)."""
     codes = check_codes(codes, n_bits)
     n = len(codes)
     if vectors is not None:
@@ -267,9 +275,17 @@ def make_rows(
     for name, col in (("ids", ids), ("texts", texts), ("rows", rows)):
         if len(col) != n:
             raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
-    for name, col in (("labels", labels), ("label_names", label_names)):
+    for name, col in (("labels", labels), ("label_names", label_names), ("keys", keys)):
         if col is not None and len(col) != n:
             raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
+    if keys is not None:
+        keys = [str(k) for k in keys]
+        too_long = next((k for k in keys if len(k) > KEY_MAX), None)
+        if too_long is not None:
+            raise CodeFormatError(f"id {too_long[:40]!r}...: ids are at most {KEY_MAX} characters")
+        if not key_field:
+            raise CollectionMismatchError("the collection was made before rows kept their own ids; ingest into a new "
+                                          "collection, or drop the ids")
     out = []
     for i in range(n):
         out.append({
@@ -282,6 +298,7 @@ def make_rows(
             **({VECTOR_FIELD: vectors[i]} if vectors is not None else {}),
             **({LABEL_NAME_FIELD: _cut(str(label_names[i]), LABEL_NAME_MAX) if label_names is not None else ""}
                if name_field else {}),
+            **({KEY_FIELD: keys[i] if keys is not None else ""} if key_field else {}),
         })
     return out
 
@@ -311,11 +328,12 @@ class CollectionInfo:
     meta: dict[str, Any] = field(default_factory=dict)
     vector_dim: int = 0  # width of the stored float16 sentence vectors; 0: codes only
     label_names: bool = False  # rows carry their label's name (the label_name field)
+    keys: bool = False  # rows carry their document's own id (the key field)
 
     @property
     def output_fields(self) -> list[str]:
         """The fields a search returns beside id and distance."""
-        return OUTPUT_FIELDS + ([LABEL_NAME_FIELD] if self.label_names else [])
+        return OUTPUT_FIELDS + ([LABEL_NAME_FIELD] if self.label_names else []) + ([KEY_FIELD] if self.keys else [])
 
     def search_index(self, nprobe: int | None = None) -> IndexSpec:
         """How to search this collection: exact BIN_FLAT, or IVF probing ``nprobe`` clusters."""
@@ -336,6 +354,7 @@ def _schema(n_bits: int, meta: dict[str, Any], vector_dim: int = 0):
     schema.add_field("text", DataType.VARCHAR, max_length=TEXT_PREVIEW * 4)
     schema.add_field("source", DataType.VARCHAR, max_length=256)
     schema.add_field("row", DataType.INT64)
+    schema.add_field(KEY_FIELD, DataType.VARCHAR, max_length=KEY_MAX * 4)
     if vector_dim:
         schema.add_field(VECTOR_FIELD, DataType.FLOAT16_VECTOR, dim=vector_dim)
     return schema
@@ -363,7 +382,8 @@ def describe(client, name: str, timeout: float = DEFAULT_TIMEOUT) -> CollectionI
         nlist = int(index.get("nlist", 0) or 0)
     return CollectionInfo(name, n_bits, metric, index_type, meta.get("model", ""), nlist=nlist, meta=meta,
                           vector_dim=int(meta.get("vector_dim", 0)),
-                          label_names=any(f["name"] == LABEL_NAME_FIELD for f in desc["fields"]))
+                          label_names=any(f["name"] == LABEL_NAME_FIELD for f in desc["fields"]),
+                          keys=any(f["name"] == KEY_FIELD for f in desc["fields"]))
 
 
 def collections_of_model(client, model: str, n_bits: int, timeout: float = DEFAULT_TIMEOUT) -> list[str]:
@@ -378,11 +398,13 @@ def collections_of_model(client, model: str, n_bits: int, timeout: float = DEFAU
 
 
 def check_collection(client, name: str, n_bits: int, model: str, overwrite: bool = False,
-                     timeout: float = DEFAULT_TIMEOUT, vector_dim: int | None = None) -> CollectionInfo | None:
+                     timeout: float = DEFAULT_TIMEOUT, vector_dim: int | None = None,
+                     keys: bool = False) -> CollectionInfo | None:
     """The existing collection ``name`` (None if there is none), refused with
     CollectionMismatchError when it cannot take these codes: another code width,
-    metric or model, not made by dhim-ray, or (``vector_dim`` given) float vectors kept
-    or not against this ingest's (unless ``overwrite``). Creates nothing."""
+    metric or model, not made by dhim-ray, (``vector_dim`` given) float vectors kept
+    or not against this ingest's, or (``keys``) made before rows kept their own ids
+    (unless ``overwrite``). Creates nothing."""
     check_n_bits(n_bits)
     info = describe(client, name, timeout)
     if info is None or overwrite:
@@ -402,6 +424,8 @@ def check_collection(client, name: str, n_bits: int, model: str, overwrite: bool
                             if info.vector_dim and vector_dim else
                             "it keeps float vectors and this ingest has none (add --store-vectors)" if info.vector_dim
                             else "it keeps codes only and this ingest adds float vectors (drop --store-vectors)")
+        if keys and not info.keys:
+            problems.append("it was made before rows kept their own ids (drop --id-column)")
     if problems:
         raise CollectionMismatchError(
             f"collection {name!r}: {'; '.join(problems)}; pick another --collection or pass --overwrite"
@@ -418,14 +442,16 @@ def ensure_collection(
     overwrite: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
     vector_dim: int = 0,
+    keys: bool = False,
 ) -> CollectionInfo:
     """Create the code collection, or check an existing one matches.
 
     An existing collection with another code width, metric or model, or whose float
-    vectors (``vector_dim``, 0 = none) differ, is refused (CollectionMismatchError)
-    unless ``overwrite``, which drops and recreates it.
+    vectors (``vector_dim``, 0 = none) differ, or that has no key field where ``keys``
+    are to be written, is refused (CollectionMismatchError) unless ``overwrite``, which
+    drops and recreates it.
     """
-    info = check_collection(client, name, n_bits, model, overwrite, timeout, vector_dim)
+    info = check_collection(client, name, n_bits, model, overwrite, timeout, vector_dim, keys)
     if info is not None and not overwrite:
         client.load_collection(name, timeout=timeout)
         return info
@@ -444,7 +470,7 @@ def ensure_collection(
         raise StoreError(f"collection {name!r}: Milvus refused to create it ({str(exc).splitlines()[0][:200]})") from exc
     client.load_collection(name, timeout=timeout)
     return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, vector_dim=vector_dim,
-                          label_names=True)
+                          label_names=True, keys=True)
 
 
 def upsert_rows(client, name: str, rows: list[dict[str, Any]], timeout: float = DEFAULT_TIMEOUT) -> int:
@@ -474,6 +500,24 @@ def refuse_foreign_rows(client, name: str, ids: np.ndarray, source: str, timeout
             f"collection {name!r}: the ids of {source} already hold rows of {foreign[0]}; refusing to overwrite "
             "them: ingest into another collection"
         )
+
+
+def delete_stale_rows(client, name: str, source: str, last_row: int, dropped_ids: Sequence[int] = (),
+                      timeout: float = DEFAULT_TIMEOUT) -> int:
+    """After a whole source was ingested: delete its rows that the source no longer has (row
+    numbers past ``last_row``, left by an earlier ingest of a longer version) and the ids of
+    rows this ingest left out (``dropped_ids``: empty texts skipped, which an earlier version
+    may have filled). Returns how many rows went; other sources' rows are never touched."""
+    before = count_source(client, name, source, None, timeout)
+    try:
+        client.delete(name, filter=f"source == {quote(source)} and row > {int(last_row)}", timeout=timeout)
+        for start in range(0, len(dropped_ids), 1000):
+            chunk = ", ".join(str(int(i)) for i in dropped_ids[start : start + 1000])
+            client.delete(name, filter=f"source == {quote(source)} and id in [{chunk}]", timeout=timeout)
+    except Exception as exc:
+        raise StoreError(f"collection {name!r}: deleting rows the source no longer has failed "
+                         f"({str(exc).splitlines()[0][:200]})") from exc
+    return before - count_source(client, name, source, None, timeout)
 
 
 def count_source(client, name: str, source: str, max_row: int | None = None,

@@ -23,6 +23,7 @@ from ray.data.block import BlockAccessor
 from dhim_ray.errors import ConfigError
 
 from .milvus import (
+    KEY_FIELD,
     LABEL_NAME_FIELD,
     IndexSpec,
     MilvusTarget,
@@ -56,28 +57,30 @@ def max_concurrent(stats: list[WriteStats]) -> int:
     return peak
 
 
-def block_to_rows(table, n_bits: int, source: str, name_field: bool = True) -> list[dict[str, Any]]:
+def block_to_rows(table, n_bits: int, source: str, name_field: bool = True,
+                  key_field: bool = True) -> list[dict[str, Any]]:
     """A pyarrow block with id, code (uint8 tensor), label, text, row (and label_name,
-    vector where present) -> validated rows; ``name_field``: the collection has the
-    label_name field (CollectionInfo.label_names)."""
+    key, vector where present) -> validated rows; ``name_field`` / ``key_field``: the
+    collection has the label_name / key field (CollectionInfo.label_names / keys)."""
     cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
     codes = np.stack(cols["code"]).astype(np.uint8) if len(cols["code"]) else np.zeros((0, n_bits // 8), np.uint8)
     labels = cols.get("label")
     vectors = np.stack(cols["vector"]) if "vector" in cols and len(cols["vector"]) else None
     return make_rows(cols["id"], codes, n_bits, labels, [str(t) for t in cols["text"]], source, cols["row"], vectors,
-                     cols.get(LABEL_NAME_FIELD), name_field=name_field)
+                     cols.get(LABEL_NAME_FIELD), name_field=name_field, keys=cols.get(KEY_FIELD),
+                     key_field=key_field)
 
 
 class MilvusDatasink(Datasink[WriteStats]):
     def __init__(self, target: MilvusTarget, n_bits: int, source: str, model: str,
-                 index: IndexSpec = IndexSpec(), overwrite: bool = False, vector_dim: int = 0):
+                 index: IndexSpec = IndexSpec(), overwrite: bool = False, vector_dim: int = 0, keys: bool = False):
         if target.lite:
             raise ConfigError(
                 f"uri={target.uri}: MilvusDatasink writes from many processes but a milvus-lite file takes one; "
                 "write from the driver (dhim-ray ingest does) or use a Milvus server"
             )
         self.target, self.n_bits, self.source, self.model = target, n_bits, source, model
-        self.index, self.overwrite, self.vector_dim = index, overwrite, vector_dim
+        self.index, self.overwrite, self.vector_dim, self.keys = index, overwrite, vector_dim, keys
         self.rows_written = 0
         self.stats: list[WriteStats] = []
 
@@ -85,7 +88,7 @@ class MilvusDatasink(Datasink[WriteStats]):
         client = self.target.connect()
         try:
             ensure_collection(client, self.target.collection, self.n_bits, self.model, self.index, self.overwrite,
-                              self.target.timeout, self.vector_dim)
+                              self.target.timeout, self.vector_dim, self.keys)
         finally:
             client.close()
 
@@ -96,10 +99,12 @@ class MilvusDatasink(Datasink[WriteStats]):
         try:
             info = describe(client, self.target.collection, self.target.timeout)
             name_field = info is not None and info.label_names  # False: made before rows kept label names
+            key_field = info is not None and info.keys  # False: made before rows kept their own ids
             for block in blocks:
                 table = BlockAccessor.for_block(block).to_arrow()
                 for start in range(0, table.num_rows, BATCH_ROWS):
-                    rows = block_to_rows(table.slice(start, BATCH_ROWS), self.n_bits, self.source, name_field)
+                    rows = block_to_rows(table.slice(start, BATCH_ROWS), self.n_bits, self.source, name_field,
+                                         key_field)
                     refuse_foreign_rows(client, self.target.collection, [r["id"] for r in rows], self.source,
                                         self.target.timeout)
                     written += upsert_rows(client, self.target.collection, rows, self.target.timeout)

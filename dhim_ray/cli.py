@@ -182,7 +182,8 @@ def print_result(result: dict[str, Any], as_json: bool, title: str = "") -> None
     for key, value in result.items():
         if isinstance(value, (list, dict)):
             continue
-        table.add_row(Text(key), Text(f"{value:.4f}" if isinstance(value, float) else str(value)))
+        shown = "-" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
+        table.add_row(Text(key), Text(shown))
     Console().print(table)
 
 
@@ -446,6 +447,8 @@ def ingest(
              "re-scores candidates by cosine.")] = False,
     text_column: TextColumn = None,
     label_column: LabelColumn = None,
+    id_column: Annotated[str | None, typer.Option(
+        help="Column of the documents' own ids (kept as each row's key, returned with every hit).")] = None,
     drop_empty: DropEmpty = False,
     as_json: AsJson = False,
 ):
@@ -464,7 +467,7 @@ def ingest(
     index_spec = IndexSpec(index, nlist=nlist, nprobe=min(16, nlist)) if index else default_index(uri, nlist)
     result = run_ingest(spec, model_dir, target, workers=workers, batch_size=batch_size, overwrite=overwrite,
                         index=index_spec, address=address, progress=not as_json, use_gpu=use_gpu,
-                        store_vectors=store_vectors)
+                        store_vectors=store_vectors, id_column=id_column)
     print_result(result.as_dict(), as_json, title=f"ingested into {collection}")
 
 
@@ -508,7 +511,8 @@ def search(
 
 def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
     """A table per query; rank, distance, label (its name where the corpus names its
-    labels, else its number) and row keep their width at any terminal size."""
+    labels, else its number) and row (the document's own id where it was ingested with
+    --id-column) keep their width at any terminal size."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -517,14 +521,17 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
     for query, rows in zip(queries, hits):
         table = Table(title=Text(repr(query)), show_header=True, expand=True)
         reranked = bool(rows) and "rerank_score" in rows[0]
-        cols = ("rank", "distance", *(("score",) if reranked else ()), "label", "row")
+        keyed = any(h.get("key") for h in rows)
+        cols = ("rank", "distance", *(("score",) if reranked else ()), "label", "id" if keyed else "row")
         for col in cols:
             table.add_column(col, no_wrap=True, justify="right", min_width=len(col))
         table.add_column("text", overflow="ellipsis", no_wrap=True, ratio=1)
         for rank, h in enumerate(rows, 1):
             score = (f"{h['rerank_score']:.2f}",) if reranked else ()
-            label = h.get("label_name") or str(h.get("label"))  # a string label's name, else its number
-            table.add_row(str(rank), str(h["distance"]), *score, label[:40], str(h.get("row")),
+            # a string label's name, else its number; -1 is the connector's "no label"
+            label = h.get("label_name") or ("-" if h.get("label", -1) == -1 else str(h.get("label")))
+            where = str(h.get("key") or "") if keyed else str(h.get("row"))
+            table.add_row(str(rank), str(h["distance"]), *score, label[:40], where[:40],
                           Text(" ".join(str(h.get("text", "")).split())[:300]))
         console.print(table)
 

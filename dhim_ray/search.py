@@ -3,7 +3,7 @@
     >>> from dhim_ray import Searcher
     >>> with Searcher.open("runs/dbpedia-64", "dhim_ray.db", "dbpedia_64") as s:
     ...     hits = s.search(["a football club in spain"], k=10)[0]
-    >>> hits[0]   # {"id", "distance", "label", "label_name", "text", "source", "row"}
+    >>> hits[0]   # {"id", "distance", "label", "label_name", "text", "source", "row", "key"}
 
 It joins the library (the model hashes the queries) and the Milvus connector; it
 never imports Ray. Evaluation through Milvus (``evaluate_in_milvus``) lives here too.

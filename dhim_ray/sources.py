@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +53,7 @@ class SourcePlan:
     text_column: str
     label_column: str | None  # None: the source has no labels
     label_names: tuple[str, ...] | None = None  # names of integer labels (packaged corpus, hub ClassLabel)
+    key_column: str | None = None  # the documents' own ids (ingest --id-column), read as strings
 
     @property
     def counted(self) -> bool:
@@ -93,6 +94,22 @@ def plan_split(spec: CorpusSpec) -> SourcePlan:
         raise DataError(f"{where} is empty: no documents to work with; check the path or split name")
     text_column, label_column = _columns(shards[0], spec, where)
     return SourcePlan(where, tuple(shards), text_column, label_column)
+
+
+def with_key_column(plan: SourcePlan, column: str | None) -> SourcePlan:
+    """``plan`` reading also ``column``, the documents' own ids (None: no ids); a column
+    the source does not have is a DataError naming the columns it has."""
+    if column is None:
+        return plan
+    if not column.strip():
+        raise DataError("--id-column '': give a column name")
+    names = _schema_names(plan.shards[0])
+    if column not in names:
+        raise DataError(f"{plan.where}: no id column {column!r}; columns are {names}; pass --id-column NAME")
+    if column in (plan.text_column, plan.label_column):
+        raise DataError(f"--id-column {column!r} is the {'text' if column == plan.text_column else 'label'} "
+                        "column; name the column that holds each document's own id")
+    return replace(plan, key_column=column)
 
 
 def _plan_file(path: Path) -> list[Shard]:
@@ -210,15 +227,17 @@ def _pick_columns(names: list[str], spec: CorpusSpec, where: str) -> tuple[str, 
 
 # ---- reading ------------------------------------------------------------------------
 def read_shard(shard: Shard, text_column: str | None, label_column: str | None,
-               block_rows: int = BLOCK_ROWS) -> Iterator:
+               block_rows: int = BLOCK_ROWS, key_column: str | None = None) -> Iterator:
     """Yield pyarrow tables of ``text`` (string; left out when text_column is None),
-    ``label`` (when there is one) and ``row`` (int64, the row's number inside the
+    ``label`` (when there is one), ``key`` (the ``key_column``'s values as strings, null
+    where missing; when one is named) and ``row`` (int64, the row's number inside the
     shard), at most ``block_rows`` each."""
     import pyarrow as pa
 
     columns = ([text_column] if text_column else []) + ([label_column] if label_column else [])
+    columns += [key_column] if key_column else []
     start = 0
-    for batch in _batches(shard, columns, block_rows):
+    for batch in _batches(shard, columns, block_rows, strings=(key_column,) if key_column else ()):
         for offset in range(0, batch.num_rows, block_rows):
             part = batch.slice(offset, block_rows)
             cols = {}
@@ -229,6 +248,9 @@ def read_shard(shard: Shard, text_column: str | None, label_column: str | None,
                 cols["text"] = text
             if label_column:
                 cols["label"] = part.column(label_column)
+            if key_column:
+                key = part.column(key_column)
+                cols["key"] = key if pa.types.is_string(key.type) else key.cast(pa.string())
             cols["row"] = pa.array(np.arange(start, start + part.num_rows, dtype=np.int64))
             if "source_row" in part.schema.names:
                 cols["source_row"] = part.column("source_row")
@@ -236,12 +258,14 @@ def read_shard(shard: Shard, text_column: str | None, label_column: str | None,
             yield pa.table(cols)
 
 
-def _batches(shard: Shard, columns: list[str], block_rows: int) -> Iterator:
+def _batches(shard: Shard, columns: list[str], block_rows: int, strings: tuple[str, ...] = ()) -> Iterator:
+    """Record batches of ``columns``; ``strings``: columns read as text where the format
+    would infer a type (CSV, JSON), so an id like "007" stays "007"."""
     import pyarrow as pa
 
     try:
         if shard.format == "table":
-            extra = ["source_row"] if "source_row" in shard.table.column_names else []
+            extra = ["source_row"] if "source_row" in shard.table.column_names and "source_row" not in columns else []
             yield from shard.table.select(columns + extra).to_batches(block_rows)
         elif shard.format == "parquet":
             import pyarrow.parquet as pq
@@ -258,6 +282,7 @@ def _batches(shard: Shard, columns: list[str], block_rows: int) -> Iterator:
             read = pc.ReadOptions(column_names=list(shard.column_names) if shard.column_names else None,
                                   block_size=4 << 20)
             types = {columns[0]: pa.string()} if len(columns) > 1 or columns[0] != "label" else {}
+            types.update({c: pa.string() for c in strings})
             convert = pc.ConvertOptions(include_columns=columns, column_types=types,
                                         strings_can_be_null=False, quoted_strings_can_be_null=False)
             reader = pc.open_csv(shard.path, read_options=read, convert_options=convert,
@@ -265,22 +290,19 @@ def _batches(shard: Shard, columns: list[str], block_rows: int) -> Iterator:
             for batch in reader:
                 yield batch
         else:
-            yield from _json_batches(shard.path, columns)
+            yield from _json_batches(shard.path, columns, strings)
     except DataError:
         raise
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, ValueError) as exc:
         raise DataError(f"{shard.path}: cannot be read as {shard.format} ({str(exc).splitlines()[0][:200]})") from exc
 
 
-def _json_batches(path: str, columns: list[str]) -> Iterator:
+def _json_batches(path: str, columns: list[str], strings: tuple[str, ...] = ()) -> Iterator:
     """JSON Lines in blocks of whole lines (a JSON array file is read in one piece)."""
-    import pyarrow as pa
-
     with open(path, "rb") as f:
         first = f.read(1 << 10).lstrip()
     if first.startswith(b"["):
-        rows = list(_read_json_array(path))
-        yield pa.RecordBatch.from_pylist([{c: r.get(c) for c in columns} for r in rows])
+        yield _json_batch(list(_read_json_array(path)), columns, strings)
         return
     with open(path, "rb") as f:
         rest = b""
@@ -289,7 +311,7 @@ def _json_batches(path: str, columns: list[str]) -> Iterator:
             data = rest + block
             if not block:
                 if data.strip():
-                    yield _json_lines(data, columns)
+                    yield _json_lines(data, columns, strings)
                 return
             cut = data.rfind(b"\n") + 1
             if cut == 0:
@@ -297,14 +319,21 @@ def _json_batches(path: str, columns: list[str]) -> Iterator:
                 continue
             rest = data[cut:]
             if data[:cut].strip():
-                yield _json_lines(data[:cut], columns)
+                yield _json_lines(data[:cut], columns, strings)
 
 
-def _json_lines(data: bytes, columns: list[str]):
+def _json_lines(data: bytes, columns: list[str], strings: tuple[str, ...] = ()):
+    return _json_batch([json.loads(line) for line in data.splitlines() if line.strip()], columns, strings)
+
+
+def _json_batch(rows: list[dict], columns: list[str], strings: tuple[str, ...]):
     import pyarrow as pa
 
-    rows = [json.loads(line) for line in data.splitlines() if line.strip()]
-    return pa.RecordBatch.from_pylist([{c: r.get(c) for c in columns} for r in rows])
+    def value(r: dict, c: str):
+        v = r.get(c)
+        return str(v) if c in strings and v is not None and not isinstance(v, str) else v
+
+    return pa.RecordBatch.from_pylist([{c: value(r, c) for c in columns} for r in rows])
 
 
 def _read_json_array(path: str):

@@ -719,8 +719,9 @@ def epoch_message(record: dict[str, Any], k: int, best: float | None) -> str:
 
 
 def best_score(state: LoopState) -> float | None:
-    """The criterion's best value so far, as the criterion reads (a loss for "objective")."""
-    if not state.selecting:
+    """The criterion's best value so far, as the criterion reads (a loss for "objective");
+    None before there is one (no selection, or still in the criterion's warm-up)."""
+    if not state.selecting or state.stopper.best_epoch < 0:
         return None
     return -state.stopper.best if state.criterion == "objective" else state.stopper.best
 

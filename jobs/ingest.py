@@ -30,6 +30,7 @@ from dhim_ray.connectors.milvus import (
     check_index_for,
     count_source,
     default_index,
+    delete_stale_rows,
     document_ids,
     ensure_collection,
     make_rows,
@@ -42,7 +43,7 @@ from dhim_ray.connectors.milvus import (
 from dhim_ray.data import CorpusSpec
 from dhim_ray.errors import ConfigError, IngestInterrupted, StoreError
 from dhim_ray.hasher import Hasher
-from dhim_ray.sources import plan_split
+from dhim_ray.sources import plan_split, with_key_column
 
 from .ray_env import actor_resources, check_gpus, cluster_address, init_ray
 from .stream import Prepare, check_scan, label_vocabulary, read_documents, scan
@@ -76,7 +77,10 @@ class IngestResult:
 
     ``rows_in_collection`` counts this source's rows up to the last row ingested: a
     limited ingest (``limit=N``) verifies rows 0..N-1 and leaves any later rows of an
-    earlier, larger ingest as they were (``rows_of_source`` counts them all).
+    earlier, larger ingest as they were (``rows_of_source`` counts them all). An ingest of
+    the whole source removes the rows it no longer has (``stale_rows_removed``: rows past
+    its end, and rows whose text is now empty where ``drop_empty`` skipped them), so the
+    collection mirrors the source.
     """
 
     collection: str
@@ -89,6 +93,7 @@ class IngestResult:
     seconds: float
     writers: int = 1  # processes that upserted (the driver alone on milvus-lite)
     max_parallel_writes: int = 1  # write tasks running at the same moment
+    stale_rows_removed: int = 0  # rows of an earlier version of the source that it no longer has
 
     @property
     def docs_per_second(self) -> float:
@@ -116,6 +121,7 @@ def ingest(
     write_batch: int = 500,
     use_gpu: bool = False,
     store_vectors: bool = False,
+    id_column: str | None = None,
 ) -> IngestResult:
     """Encode one split of a corpus with a trained model and upsert it into Milvus.
 
@@ -129,6 +135,8 @@ def ingest(
         write_batch: rows per upsert from the driver (milvus-lite).
         store_vectors: also keep each document's sentence vector (the encoder's mean-pooled
             vector, unit-norm float16: 2 x width bytes a document) for float re-scoring.
+        id_column: the source's column of the documents' own ids, kept in each row's
+            ``key`` field and returned with every hit (every row must have one).
     Returns:
         IngestResult with the verified row count.
     Raises:
@@ -154,11 +162,12 @@ def ingest(
     n_bits, mid, cleaning = hasher.n_bits, hasher.model_id, hasher.config.features.cleaning
     vector_dim = hasher.encoder.hidden_size if store_vectors else 0
     del hasher
-    plan = plan_split(corpus)
+    plan = with_key_column(plan_split(corpus), id_column)
     source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")
     client = target.connect()  # an unreachable store or a collection that cannot take these codes fails now
     try:
-        check_collection(client, target.collection, n_bits, mid, overwrite, target.timeout, vector_dim)
+        check_collection(client, target.collection, n_bits, mid, overwrite, target.timeout, vector_dim,
+                         keys=id_column is not None)
     finally:
         client.close()
         release(target.uri)
@@ -173,7 +182,8 @@ def ingest(
 
     client = target.connect()
     try:
-        info = ensure_collection(client, target.collection, n_bits, mid, index, overwrite, target.timeout, vector_dim)
+        info = ensure_collection(client, target.collection, n_bits, mid, index, overwrite, target.timeout, vector_dim,
+                                 keys=id_column is not None)
         first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
         refuse_foreign_rows(client, target.collection, document_ids(source, first), source, target.timeout)
     finally:
@@ -200,11 +210,12 @@ def ingest(
     try:
         if target.lite:
             written = write_from_driver(ds, target, n_bits, source, n_documents, progress, write_batch,
-                                        name_field=info.label_names)
+                                        name_field=info.label_names, key_field=info.keys)
         else:
             from dhim_ray.connectors.milvus_sink import MilvusDatasink
 
-            sink = MilvusDatasink(target, n_bits, source, mid, index, overwrite=False, vector_dim=vector_dim)
+            sink = MilvusDatasink(target, n_bits, source, mid, index, overwrite=False, vector_dim=vector_dim,
+                                  keys=id_column is not None)
             # Upserts wait on the network, not the CPU: a quarter CPU each lets them run beside the encoders.
             ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0.25})
             written, writers, parallel = sink.rows_written, sink.writers, sink.max_parallel_writes
@@ -217,13 +228,22 @@ def ingest(
     client = target.connect()
     try:
         last_row = int(plan.id_rows([n_rows - 1])[0])
+        removed = 0
+        if corpus.limit is None:  # the whole source: the rows it no longer has go (--limit: a part, kept)
+            dropped = scanned.blank_rows[scanned.blank_rows < n_rows]
+            removed = delete_stale_rows(client, target.collection, source, last_row,
+                                        document_ids(source, plan.id_rows(dropped)) if len(dropped) else [],
+                                        target.timeout)
+            if removed:
+                logger.info("removed %d rows of %s that an earlier ingest wrote and the source no longer has",
+                            removed, source)
         stored = count_source(client, target.collection, source, last_row, target.timeout)
         of_source = count_source(client, target.collection, source, None, target.timeout)
     finally:
         client.close()
         release(target.uri)
     result = IngestResult(target.collection, target.uri, source, n_documents, written, stored, of_source, seconds,
-                          writers, parallel)
+                          writers, parallel, removed)
     if stored != n_documents:
         raise StoreError(
             f"collection {target.collection!r} holds {stored} rows of {source} up to row {last_row} but "
@@ -235,9 +255,9 @@ def ingest(
 
 
 def write_from_driver(ds, target: MilvusTarget, n_bits: int, source: str, total: int, progress: bool,
-                      write_batch: int, name_field: bool = True) -> int:
+                      write_batch: int, name_field: bool = True, key_field: bool = True) -> int:
     """milvus-lite takes one process per file: the driver upserts what the actors encode.
-    ``name_field``: the collection has the label_name field."""
+    ``name_field`` / ``key_field``: the collection has the label_name / key field."""
     from tqdm.auto import tqdm
 
     client = target.connect()
@@ -248,7 +268,8 @@ def write_from_driver(ds, target: MilvusTarget, n_bits: int, source: str, total:
                 refuse_foreign_rows(client, target.collection, batch["id"], source, target.timeout)
                 rows = make_rows(batch["id"], np.asarray(batch["code"], dtype=np.uint8), n_bits, batch["label"],
                                  [str(t) for t in batch["text"]], source, batch["row"], batch.get("vector"),
-                                 batch.get("label_name"), name_field=name_field)
+                                 batch.get("label_name"), name_field=name_field, keys=batch.get("key"),
+                                 key_field=key_field)
                 written += upsert_rows(client, target.collection, rows, target.timeout)
                 bar.update(len(rows))
     finally:

@@ -39,6 +39,8 @@ class ScanResult:
     blank_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # split-wide, sorted
     label_names: list[str] | None = None  # string labels, sorted; None for integer labels or none
     unlabelled_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    unkeyed_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # empty id (--id-column)
+    long_key_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # id over KEY_MAX characters
 
     @property
     def offsets(self) -> list[int]:
@@ -95,7 +97,8 @@ class ShardSource:
 
             if isinstance(shard.table, ray.ObjectRef):  # put there by datasource()
                 shard = replace(shard, table=ray.get(shard.table))
-        for block in read_shard(shard, self.plan.text_column, self.plan.label_column):
+        for block in read_shard(shard, self.plan.text_column, self.plan.label_column,
+                                key_column=self.plan.key_column):
             if self.prepare is None:
                 yield summarise(block, i, self.cleaning)
             else:
@@ -143,8 +146,11 @@ def label_vocabulary(spec, plan: SourcePlan, result: ScanResult) -> list[str] | 
 
 
 def summarise(block, shard: int, cleaning: str):
-    """One row: the block's shard, row count, empty-text rows and label names."""
+    """One row: the block's shard, row count, empty-text rows, label names, and rows whose
+    id (``key``, where the plan has an id column) is empty or too long."""
     import pyarrow as pa
+
+    from dhim_ray.connectors.milvus import KEY_MAX
 
     texts = block.column("text").to_pylist()
     rows = block.column("row").to_numpy()
@@ -157,9 +163,16 @@ def summarise(block, shard: int, cleaning: str):
         unlabelled = [int(rows[j]) for j, v in enumerate(values) if v is None or (isinstance(v, str) and not v.strip())]
         if not pa.types.is_integer(label.type):
             names = sorted({str(v) for v in values if v is not None and str(v).strip()})
+    unkeyed: list[int] = []
+    long_keys: list[int] = []
+    if "key" in block.column_names:
+        keys = block.column("key").to_pylist()
+        unkeyed = [int(rows[j]) for j, v in enumerate(keys) if v is None or not v.strip()]
+        long_keys = [int(rows[j]) for j, v in enumerate(keys) if v is not None and len(v) > KEY_MAX]
     return pa.table({
         "shard": [shard], "first": [int(rows[0]) if len(rows) else 0], "rows": [len(rows)],
         "blank": [blank], "names": [names], "unlabelled": [unlabelled],
+        "unkeyed": pa.array([unkeyed], pa.list_(pa.int64())), "long_keys": pa.array([long_keys], pa.list_(pa.int64())),
         "string_labels": ["label" in block.column_names and not pa.types.is_integer(block.column("label").type)],
     })
 
@@ -176,17 +189,23 @@ def scan(plan: SourcePlan, cleaning: str) -> ScanResult:
     result = ScanResult(shard_rows)
     blank: list[tuple[int, int]] = []
     unlabelled: list[tuple[int, int]] = []
+    unkeyed: list[tuple[int, int]] = []
+    long_keys: list[tuple[int, int]] = []
     names: set[str] = set()
     string_labels = False
     for s in summaries:
         shard_rows[s["shard"]] += int(s["rows"])
         blank += [(s["shard"], int(r)) for r in s["blank"]]
         unlabelled += [(s["shard"], int(r)) for r in s["unlabelled"]]
+        unkeyed += [(s["shard"], int(r)) for r in s["unkeyed"]]
+        long_keys += [(s["shard"], int(r)) for r in s["long_keys"]]
         names.update(s["names"])
         string_labels |= bool(s["string_labels"])
     offsets = result.offsets
     result.blank_rows = np.sort(np.asarray([offsets[i] + r for i, r in blank], dtype=np.int64))
     result.unlabelled_rows = np.sort(np.asarray([offsets[i] + r for i, r in unlabelled], dtype=np.int64))
+    result.unkeyed_rows = np.sort(np.asarray([offsets[i] + r for i, r in unkeyed], dtype=np.int64))
+    result.long_key_rows = np.sort(np.asarray([offsets[i] + r for i, r in long_keys], dtype=np.int64))
     result.label_names = sorted(names) if string_labels else None
     return result
 
@@ -206,6 +225,16 @@ def check_scan(plan: SourcePlan, result: ScanResult, drop_empty: bool, limit: in
     if len(unlabelled):
         raise DataError(f"{plan.where}: {len(unlabelled)} rows have no label (rows {_rows(unlabelled)}); "
                         "fill them in, or name no label column")
+    unkeyed = result.unkeyed_rows[result.unkeyed_rows < n]
+    if len(unkeyed):
+        raise DataError(f"{plan.where}: {len(unkeyed)} rows have no id in column {plan.key_column!r} "
+                        f"(rows {_rows(unkeyed)}); fill them in, or drop --id-column")
+    long_keys = result.long_key_rows[result.long_key_rows < n]
+    if len(long_keys):
+        from dhim_ray.connectors.milvus import KEY_MAX
+
+        raise DataError(f"{plan.where}: {len(long_keys)} ids in column {plan.key_column!r} are longer than "
+                        f"{KEY_MAX} characters (rows {_rows(long_keys)}); shorten them, or drop --id-column")
     if len(blank) and not drop_empty:
         raise DataError(f"{plan.where}: {len(blank)} of {n} rows have empty or non-string text "
                         f"(rows {_rows(blank)}); fix the data or pass --drop-empty to skip them")
@@ -221,7 +250,7 @@ def check_scan(plan: SourcePlan, result: ScanResult, drop_empty: bool, limit: in
 class Prepare:
     """Turns a shard's block into document rows: split-wide row numbers, ids, numbered
     labels (and their names, as label_name, where the source names them: string labels,
-    or ``names_of_numbers``); rows past ``limit`` and (with drop_empty) empty texts left out."""
+    or ``names_of_numbers``), the documents' own ids (key) where the plan has them; rows past ``limit`` and (with drop_empty) empty texts left out."""
 
     source: str
     offsets: tuple[int, ...]
@@ -267,4 +296,5 @@ class Prepare:
             "label": labels,
             "row": rows,
             **({"label_name": pa.array(names, pa.string())} if names is not None else {}),
+            **({"key": block.column("key").take(pa.array(idx))} if "key" in block.column_names else {}),
         })

@@ -185,6 +185,8 @@ CASES = [
     (ING("--nlist", "0", "--index", "BIN_FLAT"), 2, "--nlist 0: must be between 1 and 65536"),
     (ING("--limit", "0"), 2, "--limit 0: must be >= 1"),
     (ING("--label-column", "lable"), 2, "no label column 'lable'"),
+    (ING("--id-column", "lable"), 2, "no id column 'lable'"),
+    (ING("--id-column", "text"), 2, "--id-column 'text' is the text column"),
     (ING("--split", "test"), 2, "has no split 'test'"),
     (ING("--split", ""), 2, "--split '': give a split name"),
     (ING("--nlist", "abc"), 2, "Invalid value for '--nlist'"),

@@ -503,7 +503,9 @@ def test_a_collection_made_before_label_names_still_takes_ingests_and_searches(r
                          capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr
     shown = next(h for h in json.loads(run.stdout)[0]["hits"] if h["row"] == split.rows[3])
-    assert shown["label"] == split.labels[3] and "label_name" not in shown
+    assert shown["label"] == split.labels[3] and "label_name" not in shown and "key" not in shown
+    with pytest.raises(CollectionMismatchError, match="made before rows kept their own ids"):
+        ingest(spec, model_dir, target, workers=1, progress=False, id_column="source_row")
 
 
 def test_search_without_a_collection_name_finds_the_one_ingested_with_the_model(model_dir, tmp_path):
@@ -555,3 +557,96 @@ def test_search_without_a_collection_name_finds_the_one_ingested_with_the_model(
     release(empty.uri)
     with pytest.raises(StoreError, match="no collection at .*empty.db was ingested with"):
         find_collection(model_dir, empty.uri)
+
+
+def test_id_column_is_kept_as_each_rows_key_and_returned_with_hits(ray_session, model_dir, tmp_path):
+    """ingest --id-column: the documents' own ids go into the key field as text (7 -> "7",
+    "007" stays "007" in CSV and JSON Lines alike), come back with every hit and in the CLI's
+    table; a row without an id is refused before a collection exists."""
+    import os
+    import subprocess
+    import sys
+
+    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.search import Searcher
+
+    texts = BBC.load_split().texts[:24]
+    ids = [7, "007", "a-1"] + [f"doc/{i}" for i in range(3, 24)]
+    jsonl = tmp_path / "docs.jsonl"
+    jsonl.write_text("".join(json.dumps({"doc_id": d, "body": t}) + "\n" for d, t in zip(ids, texts)))
+    csv_path = tmp_path / "docs.csv"
+    with open(csv_path, "w", newline="") as f:
+        import csv
+
+        w = csv.writer(f)
+        w.writerow(["doc_id", "text"])
+        w.writerows([("007", texts[0]), ("12", texts[1])])
+    target = MilvusTarget(str(tmp_path / "keys.db"), "docs")
+    result = ingest(CorpusSpec(str(jsonl), text_column="body"), model_dir, target, workers=1, progress=False,
+                    id_column="doc_id")
+    assert result.rows_in_collection == 24
+    with Searcher(model_dir, target) as s:
+        assert s.info.keys
+        hits = s.search([texts[2]], k=24)[0]
+    assert sorted(h["key"] for h in hits) == sorted(str(d) for d in ids)
+    assert next(h for h in hits if h["row"] == 2)["key"] == "a-1"
+    assert {h["row"]: h["key"] for h in hits}[0] == "7" and {h["row"]: h["key"] for h in hits}[1] == "007"
+
+    other = MilvusTarget(str(tmp_path / "keys.db"), "docs_csv")
+    ingest(CorpusSpec(str(csv_path)), model_dir, other, workers=1, progress=False, id_column="doc_id")
+    with Searcher(model_dir, other) as s:
+        assert sorted(h["key"] for h in s.search([texts[0]], k=2)[0]) == ["007", "12"]
+
+    env = dict(os.environ, COLUMNS="120", HF_HUB_OFFLINE="1")
+    run = subprocess.run([sys.executable, "-m", "dhim_ray.cli", "search", texts[2][:200], "--model", str(model_dir),
+                          "--uri", target.uri, "--collection", "docs", "-k", "3"], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    header = next(line for line in run.stdout.splitlines() if "distance" in line)
+    assert " id " in header and " row " not in header
+    import re
+
+    assert re.search(r"│\s+-\s+│\s+a-1\s+│", run.stdout), run.stdout  # no label column: "-", not -1
+
+    holes = tmp_path / "holes.jsonl"
+    holes.write_text("".join(json.dumps({"doc_id": None if i in (3, 5) else f"d{i}", "text": t}) + "\n"
+                             for i, t in enumerate(texts[:8])) + json.dumps({"doc_id": " ", "text": texts[8]}) + "\n")
+    fresh = MilvusTarget(str(tmp_path / "keys.db"), "holes")
+    with pytest.raises(DataError, match=r"3 rows have no id in column 'doc_id' \(rows 3, 5, 8\); fill them in"):
+        ingest(CorpusSpec(str(holes)), model_dir, fresh, workers=1, progress=False, id_column="doc_id")
+    with pytest.raises(DataError, match=r"no id column 'key'; columns are \['doc_id', 'text'\]"):
+        ingest(CorpusSpec(str(holes)), model_dir, fresh, workers=1, progress=False, id_column="key")
+    client = fresh.connect()
+    try:
+        assert not client.has_collection("holes")
+    finally:
+        client.close()
+        release(fresh.uri)
+
+
+def test_reingesting_a_changed_source_leaves_exactly_its_rows(ray_session, model_dir, tmp_path):
+    """Ids are (source, row): a source that lost documents (its end, or a text now empty and
+    skipped with --drop-empty) used to keep the old rows, so search returned documents that
+    were gone, and a deletion in the middle left the last document twice. A whole-source
+    ingest now removes them; a limited one (--limit) leaves later rows alone, as before."""
+    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.search import Searcher
+
+    texts = BBC.load_split().texts[:12]
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    target = MilvusTarget(str(tmp_path / "c.db"), "docs")
+    first = ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False)
+    assert (first.rows_of_source, first.stale_rows_removed) == (12, 0)
+    limited = ingest(CorpusSpec(str(path), limit=5), model_dir, target, workers=1, progress=False)
+    assert (limited.rows_in_collection, limited.rows_of_source, limited.stale_rows_removed) == (5, 12, 0)
+
+    kept = texts[:3] + [" "] + texts[4:9]  # row 3 now empty, rows 9-11 gone
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in kept))
+    again = ingest(CorpusSpec(str(path), drop_empty=True), model_dir, target, workers=1, progress=False)
+    assert (again.n_documents, again.rows_in_collection, again.rows_of_source, again.stale_rows_removed) == (8, 8, 8, 4)
+    with Searcher(model_dir, target) as s:
+        assert s.count() == 8
+        hits = s.search([texts[10]], k=8)[0]
+    assert sorted(h["row"] for h in hits) == [0, 1, 2, 4, 5, 6, 7, 8]
+    assert all(h["text"] != texts[10][:1024] for h in hits)

@@ -350,3 +350,19 @@ def test_interrupted_in_process_training_keeps_the_best_epoch_and_resumes(tmp_pa
     _, straight = train_corpus(corpus, cfg, tmp_path / "straight", progress=False)
     np.testing.assert_allclose([h["loss"] for h in summary["history"]], [h["loss"] for h in straight["history"]],
                                rtol=1e-5)
+
+
+def test_best_score_is_none_until_the_criterion_has_picked_an_epoch():
+    """The progress bar and the epoch log show "best -" during the label-free warm-up,
+    not -inf; then the best value as the criterion reads it (a loss for "objective")."""
+    from dhim_ray.training import EarlyStopping, LoopState, best_score
+
+    state = LoopState(None, None, None, EarlyStopping(patience=6, warmup=2), np.random.default_rng(0),
+                      criterion="neighbours")
+    assert not state.stopper.update(0.31, epoch=0) and best_score(state) is None
+    assert state.stopper.update(0.35, epoch=2) and best_score(state) == pytest.approx(0.35)
+    loss = LoopState(None, None, None, EarlyStopping(patience=6), np.random.default_rng(0), criterion="objective")
+    assert best_score(loss) is None
+    loss.stopper.update(-2.5, epoch=0)
+    assert best_score(loss) == pytest.approx(2.5)
+    assert best_score(LoopState(None, None, None, EarlyStopping(patience=6), np.random.default_rng(0))) is None
