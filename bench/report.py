@@ -332,6 +332,26 @@ def worker_priority_section() -> list[str]:
     return parts + [""]
 
 
+def label_free_eval_section() -> list[str]:
+    path = HERE / "label_free_eval.json"
+    if not path.exists():
+        return []
+    r = json.loads(path.read_text())
+    parts = ["## Eval without labels: what it reports against what labels say (issue 15)", "",
+             f"Command: `{r['command']}`: the shipped model trained by `dhim-ray train` (shipped schedule), then "
+             "`dhim-ray eval` per method twice, database = train.csv, queries = val.csv: as the corpus is "
+             "(tie-aware P@100 by labels), and on copies of its texts without labels, where eval reports "
+             "cosine-neighbour recall@100 (the share of each query's 100 nearest documents by cosine of the "
+             "frozen encoder's mean-pooled vectors that the method's 100 nearest find, tie-aware).", "",
+             "| corpus | bits | method | bytes/doc | P@100 (labels) | neighbour recall@100 (no labels) |",
+             "|---|---|---|---|---|---|"]
+    for corpus, c in r.get("corpora", {}).items():
+        for method, m in c["methods"].items():
+            parts.append(f"| {corpus} | {c['bits'] if method != 'cosine' else 'float'} | {method} | "
+                         f"{m['bytes_per_doc']} | {m['precision_at_100']:.4f} | {m['neighbour_recall_at_100']:.4f} |")
+    return parts + [""]
+
+
 def main() -> None:
     parts = ["# Benchmarks", "",
              "Every figure below comes from a script in `bench/` that anyone can rerun; each section gives its "
@@ -440,6 +460,7 @@ def main() -> None:
     parts += worker_priority_section()
     parts += training_scale_section()
     parts += selection_section()
+    parts += label_free_eval_section()
     parts += representations_section()
     reading = HERE / "reading.md"  # hand-written: what the figures above say
     if reading.exists():

@@ -384,7 +384,9 @@ def eval_(
     cache_dir: CacheDir = None,
     as_json: AsJson = False,
 ):
-    """Precision@k by Hamming distance of a model (or a baseline): database vs queries."""
+    """Precision@k by Hamming distance of a model (or a baseline): database vs queries.
+    Without labels: how many of each query's k nearest documents by cosine of the frozen
+    encoder's sentence vectors it finds (cosine-neighbour recall@k)."""
     from .errors import ConfigError
     from .rerank import check_rerank
 
@@ -422,7 +424,8 @@ def eval_(
 
             result = evaluate_checkpoint(model_dir, db, q, k, progress=not as_json, cache_dir=cache_dir,
                                          rerank=rerank)
-    print_result(result, as_json, title=f"precision@{k}")
+    print_result(result, as_json, title=f"precision@{k}" if "precision_at_k" in result else
+                 f"cosine-neighbour recall@{k} (no labels)")
 
 
 @app.command()

@@ -22,11 +22,11 @@ from .checkpoint import (
     save_training_state,
 )
 from .config import DEFAULT_ENCODER, DHIMConfig, FeatureConfig
-from .data import CorpusSpec, Split, align_labels, require_labels
+from .data import CorpusSpec, Split, align_labels
 from .encoder import Features, FrozenEncoder
 from .errors import CheckpointError, TrainingInterrupted
 from .hasher import Hasher
-from .metrics import cosine_precision_at_k, precision_at_k
+from .metrics import cosine_precision_at_k, cosine_topk, neighbour_recall_at_k, precision_at_k
 from .refine import RefineConfig, refine_encoder
 from .rerank import BY_BITS, check_rerank, rerank_topk
 from .training import ONE_LABEL_HINT, FitResult, LoopState, TrainCallback, carve_validation, fit, selection_criterion
@@ -197,18 +197,46 @@ def _interrupted_message(out: Path) -> str:
             f"({info.summary.get('best_epoch')}); continue with the same command and --resume")
 
 
-def eval_splits(database: CorpusSpec, queries: CorpusSpec) -> tuple[Split, Split, np.ndarray]:
-    """(database split, query split, query labels in the database's label numbering).
-    The same corpus is read once, so both splits share its label vocabulary."""
+#: What eval scores without labels (see label_free_scores).
+NEIGHBOUR_METRIC = "cosine-neighbour recall@k (tie-aware; no labels)"
+
+
+def eval_splits(database: CorpusSpec, queries: CorpusSpec) -> tuple[Split, Split, np.ndarray | None]:
+    """(database split, query split, query labels in the database's label numbering, or
+    None where either split has no labels: eval then scores without them). The same
+    corpus is read once, so both splits share its label vocabulary."""
     db_spec, q_spec = database.with_split(database.split or "train"), queries.with_split(queries.split or "val")
     if db_spec.with_split(None) == q_spec.with_split(None):
         corpus = db_spec.with_split(None).load()
         db, q = corpus.split(db_spec.split), corpus.split(q_spec.split)
     else:
         db, q = db_spec.load_split(), q_spec.load_split()
-    require_labels(db, f"database {db_spec.display}")
-    require_labels(q, f"queries {q_spec.display}")
+    if db.labels is None or q.labels is None:
+        where = " and ".join(f"{role} {spec.display}" for role, spec, split in
+                             (("database", db_spec, db), ("queries", q_spec, q)) if split.labels is None)
+        logger.warning("%s: no labels (--label-column NAME names them); scoring by how many of each query's "
+                       "nearest documents by cosine of the frozen encoder's sentence vectors the codes find", where)
+        return db, q, None
     return db, q, align_labels(db, q)
+
+
+def label_free_scores(db_vectors: np.ndarray, q_vectors: np.ndarray, found, k: int) -> dict[str, Any]:
+    """Eval without labels: the share of each query's k nearest database documents by cosine
+    of the frozen encoder's mean-pooled vectors that a method finds. ``found``: a callable
+    (neighbours (n_q, k)) -> recall in [0, 1] (tie-aware for codes)."""
+    neighbours = cosine_topk(db_vectors, q_vectors, k)
+    return {"metric": NEIGHBOUR_METRIC, "k": neighbours.shape[1], "neighbour_recall_at_k": float(found(neighbours)),
+            "n_queries": len(q_vectors), "n_database": len(db_vectors)}
+
+
+def _codes_found(db_codes: np.ndarray, q_codes: np.ndarray):
+    """label_free_scores' ``found`` for packed codes: tie-aware recall of the neighbours."""
+    return lambda neighbours: neighbour_recall_at_k(db_codes, q_codes, neighbours, neighbours.shape[1]).recall_at_k
+
+
+def _overlap(found: np.ndarray, neighbours: np.ndarray) -> float:
+    """Mean share of each row of ``neighbours`` among the same row of ``found`` (index sets)."""
+    return float(np.mean([len(np.intersect1d(a, b)) / neighbours.shape[1] for a, b in zip(found, neighbours)]))
 
 
 def evaluate_checkpoint(
@@ -228,9 +256,18 @@ def evaluate_checkpoint(
     hasher = Hasher.load(model_dir, device=device)
     db, q, q_labels = eval_splits(database, queries)
     t0 = time.perf_counter()
-    db_codes = hasher.hash_features(hasher.encoder.features(db.texts, progress=progress, cache_dir=cache_dir))
-    q_codes, q_scores = hasher.score_features(hasher.encoder.features(q.texts, progress=progress,
-                                                                      cache_dir=cache_dir))
+    db_f = hasher.encoder.features(db.texts, progress=progress, cache_dir=cache_dir)
+    q_f = hasher.encoder.features(q.texts, progress=progress, cache_dir=cache_dir)
+    db_codes = hasher.hash_features(db_f)
+    q_codes, q_scores = hasher.score_features(q_f)
+    if q_labels is None:
+        out = {"method": "dhim", "model": str(model_dir), "n_bits": hasher.n_bits,
+               **label_free_scores(db_f.mean, q_f.mean, _codes_found(db_codes, q_codes), k)}
+        if rerank > 1:
+            neighbours = cosine_topk(db_f.mean, q_f.mean, out["k"])
+            idx, _ = rerank_topk(db_codes, q_codes, q_scores, out["k"], rerank)
+            out.update(rerank=rerank, rerank_by=BY_BITS, neighbour_recall_at_k_reranked=_overlap(idx, neighbours))
+        return {**out, "seconds": round(time.perf_counter() - t0, 2)}
     result = precision_at_k(db_codes, db.labels, q_codes, q_labels, k)
     out = {"method": "dhim", "model": str(model_dir), "n_bits": hasher.n_bits, **result.as_dict()}
     if rerank > 1:
@@ -262,16 +299,23 @@ def evaluate_baseline(
     if model is None:
         return _float_baseline(baseline, db_f.mean, db.labels, q_f.mean, q_labels, k, seed)
     model.fit(db_f.mean)
+    if q_labels is None:
+        found = _codes_found(model.hash(db_f.mean), model.hash(q_f.mean))
+        return {"method": baseline, "n_bits": n_bits, "bytes_per_doc": n_bits // 8,
+                **label_free_scores(db_f.mean, q_f.mean, found, k)}
     result = precision_at_k(model.hash(db_f.mean), db.labels, model.hash(q_f.mean), q_labels, k)
     return {"method": baseline, "n_bits": n_bits, "bytes_per_doc": n_bits // 8, **result.as_dict()}
 
 
 def _float_baseline(name: str, database, database_labels, queries, query_labels, k: int, seed: int) -> dict[str, Any]:
     """Cosine kNN precision@k on float vectors, after the baseline's transform fitted on the database."""
-    x, qv = np.asarray(database, np.float32), np.asarray(queries, np.float32)
+    plain_x, plain_q = x, qv = np.asarray(database, np.float32), np.asarray(queries, np.float32)
     if FLOAT_BASELINES[name] is not None:
         fitted = fit_transform(FLOAT_BASELINES[name], x, seed)
         x, qv = transform(fitted, x), transform(fitted, qv)
+    if query_labels is None:  # without labels: the plain vectors' neighbours the transformed ones find
+        return {"method": name, "dims": x.shape[1], "bytes_per_doc": 4 * x.shape[1],
+                **label_free_scores(plain_x, plain_q, lambda nb: _overlap(cosine_topk(x, qv, nb.shape[1]), nb), k)}
     p = cosine_precision_at_k(x, database_labels, qv, query_labels, k)
     # distances are continuous: no ties to break, so both tie rules give the same figure
     return {"method": name, "dims": x.shape[1], "bytes_per_doc": 4 * x.shape[1], "k": k, "precision_at_k": p,

@@ -77,10 +77,45 @@ def test_eval_float_baselines_are_cosine_knn_on_the_unhashed_vectors(toy_folder,
     assert "n_bits" not in got["cosine"]
 
 
-def test_eval_without_labels_says_how_to_fix(trained, tmp_path):
-    (tmp_path / "q.jsonl").write_text('{"text": "football goal"}\n{"text": "vote party"}\n')
-    r = run("eval", trained, "--database", f"{tmp_path / 'q.jsonl'}:train", "--queries", f"{tmp_path / 'q.jsonl'}:train")
-    assert r.exit_code == 2 and "no label column" in r.output and "--label-column" in r.output
+def test_eval_without_labels_scores_cosine_neighbour_recall(trained, toy_folder, tiny_bert, tmp_path):
+    """Most corpora have no labels: eval then reports how much of each query's cosine top-k
+    under the frozen encoder's mean vectors its Hamming top-k recovers (tie-aware), for a
+    model and a baseline, and names that metric; a --label-column that is not there is
+    still an error."""
+    import numpy as np
+
+    from dhim_ray.data import load_corpus
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.metrics import cosine_topk, neighbour_recall_at_k
+
+    corpus = load_corpus(str(toy_folder))
+    train, val = corpus.split("train"), corpus.split("val")
+    for name, split in (("db", train), ("q", val)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in split.texts))
+    db, q = f"{tmp_path / 'db.jsonl'}:train", f"{tmp_path / 'q.jsonl'}:train"
+
+    def evaluate(*args):
+        r = run("eval", *args, "--database", db, "--queries", q, "--k", 10, "--json")
+        assert r.exit_code == 0, r.output
+        return json.loads(r.output.strip().splitlines()[-1])
+
+    got = evaluate(trained)
+    hasher = Hasher.load(trained)
+    db_f, q_f = (hasher.encoder.features(s.texts, progress=False) for s in (train, val))
+    expected = neighbour_recall_at_k(hasher.hash_features(db_f), hasher.hash_features(q_f),
+                                     cosine_topk(db_f.mean, q_f.mean, 10), 10).recall_at_k
+    assert got["metric"].startswith("cosine-neighbour recall@k") and "precision_at_k" not in got
+    assert got["neighbour_recall_at_k"] == pytest.approx(expected, abs=1e-12) and 0 < expected <= 1
+    assert (got["k"], got["n_database"], got["n_queries"]) == (10, len(train.texts), len(val.texts))
+    reranked = evaluate(trained, "--rerank", 4)
+    assert 0 <= reranked["neighbour_recall_at_k_reranked"] <= 1
+    assert evaluate("--baseline", "cosine", "--encoder", tiny_bert, "--max-words", 12)["neighbour_recall_at_k"] == 1.0
+    itq = evaluate("--baseline", "itq", "--bits", 16, "--encoder", tiny_bert, "--max-words", 12)
+    assert 0 < itq["neighbour_recall_at_k"] < 1 and itq["bytes_per_doc"] == 2
+    assert np.isfinite(evaluate("--baseline", "whitening-cosine", "--encoder", tiny_bert, "--max-words", 12)
+                       ["neighbour_recall_at_k"])
+    r = run("eval", trained, "--database", db, "--queries", q, "--label-column", "topic")
+    assert r.exit_code == 2 and "no label column 'topic'" in r.output and "--label-column" in r.output
 
 
 def test_init_flag_turns_the_linear_path_on_and_paper_turns_it_off():
