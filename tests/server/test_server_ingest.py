@@ -93,6 +93,30 @@ def test_rerun_upserts_and_the_count_stays_exact(ingested, model_dir):
     assert len(rows) == N and len(set(rows)) == N
 
 
+def test_a_shrunk_source_reingested_on_the_server_keeps_exactly_its_rows_with_their_ids(milvus_uri, model_dir,
+                                                                                        tmp_path):
+    """The server path of a whole-source re-ingest: rows the source no longer has are deleted
+    by filter (source and row), the ids (--id-column) written by parallel Ray writers come back."""
+    import json
+
+    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.search import Searcher
+
+    texts = BBC.load_split().texts[:30]
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps({"id": f"k{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    target = MilvusTarget(milvus_uri, "shrink16")
+    first = ingest(CorpusSpec(str(path)), model_dir, target, workers=2, progress=False, overwrite=True,
+                   id_column="id")
+    assert (first.rows_of_source, first.stale_rows_removed) == (30, 0)
+    path.write_text("".join(json.dumps({"id": f"k{i}", "text": t}) + "\n" for i, t in enumerate(texts[:20])))
+    again = ingest(CorpusSpec(str(path)), model_dir, target, workers=2, progress=False, id_column="id")
+    assert (again.rows_in_collection, again.rows_of_source, again.stale_rows_removed) == (20, 20, 10)
+    with Searcher(model_dir, target) as s:
+        hits = s.search([texts[3]], k=20)[0]
+    assert sorted(h["key"] for h in hits) == sorted(f"k{i}" for i in range(20))
+
+
 def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus_uri, ingested):
     """The sink alone, on many rows ready at once: several write tasks in several
     worker processes upsert at the same time; the count is exact, a rerun adds nothing."""
