@@ -352,6 +352,34 @@ def label_free_eval_section() -> list[str]:
     return parts + [""]
 
 
+def target_choice_section() -> list[str]:
+    path = HERE / "target_choice.json"
+    if not path.exists():
+        return []
+    r = json.loads(path.read_text())
+    parts = ["## Choosing the regulariser target on the validation slice (issue 16)", "",
+             "Command: `python -m bench.target_choice --cells agnews:1 r8:3 20ng:2` (16 bits, shipped schedule): "
+             "the shipped target and the whitened one retrained with the configuration, seed and carving of "
+             "`bench.representations` (the 'reproduced' column: each run's val P@100 equals the figure stored "
+             "there), recording the carved slice's P@100 at the epoch each run kept. 'auto' keeps the target whose "
+             "slice score is higher.", "",
+             "| corpus | seed | shipped: slice / val P@100 | whitened target: slice / val P@100 | auto picks | "
+             "auto vs shipped | auto vs the better | reproduced |", "|---|---|---|---|---|---|---|---|"]
+    cells = dict.fromkeys(k.rsplit(":", 1)[0] for k in r)
+    for cell in cells:
+        a, b = r.get(f"{cell}:shipped"), r.get(f"{cell}:whitening target")
+        if a is None or b is None:
+            continue
+        pick, picked = ("whitened", b) if b["slice_p"] > a["slice_p"] else ("shipped", a)
+        best = max(a["val_p"], b["val_p"])
+        same = all(x["stored_val_p"] is not None and abs(x["val_p"] - x["stored_val_p"]) < 1e-9 for x in (a, b))
+        corpus, seed = cell.split(":")
+        parts.append(f"| {corpus} | {seed} | {a['slice_p']:.4f} / {a['val_p']:.4f} | {b['slice_p']:.4f} / "
+                     f"{b['val_p']:.4f} | {pick} | {100 * (picked['val_p'] - a['val_p']):+.2f} pt | "
+                     f"{100 * (picked['val_p'] - best):+.2f} pt | {'yes' if same else 'no'} |")
+    return parts + [""]
+
+
 def main() -> None:
     parts = ["# Benchmarks", "",
              "Every figure below comes from a script in `bench/` that anyone can rerun; each section gives its "
@@ -462,6 +490,7 @@ def main() -> None:
     parts += selection_section()
     parts += label_free_eval_section()
     parts += representations_section()
+    parts += target_choice_section()
     reading = HERE / "reading.md"  # hand-written: what the figures above say
     if reading.exists():
         parts += [reading.read_text()]
