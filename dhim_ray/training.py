@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .codes import pack_codes
-from .config import DHIMConfig, ModelConfig, TrainConfig
+from .config import AUTO_TARGET, DHIMConfig, ModelConfig, TrainConfig
 from .distributed import Collective
 from .encoder import Features
 from .errors import ConfigError, DataError
@@ -537,6 +537,7 @@ class FitResult:
     best_neighbour_recall: float | None = None  # tie-aware val cosine-neighbour recall@k of the chosen epoch
     best_objective: float | None = None  # the val slice's training loss at the chosen epoch
     selected_by: str = "last epoch (no validation)"
+    criterion: str | None = None  # "labels", "neighbours" or "objective"; None: the last epoch was kept
     seconds: float = 0.0
 
     @classmethod
@@ -548,7 +549,8 @@ class FitResult:
         result = cls(model, config, history, seconds=seconds)
         if has_best:
             result.best_epoch = progress["stopper"]["best_epoch"]
-            result.selected_by = CRITERIA[progress.get("criterion") or "labels"].format(k=config.train.k)
+            result.criterion = progress.get("criterion") or "labels"
+            result.selected_by = CRITERIA[result.criterion].format(k=config.train.k)
         else:
             result.best_epoch = progress["epoch"]
         chosen = [h for h in history if h.epoch == result.best_epoch]
@@ -556,6 +558,17 @@ class FitResult:
             result.best_precision, result.best_neighbour_recall = chosen[0].val_precision, chosen[0].val_neighbour_recall
             result.best_objective = chosen[0].val_objective
         return result
+
+    @classmethod
+    def from_summary(cls, model: DHIM, config: DHIMConfig, summary: dict[str, Any]) -> FitResult:
+        """The result a saved run summary (``summary()``) describes, with ``model``'s weights."""
+        return cls(model, config, [EpochRecord.from_dict(h) for h in summary.get("history", [])],
+                   best_epoch=summary.get("best_epoch", -1),
+                   best_precision=summary.get("best_val_precision_at_k_tie_aware"),
+                   best_neighbour_recall=summary.get("best_val_neighbour_recall_at_k"),
+                   best_objective=summary.get("best_val_objective"),
+                   selected_by=summary.get("selected_by", "last epoch (no validation)"),
+                   criterion=summary.get("criterion"), seconds=summary.get("train_seconds", 0.0))
 
     def summary(self, **context: Any) -> dict[str, Any]:
         """The run summary written into the checkpoint and printed by the CLI:
@@ -566,6 +579,7 @@ class FitResult:
             "best_epoch": self.best_epoch,
             "epochs_run": len(self.history),
             "selected_by": self.selected_by,
+            "criterion": self.criterion,
             "best_val_precision_at_k_tie_aware": self.best_precision,
             "best_val_neighbour_recall_at_k": self.best_neighbour_recall,
             "best_val_objective": self.best_objective,
@@ -623,6 +637,9 @@ def fit(
     """
     device = torch.device(device)
     collective = collective or Collective()
+    if config.model.target_transform == AUTO_TARGET:
+        raise ConfigError("target_transform=auto is a choice between trainings: train through train_corpus or "
+                          "train_distributed (dhim_ray.target_choice), which fit each candidate target")
     if train.tokens.shape[-1] != config.model.hidden_size:
         raise ConfigError(
             f"features of width {train.tokens.shape[-1]} do not match hidden_size {config.model.hidden_size}"

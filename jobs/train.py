@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from dhim_ray import target_choice
 from dhim_ray.checkpoint import STATE_META, check_writable, load_checkpoint, save_checkpoint, save_training_state
 from dhim_ray.config import DHIMConfig, FeatureConfig
 from dhim_ray.data import CorpusSpec
@@ -267,6 +268,33 @@ def _fit_off_the_main_thread(trainer):
     return outcome["result"]
 
 
+def _train_each_target(corpus: CorpusSpec, config: DHIMConfig, out_dir: Path, opts: RayTrainOptions,
+                       callbacks: tuple[TrainCallback, ...], cache_dir: str | Path | None,
+                       feature_memory_gb: float | None, progress: bool) -> dict[str, Any]:
+    """``--target-transform auto`` under Ray Train: one TorchTrainer run per candidate
+    target (dhim_ray.target_choice), the features computed once into stores the runs
+    share. ``--resume OUT`` keeps the targets an interrupted run finished and trains the
+    interrupted one again."""
+    target_choice.check_auto(config)
+    resume = opts.resume is not None
+    if resume and Path(opts.resume).resolve() != out_dir:
+        raise ConfigError(f"resume={opts.resume}: a --target-transform auto run resumes from its --out folder "
+                          f"({out_dir}), which keeps the targets it finished")
+    target_choice.check_resume(out_dir, resume)
+    stores = Path(cache_dir) if cache_dir is not None else target_choice.candidates_folder(out_dir) / "features"
+
+    def train_one(candidate: DHIMConfig, folder: Path, _resume: bool) -> dict[str, Any]:
+        run = dataclasses.replace(opts, resume=None, name=f"{out_dir.name}-{folder.name}-{int(time.time())}")
+        try:
+            return train_distributed(corpus, candidate, folder, run, callbacks, stores, feature_memory_gb, progress)
+        except (TrainingInterrupted, TrainingFailed) as exc:
+            raise type(exc)(f"{str(exc).split('; ')[0]} while training regulariser target {folder.name}; "
+                            f"continue with the same command and --resume {out_dir} (finished targets are "
+                            "kept)") from exc
+
+    return target_choice.train_each_target(config, out_dir, train_one, resume)[2]
+
+
 def train_distributed(
     corpus: CorpusSpec,
     config: DHIMConfig,
@@ -291,6 +319,8 @@ def train_distributed(
     from ray.util.queue import Queue
 
     out_dir = check_writable(Path(out_dir).resolve())
+    if target_choice.is_auto(config):
+        return _train_each_target(corpus, config, out_dir, opts, callbacks, cache_dir, feature_memory_gb, progress)
     resume = find_resume_checkpoint(opts.resume) if opts.resume else None
     if resume:
         config = resume_config(Path(resume), config)
