@@ -284,7 +284,9 @@ def _train_each_target(corpus: CorpusSpec, config: DHIMConfig, out_dir: Path, op
     stores = Path(cache_dir) if cache_dir is not None else target_choice.candidates_folder(out_dir) / "features"
 
     def train_one(candidate: DHIMConfig, folder: Path, _resume: bool) -> dict[str, Any]:
-        run = dataclasses.replace(opts, resume=None, name=f"{out_dir.name}-{folder.name}-{int(time.time())}")
+        # Ray's run folders where a plain run keeps them (beside --out), not in the candidates' folder that goes
+        run = dataclasses.replace(opts, resume=None, name=f"{out_dir.name}-{folder.name}-{int(time.time())}",
+                                  storage_path=opts.storage_path or out_dir.parent / "ray_runs")
         try:
             return train_distributed(corpus, candidate, folder, run, callbacks, stores, feature_memory_gb, progress)
         except (TrainingInterrupted, TrainingFailed) as exc:

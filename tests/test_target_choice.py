@@ -4,6 +4,8 @@ a generated toy corpus; Ray Train for the distributed path)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -132,7 +134,8 @@ def test_auto_under_ray_train_shares_features_and_keeps_the_better_target(ray_se
     assert summary["workers"] == 2
     assert summary["best_val_precision_at_k_tie_aware"] == pytest.approx(max(choice["scores"].values()), abs=1e-12)
     assert read_checkpoint(out).config.model.target_transform == choice["chosen"]
-    assert not (out / "targets").exists()  # candidates, their Ray runs and the shared feature stores
+    assert not (out / "targets").exists()  # the candidates and the feature stores they shared
+    assert Path(summary["run_dir"]).parent == tmp_path / "ray_runs"  # the chosen run's Ray folder is kept
 
 
 def test_the_cli_says_which_target_auto_chose(tmp_path, toy_folder, tiny_bert):
