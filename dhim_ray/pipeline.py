@@ -157,6 +157,8 @@ def train_corpus(
     after every epoch. ``resume=True`` continues an interrupted run in ``out``.
     Features larger than ``feature_memory_gb`` stay on disk (``cache_dir``, else a
     scratch folder in ``out`` removed when the run finishes).
+    ``config.model.target_transform == "auto"`` trains once per candidate target on
+    the same features and keeps the better one (dhim_ray.target_choice).
     Returns (fit result, the summary written into the checkpoint). Raises
     TrainingInterrupted on Ctrl-C, naming what was kept and how to resume.
     """
