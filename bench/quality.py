@@ -91,10 +91,13 @@ def corpus_features(name: str, cache_dir: str, encoder_name: str | None = None):
     return encoder, train, val, tr, va
 
 
-def fit_carved(cfg, tr, train, callbacks=()):
-    """Train on train.csv less a carved slice, which picks the epoch (never val.csv)."""
+def fit_carved(cfg, tr, train, callbacks=(), labelled: bool = True):
+    """Train on train.csv less a carved slice, which picks the epoch (never val.csv); with
+    labelled=False the slice's labels are hidden, so the label-free criterion picks it."""
     fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
-    return fit(tr.take(fit_idx), tr.take(sel_idx), cfg, train.labels[fit_idx], train.labels[sel_idx],
+    labels = train.labels if labelled else None
+    return fit(tr.take(fit_idx), tr.take(sel_idx), cfg, None if labels is None else labels[fit_idx],
+               None if labels is None else labels[sel_idx],
                progress=False, callbacks=callbacks)
 
 
