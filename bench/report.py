@@ -262,7 +262,7 @@ def representations_section() -> list[str]:
             "python -m bench.representations refine --corpora r8 20ng --refine-words 64  # long texts: first 64 words",
             "python -m bench.representations float --corpora dbpedia agnews r8      # float cosine kNN per representation",
             "python -m bench.representations signs --corpora dbpedia agnews r8 --bits 16 32 64 128",
-            "python -m bench.representations float --corpora 20ng --no-layers     # 20ng: no layer-averaged pass",
+            "python -m bench.representations float --corpora 20ng                # 20ng: its layer-averaged pass ran last",
             "python -m bench.representations signs --corpora 20ng --bits 16 32 64 128",
             "python -m bench.representations dhim --corpora dbpedia agnews r8 --bits 16 \\",
             "    --variants shipped \"flow target\" \"flow neighbours\" \"sg-opt features\"   # 8-epoch cap (10 on r8)",
