@@ -95,10 +95,8 @@ def fit_carved(cfg, tr, train, callbacks=(), labelled: bool = True):
     """Train on train.csv less a carved slice, which picks the epoch (never val.csv); with
     labelled=False the slice's labels are hidden, so the label-free criterion picks it."""
     fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
-    labels = train.labels if labelled else None
-    return fit(tr.take(fit_idx), tr.take(sel_idx), cfg, None if labels is None else labels[fit_idx],
-               None if labels is None else labels[sel_idx],
-               progress=False, callbacks=callbacks)
+    fit_labels, sel_labels = (train.labels[fit_idx], train.labels[sel_idx]) if labelled else (None, None)
+    return fit(tr.take(fit_idx), tr.take(sel_idx), cfg, fit_labels, sel_labels, progress=False, callbacks=callbacks)
 
 
 #: How a DHIM run's training went, as the quality table records it (see training_fields).

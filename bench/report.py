@@ -352,11 +352,16 @@ def label_free_eval_section() -> list[str]:
     return parts + [""]
 
 
+def _target_choice_cells(r: dict, suffix: str) -> list[str]:
+    """The CORPUS:SEED cells of target_choice.json whose keys are CORPUS:SEED:VARIANT + suffix, in run order."""
+    return list(dict.fromkeys(":".join(k.split(":")[:2]) for k in r if k.endswith(suffix) and
+                              k.count(":") == 2 + bool(suffix)))
+
+
 def _target_choice_table(r: dict, suffix: str, score: str) -> tuple[list[str], list[str]]:
     """The rows of one target-choice table (keys CORPUS:SEED:VARIANT + suffix) and its summary line;
     auto keeps the target whose ``score`` (a slice score of the kept epoch) is higher."""
-    cells = dict.fromkeys(":".join(k.split(":")[:2]) for k in r if k.endswith(suffix) and
-                          k.count(":") == 2 + bool(suffix))
+    cells = _target_choice_cells(r, suffix)
     rows, right, gains, shortfalls = [], 0, [], []
     for cell in cells:
         a, b = r.get(f"{cell}:shipped{suffix}"), r.get(f"{cell}:whitening target{suffix}")
@@ -386,7 +391,7 @@ def target_choice_section() -> list[str]:
         return []
     r = json.loads(path.read_text())
     rows, summary = _target_choice_table(r, "", "slice_p")
-    cells = dict.fromkeys(":".join(k.split(":")[:2]) for k in r if k.count(":") == 2)
+    cells = _target_choice_cells(r, "")
     parts = ["## Choosing the regulariser target on the validation slice (issue 16)", "",
              f"Command: `python -m bench.target_choice --cells {' '.join(cells)}` (16 bits, shipped schedule): "
              "the shipped target and the whitened one retrained with the configuration, seed and carving of "
@@ -398,7 +403,7 @@ def target_choice_section() -> list[str]:
              *rows, "", *summary]
     free_rows, free_summary = _target_choice_table(r, ":label-free", "slice_neighbour_recall")
     if free_rows:
-        free_cells = dict.fromkeys(":".join(k.split(":")[:2]) for k in r if k.endswith(":label-free"))
+        free_cells = _target_choice_cells(r, ":label-free")
         parts += ["", "Without labels: `python -m bench.target_choice --label-free --cells "
                   f"{' '.join(free_cells)}`. The slice's labels are hidden, so each run keeps the epoch whose "
                   "cosine-neighbour recall@100 on the slice is highest (after the label-free warm-up) and auto keeps "
