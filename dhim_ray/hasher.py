@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,16 +11,39 @@ import numpy as np
 from .checkpoint import CheckpointInfo, load_checkpoint
 from .codes import codes_to_bytes
 from .config import DHIMConfig
-from .encoder import Features, FrozenEncoder
+from .encoder import DIGEST_FIELD, Features, FrozenEncoder
 from .errors import DataError, EncoderMismatchError
 from .model import DHIM
 from .training import hash_features, score_features
 
+log = logging.getLogger(__name__)
+
 
 def _fingerprint_body(fingerprint: str) -> str:
     # The first field is the encoder's name or path, which may differ between
-    # machines for the same model; the rest describes the model and tokenisation.
+    # machines for the same model; the rest describes the model and tokenisation,
+    # and for a local folder its weights.
     return fingerprint.split("|", 1)[-1]
+
+
+def same_encoder(trained: str, loaded: str) -> bool:
+    """Whether an encoder with fingerprint ``loaded`` is the one a checkpoint was trained on.
+
+    A checkpoint written before local folders carried a weights digest matches its folder
+    by name (its weights cannot be checked, as before); otherwise the architecture, the
+    token settings and, for a folder, the weights must agree, wherever the folder lies.
+    """
+    if _fingerprint_body(trained) == _fingerprint_body(loaded):
+        return True
+    fields = loaded.split("|")
+    if any(f.startswith(DIGEST_FIELD) for f in trained.split("|")) or not fields[-1].startswith(DIGEST_FIELD):
+        return False
+    if trained.split("|", 1)[0] != fields[0]:
+        return False
+    if _fingerprint_body(trained) != _fingerprint_body("|".join(fields[:-1])):
+        return False
+    log.warning("checkpoint predates encoder weight digests: its encoder '%s' is matched by name only", fields[0])
+    return True
 
 
 class Hasher:
@@ -55,10 +79,10 @@ class Hasher:
                 f"but encoder {encoder.config.encoder} has width {encoder.hidden_size}; use the training encoder"
             )
         fp = info.encoder_fingerprint
-        if fp and _fingerprint_body(fp) != _fingerprint_body(encoder.fingerprint):
+        if fp and not same_encoder(fp, encoder.fingerprint):
             raise EncoderMismatchError(
                 f"checkpoint {path} was trained on encoder '{fp}' but '{encoder.fingerprint}' was loaded; "
-                "use the encoder and --max-words it was trained with"
+                "use the encoder (the same weights) and --max-words it was trained with"
             )
         return cls(model.to(encoder.device), config, encoder, info)
 

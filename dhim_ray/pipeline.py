@@ -16,6 +16,7 @@ from . import target_choice
 from .baselines import FLOAT_BASELINES, check_baseline, make_baseline
 from .checkpoint import (
     CONFIG_FILE,
+    check_checkpoint_folder,
     check_writable,
     clear_training_state,
     has_training_state,
@@ -178,7 +179,7 @@ def train_corpus(
         raise CheckpointError(
             f"out={out} holds an unfinished run; continue it with --resume or pick another --out"
         )
-    check_writable(out)
+    check_checkpoint_folder(out)
     t0 = time.perf_counter()
     scratch = out / SCRATCH_FEATURES  # features too big for memory, without a cache_dir; kept for --resume
     data = prepare_training_data(corpus, config, cache_dir=cache_dir, progress=progress, device=device,

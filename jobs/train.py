@@ -34,7 +34,13 @@ from typing import Any
 import numpy as np
 
 from dhim_ray import target_choice
-from dhim_ray.checkpoint import STATE_META, check_writable, load_checkpoint, save_checkpoint, save_training_state
+from dhim_ray.checkpoint import (
+    STATE_META,
+    check_checkpoint_folder,
+    load_checkpoint,
+    save_checkpoint,
+    save_training_state,
+)
 from dhim_ray.config import DHIMConfig, FeatureConfig
 from dhim_ray.data import CorpusSpec
 from dhim_ray.encoder import Features, FrozenEncoder
@@ -320,7 +326,7 @@ def train_distributed(
     from ray.train.torch import TorchTrainer
     from ray.util.queue import Queue
 
-    out_dir = check_writable(Path(out_dir).resolve())
+    out_dir = check_checkpoint_folder(Path(out_dir).resolve())
     if target_choice.is_auto(config):
         return _train_each_target(corpus, config, out_dir, opts, callbacks, cache_dir, feature_memory_gb, progress)
     resume = find_resume_checkpoint(opts.resume) if opts.resume else None

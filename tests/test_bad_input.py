@@ -144,6 +144,8 @@ CASES = [
     (["train", "{toy}", "--encoder", "{truncated}", "--out", "{root}/o3"], 2, "cannot be loaded"),
     (["train", "{toy}", "--encoder", "{bert}", "--max-words", "12", "--out", "{root}/afile"], 2, "is a file, not a folder"),
     (["train", "{toy}", "--encoder", "{bert}", "--max-words", "12", "--out", "{root}/afile/sub"], 2, "is a file"),
+    (["train", "{toy}", "--encoder", "{bert}", "--max-words", "12", "--out", "{truncated}"], 2,
+     "is not a dhim-ray checkpoint's (another model?); writing there would overwrite it"),
     (["train", "nosuchcorpus"], 2, "unknown corpus 'nosuchcorpus': use a preset"),
     (["train", ""], 2, "empty name"),
     (["train", "data/missing.csv"], 2, "data/missing.csv: no such file or folder"),

@@ -1,4 +1,6 @@
 import json
+import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -117,6 +119,43 @@ def test_mismatched_encoder(tmp_path, tiny_config):
     build_tiny_bert(enc_dir, hidden_size=48)  # the encoder at that path changed
     with pytest.raises(EncoderMismatchError, match=r"\(width 32\) but encoder .* has width 48"):
         Hasher.load(path)
+
+
+def test_a_checkpoint_knows_a_local_encoder_by_its_weights(tmp_path, tiny_config, caplog):
+    """Same architecture, other weights (as a refined encoder is): refused, at the same path too;
+    the same weights in another folder (the encoder copied to another machine): accepted."""
+    enc_dir = build_tiny_bert(tmp_path / "enc", seed=0)
+    cfg = tiny_config.replace(features={"encoder": str(enc_dir)})
+    fingerprint = FrozenEncoder(cfg.features).fingerprint
+    path = save_checkpoint(tmp_path / "ck", build_model(cfg), cfg, fingerprint)
+    copy = shutil.copytree(enc_dir, tmp_path / "elsewhere")
+    assert Hasher.load(path, encoder=FrozenEncoder(replace(cfg.features, encoder=str(copy)))).n_bits == 16
+    other = build_tiny_bert(tmp_path / "other", seed=1)
+    with pytest.raises(EncoderMismatchError, match=r"weights=.* was loaded; use the encoder \(the same weights\)"):
+        Hasher.load(path, encoder=FrozenEncoder(replace(cfg.features, encoder=str(other))))
+    build_tiny_bert(enc_dir, seed=1)  # the encoder at that path changed
+    with pytest.raises(EncoderMismatchError):
+        Hasher.load(path)
+    # a checkpoint from before the digest matches its folder by name, and says it could not check more
+    legacy = save_checkpoint(tmp_path / "legacy", build_model(cfg), cfg, fingerprint.rsplit("|", 1)[0])
+    assert Hasher.load(legacy).n_bits == 16 and "matched by name only" in caplog.text
+    with pytest.raises(EncoderMismatchError):
+        Hasher.load(legacy, encoder=FrozenEncoder(replace(cfg.features, encoder=str(copy))))
+
+
+def test_a_checkpoint_never_overwrites_another_model(tmp_path, tiny_config, tiny_bert):
+    encoder = shutil.copytree(tiny_bert, tmp_path / "encoder")  # config.json + model.safetensors too
+    before = {f.name: f.read_bytes() for f in encoder.iterdir()}
+    with pytest.raises(CheckpointError, match="config.json that is not a dhim-ray checkpoint's .* pick an empty folder"):
+        save_checkpoint(encoder, build_model(tiny_config), tiny_config)
+    assert {f.name: f.read_bytes() for f in encoder.iterdir()} == before
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "model.safetensors").write_bytes(b"someone's weights")
+    with pytest.raises(CheckpointError, match="model.safetensors without a dhim-ray config.json"):
+        save_checkpoint(tmp_path / "weights", build_model(tiny_config), tiny_config)
+    assert (tmp_path / "weights" / "model.safetensors").read_bytes() == b"someone's weights"
+    ours = save_checkpoint(tmp_path / "ours", build_model(tiny_config), tiny_config)
+    assert save_checkpoint(ours, build_model(tiny_config), tiny_config) == ours  # a checkpoint is replaced, as before
 
 
 def test_encode_refuses_empty_text(saved):

@@ -8,10 +8,13 @@ import pytest
 import torch
 from conftest import make_toy_corpus
 
+from dhim_ray.checkpoint import save_checkpoint
 from dhim_ray.config import FeatureConfig
 from dhim_ray.encoder import FrozenEncoder, _load
-from dhim_ray.errors import CheckpointError, ConfigError, DataError, TrainingInterrupted
+from dhim_ray.errors import CheckpointError, ConfigError, DataError, EncoderMismatchError, TrainingInterrupted
+from dhim_ray.hasher import Hasher
 from dhim_ray.refine import SGOPT, RefineConfig, max_pool_layers, refine_encoder, sg_opt_loss
+from dhim_ray.training import build_model
 
 TEXTS = [t for _, t in make_toy_corpus(12, seed=4)]  # 48 documents, 4 topics
 
@@ -63,9 +66,22 @@ def test_refined_encoder_reloads_and_encodes_identically(tmp_path, tiny_bert):
     np.testing.assert_array_equal(a.cls, b.cls)
     np.testing.assert_array_equal(a.tokens, b.tokens)
     assert not np.allclose(a.cls, original.features(TEXTS[:5]).cls)  # it did change the encoder
-    assert refined.fingerprint != original.fingerprint  # a DHIM checkpoint refuses the other one
+    assert refined.fingerprint != original.fingerprint
     with pytest.raises(ConfigError, match="exists"):
         refine_encoder(TEXTS, out, config(tiny_bert, max_steps=1), progress=False)
+
+
+def test_a_checkpoint_refuses_the_refined_encoder_and_back(tmp_path, tiny_bert, tiny_config):
+    """Refining keeps the architecture and changes the weights: a DHIM model trained on either
+    encoder refuses the other, in one line."""
+    out = tmp_path / "refined"
+    refine_encoder(TEXTS, out, config(tiny_bert, max_steps=2), progress=False)
+    refined = tiny_config.replace(features={"encoder": str(out)})
+    for name, trained, other in (("plain", tiny_config, refined), ("refined", refined, tiny_config)):
+        path = save_checkpoint(tmp_path / f"ck-{name}", build_model(trained), trained, FrozenEncoder(trained.features).fingerprint)
+        assert Hasher.load(path).encode(TEXTS[:2]).shape == (2, trained.model.n_bits // 8)
+        with pytest.raises(EncoderMismatchError, match="use the encoder \\(the same weights\\)"):
+            Hasher.load(path, encoder=FrozenEncoder(other.features))
 
 
 def test_interrupted_refine_resumes(tmp_path, tiny_bert, monkeypatch):
