@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.quality import DATA, LONG, corpus_features, epoch_cap, record_shipped_schedule, train_dhim
+from bench.quality import DATA, LONG, corpus_features, epoch_cap, load_results, record_shipped_schedule, train_dhim
 from dhim_ray.baselines import make_baseline
 from dhim_ray.config import FeatureConfig, config_for_bits
 from dhim_ray.data import load_corpus
@@ -178,6 +178,17 @@ def run_dhim(corpora, bits_list, variants, max_epochs: int, long_epochs: int, k:
                         record_shipped_schedule(name, bits, seed, epochs, cfg.train.patience, row)
 
 
+def quality_shipped(cell: list[dict], corpus: str, bits: int, cap: int) -> list[dict]:
+    """The quality table's runs of the shipped configuration for the seeds a variant ran here and
+    the 'shipped' variant did not: the same training (bench.quality's train_dhim, same carving and
+    seed), so a variant pairs with it as with a shipped run of this bench."""
+    here = {r.get("seed", 0) for r in cell if r["variant"] == "shipped"}
+    wanted = {r.get("seed", 0) for r in cell if r["variant"] != "shipped"} - here
+    return [{**r, "variant": "shipped", "from_quality": True} for r in load_results()
+            if r.get("method") == "dhim shipped" and r["corpus"] == corpus and r["bits"] == bits
+            and r.get("max_epochs") == cap and r.get("seed", 0) in wanted]
+
+
 def report() -> str:
     rows = load_rows()
     corpora = [c for c in ("dbpedia", "agnews", "r8", "20ng") if any(r.get("corpus") == c for r in rows)]
@@ -210,6 +221,7 @@ def report() -> str:
         for c in corpora:
             for b, cap in sorted({(r["bits"], r["max_epochs"]) for r in dhim if r["corpus"] == c}):
                 cell = [r for r in dhim if r["corpus"] == c and r["bits"] == b and r["max_epochs"] == cap]
+                cell += quality_shipped(cell, c, b, cap)
                 # a variant's difference seed by seed, where the shipped variant ran with the same seed;
                 # 'vs shipped' is their mean (paired: a seed only one side ran does not count)
                 by_seed = {r.get("seed", 0): r["p_tie"] for r in cell if r["variant"] == "shipped"}
@@ -225,6 +237,8 @@ def report() -> str:
                     per_seed = ", ".join(f"{d:+.2f}" for d in paired)
                     diff = f"{np.mean(paired):+.2f} pt" if paired else ""
                     r0 = got[0]
+                    if v == "shipped" and all(r.get("from_quality") for r in got):
+                        v += " (quality table)"
                     out.append(f"| {c} | {b} | {v} | {p:.4f} | {diff} | {len(seeds)}: {per_seed} | "
                                f"{r0['best_epoch']}/{r0['epochs_run']} ({r0['max_epochs']}) | {r0['seconds']} |")
         out.append("")
