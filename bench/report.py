@@ -290,6 +290,14 @@ def representations_section() -> list[str]:
             "    --max-epochs 100 --long-epochs 100 --seeds 2 3",
             "python -m bench.representations dhim --corpora 20ng --bits 16 --variants shipped \"whitening target\" \\",
             "    --max-epochs 100 --long-epochs 100 --seeds 2",
+            "python -m bench.representations dhim --corpora dbpedia agnews r8 --bits 32 64 128 --variants \\",
+            "    \"whitening target\" --max-epochs 100 --long-epochs 100       # the wider codes, one seed",
+            "python -m bench.representations dhim --corpora dbpedia agnews r8 --bits 32 64 128 --variants \\",
+            "    \"flow target\" --max-epochs 100 --long-epochs 100",
+            "python -m bench.representations dhim --corpora 20ng --bits 32 64 128 --variants \"whitening target\" \\",
+            "    --max-epochs 100 --long-epochs 100",
+            "python -m bench.representations dhim --corpora dbpedia agnews r8 --bits 32 64 128 --variants \\",
+            "    \"sg-opt features\" --max-epochs 100 --long-epochs 100",
             "python -m bench.representations report",
             "```", "",
             "Protocol as the quality table (database = train.csv, queries = val.csv, tie-aware P@100). Every "
@@ -298,12 +306,13 @@ def representations_section() -> list[str]:
             "maximum likelihood (stopped on a held-out tenth); 'first-last-avg' is WhiteningBERT's layer average "
             "(mean-pooled first and last transformer layers); SG-OPT is `dhim-ray refine` (batch 16, tau 0.01, "
             "lambda 0.1, one epoch, lr 1e-5) on train.csv, each text cut to its first 50 words (64 on r8 and 20ng; "
-            "DHIM's features from the refined encoder keep their 400). DHIM rows: the shipped 16-bit configuration with one "
+            "DHIM's features from the refined encoder keep their 400). DHIM rows: the shipped configuration of that code length with one "
             "change, P@100 the mean over the seeds run (the 'seeds' column: how many, and the difference to the "
             "shipped variant seed by seed; 'crop 128 words' trains on 128-word windows of long documents where the shipped "
             "model reads 64); '(8)'/'(10)' = an epoch cap, '(100)' = the shipped schedule (100 epochs at most, "
             "patience 6; every such run stopped by itself); 'vs shipped' is the mean of the seed-by-seed "
-            "differences, between rows of the same schedule. "
+            "differences, between rows of the same schedule; 'shipped (quality table)' is the quality table's own run "
+            "of the shipped configuration (bench.quality's training, the same carving and seed), where this bench ran none. "
             "Seconds on 2 shared cores (other runs went at once): read them as upper bounds.", "",
             "Tables, in order: float cosine kNN (P@100) per representation; sign-hashing baselines (tie-aware "
             "P@100, ITQ on the plain vectors for reference); DHIM variants; SG-OPT refinement runs.", "",
