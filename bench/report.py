@@ -295,7 +295,7 @@ def representations_section() -> list[str]:
             "python -m bench.representations dhim --corpora dbpedia agnews r8 --bits 32 64 128 --variants \\",
             "    \"flow target\" --max-epochs 100 --long-epochs 100",
             "python -m bench.representations dhim --corpora 20ng --bits 32 64 128 --variants \"whitening target\" \\",
-            "    --max-epochs 100 --long-epochs 100",
+            "    \"flow target\" --max-epochs 100 --long-epochs 100",
             "python -m bench.representations dhim --corpora dbpedia agnews r8 --bits 32 64 128 --variants \\",
             "    \"sg-opt features\" --max-epochs 100 --long-epochs 100",
             "python -m bench.representations report",
