@@ -185,13 +185,13 @@ def run_dhim(corpora, bits_list, variants, max_epochs: int, long_epochs: int, k:
                         record_shipped_schedule(name, bits, seed, epochs, cfg.train.patience, row)
 
 
-def quality_shipped(cell: list[dict], corpus: str, bits: int, cap: int) -> list[dict]:
+def quality_shipped(quality: list[dict], cell: list[dict], corpus: str, bits: int, cap: int) -> list[dict]:
     """The quality table's runs of the shipped configuration for the seeds a variant ran here and
     the 'shipped' variant did not: the same training (bench.quality's train_dhim, same carving and
     seed), so a variant pairs with it as with a shipped run of this bench."""
     here = {r.get("seed", 0) for r in cell if r["variant"] == "shipped"}
     wanted = {r.get("seed", 0) for r in cell if r["variant"] != "shipped"} - here
-    return [{**r, "variant": "shipped", "from_quality": True} for r in load_results()
+    return [{**r, "variant": "shipped", "from_quality": True} for r in quality
             if r.get("method") == "dhim shipped" and r["corpus"] == corpus and r["bits"] == bits
             and r.get("max_epochs") == cap and r.get("seed", 0) in wanted]
 
@@ -223,12 +223,13 @@ def report() -> str:
         out.append("")
     dhim = [r for r in rows if r["kind"] == "dhim"]
     if dhim:
+        quality = load_results()
         out += ["| corpus | bits | variant | P@100 tie-aware | vs shipped | seeds: vs shipped per seed "
                 "| best epoch / run (cap) | train s |", "|---|---|---|---|---|---|---|---|"]
         for c in corpora:
             for b, cap in sorted({(r["bits"], r["max_epochs"]) for r in dhim if r["corpus"] == c}):
                 cell = [r for r in dhim if r["corpus"] == c and r["bits"] == b and r["max_epochs"] == cap]
-                cell += quality_shipped(cell, c, b, cap)
+                cell += quality_shipped(quality, cell, c, b, cap)
                 # a variant's difference seed by seed, where the shipped variant ran with the same seed;
                 # 'vs shipped' is their mean (paired: a seed only one side ran does not count)
                 by_seed = {r.get("seed", 0): r["p_tie"] for r in cell if r["variant"] == "shipped"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -139,8 +140,6 @@ class FrozenEncoder:
             p.requires_grad_(False)
         self.tokenizer = tokenizer
         self.hidden_size = int(self.model.config.hidden_size)
-        local = os.path.isdir(config.encoder) and self.source == config.encoder
-        self._digest = weights_digest(config.encoder) if local else ""
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit and config.n_tokens > limit:
             raise EncoderError(
@@ -158,9 +157,14 @@ class FrozenEncoder:
                  str(getattr(cfg, "vocab_size", "")), str(self.config.n_tokens), str(self.config.max_words)]
         if self.config.cleaning != "unicode":  # checkpoints from before the option read as unicode
             parts.append(self.config.cleaning)
-        if self._digest:
-            parts.append(f"{DIGEST_FIELD}{self._digest}")
+        if self._weights_digest:
+            parts.append(f"{DIGEST_FIELD}{self._weights_digest}")
         return "|".join(parts)
+
+    @cached_property
+    def _weights_digest(self) -> str:
+        """A local folder's ``weights_digest`` (read once, when a fingerprint is first asked for); "" for a name."""
+        return weights_digest(self.source) if os.path.isdir(self.config.encoder) else ""
 
     def prepare(self, texts: list[str]) -> list[str]:
         return [clean_and_truncate(t, self.config.max_words, self.config.cleaning) for t in texts]

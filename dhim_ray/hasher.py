@@ -35,15 +35,12 @@ def same_encoder(trained: str, loaded: str) -> bool:
     """
     if _fingerprint_body(trained) == _fingerprint_body(loaded):
         return True
-    fields = loaded.split("|")
-    if any(f.startswith(DIGEST_FIELD) for f in trained.split("|")) or not fields[-1].startswith(DIGEST_FIELD):
-        return False
-    if trained.split("|", 1)[0] != fields[0]:
-        return False
-    if _fingerprint_body(trained) != _fingerprint_body("|".join(fields[:-1])):
-        return False
-    log.warning("checkpoint predates encoder weight digests: its encoder '%s' is matched by name only", fields[0])
-    return True
+    undigested, _, digest = loaded.rpartition("|")
+    legacy = digest.startswith(DIGEST_FIELD) and trained == undigested
+    if legacy:  # the same name and body: the folder it was trained on, its weights unchecked
+        log.warning("checkpoint predates encoder weight digests: its encoder '%s' is matched by name only",
+                    undigested.split("|", 1)[0])
+    return legacy
 
 
 class Hasher:
