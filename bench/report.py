@@ -298,6 +298,8 @@ def representations_section() -> list[str]:
             "    \"flow target\" --max-epochs 100 --long-epochs 100",
             "python -m bench.representations dhim --corpora dbpedia agnews r8 --bits 32 64 128 --variants \\",
             "    \"sg-opt features\" --max-epochs 100 --long-epochs 100",
+            "python -m bench.representations dhim --corpora 20ng --bits 32 64 128 --variants \"sg-opt features\" \\",
+            "    --max-epochs 100 --long-epochs 100",
             "python -m bench.representations report",
             "```", "",
             "Protocol as the quality table (database = train.csv, queries = val.csv, tie-aware P@100). Every "
