@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -140,6 +139,9 @@ class FrozenEncoder:
             p.requires_grad_(False)
         self.tokenizer = tokenizer
         self.hidden_size = int(self.model.config.hidden_size)
+        # Hashed now, beside the load: a digest taken later (a fingerprint is first asked for after
+        # the features, possibly hours on) would describe whatever the folder holds by then.
+        self._weights_digest = weights_digest(self.source) if os.path.isdir(config.encoder) else ""
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit and config.n_tokens > limit:
             raise EncoderError(
@@ -160,11 +162,6 @@ class FrozenEncoder:
         if self._weights_digest:
             parts.append(f"{DIGEST_FIELD}{self._weights_digest}")
         return "|".join(parts)
-
-    @cached_property
-    def _weights_digest(self) -> str:
-        """A local folder's ``weights_digest`` (read once, when a fingerprint is first asked for); "" for a name."""
-        return weights_digest(self.source) if os.path.isdir(self.config.encoder) else ""
 
     def prepare(self, texts: list[str]) -> list[str]:
         return [clean_and_truncate(t, self.config.max_words, self.config.cleaning) for t in texts]

@@ -143,6 +143,17 @@ def test_a_checkpoint_knows_a_local_encoder_by_its_weights(tmp_path, tiny_config
         Hasher.load(legacy, encoder=FrozenEncoder(replace(cfg.features, encoder=str(copy))))
 
 
+def test_a_fingerprint_names_the_weights_that_were_loaded(tmp_path, tiny_config):
+    """The folder rewritten after the encoder loaded it (refined again into the same --out while
+    features were computed): the fingerprint still names the weights in memory, not the new ones."""
+    enc_dir = build_tiny_bert(tmp_path / "enc", seed=0)
+    cfg = tiny_config.replace(features={"encoder": str(enc_dir)})
+    loaded = FrozenEncoder(cfg.features)
+    before = FrozenEncoder(cfg.features).fingerprint
+    build_tiny_bert(enc_dir, seed=1)
+    assert loaded.fingerprint == before != FrozenEncoder(cfg.features).fingerprint
+
+
 def test_a_checkpoint_never_overwrites_another_model(tmp_path, tiny_config, tiny_bert):
     encoder = shutil.copytree(tiny_bert, tmp_path / "encoder")  # config.json + model.safetensors too
     before = {f.name: f.read_bytes() for f in encoder.iterdir()}
