@@ -1,7 +1,10 @@
 """Other label-free selection signals, tried on the cells where the shipped one misses.
 
     python -m bench.selection_probe --corpora agnews dbpedia --bits 64 --epochs 30 --intrinsic
+    python -m bench.selection_probe --corpora agnews dbpedia --bits 64 --epochs 30 --objective-terms \
+        --out bench/selection_probe_terms.json
     python -m bench.selection_probe --report
+    python -m bench.selection_probe --gain-rule
 
 Issue 15's label-free criterion (tie-aware recall of each val document's cosine top-100
 among its Hamming top-100) picks within 1 point of the label-picked epoch on 6 of the 8
@@ -20,7 +23,14 @@ epoch, on the selection slice:
   the codes' variance that k-means with C = 4 and 16 clusters explains, bit independence
   (1 - mean |correlation| between bits), reciprocal 10-NN share among the sample's codes,
   and the mean confidence of the slice's bits (mean |2 sigmoid(logit / alpha) - 1|);
+- the held-out objective's terms on the slice (`--objective-terms`): the loss, the local MI
+  term and the regulariser's, each with the neighbour positives training uses and with a
+  document's own codes as its only positive;
 - the slice's label P@100 and the val split's P@100 (what the criteria are judged on).
+
+`--gain-rule` replays, on bench.selection's recorded cells, a retrospective rule: keep the
+earliest epoch whose neighbour recall has made a share f of the run's whole gain over
+epoch 0 (a knee of the recall curve), for f from 0.5 to 0.95.
 
 For each signal: the epoch its maximum picks (from epoch 0, and after the shipped
 6-epoch warm-up), that epoch's val P@100 against the best epoch's, and the signal's
@@ -101,8 +111,9 @@ def intrinsic_signals(db_codes: np.ndarray, q_codes: np.ndarray, q_scores: np.nd
 
 
 class Probe(TrainCallback):
-    def __init__(self, db, q, db_labels, q_labels, tr, va, va_labels, train_labels, k=100, intrinsic=False):
-        self.intrinsic = intrinsic
+    def __init__(self, db, q, db_labels, q_labels, tr, va, va_labels, train_labels, k=100, intrinsic=False,
+                 objective_terms=False):
+        self.intrinsic, self.objective_terms, self.pairs = intrinsic, objective_terms, None
         self.db, self.q, self.tr, self.va = db, q, tr, va
         self.db_labels, self.q_labels, self.va_labels, self.train_labels = db_labels, q_labels, va_labels, train_labels
         self.k = k
@@ -120,6 +131,8 @@ class Probe(TrainCallback):
             from dhim_ray.training import score_features
 
             row.update(intrinsic_signals(dbc, qc, score_features(model, self.q)[1], self.k))
+        if self.objective_terms:
+            row.update(self.terms(state))
         row["slice label P@100"] = precision_at_k(dbc, self.db_labels, qc, self.q_labels, self.k).precision_at_k_tie_aware
         row["val P@100"] = precision_at_k(hash_features(model, self.tr), self.train_labels,
                                           hash_features(model, self.va), self.va_labels, self.k).precision_at_k_tie_aware
@@ -128,14 +141,37 @@ class Probe(TrainCallback):
         logger.info("epoch %d: %s", len(self.rows) - 1, {k: round(v, 4) for k, v in row.items()})
 
 
-def run_cell(corpus: str, bits: int, epochs: int, cache: str, intrinsic: bool = False) -> dict:
+    def terms(self, state) -> dict[str, float]:
+        """The held-out objective's terms on the slice, with the neighbour positives training
+        uses and with a document's own codes as its only positive (higher is better)."""
+        import torch
+
+        from dhim_ray.training import held_out_outputs, neighbour_table, neighbour_vectors
+
+        cfg = state.config
+        if self.pairs is None:
+            self.pairs = neighbour_table(neighbour_vectors(self.q, state.model), cfg.train.neighbours)
+        row = {}
+        for name, pairs in (("pairs", self.pairs), ("own", None)):
+            sums, n = {"-loss": 0.0, "mi_local": 0.0, "mi_reg": 0.0}, 0
+            for out, size in held_out_outputs(state.model, self.q, cfg, torch.device("cpu"), pairs):
+                sums["-loss"] -= out.loss.item() * size
+                sums["mi_local"] += out.mi_local.item() * size
+                sums["mi_reg"] += out.mi_regulariser.item() * size
+                n += size
+            row.update({f"held-out {key} ({name})": v / n for key, v in sums.items()})
+        return row
+
+
+def run_cell(corpus: str, bits: int, epochs: int, cache: str, intrinsic: bool = False,
+             objective_terms: bool = False) -> dict:
     encoder, train, val, tr, va = corpus_features(corpus, cache)
     cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size},
                           train={"max_epochs": epochs, "patience": epochs, "select": "labels"})
     fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
     db_idx = fit_idx[selection_database(len(fit_idx), cfg.train)]
     probe = Probe(tr.take(db_idx), tr.take(sel_idx), train.labels[db_idx], train.labels[sel_idx],
-                  tr, va, val.labels, train.labels, intrinsic=intrinsic)
+                  tr, va, val.labels, train.labels, intrinsic=intrinsic, objective_terms=objective_terms)
     fit_carved(cfg, tr, train, callbacks=(probe,))
     return {"corpus": corpus, "bits": bits, "epochs": epochs, "history": probe.rows}
 
@@ -175,6 +211,34 @@ def report(cells: dict) -> str:
     return "\n".join(lines)
 
 
+def label_pick(scores, patience: int = 6) -> int:
+    """The epoch the label criterion keeps: its best, replaying early stopping."""
+    best, best_epoch = -np.inf, 0
+    for epoch, score in enumerate(scores):
+        if score > best:
+            best, best_epoch = score, epoch
+        elif epoch - best_epoch >= patience:
+            break
+    return best_epoch
+
+
+def gain_rule_report(selection: Path, shares=(0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)) -> str:
+    """For each share f: per cell of bench.selection, the earliest epoch whose neighbour
+    recall reaches r0 + f (r_max - r0), and its val P@100 against the label-picked epoch's."""
+    cells = {name: cell["history"] for name, cell in json.loads(selection.read_text()).items() if "history" in cell}
+    lines = ["| f | " + " | ".join(cells) + " | cells within 1 pt |", "|---" * (len(cells) + 2) + "|"]
+    for f in shares:
+        row, ok = [], 0
+        for h in cells.values():
+            recall, val = np.array(h["neighbour_recall"]), np.array(h["val_p"])
+            picked = int(np.argmax(recall >= recall[0] + f * (recall.max() - recall[0])))
+            diff = 100 * (val[picked] - val[label_pick(h["selection_p"])])
+            ok += diff >= -1
+            row.append(f"{picked}: {diff:+.2f}")
+        lines.append(f"| {f} | " + " | ".join(row) + f" | {ok} of {len(cells)} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpora", nargs="+", default=["agnews", "dbpedia"])
@@ -183,14 +247,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache-dir", default=str(HERE / ".cache" / "features"))
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--intrinsic", action="store_true", help="also record the codes' own signals")
+    parser.add_argument("--objective-terms", action="store_true",
+                        help="also record the held-out objective's terms, with and without neighbour positives")
+    parser.add_argument("--gain-rule", action="store_true",
+                        help="print the recall-knee rule's picks on bench/selection.json and exit")
     parser.add_argument("--report", action="store_true", help="print the tables of --out and exit")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.gain_rule:
+        print(gain_rule_report(HERE / "selection.json"))
+        return
     cells = json.loads(args.out.read_text()) if args.out.exists() else {}
     if not args.report:
         for corpus in args.corpora:
             for bits in args.bits:
-                cells[f"{corpus}-{bits}"] = run_cell(corpus, bits, args.epochs, args.cache_dir, args.intrinsic)
+                cells[f"{corpus}-{bits}"] = run_cell(corpus, bits, args.epochs, args.cache_dir, args.intrinsic,
+                                                              args.objective_terms)
                 args.out.write_text(json.dumps(cells, indent=1))
     print(report(cells))
 

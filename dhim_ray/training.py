@@ -158,17 +158,27 @@ def held_out_objective(model: DHIM, feats: Features, config: DHIMConfig, device:
     return total / max(n, 1)
 
 
-@torch.no_grad()
 def held_out_sums(model: DHIM, feats: Features, config: DHIMConfig, device: torch.device,
                   pairs: np.ndarray | None = None, collective: Collective | None = None) -> tuple[float, int]:
     """(summed loss x batch size, documents) of this rank's share of the held-out batches:
     batch i is rank i % world's. Each batch's crops and draws are seeded by its index, so
     the sums over ranks equal one process computing every batch."""
+    total, n = 0.0, 0
+    for out, size in held_out_outputs(model, feats, config, device, pairs, collective):
+        total += out.loss.item() * size
+        n += size
+    return total, n
+
+
+@torch.no_grad()
+def held_out_outputs(model: DHIM, feats: Features, config: DHIMConfig, device: torch.device,
+                     pairs: np.ndarray | None = None, collective: Collective | None = None):
+    """Yield (the model's output, batch size) for this rank's share of the held-out
+    batches (see held_out_sums): the loss and its two terms, as training computes them."""
     collective = collective or Collective()
     model.eval()
     plan = batch_plan(len(feats), config.train.batch_size, np.random.default_rng(config.train.seed + 2), pairs)
     trim = trim_margin(config.model)
-    total, n = 0.0, 0
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         for i, (idx, batch_pairs) in enumerate(plan):
             if i % collective.world_size != collective.rank:
@@ -178,9 +188,7 @@ def held_out_sums(model: DHIM, feats: Features, config: DHIMConfig, device: torc
                                               config.train.crop_tokens, np.random.default_rng([config.train.seed + 2, i]))
             out = model(tokens, mask, target, config.train.beta,
                         pairs=None if batch_pairs is None else torch.from_numpy(batch_pairs).to(device))
-            total += out.loss.item() * len(tokens)
-            n += len(tokens)
-    return total, n
+            yield out, len(tokens)
 
 
 def token_mean(feats: Features, chunk: int = 1024) -> np.ndarray:
