@@ -3,6 +3,8 @@
     python -m bench.selection_probe --corpora agnews dbpedia --bits 64 --epochs 30 --intrinsic
     python -m bench.selection_probe --corpora agnews dbpedia --bits 64 --epochs 30 --objective-terms \
         --out bench/selection_probe_terms.json
+    OMP_NUM_THREADS=1 python -m bench.selection_probe --corpora agnews --bits 64 --epochs 30 --lexical \
+        --out bench/selection_probe_lexical.json
     python -m bench.selection_probe --report
     python -m bench.selection_probe --gain-rule
 
@@ -26,6 +28,8 @@ epoch, on the selection slice:
 - the held-out objective's terms on the slice (`--objective-terms`): the loss, the local MI
   term and the regulariser's, each with the neighbour positives training uses and with a
   document's own codes as its only positive;
+- recall of each slice document's TF-IDF cosine neighbours at k = 10 and 100 (`--lexical`;
+  a view of the documents the frozen encoder does not shape);
 - the slice's label P@100 and the val split's P@100 (what the criteria are judged on).
 
 `--gain-rule` replays, on bench.selection's recorded cells, a retrospective rule: keep the
@@ -110,10 +114,24 @@ def intrinsic_signals(db_codes: np.ndarray, q_codes: np.ndarray, q_scores: np.nd
     return out
 
 
+def tfidf_topk(db_texts, q_texts, k: int) -> np.ndarray:
+    """Each query's k nearest database documents by cosine of sublinear TF-IDF vectors
+    (vocabulary and idf fitted on the database): (n_queries, k) indices."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    vec = TfidfVectorizer(sublinear_tf=True, min_df=2, stop_words="english")
+    db = vec.fit_transform(list(db_texts))
+    sims = (vec.transform(list(q_texts)) @ db.T).toarray()
+    return np.argsort(-sims, axis=1, kind="stable")[:, :k]
+
+
 class Probe(TrainCallback):
     def __init__(self, db, q, db_labels, q_labels, tr, va, va_labels, train_labels, k=100, intrinsic=False,
-                 objective_terms=False):
+                 objective_terms=False, lexical=None):
         self.intrinsic, self.objective_terms, self.pairs = intrinsic, objective_terms, None
+        # (database texts, query texts): neighbours by TF-IDF cosine, a view of the documents
+        # independent of the frozen encoder
+        self.lexical = None if lexical is None else tfidf_topk(*lexical, max(RECALL_KS[:2]))
         self.db, self.q, self.tr, self.va = db, q, tr, va
         self.db_labels, self.q_labels, self.va_labels, self.train_labels = db_labels, q_labels, va_labels, train_labels
         self.k = k
@@ -133,6 +151,9 @@ class Probe(TrainCallback):
             row.update(intrinsic_signals(dbc, qc, score_features(model, self.q)[1], self.k))
         if self.objective_terms:
             row.update(self.terms(state))
+        if self.lexical is not None:
+            for k in RECALL_KS[:2]:
+                row[f"tf-idf recall@{k}"] = neighbour_recall_at_k(dbc, qc, self.lexical, k).recall_at_k
         row["slice label P@100"] = precision_at_k(dbc, self.db_labels, qc, self.q_labels, self.k).precision_at_k_tie_aware
         row["val P@100"] = precision_at_k(hash_features(model, self.tr), self.train_labels,
                                           hash_features(model, self.va), self.va_labels, self.k).precision_at_k_tie_aware
@@ -164,14 +185,15 @@ class Probe(TrainCallback):
 
 
 def run_cell(corpus: str, bits: int, epochs: int, cache: str, intrinsic: bool = False,
-             objective_terms: bool = False) -> dict:
+             objective_terms: bool = False, lexical: bool = False) -> dict:
     encoder, train, val, tr, va = corpus_features(corpus, cache)
     cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size},
                           train={"max_epochs": epochs, "patience": epochs, "select": "labels"})
     fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
     db_idx = fit_idx[selection_database(len(fit_idx), cfg.train)]
     probe = Probe(tr.take(db_idx), tr.take(sel_idx), train.labels[db_idx], train.labels[sel_idx],
-                  tr, va, val.labels, train.labels, intrinsic=intrinsic, objective_terms=objective_terms)
+                  tr, va, val.labels, train.labels, intrinsic=intrinsic, objective_terms=objective_terms,
+                  lexical=([train.texts[i] for i in db_idx], [train.texts[i] for i in sel_idx]) if lexical else None)
     fit_carved(cfg, tr, train, callbacks=(probe,))
     return {"corpus": corpus, "bits": bits, "epochs": epochs, "history": probe.rows}
 
@@ -249,6 +271,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--intrinsic", action="store_true", help="also record the codes' own signals")
     parser.add_argument("--objective-terms", action="store_true",
                         help="also record the held-out objective's terms, with and without neighbour positives")
+    parser.add_argument("--lexical", action="store_true",
+                        help="also record recall of each slice document's TF-IDF cosine neighbours")
     parser.add_argument("--gain-rule", action="store_true",
                         help="print the recall-knee rule's picks on bench/selection.json and exit")
     parser.add_argument("--report", action="store_true", help="print the tables of --out and exit")
@@ -262,7 +286,7 @@ def main(argv: list[str] | None = None) -> None:
         for corpus in args.corpora:
             for bits in args.bits:
                 cells[f"{corpus}-{bits}"] = run_cell(corpus, bits, args.epochs, args.cache_dir, args.intrinsic,
-                                                              args.objective_terms)
+                                                              args.objective_terms, args.lexical)
                 args.out.write_text(json.dumps(cells, indent=1))
     print(report(cells))
 
