@@ -185,17 +185,20 @@ class Probe(TrainCallback):
 
 
 def run_cell(corpus: str, bits: int, epochs: int, cache: str, intrinsic: bool = False,
-             objective_terms: bool = False, lexical: bool = False) -> dict:
+             objective_terms: bool = False, lexical: bool = False, overrides: list[str] = ()) -> dict:
+    from dhim_ray.config import parse_overrides
+
     encoder, train, val, tr, va = corpus_features(corpus, cache)
-    cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size},
-                          train={"max_epochs": epochs, "patience": epochs, "select": "labels"})
+    over = parse_overrides(list(overrides))
+    cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size, **over["model"]},
+                          train={**over["train"], "max_epochs": epochs, "patience": epochs, "select": "labels"})
     fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
     db_idx = fit_idx[selection_database(len(fit_idx), cfg.train)]
     probe = Probe(tr.take(db_idx), tr.take(sel_idx), train.labels[db_idx], train.labels[sel_idx],
                   tr, va, val.labels, train.labels, intrinsic=intrinsic, objective_terms=objective_terms,
                   lexical=([train.texts[i] for i in db_idx], [train.texts[i] for i in sel_idx]) if lexical else None)
     fit_carved(cfg, tr, train, callbacks=(probe,))
-    return {"corpus": corpus, "bits": bits, "epochs": epochs, "history": probe.rows}
+    return {"corpus": corpus, "bits": bits, "epochs": epochs, "set": list(overrides), "history": probe.rows}
 
 
 def summarise(cell: dict) -> list[dict]:
@@ -273,6 +276,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="also record the held-out objective's terms, with and without neighbour positives")
     parser.add_argument("--lexical", action="store_true",
                         help="also record recall of each slice document's TF-IDF cosine neighbours")
+    parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="train another configuration than the shipped one, e.g. train.neighbours=0")
     parser.add_argument("--gain-rule", action="store_true",
                         help="print the recall-knee rule's picks on bench/selection.json and exit")
     parser.add_argument("--report", action="store_true", help="print the tables of --out and exit")
@@ -286,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
         for corpus in args.corpora:
             for bits in args.bits:
                 cells[f"{corpus}-{bits}"] = run_cell(corpus, bits, args.epochs, args.cache_dir, args.intrinsic,
-                                                              args.objective_terms, args.lexical)
+                                                              args.objective_terms, args.lexical, args.set)
                 args.out.write_text(json.dumps(cells, indent=1))
     print(report(cells))
 
