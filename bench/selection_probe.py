@@ -290,8 +290,9 @@ def main(argv: list[str] | None = None) -> None:
     if not args.report:
         for corpus in args.corpora:
             for bits in args.bits:
-                cells[f"{corpus}-{bits}"] = run_cell(corpus, bits, args.epochs, args.cache_dir, args.intrinsic,
-                                                              args.objective_terms, args.lexical, args.set)
+                name = " ".join([f"{corpus}-{bits}", *args.set])  # a cell per configuration
+                cells[name] = run_cell(corpus, bits, args.epochs, args.cache_dir, args.intrinsic,
+                                       args.objective_terms, args.lexical, args.set)
                 args.out.write_text(json.dumps(cells, indent=1))
     print(report(cells))
 
