@@ -1,8 +1,10 @@
 """Other label-free selection signals, tried on the cells where the shipped one misses.
 
     python -m bench.selection_probe --corpora agnews dbpedia --bits 64 --epochs 30 --intrinsic
-    python -m bench.selection_probe --corpora agnews dbpedia --bits 64 --epochs 30 --objective-terms \
-        --out bench/selection_probe_terms.json
+    OMP_NUM_THREADS=1 python -m bench.selection_probe --corpora agnews dbpedia --bits 64 --epochs 30 \
+        --objective-terms --out bench/selection_probe_terms.json   # each corpus in its own process
+    python -m bench.selection_probe --corpora agnews --bits 64 --epochs 20 --set train.neighbours=0 \
+        --out bench/selection_probe_neighbours.json   # then =30 and =100 with OMP_NUM_THREADS=1
     OMP_NUM_THREADS=1 python -m bench.selection_probe --corpora agnews --bits 64 --epochs 30 --lexical \
         --out bench/selection_probe_lexical.json
     python -m bench.selection_probe --report
@@ -38,7 +40,8 @@ epoch 0 (a knee of the recall curve), for f from 0.5 to 0.95.
 
 For each signal: the epoch its maximum picks (from epoch 0, and after the shipped
 6-epoch warm-up), that epoch's val P@100 against the best epoch's, and the signal's
-Spearman correlation with val P@100 across epochs. Results: bench/selection_probe.json.
+Spearman correlation with val P@100 across epochs. Results: bench/selection_probe.json, or
+the --out given (a cell per corpus, width and --set).
 """
 
 from __future__ import annotations
@@ -236,28 +239,21 @@ def report(cells: dict) -> str:
     return "\n".join(lines)
 
 
-def label_pick(scores, patience: int = 6) -> int:
-    """The epoch the label criterion keeps: its best, replaying early stopping."""
-    best, best_epoch = -np.inf, 0
-    for epoch, score in enumerate(scores):
-        if score > best:
-            best, best_epoch = score, epoch
-        elif epoch - best_epoch >= patience:
-            break
-    return best_epoch
-
-
 def gain_rule_report(selection: Path, shares=(0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)) -> str:
     """For each share f: per cell of bench.selection, the earliest epoch whose neighbour
-    recall reaches r0 + f (r_max - r0), and its val P@100 against the label-picked epoch's."""
-    cells = {name: cell["history"] for name, cell in json.loads(selection.read_text()).items() if "history" in cell}
+    recall reaches r0 + f (r_max - r0), and its val P@100 against the label-picked epoch's
+    (bench.selection's replay of early stopping, as its table has it)."""
+    from bench.selection import picks
+
+    cells = {name: cell for name, cell in json.loads(selection.read_text()).items() if "history" in cell}
+    label_val = {name: picks(cell)["label"]["val_p"] for name, cell in cells.items()}
     lines = ["| f | " + " | ".join(cells) + " | cells within 1 pt |", "|---" * (len(cells) + 2) + "|"]
     for f in shares:
         row, ok = [], 0
-        for h in cells.values():
-            recall, val = np.array(h["neighbour_recall"]), np.array(h["val_p"])
+        for name, cell in cells.items():
+            recall, val = np.array(cell["history"]["neighbour_recall"]), np.array(cell["history"]["val_p"])
             picked = int(np.argmax(recall >= recall[0] + f * (recall.max() - recall[0])))
-            diff = 100 * (val[picked] - val[label_pick(h["selection_p"])])
+            diff = 100 * (val[picked] - label_val[name])
             ok += diff >= -1
             row.append(f"{picked}: {diff:+.2f}")
         lines.append(f"| {f} | " + " | ".join(row) + f" | {ok} of {len(cells)} |")
