@@ -1,6 +1,11 @@
 """Ray Train: in-process vs 1 and 2 workers on the same corpus and settings.
 
     python -m bench.ray_train --corpus dbpedia --bits 64            # the shipped schedule: 100 epochs, patience 6
+    python -m bench.ray_train --runs in-process,in-process:unfrozen,2,2:unfrozen --epochs 8 --out bench/ray_train_gc.json
+
+A run named NAME:unfrozen is run NAME with the heap given back to the garbage collector at
+every epoch's start (gc.unfreeze, what the loop did before training.frozen_heap). Every
+run records each rank's garbage-collection pauses per epoch.
 
 All three run the library's one training loop with the same global batch, learning
 rate and seed (in-process: features by the encoder in this process; Ray: by Ray Data
@@ -11,12 +16,63 @@ time, mean epoch time, wall time to the best epoch, and the ratios to in-process
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import tempfile
 import time
 from pathlib import Path
 
+from dhim_ray.training import TrainCallback
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+class GcPauses(TrainCallback):
+    """Each rank's garbage-collection pauses, per epoch, appended to ``folder``/rank-R.jsonl:
+    full (generation 2) collections and their milliseconds, and the young generations'.
+    ``unfreeze``: give the heap back to the collector at every epoch's start. Defined in the
+    bench's ``__main__``, so Ray pickles it by value into the workers."""
+
+    def __init__(self, folder: str, unfreeze: bool = False):
+        self.folder, self.unfreeze = folder, unfreeze
+        self.pauses: dict[int, list[float]] | None = None
+        self._started = 0.0
+
+    def _timer(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self.pauses is not None:
+            self.pauses[info["generation"]].append((time.perf_counter() - self._started) * 1000)
+
+    def on_epoch_start(self, epoch: int, state) -> None:
+        if self.unfreeze:
+            gc.unfreeze()
+        if self._timer not in gc.callbacks:
+            gc.callbacks.append(self._timer)
+        self.pauses = {0: [], 1: [], 2: []}
+
+    def on_epoch_end(self, state) -> None:
+        p = self.pauses or {0: [], 1: [], 2: []}
+        row = {"rank": state.rank, "epoch": state.epoch, "full_collections": len(p[2]), "full_ms": sum(p[2]),
+               "young_ms": sum(p[0]) + sum(p[1]), "tracked_objects": len(gc.get_objects())}
+        with open(Path(self.folder) / f"rank-{state.rank}.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def close(self) -> None:
+        if self._timer in gc.callbacks:
+            gc.callbacks.remove(self._timer)
+
+
+def gc_summary(folder: Path) -> dict:
+    """Per-epoch means over ranks and epochs of what GcPauses recorded."""
+    rows = [json.loads(line) for f in sorted(folder.glob("rank-*.jsonl")) for line in f.read_text().splitlines()]
+    if not rows:
+        return {}
+    n = len(rows)
+    return {"gc_full_collections_per_epoch": sum(r["full_collections"] for r in rows) / n,
+            "gc_full_ms_per_epoch": sum(r["full_ms"] for r in rows) / n,
+            "gc_young_ms_per_epoch": sum(r["young_ms"] for r in rows) / n,
+            "gc_tracked_objects": max(r["tracked_objects"] for r in rows)}
 
 
 def main() -> None:
@@ -29,7 +85,9 @@ def main() -> None:
     ap.add_argument("--cache-dir", default="bench/.cache/features",
                     help="Frozen features shared by the three runs (computed by the first; '' recomputes each time)")
     ap.add_argument("--runs", default="in-process,1,2",
-                    help="Which runs, comma-separated: in-process, on-disk (in-process, features read from disk), 1, 2")
+                    help="Which runs, comma-separated: in-process, on-disk (in-process, features read from disk), 1, 2; "
+                         "NAME:unfrozen runs NAME with the heap given back to the garbage collector (the loop before "
+                         "training.frozen_heap)")
     args = ap.parse_args()
     from dhim_ray.config import config_for_bits
     from dhim_ray.data import CorpusSpec
@@ -42,34 +100,42 @@ def main() -> None:
     corpus = CorpusSpec(str(DATA / args.corpus))
     results = {}
     cache = args.cache_dir or None
-    runs = [r if r in ("in-process", "on-disk") else int(r) for r in args.runs.split(",")]
+    runs = args.runs.split(",")
     for run in runs:
+        kind, _, variant = run.partition(":")
         with tempfile.TemporaryDirectory() as tmp:
+            pauses = GcPauses(tmp, unfreeze=variant == "unfrozen")
             t0 = time.perf_counter()
-            if run in ("in-process", "on-disk"):  # on-disk: the same run reading its features batch by batch
+            if kind in ("in-process", "on-disk"):  # on-disk: the same run reading its features batch by batch
                 _, s = train_corpus(corpus, cfg, Path(tmp) / "m", progress=False, cache_dir=cache,
-                                    feature_memory_gb=0 if run == "on-disk" else 2.0)
+                                    feature_memory_gb=0 if kind == "on-disk" else 2.0, callbacks=(pauses,))
             else:
-                s = train_distributed(corpus, cfg, Path(tmp) / "m",
-                                      RayTrainOptions(workers=run, storage_path=Path(tmp) / "runs"), cache_dir=cache)
+                s = train_distributed(corpus, cfg, Path(tmp) / "m", RayTrainOptions(
+                    workers=int(kind), storage_path=Path(tmp) / "runs"), callbacks=(pauses,), cache_dir=cache)
             wall = time.perf_counter() - t0
+            pauses.close()
+            gc_figures = gc_summary(Path(tmp))
         epochs = [h["seconds"] for h in s["history"]]
         to_best = wall - sum(epochs[s["best_epoch"] + 1:])  # what stopping at the best epoch would have cost
         validate = [h.get("validate_seconds") or 0.0 for h in s["history"]]
         results[str(run)] = ({k: v for k, v in s.items() if k not in ("history", "run_dir")}
                              | {"wall_seconds": wall, "wall_to_best_epoch_seconds": to_best,
-                                "mean_validate_seconds": sum(validate) / max(1, len(validate))})
+                                "mean_validate_seconds": sum(validate) / max(1, len(validate))} | gc_figures)
         print(json.dumps(results[str(run)]), flush=True)
-    base = results.get("in-process")
-    results["ratios_to_in_process"] = {} if base is None else {
-        str(w): {"val_precision_diff": results[str(w)]["best_val_precision_at_k_tie_aware"]
-                 - base["best_val_precision_at_k_tie_aware"],
-                 "wall_time": results[str(w)]["wall_seconds"] / base["wall_seconds"],
-                 "epoch_time": results[str(w)]["mean_epoch_seconds"] / base["mean_epoch_seconds"]}
-        for w in runs if w not in ("in-process", "on-disk")
-    }
+    results["ratios_to_in_process"] = {}
+    for run in runs:  # each Ray run against the in-process run of the same variant
+        kind, _, variant = run.partition(":")
+        base = results.get("in-process" + (f":{variant}" if variant else ""))
+        if base is None or kind in ("in-process", "on-disk"):
+            continue
+        results["ratios_to_in_process"][run] = {
+            "val_precision_diff": results[run]["best_val_precision_at_k_tie_aware"]
+            - base["best_val_precision_at_k_tie_aware"],
+            "wall_time": results[run]["wall_seconds"] / base["wall_seconds"],
+            "epoch_time": results[run]["mean_epoch_seconds"] / base["mean_epoch_seconds"]}
     results["command"] = "python -m bench.ray_train " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k in ("corpus", "bits", "epochs", "patience"))
+        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k in ("corpus", "bits", "epochs", "patience")
+        or (k in ("runs", "out") and v != ap.get_default(k)))
     print(json.dumps(results, indent=1))
     Path(args.out).write_text(json.dumps(results, indent=1))
 

@@ -366,3 +366,44 @@ def test_best_score_is_none_until_the_criterion_has_picked_an_epoch():
     loss.stopper.update(-2.5, epoch=0)
     assert best_score(loss) == pytest.approx(2.5)
     assert best_score(LoopState(None, None, None, EarlyStopping(patience=6), np.random.default_rng(0))) is None
+
+
+def test_the_loop_hides_the_heap_it_started_with_from_the_collector_and_gives_it_back():
+    """Objects alive before the epochs (the corpus, the encoder, Ray's modules in a worker)
+    are frozen while they run, so a full garbage collection does not walk them (under DDP
+    a rank paused there holds the others); what the loop creates is still collected; and
+    the heap is given back afterwards, also when an epoch fails."""
+    import gc
+    import weakref
+
+    from dhim_ray.training import TrainCallback
+
+    class Node:
+        pass
+
+    feats, _ = toy_features(n=64)
+    cfg = config_for_bits(16, model={"hidden_size": 24, "n_filters": 16}, train={"batch_size": 32, "max_epochs": 2})
+    old = Node()  # alive before fit
+    seen = []
+
+    class Look(TrainCallback):
+        def on_epoch_start(self, epoch, state):
+            cycle = Node()
+            cycle.me = cycle  # garbage only a collection can free
+            ref = weakref.ref(cycle)
+            del cycle
+            gc.collect()
+            tracked = {id(o) for o in gc.get_objects()}
+            seen.append((id(old) in tracked, ref() is None))
+
+    class Boom(TrainCallback):
+        def on_epoch_start(self, epoch, state):
+            raise RuntimeError("boom")
+
+    assert gc.get_freeze_count() == 0
+    fit(feats, None, cfg, progress=False, callbacks=[Look()])
+    assert seen == [(False, True), (False, True)]  # hidden while the epochs run; new garbage still freed
+    assert gc.get_freeze_count() == 0 and id(old) in {id(o) for o in gc.get_objects()}
+    with pytest.raises(RuntimeError, match="boom"):
+        fit(feats, None, cfg, progress=False, callbacks=[Boom()])
+    assert gc.get_freeze_count() == 0
