@@ -1,11 +1,12 @@
 """Ray Train: in-process vs 1 and 2 workers on the same corpus and settings.
 
     python -m bench.ray_train --corpus dbpedia --bits 64            # the shipped schedule: 100 epochs, patience 6
-    python -m bench.ray_train --runs in-process,in-process:unfrozen,2,2:unfrozen --epochs 8 --out bench/ray_train_gc.json
+    python -m bench.ray_train --runs in-process,in-process:frozen,2,2:frozen --epochs 8 --patience 100 --out bench/ray_train_gc.json
 
-A run named NAME:unfrozen is run NAME with the heap given back to the garbage collector at
-every epoch's start (gc.unfreeze, what the loop did before training.frozen_heap). Every
-run records each rank's garbage-collection pauses per epoch.
+Every run records each rank's garbage-collection pauses per epoch. A run named NAME:frozen
+is run NAME with the heap that stands when its first epoch starts hidden from the garbage
+collector (gc.collect, then gc.freeze, what Ray Serve does after a replica starts): the A/B
+for whether full collections, which walk every tracked object, stall the ranks.
 
 All three run the library's one training loop with the same global batch, learning
 rate and seed (in-process: features by the encoder in this process; Ray: by Ray Data
@@ -29,12 +30,13 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 class GcPauses(TrainCallback):
     """Each rank's garbage-collection pauses, per epoch, appended to ``folder``/rank-R.jsonl:
-    full (generation 2) collections and their milliseconds, and the young generations'.
-    ``unfreeze``: give the heap back to the collector at every epoch's start. Defined in the
-    bench's ``__main__``, so Ray pickles it by value into the workers."""
+    full (generation 2) collections and their milliseconds, the young generations', and the
+    objects the collector tracks. ``freeze``: at the first epoch's start, collect once and
+    freeze what is alive out of the collector's sight (given back by ``close``). Defined in
+    the bench's ``__main__``, so Ray pickles it by value into the workers."""
 
-    def __init__(self, folder: str, unfreeze: bool = False):
-        self.folder, self.unfreeze = folder, unfreeze
+    def __init__(self, folder: str, freeze: bool = False):
+        self.folder, self.freeze = folder, freeze
         self.pauses: dict[int, list[float]] | None = None
         self._started = 0.0
 
@@ -45,8 +47,9 @@ class GcPauses(TrainCallback):
             self.pauses[info["generation"]].append((time.perf_counter() - self._started) * 1000)
 
     def on_epoch_start(self, epoch: int, state) -> None:
-        if self.unfreeze:
-            gc.unfreeze()
+        if self.freeze and self.pauses is None:
+            gc.collect()
+            gc.freeze()
         if self._timer not in gc.callbacks:
             gc.callbacks.append(self._timer)
         self.pauses = {0: [], 1: [], 2: []}
@@ -61,6 +64,8 @@ class GcPauses(TrainCallback):
     def close(self) -> None:
         if self._timer in gc.callbacks:
             gc.callbacks.remove(self._timer)
+        if self.freeze:
+            gc.unfreeze()
 
 
 def gc_summary(folder: Path) -> dict:
@@ -86,8 +91,8 @@ def main() -> None:
                     help="Frozen features shared by the three runs (computed by the first; '' recomputes each time)")
     ap.add_argument("--runs", default="in-process,1,2",
                     help="Which runs, comma-separated: in-process, on-disk (in-process, features read from disk), 1, 2; "
-                         "NAME:unfrozen runs NAME with the heap given back to the garbage collector (the loop before "
-                         "training.frozen_heap)")
+                         "NAME:frozen runs NAME with the heap at its first epoch hidden from the garbage collector "
+                         "(gc.freeze)")
     args = ap.parse_args()
     from dhim_ray.config import config_for_bits
     from dhim_ray.data import CorpusSpec
@@ -104,7 +109,7 @@ def main() -> None:
     for run in runs:
         kind, _, variant = run.partition(":")
         with tempfile.TemporaryDirectory() as tmp:
-            pauses = GcPauses(tmp, unfreeze=variant == "unfrozen")
+            pauses = GcPauses(tmp, freeze=variant == "frozen")
             t0 = time.perf_counter()
             if kind in ("in-process", "on-disk"):  # on-disk: the same run reading its features batch by batch
                 _, s = train_corpus(corpus, cfg, Path(tmp) / "m", progress=False, cache_dir=cache,

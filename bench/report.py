@@ -343,6 +343,32 @@ def worker_priority_section() -> list[str]:
     return parts + [""]
 
 
+def ray_train_gc_section() -> list[str]:
+    path = HERE / "ray_train_gc.json"
+    if not path.exists():
+        return []
+    r = json.loads(path.read_text())
+    parts = ["Garbage collection in the training loop, measured per rank and epoch: "
+             f"`{r['command']}`; a `:frozen` run hides the heap standing at its first epoch from the collector "
+             "(`gc.collect(); gc.freeze()`, what Ray Serve does after a replica starts), the question being whether "
+             "full collections, which walk every tracked object, stall a rank and so the other at the next "
+             "collective.", "",
+             "| run | best val P@100 | mean epoch s | full collections per rank-epoch | their ms | young-generation ms "
+             "| objects the collector tracks |", "|---|---|---|---|---|---|---|"]
+    for name, x in r.items():
+        if not isinstance(x, dict) or "mean_epoch_seconds" not in x:
+            continue
+        kind, _, variant = name.partition(":")
+        label = ("in-process" if kind == "in-process" else f"Ray Train, {kind} workers") + (", frozen" if variant else "")
+        parts.append(f"| {label} | {x['best_val_precision_at_k_tie_aware']:.4f} | {x['mean_epoch_seconds']:.2f} | "
+                     f"{x['gc_full_collections_per_epoch']:.2f} | {x['gc_full_ms_per_epoch']:.1f} | "
+                     f"{x['gc_young_ms_per_epoch']:.2f} | {x['gc_tracked_objects']:,} |")
+    for run, ratio in r["ratios_to_in_process"].items():
+        parts.append(f"\n{run} vs in-process{' (frozen)' if ':' in run else ''}: epoch time ratio "
+                     f"{ratio['epoch_time']:.2f}; wall time ratio {ratio['wall_time']:.2f}.")
+    return parts + [""]
+
+
 def label_free_eval_section() -> list[str]:
     path = HERE / "label_free_eval.json"
     if not path.exists():
@@ -531,6 +557,7 @@ def main() -> None:
             parts.append(f"\n{w} worker(s) vs in-process: val P@100 difference {ratio['val_precision_diff']:+.4f}; "
                          f"wall time ratio {ratio['wall_time']:.2f}; epoch time ratio {ratio['epoch_time']:.2f}.")
         parts.append("")
+        parts += ray_train_gc_section()
     parts += worker_priority_section()
     parts += training_scale_section()
     parts += selection_section()

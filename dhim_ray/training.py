@@ -8,9 +8,7 @@ callbacks (checkpoint reports), the loop does the rest.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import itertools
 import logging
 import math
@@ -604,24 +602,6 @@ def build_model(config: DHIMConfig, device: torch.device = torch.device("cpu")) 
     return DHIM(config.model).to(device)
 
 
-@contextlib.contextmanager
-def frozen_heap() -> Iterator[None]:
-    """Keep what is alive before the epochs start (the corpus, the encoder, torch's and, in a
-    worker, Ray's modules: some 300k objects) out of the garbage collector's sight while they
-    run, and give it back after. A full collection walks every tracked object: ~80 ms on
-    that heap, every dozen training steps or so. In one process that is lost time; under
-    DDP the paused rank also holds the others at the next collective, and the ranks pause
-    at different steps, so it costs twice (BENCHMARKS.md, "Ray Train"). Objects created
-    in the loop are still collected; ``gc.freeze`` is what Ray Serve does after a
-    replica starts, for the same reason."""
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
 def fit(
     train: Features,
     val: Features | None,
@@ -709,42 +689,41 @@ def fit(
         n_batches = collective.agree_min(len(train) // max(1, per_batch))
     bar = tqdm(total=config.train.max_epochs, initial=state.epoch + 1, desc=f"train {config.model.n_bits}b",
                unit="epoch", disable=not (progress and collective.is_chief))
-    with frozen_heap():
-        for epoch in range(state.epoch + 1, config.train.max_epochs):
-            if state.finished:
-                break
-            for cb in callbacks:
-                cb.on_epoch_start(epoch, state)
-            t0 = time.perf_counter()
-            sums = {"loss": 0.0, "mi_local": 0.0, "mi_regulariser": 0.0}
-            steps = 0
-            batches = epoch_batches(train, config, state.rng, device, batch_size, table)
-            for tokens, mask, target, pairs in itertools.islice(batches, n_batches):
-                stats = train_step(trained, optimizer, tokens, mask, target, config.train, collective.gather, pairs)
-                for key in sums:
-                    sums[key] += stats[key]
-                steps += 1
-            if steps == 0:
-                raise DataError(f"{len(train)} training documents make no batch of 2; give at least 2 documents")
-            record = EpochRecord(epoch, steps, *(sums[key] / steps for key in ("loss", "mi_local", "mi_regulariser")))
-            if selection is not None:
-                t_val = time.perf_counter()
-                record.val_precision, record.val_neighbour_recall, record.val_objective = selection.score(
-                    model, val, val_labels, device, collective)
-                record.validate_seconds = time.perf_counter() - t_val
-                score = {"labels": record.val_precision, "neighbours": record.val_neighbour_recall,
-                         "objective": -record.val_objective}[criterion]
-                if state.stopper.update(score, epoch):
-                    state.best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-            record.seconds = time.perf_counter() - t0
-            state.history.append(record)
-            stop = collective.broadcast_flag(state.selecting and state.stopper.should_stop)
-            if collective.is_chief:
-                _log_epoch(record, state, config.train.k, bar)
-            for cb in callbacks:
-                cb.on_epoch_end(state)
-            if stop:
-                break
+    for epoch in range(state.epoch + 1, config.train.max_epochs):
+        if state.finished:
+            break
+        for cb in callbacks:
+            cb.on_epoch_start(epoch, state)
+        t0 = time.perf_counter()
+        sums = {"loss": 0.0, "mi_local": 0.0, "mi_regulariser": 0.0}
+        steps = 0
+        batches = epoch_batches(train, config, state.rng, device, batch_size, table)
+        for tokens, mask, target, pairs in itertools.islice(batches, n_batches):
+            stats = train_step(trained, optimizer, tokens, mask, target, config.train, collective.gather, pairs)
+            for key in sums:
+                sums[key] += stats[key]
+            steps += 1
+        if steps == 0:
+            raise DataError(f"{len(train)} training documents make no batch of 2; give at least 2 documents")
+        record = EpochRecord(epoch, steps, *(sums[key] / steps for key in ("loss", "mi_local", "mi_regulariser")))
+        if selection is not None:
+            t_val = time.perf_counter()
+            record.val_precision, record.val_neighbour_recall, record.val_objective = selection.score(
+                model, val, val_labels, device, collective)
+            record.validate_seconds = time.perf_counter() - t_val
+            score = {"labels": record.val_precision, "neighbours": record.val_neighbour_recall,
+                     "objective": -record.val_objective}[criterion]
+            if state.stopper.update(score, epoch):
+                state.best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        record.seconds = time.perf_counter() - t0
+        state.history.append(record)
+        stop = collective.broadcast_flag(state.selecting and state.stopper.should_stop)
+        if collective.is_chief:
+            _log_epoch(record, state, config.train.k, bar)
+        for cb in callbacks:
+            cb.on_epoch_end(state)
+        if stop:
+            break
     bar.close()
     if state.best_state is not None:
         model.load_state_dict(state.best_state)
