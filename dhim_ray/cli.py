@@ -258,7 +258,7 @@ def train(
         help="GiB of frozen features held in memory; more stay on disk (in --cache-dir, else in --out, removed at the end) and "
              "are read batch by batch.")] = 2.0,
     device: Device = "auto",
-    workers: Annotated[int, typer.Option("--workers", "-w", help="Ray Train workers; 1 without --address runs in-process.")] = 1,
+    workers: Annotated[int, typer.Option("--workers", "-w", help="Ray Train workers; 1 without --address runs in-process. In-process training already uses every local core: workers pay off across machines or GPUs.")] = 1,
     use_gpu: Annotated[bool, typer.Option(help="One GPU per worker (Ray Train).")] = False,
     address: Annotated[str | None, typer.Option(help="Ray cluster: 'auto', ray://host:10001, or a head address.")] = None,
     storage_path: Annotated[Path | None, typer.Option(help="Ray Train storage (checkpoints per epoch).")] = None,
