@@ -343,6 +343,14 @@ def worker_priority_section() -> list[str]:
     return parts + [""]
 
 
+def ray_train_run_label(run: str) -> str:
+    """A bench.ray_train run's name (in-process, on-disk, a worker count, NAME:variant) as the tables print it."""
+    kind, _, variant = run.partition(":")
+    label = {"in-process": "in-process", "on-disk": "in-process, features read from disk (`--feature-memory 0`)"}.get(
+        kind, f"Ray Train, {kind} worker{'' if kind == '1' else 's'}")
+    return label + (f", {variant}" if variant else "")
+
+
 def ray_train_gc_section() -> list[str]:
     path = HERE / "ray_train_gc.json"
     if not path.exists():
@@ -358,9 +366,7 @@ def ray_train_gc_section() -> list[str]:
     for name, x in r.items():
         if not isinstance(x, dict) or "mean_epoch_seconds" not in x:
             continue
-        kind, _, variant = name.partition(":")
-        label = ("in-process" if kind == "in-process" else f"Ray Train, {kind} workers") + (", frozen" if variant else "")
-        parts.append(f"| {label} | {x['best_val_precision_at_k_tie_aware']:.4f} | {x['mean_epoch_seconds']:.2f} | "
+        parts.append(f"| {ray_train_run_label(name)} | {x['best_val_precision_at_k_tie_aware']:.4f} | {x['mean_epoch_seconds']:.2f} | "
                      f"{x['gc_full_collections_per_epoch']:.2f} | {x['gc_full_ms_per_epoch']:.1f} | "
                      f"{x['gc_young_ms_per_epoch']:.2f} | {x['gc_tracked_objects']:,} |")
     for run, ratio in r["ratios_to_in_process"].items():
@@ -547,9 +553,7 @@ def main() -> None:
             if name not in r:
                 continue
             x = r[name]
-            label = {"in-process": "in-process", "on-disk": "in-process, features read from disk "
-                     "(`--feature-memory 0`)"}.get(name, f"Ray Train, {name} worker{'s' if name == '2' else ''}")
-            parts.append(f"| {label} | {x['best_val_precision_at_k_tie_aware']:.4f} | {x['wall_seconds']:.1f} | "
+            parts.append(f"| {ray_train_run_label(name)} | {x['best_val_precision_at_k_tie_aware']:.4f} | {x['wall_seconds']:.1f} | "
                          f"{x.get('ray_start_seconds', 0):.1f} | {x['feature_seconds']:.1f} | "
                          f"{x['mean_epoch_seconds']:.2f} | {seconds(x.get('mean_validate_seconds'))} | "
                          f"{x['wall_to_best_epoch_seconds']:.1f} |")
