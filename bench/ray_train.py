@@ -55,7 +55,7 @@ class GcPauses(TrainCallback):
         self.pauses = {0: [], 1: [], 2: []}
 
     def on_epoch_end(self, state) -> None:
-        p = self.pauses or {0: [], 1: [], 2: []}
+        p = self.pauses  # set by on_epoch_start, which the loop calls first
         row = {"rank": state.rank, "epoch": state.epoch, "full_collections": len(p[2]), "full_ms": sum(p[2]),
                "young_ms": sum(p[0]) + sum(p[1]), "tracked_objects": len(gc.get_objects())}
         with open(Path(self.folder) / f"rank-{state.rank}.jsonl", "a") as f:
