@@ -123,10 +123,10 @@ def main() -> None:
         epochs = [h["seconds"] for h in s["history"]]
         to_best = wall - sum(epochs[s["best_epoch"] + 1:])  # what stopping at the best epoch would have cost
         validate = [h.get("validate_seconds") or 0.0 for h in s["history"]]
-        results[str(run)] = ({k: v for k, v in s.items() if k not in ("history", "run_dir")}
+        results[run] = ({k: v for k, v in s.items() if k not in ("history", "run_dir")}
                              | {"wall_seconds": wall, "wall_to_best_epoch_seconds": to_best,
                                 "mean_validate_seconds": sum(validate) / max(1, len(validate))} | gc_figures)
-        print(json.dumps(results[str(run)]), flush=True)
+        print(json.dumps(results[run]), flush=True)
     results["ratios_to_in_process"] = {}
     for run in runs:  # each Ray run against the in-process run of the same variant
         kind, _, variant = run.partition(":")
