@@ -17,10 +17,13 @@ range, so a Ray worker opens the same store and reads only its shard.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import logging
 import os
 import shutil
+import socket
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -179,25 +182,48 @@ class RowFile:
 
 class FeatureStore:
     """A folder of frozen features for n documents: tokens, mask, cls and mean as .npy
-    files plus ``meta.json``. ``create`` starts one (in ``FOLDER.partial``), ``write``
-    fills rows, ``finish`` makes it appear at ``FOLDER``; ``open`` reads a finished one."""
+    files plus ``meta.json``. ``create`` starts one in a work folder of its own
+    (``FOLDER.partial-HOST-PID-TAG``), ``write`` fills rows, ``finish`` makes it appear
+    at ``FOLDER``; ``open`` reads a finished one. Two processes that build the same
+    store at once (two trainings on one corpus) each write their own work folder; the
+    first to finish puts its store in place and the other's is dropped."""
 
-    def __init__(self, folder: str | Path, meta: dict[str, Any]):
+    def __init__(self, folder: str | Path, meta: dict[str, Any], work: str | Path | None = None):
         self.folder = Path(folder)
         self.meta = meta
+        self.work = None if work is None else Path(work)
 
     # ---- building ---------------------------------------------------------------------
     @staticmethod
-    def partial(folder: str | Path) -> Path:
-        folder = Path(folder)
-        return folder.with_name(folder.name + ".partial")
+    def _work_prefix(folder: Path) -> str:
+        return folder.name + ".partial-"
+
+    @classmethod
+    def _reap_abandoned(cls, folder: Path) -> None:
+        """Remove work folders this host's crashed builds left beside ``folder`` (their
+        process is gone). Another host's are left alone: its processes cannot be seen."""
+        host, prefix = socket.gethostname(), cls._work_prefix(folder)
+        for work in folder.parent.glob(glob.escape(prefix) + "*"):
+            owner_host, _, rest = work.name[len(prefix):].rpartition("-")[0].rpartition("-")
+            if owner_host != host or not rest.isdigit():
+                continue
+            try:
+                os.kill(int(rest), 0)
+            except ProcessLookupError:
+                logger.info("removing %s, left by a build that did not finish", work)
+                shutil.rmtree(work, ignore_errors=True)
+            except PermissionError:  # alive, another user's
+                pass
 
     @classmethod
     def create(cls, folder: str | Path, n: int, n_tokens: int, hidden: int) -> FeatureStore:
         """Allocate the files of a store for n documents (sparse: no disk written yet)."""
-        work = cls.partial(folder)
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
+        folder = Path(folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        cls._reap_abandoned(folder)
+        work = folder.with_name(f"{cls._work_prefix(folder)}{socket.gethostname()}-{os.getpid()}-"
+                                f"{uuid.uuid4().hex[:8]}")
+        work.mkdir()
         dims = {"T": n_tokens, "H": hidden}
         for name, (dtype, row) in FIELDS.items():
             shape = (n, *(dims[c] for c in row))
@@ -206,19 +232,37 @@ class FeatureStore:
                     f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
                         "shape": shape})
                 f.truncate(f.tell() + int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
-        return cls(folder, {"format": FORMAT, "n": n, "n_tokens": n_tokens, "hidden": hidden})
+        return cls(folder, {"format": FORMAT, "n": n, "n_tokens": n_tokens, "hidden": hidden}, work)
+
+    def _building(self) -> Path:
+        if self.work is None or not self.work.is_dir():
+            raise ValueError(f"{self.folder}: this store is not being built (FeatureStore.create starts one)")
+        return self.work
 
     def writer(self) -> StoreWriter:
         """Something to write rows with, from this process or (pickled) from another."""
-        return StoreWriter(self.partial(self.folder))
+        return StoreWriter(self._building())
 
     def finish(self, **meta: Any) -> FeatureStore:
-        """Record ``meta`` and move the folder into place (the store now reads as complete)."""
-        work = self.partial(self.folder)
+        """Record ``meta`` and move the folder into place (the store now reads as complete).
+        If another build of the same store finished first, its store stays and this one
+        is dropped: both hold the same features."""
+        work = self._building()
         self.meta.update(meta)
         (work / META).write_text(json.dumps(self.meta, indent=1))
-        shutil.rmtree(self.folder, ignore_errors=True)
-        work.rename(self.folder)
+        for _ in range(3):
+            try:
+                work.rename(self.folder)
+                break
+            except OSError:  # the folder exists: a finished store, or a damaged one
+                if self.is_complete(self.folder):
+                    logger.info("%s was finished by another process meanwhile; using it", self.folder)
+                    shutil.rmtree(work, ignore_errors=True)
+                    break
+                shutil.rmtree(self.folder, ignore_errors=True)
+        else:
+            raise OSError(f"could not move {work} to {self.folder}")
+        self.work = None
         return self
 
     # ---- reading ----------------------------------------------------------------------

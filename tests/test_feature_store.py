@@ -82,3 +82,74 @@ def test_bytes_per_document_matches_the_arrays(tiny_config):
     enc = FrozenEncoder(tiny_config.features)
     f = enc.features(["one text", "two texts here"])
     assert f.nbytes == 2 * Features.bytes_per_document(tiny_config.features.n_tokens, enc.hidden_size)
+
+
+def _build(folder, n: int, fill: float) -> FeatureStore:
+    store = FeatureStore.create(folder, n=n, n_tokens=3, hidden=2)
+    store.writer().write(0, np.full((n, 3, 2), fill, np.float16), np.ones((n, 3), bool),
+                         np.full((n, 2), fill, np.float32), np.full((n, 2), fill, np.float32))
+    return store
+
+
+def test_two_builds_of_one_store_at_once_both_finish_and_the_first_stays(tmp_path):
+    """Two trainings on one corpus build its feature cache at the same time: neither
+    may delete the other's work (the second's start used to, and the first then failed
+    with FileNotFoundError); the first to finish is kept and the second's is dropped."""
+    folder = tmp_path / "features-x"
+    first, second = _build(folder, 4, 1.0), _build(folder, 4, 2.0)
+    first.finish(fingerprint="f")
+    assert FeatureStore.is_complete(folder)
+    second.finish(fingerprint="f")
+    cols = FeatureStore.open(folder).columns(in_memory=True)
+    assert (cols["mean"] == 1.0).all()
+    assert [p.name for p in tmp_path.iterdir()] == ["features-x"]  # no work folder left behind
+    with pytest.raises(ValueError, match="not being built"):
+        second.writer()
+
+
+def test_a_damaged_store_is_replaced_when_a_build_finishes(tmp_path):
+    folder = tmp_path / "features-x"
+    _build(folder, 4, 1.0).finish()
+    (folder / "cls.npy").unlink()
+    _build(folder, 4, 3.0).finish()
+    assert (FeatureStore.open(folder).columns(in_memory=True)["cls"] == 3.0).all()
+
+
+def test_work_folders_of_crashed_builds_are_removed_and_live_ones_kept(tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    folder = tmp_path / "features-x"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    host = socket.gethostname()
+    crashed = tmp_path / f"features-x.partial-{host}-{dead}-0000abcd"
+    running = tmp_path / f"features-x.partial-{host}-{os.getpid()}-0000abcd"
+    elsewhere = tmp_path / f"features-x.partial-other-host-{dead}-0000abcd"
+    for p in (crashed, running, elsewhere):
+        p.mkdir()
+    _build(folder, 2, 1.0).finish()
+    assert not crashed.exists() and running.exists() and elsewhere.exists()
+
+
+def _features_in_a_process(encoder: str, cache_dir: str, texts: list[str]) -> np.ndarray:
+    from dhim_ray.config import FeatureConfig
+
+    f = FrozenEncoder(FeatureConfig(encoder=encoder, max_words=12)).features(texts, batch_size=8,
+                                                                            cache_dir=cache_dir)
+    return np.asarray(f.mean)
+
+
+def test_two_processes_encoding_one_corpus_into_one_cache_both_succeed(tmp_path, tiny_bert):
+    import concurrent.futures
+    import multiprocessing
+
+    texts = [f"document {i} about {'sport' if i % 2 else 'markets'}" for i in range(200)]
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        a, b = [f.result() for f in [pool.submit(_features_in_a_process, tiny_bert, str(tmp_path), texts)
+                                     for _ in range(2)]]
+    np.testing.assert_array_equal(a, b)
+    (folder,) = list(tmp_path.iterdir())
+    assert FeatureStore.is_complete(folder) and len(FeatureStore.open(folder)) == 200
