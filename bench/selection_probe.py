@@ -7,6 +7,8 @@
         --out bench/selection_probe_neighbours.json   # then =30 and =100 with OMP_NUM_THREADS=1
     OMP_NUM_THREADS=1 python -m bench.selection_probe --corpora agnews --bits 64 --epochs 30 --lexical \
         --out bench/selection_probe_lexical.json
+    OMP_NUM_THREADS=1 python -m bench.selection_probe --corpora agnews --bits 64 --epochs 20 \
+        --set train.lr=3e-4 --out bench/selection_probe_training.json   # beside it: --set train.beta=1.0
     python -m bench.selection_probe --report
     python -m bench.selection_probe --gain-rule
 
