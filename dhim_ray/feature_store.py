@@ -204,11 +204,11 @@ class FeatureStore:
         process is gone). Another host's are left alone: its processes cannot be seen."""
         host, prefix = socket.gethostname(), cls._work_prefix(folder)
         for work in folder.parent.glob(glob.escape(prefix) + "*"):
-            owner_host, _, rest = work.name[len(prefix):].rpartition("-")[0].rpartition("-")
-            if owner_host != host or not rest.isdigit():
+            owner = work.name[len(prefix):].rsplit("-", 2)  # HOST-PID-TAG, as create names it
+            if len(owner) != 3 or owner[0] != host or not owner[1].isdigit():
                 continue
             try:
-                os.kill(int(rest), 0)
+                os.kill(int(owner[1]), 0)
             except ProcessLookupError:
                 logger.info("removing %s, left by a build that did not finish", work)
                 shutil.rmtree(work, ignore_errors=True)
@@ -254,14 +254,15 @@ class FeatureStore:
             try:
                 work.rename(self.folder)
                 break
-            except OSError:  # the folder exists: a finished store, or a damaged one
+            except OSError as exc:  # the folder exists: a finished store, or a damaged one
+                error = exc
                 if self.is_complete(self.folder):
                     logger.info("%s was finished by another process meanwhile; using it", self.folder)
                     shutil.rmtree(work, ignore_errors=True)
                     break
                 shutil.rmtree(self.folder, ignore_errors=True)
         else:
-            raise OSError(f"could not move {work} to {self.folder}")
+            raise OSError(f"could not move {work} to {self.folder} ({error})") from error
         self.work = None
         return self
 
