@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
+import os
 import pickle
+import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+from dhim_ray.config import FeatureConfig
 from dhim_ray.data import CorpusSpec
 from dhim_ray.encoder import Features, FrozenEncoder
 from dhim_ray.feature_store import FeatureStore, RowFile
@@ -116,11 +123,6 @@ def test_a_damaged_store_is_replaced_when_a_build_finishes(tmp_path):
 
 
 def test_work_folders_of_crashed_builds_are_removed_and_live_ones_kept(tmp_path):
-    import os
-    import socket
-    import subprocess
-    import sys
-
     folder = tmp_path / "features-x"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True).stdout.strip()
@@ -135,17 +137,12 @@ def test_work_folders_of_crashed_builds_are_removed_and_live_ones_kept(tmp_path)
 
 
 def _features_in_a_process(encoder: str, cache_dir: str, texts: list[str]) -> np.ndarray:
-    from dhim_ray.config import FeatureConfig
-
     f = FrozenEncoder(FeatureConfig(encoder=encoder, max_words=12)).features(texts, batch_size=8,
                                                                             cache_dir=cache_dir)
     return np.asarray(f.mean)
 
 
 def test_two_processes_encoding_one_corpus_into_one_cache_both_succeed(tmp_path, tiny_bert):
-    import concurrent.futures
-    import multiprocessing
-
     texts = [f"document {i} about {'sport' if i % 2 else 'markets'}" for i in range(200)]
     with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         a, b = [f.result() for f in [pool.submit(_features_in_a_process, tiny_bert, str(tmp_path), texts)
