@@ -38,8 +38,8 @@ def features(args) -> dict:
     import torch
 
     from dhim_ray.config import FeatureConfig
-    from dhim_ray.data import CorpusSpec
-    from dhim_ray.encoder import FrozenEncoder
+    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.encoding.encoder import FrozenEncoder
 
     texts = CorpusSpec(str(Path(args.data) / args.corpus), "train").load_split().texts
     out = {"documents": len(texts), "max_words": 50}

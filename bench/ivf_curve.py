@@ -57,7 +57,7 @@ def export_codes(n_docs: int, queries_from: str, model_name: str) -> tuple[Path,
             texts = pq.read_table(make_corpus(5000) / "train" / "part-00000.parquet").column("text").to_pylist()
             np.save(q_path, hasher.encode(texts[:1000]))
         else:
-            from dhim_ray.data import CorpusSpec
+            from dhim_ray.corpus.data import CorpusSpec
 
             data = HERE.parents[1] / "shared" / "data"
             texts = [t for name in ("dbpedia", "agnews", "20ng", "r8")
@@ -80,7 +80,7 @@ def inner(args) -> None:
     from milvus_server import URI, start_server
 
     from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, ensure_collection, make_rows, search_codes
-    from dhim_ray.metrics import hamming_topk
+    from dhim_ray.retrieval.metrics import hamming_topk
 
     os.environ["MILVUS_TOKEN"] = "root:Milvus"
     db, k = np.load(args.codes), 100

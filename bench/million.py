@@ -56,7 +56,7 @@ def make_corpus(n_docs: int, seed: int = 0) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dhim_ray.data import CorpusSpec
+    from dhim_ray.corpus.data import CorpusSpec
 
     out = corpus_dir(n_docs)
     if (out / "done").exists():
@@ -95,9 +95,9 @@ def tiny_model(bits: int = 64) -> Path:
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     from dhim_ray.config import DEFAULT_ENCODER, config_for_bits
-    from dhim_ray.data import CorpusSpec
-    from dhim_ray.encoder import resolve_encoder
-    from dhim_ray.pipeline import train_corpus
+    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.encoding.encoder import resolve_encoder
+    from dhim_ray.training.pipeline import train_corpus
 
     bert = CACHE / "tiny-bert"
     tok = AutoTokenizer.from_pretrained(resolve_encoder(DEFAULT_ENCODER))
@@ -122,9 +122,9 @@ def layer_model(layers: int = 1, bits: int = 64, train_docs: int = 20_000, max_e
     from transformers import AutoModel, AutoTokenizer
 
     from dhim_ray.config import DEFAULT_ENCODER, config_for_bits
-    from dhim_ray.data import CorpusSpec
-    from dhim_ray.encoder import resolve_encoder
-    from dhim_ray.pipeline import train_corpus
+    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.encoding.encoder import resolve_encoder
+    from dhim_ray.training.pipeline import train_corpus
 
     enc = CACHE / f"minilm-l{layers}"
     if not (enc / "config.json").exists():
@@ -211,7 +211,7 @@ class PeakMemory:
 def bench_search(n_codes: int, bits_list: list[int], n_queries: int, k: int) -> None:
     import faiss
 
-    from dhim_ray.metrics import hamming_topk
+    from dhim_ray.retrieval.metrics import hamming_topk
 
     rng = np.random.default_rng(0)
     for bits in bits_list:
@@ -253,7 +253,7 @@ def bench_search(n_codes: int, bits_list: list[int], n_queries: int, k: int) -> 
 def bench_eval(n_codes: int, eval_queries: int, k: int) -> None:
     """Eval at scale: 10k queries against 1M 64-bit codes, peak memory of the process
     (run alone: nothing else in it allocates more)."""
-    from dhim_ray.metrics import precision_at_k
+    from dhim_ray.retrieval.metrics import precision_at_k
 
     rng = np.random.default_rng(0)
     bits = 64
@@ -272,7 +272,7 @@ def bench_eval(n_codes: int, eval_queries: int, k: int) -> None:
 def run_ingest(n_docs: int, model: Path, uri: str, collection: str, workers: int) -> dict:
     """One ingest in this process (run it in a fresh one: peak memory is per process)."""
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.data import CorpusSpec
+    from dhim_ray.corpus.data import CorpusSpec
     from dhim_ray.jobs.ingest import ingest
     from dhim_ray.jobs.ray_env import init_ray
 
@@ -334,14 +334,14 @@ def bench_encoder(n_docs: int, workers: int) -> dict:
     import pyarrow.parquet as pq
     import torch
 
-    from dhim_ray.checkpoint import save_checkpoint
     from dhim_ray.config import config_for_bits
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.data import CorpusSpec
-    from dhim_ray.encoder import FrozenEncoder
+    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.encoding.encoder import FrozenEncoder
     from dhim_ray.jobs.ingest import ingest
     from dhim_ray.jobs.ray_env import init_ray
-    from dhim_ray.training import build_model
+    from dhim_ray.model.checkpoint import save_checkpoint
+    from dhim_ray.training.loop import build_model
 
     corpus = make_corpus(n_docs)
     init_ray(None)

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dhim_ray.training import TrainCallback
+from dhim_ray.training.loop import TrainCallback
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -95,10 +95,10 @@ def main() -> None:
                          "(gc.freeze)")
     args = ap.parse_args()
     from dhim_ray.config import config_for_bits
-    from dhim_ray.data import CorpusSpec
+    from dhim_ray.corpus.data import CorpusSpec
     from dhim_ray.jobs.ray_env import init_ray
     from dhim_ray.jobs.train import RayTrainOptions, train_distributed
-    from dhim_ray.pipeline import train_corpus
+    from dhim_ray.training.pipeline import train_corpus
 
     init_ray(num_cpus=2)
     cfg = config_for_bits(args.bits, train={"max_epochs": args.epochs, "patience": args.patience})

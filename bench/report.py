@@ -524,7 +524,7 @@ def main() -> None:
                   f"Search, {s['n_codes']:,} synthetic {s['bits']}-bit codes, {s['queries']} queries, top-{s['k']}, "
                   "exact (all three return the same distances; checked in the script):", "",
                   "| engine | queries/s | vs hamming_topk |", "|---|---|---|",
-                  f"| dhim_ray.metrics.hamming_topk (faiss, ties in database order) | "
+                  f"| dhim_ray.retrieval.metrics.hamming_topk (faiss, ties in database order) | "
                   f"{s['hamming_topk_qps']:.0f} | 1.00 |",
                   f"| faiss IndexBinaryFlat | {s['faiss_qps']:.0f} | {s['faiss_vs_hamming_topk']:.2f} |",
                   f"| milvus-lite BIN_FLAT HAMMING | {s['milvus_qps']:.0f} | {s['milvus_vs_hamming_topk']:.2f} |", "",

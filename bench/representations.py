@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 
 from bench.quality import DATA, LONG, corpus_features, epoch_cap, load_results, record_shipped_schedule, train_dhim
-from dhim_ray.baselines import make_baseline
 from dhim_ray.config import FeatureConfig, config_for_bits
-from dhim_ray.data import load_corpus
-from dhim_ray.encoder import FrozenEncoder
-from dhim_ray.metrics import cosine_precision_at_k, precision_at_k
-from dhim_ray.transforms import Whitening, fit_transform, transform
+from dhim_ray.corpus.data import load_corpus
+from dhim_ray.encoding.encoder import FrozenEncoder
+from dhim_ray.encoding.transforms import Whitening, fit_transform, transform
+from dhim_ray.retrieval.baselines import make_baseline
+from dhim_ray.retrieval.metrics import cosine_precision_at_k, precision_at_k
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "representations.jsonl"
@@ -93,7 +93,7 @@ def representations(name: str, cache_dir: str, with_layers: bool = True) -> dict
 
 
 def run_refine(corpora, steps: int, lr: float, max_words: int = 0) -> None:
-    from dhim_ray.refine import RefineConfig, refine_encoder
+    from dhim_ray.encoding.refine import RefineConfig, refine_encoder
 
     for name in corpora:
         out = sg_opt_encoder(name)

@@ -3,7 +3,7 @@
     python -m bench.search_ingest --n-codes 100000 --bits 64 --ingest-docs 2000
 
 Search: 100k synthetic packed codes, 1000 queries, top-100, exact: milvus-lite
-(BIN_FLAT, HAMMING) vs dhim_ray.metrics.hamming_topk (faiss, ties in database order) vs faiss
+(BIN_FLAT, HAMMING) vs dhim_ray.retrieval.metrics.hamming_topk (faiss, ties in database order) vs faiss
 IndexBinaryFlat, same codes, same machine, same run; the numbers are q/s and ratios.
 Ingest: Ray Data ingest of real dbpedia docs into milvus-lite (encoder actors +
 single writer) vs the bare encoder forward pass over the same docs on the same cores.
@@ -35,7 +35,7 @@ def bench_search(n_codes: int, n_bits: int, n_queries: int, k: int) -> dict:
         search_codes,
         upsert_rows,
     )
-    from dhim_ray.metrics import hamming_topk
+    from dhim_ray.retrieval.metrics import hamming_topk
 
     rng = np.random.default_rng(0)
     db = np.packbits(rng.integers(0, 2, (n_codes, n_bits)), axis=1)
@@ -77,13 +77,13 @@ def bench_search(n_codes: int, n_bits: int, n_queries: int, k: int) -> dict:
 def bench_ingest(n_docs: int, workers: int) -> dict:
     import torch
 
-    from dhim_ray.checkpoint import save_checkpoint
     from dhim_ray.config import config_for_bits
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.data import CorpusSpec, load_split
-    from dhim_ray.encoder import FrozenEncoder
+    from dhim_ray.corpus.data import CorpusSpec, load_split
+    from dhim_ray.encoding.encoder import FrozenEncoder
     from dhim_ray.jobs.ingest import ingest
-    from dhim_ray.training import build_model
+    from dhim_ray.model.checkpoint import save_checkpoint
+    from dhim_ray.training.loop import build_model
 
     split = load_split(f"{DATA / 'dbpedia'}:train", limit=n_docs)
     enc = FrozenEncoder(config_for_bits(64).features)

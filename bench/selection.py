@@ -33,11 +33,11 @@ from pathlib import Path
 
 import numpy as np
 
-from dhim_ray.checkpoint import save_checkpoint
 from dhim_ray.config import TrainConfig, config_for_bits
-from dhim_ray.metrics import cosine_topk, hamming_topk, precision_at_k
-from dhim_ray.rerank import rerank_topk, rescore_cosine
-from dhim_ray.training import (
+from dhim_ray.model.checkpoint import save_checkpoint
+from dhim_ray.retrieval.metrics import cosine_topk, hamming_topk, precision_at_k
+from dhim_ray.retrieval.rerank import rerank_topk, rescore_cosine
+from dhim_ray.training.loop import (
     EarlyStopping,
     TrainCallback,
     hash_features,

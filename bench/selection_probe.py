@@ -57,8 +57,8 @@ import numpy as np
 
 from bench.quality import corpus_features, fit_carved
 from dhim_ray.config import config_for_bits
-from dhim_ray.metrics import cosine_topk, neighbour_recall_at_k, precision_at_k
-from dhim_ray.training import TrainCallback, carve_validation, hash_features, selection_database
+from dhim_ray.retrieval.metrics import cosine_topk, neighbour_recall_at_k, precision_at_k
+from dhim_ray.training.loop import TrainCallback, carve_validation, hash_features, selection_database
 
 logger = logging.getLogger("bench.selection_probe")
 HERE = Path(__file__).resolve().parent
@@ -93,7 +93,7 @@ def intrinsic_signals(db_codes: np.ndarray, q_codes: np.ndarray, q_scores: np.nd
     """Label-free and encoder-free scores of one epoch's codes (see the module docstring)."""
     import faiss
 
-    from dhim_ray.metrics import hamming_distances
+    from dhim_ray.retrieval.metrics import hamming_distances
 
     db, bits = unpack(db_codes), db_codes.shape[1] * 8
     out = {}
@@ -151,7 +151,7 @@ class Probe(TrainCallback):
         for c, (a, b) in self.pseudo.items():
             row[f"pseudo P@100 C={c}"] = precision_at_k(dbc, a, qc, b, self.k).precision_at_k_tie_aware
         if self.intrinsic:
-            from dhim_ray.training import score_features
+            from dhim_ray.training.loop import score_features
 
             row.update(intrinsic_signals(dbc, qc, score_features(model, self.q)[1], self.k))
         if self.objective_terms:
@@ -172,7 +172,7 @@ class Probe(TrainCallback):
         uses and with a document's own codes as its only positive (higher is better)."""
         import torch
 
-        from dhim_ray.training import held_out_outputs, neighbour_table, neighbour_vectors
+        from dhim_ray.training.loop import held_out_outputs, neighbour_table, neighbour_vectors
 
         cfg = state.config
         if self.pairs is None:

@@ -36,10 +36,10 @@ def reference_loop(corpus, bits: int, device: str, max_epochs: int, patience: in
     import torch
 
     from dhim_ray.config import as_published, config_for_bits
-    from dhim_ray.encoder import FrozenEncoder
-    from dhim_ray.metrics import precision_at_k
-    from dhim_ray.pipeline import load_train_val
-    from dhim_ray.training import EarlyStopping, build_model, hash_features, to_tensors, train_step
+    from dhim_ray.encoding.encoder import FrozenEncoder
+    from dhim_ray.retrieval.metrics import precision_at_k
+    from dhim_ray.training.loop import EarlyStopping, build_model, hash_features, to_tensors, train_step
+    from dhim_ray.training.pipeline import load_train_val
 
     t0 = time.perf_counter()
     cfg = config_for_bits(bits, train={"seed": seed})
@@ -92,7 +92,7 @@ def _reference_result(stopper, history: list[dict], t0: float, budget_stopped: b
 
 def shipped_run(corpus, bits: int, device: str, max_epochs: int) -> dict:
     from dhim_ray.config import config_for_bits
-    from dhim_ray.pipeline import train_corpus
+    from dhim_ray.training.pipeline import train_corpus
 
     cfg = config_for_bits(bits, train={"max_epochs": max_epochs})
     with tempfile.TemporaryDirectory() as tmp:
@@ -135,7 +135,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     import torch
 
-    from dhim_ray.data import CorpusSpec
+    from dhim_ray.corpus.data import CorpusSpec
 
     corpus = CorpusSpec(str(Path(args.data) / args.corpus))
     device_name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu"

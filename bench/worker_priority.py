@@ -53,8 +53,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "worker_priority.json"))
     args = ap.parse_args()
     from dhim_ray.config import config_for_bits
-    from dhim_ray.data import CorpusSpec
-    from dhim_ray.pipeline import train_corpus
+    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.training.pipeline import train_corpus
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

@@ -35,7 +35,6 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from dhim_ray.codes import bytes_to_codes, check_codes, check_n_bits
 from dhim_ray.errors import (
     CodeFormatError,
     CollectionMismatchError,
@@ -44,6 +43,7 @@ from dhim_ray.errors import (
     StoreError,
     StoreUnreachableError,
 )
+from dhim_ray.retrieval.codes import bytes_to_codes, check_codes, check_n_bits
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ Layers, each importing only those before it:
     >>> with Searcher.open("runs/bbc-64", "dhim_ray.db", "bbc_64") as s:
     ...     hits = s.search(["oil prices rise"], k=10)
 
-Names are imported lazily so that ``import dhim_ray.codes`` (used by the Milvus
+Names are imported lazily so that ``import dhim_ray.retrieval.codes`` (used by the Milvus
 connector) does not load torch, and ``import dhim_ray`` loads neither.
 """
 
@@ -27,25 +27,25 @@ __version__ = "0.1.0"
 _LAZY = {
     "Hasher": "dhim_ray.hasher",
     "Searcher": "dhim_ray.search",
-    "CorpusSpec": "dhim_ray.data",
-    "DHIM": "dhim_ray.model",
+    "CorpusSpec": "dhim_ray.corpus.data",
+    "DHIM": "dhim_ray.model.dhim",
     "DHIMConfig": "dhim_ray.config",
     "FeatureConfig": "dhim_ray.config",
     "ModelConfig": "dhim_ray.config",
     "TrainConfig": "dhim_ray.config",
     "config_for_bits": "dhim_ray.config",
-    "FrozenEncoder": "dhim_ray.encoder",
-    "load_corpus": "dhim_ray.data",
-    "load_checkpoint": "dhim_ray.checkpoint",
-    "save_checkpoint": "dhim_ray.checkpoint",
-    "fit": "dhim_ray.training",
-    "train_corpus": "dhim_ray.pipeline",
-    "pack_codes": "dhim_ray.codes",
-    "unpack_codes": "dhim_ray.codes",
-    "check_codes": "dhim_ray.codes",
-    "hamming_topk": "dhim_ray.metrics",
-    "precision_at_k": "dhim_ray.metrics",
-    "make_baseline": "dhim_ray.baselines",
+    "FrozenEncoder": "dhim_ray.encoding.encoder",
+    "load_corpus": "dhim_ray.corpus.data",
+    "load_checkpoint": "dhim_ray.model.checkpoint",
+    "save_checkpoint": "dhim_ray.model.checkpoint",
+    "fit": "dhim_ray.training.loop",
+    "train_corpus": "dhim_ray.training.pipeline",
+    "pack_codes": "dhim_ray.retrieval.codes",
+    "unpack_codes": "dhim_ray.retrieval.codes",
+    "check_codes": "dhim_ray.retrieval.codes",
+    "hamming_topk": "dhim_ray.retrieval.metrics",
+    "precision_at_k": "dhim_ray.retrieval.metrics",
+    "make_baseline": "dhim_ray.retrieval.baselines",
     "DHIMRayError": "dhim_ray.errors",
 }
 
@@ -59,4 +59,4 @@ def __getattr__(name: str):
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .hasher import Hasher  # noqa: F401
+    from dhim_ray.hasher import Hasher  # noqa: F401

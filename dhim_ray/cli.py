@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover
 
     NoArgsIsHelpError = ()
 
-from .errors import DHIMRayError
+from dhim_ray.errors import DHIMRayError
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def pick_device(name: str) -> str:
     """'auto' -> 'cuda' when torch sees a GPU, else 'cpu'; anything else is checked and kept."""
     import torch
 
-    from .errors import ConfigError
+    from dhim_ray.errors import ConfigError
 
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -162,7 +162,7 @@ Encoder = Annotated[str, typer.Option(help="Frozen encoder: HF name or local fol
 
 def corpus_spec(spec: str, text_column: str | None, label_column: str | None, drop_empty: bool = False,
                 limit: int | None = None):
-    from .data import CorpusSpec
+    from dhim_ray.corpus.data import CorpusSpec
 
     return CorpusSpec.parse(spec, text_column=text_column, label_column=label_column, drop_empty=drop_empty,
                             limit=limit)
@@ -200,9 +200,9 @@ def _json_default(value):
 def build_config(bits: int, formulation: str, overrides: dict[str, dict[str, Any]]):
     """The shipped (or the paper's) config for ``bits``, then ``overrides`` per section:
     flags and ``--set`` pairs arrive here as one dict, the one path into a config."""
-    from .codes import check_n_bits
-    from .config import as_published, config_for_bits
-    from .errors import ConfigError
+    from dhim_ray.config import as_published, config_for_bits
+    from dhim_ray.errors import ConfigError
+    from dhim_ray.retrieval.codes import check_n_bits
 
     check_n_bits(bits)
     if formulation not in ("shipped", "paper"):
@@ -269,8 +269,8 @@ def train(
 ):
     """Train DHIM on a corpus and save the best checkpoint."""
 
-    from .config import parse_overrides
-    from .errors import ConfigError
+    from dhim_ray.config import parse_overrides
+    from dhim_ray.errors import ConfigError
 
     if workers < 1:
         raise ConfigError(f"workers={workers}: must be >= 1, e.g. workers=2")
@@ -288,13 +288,13 @@ def train(
     for section, values in flags.items():
         overrides[section].update({k: v for k, v in values.items() if v is not None})
     if init is not None:
-        from .config import init_levers
+        from dhim_ray.config import init_levers
 
         overrides["model"].update(init_levers(init))
     cfg = build_config(bits, formulation, overrides)
     spec = corpus_spec(corpus, text_column, label_column, drop_empty, limit)
     name = Path(spec.name).name if Path(spec.name).exists() else spec.name.replace("/", "_")
-    from .jobs.ray_env import cluster_address
+    from dhim_ray.jobs.ray_env import cluster_address
 
     distributed = workers > 1 or use_gpu or cluster_address(address) is not None
     if resume is not None and not distributed:
@@ -303,14 +303,14 @@ def train(
         out_dir = resume
     out_dir = out_dir or Path("runs") / f"{name}-{bits}"
     if distributed:
-        from .jobs.train import RayTrainOptions, train_distributed
+        from dhim_ray.jobs.train import RayTrainOptions, train_distributed
 
         opts = RayTrainOptions(workers=workers, use_gpu=use_gpu, address=address, storage_path=storage_path,
                                resume=resume, max_failures=max_failures)
         summary = train_distributed(spec, cfg, out_dir, opts, cache_dir=cache_dir, feature_memory_gb=feature_memory,
                                     progress=not as_json)
     else:
-        from .pipeline import train_corpus
+        from dhim_ray.training.pipeline import train_corpus
 
         _, summary = train_corpus(spec, cfg, out_dir, progress=not as_json, cache_dir=cache_dir,
                                   resume=resume is not None, device=pick_device(device),
@@ -349,8 +349,8 @@ def refine(
     as_json: AsJson = False,
 ):
     """Refine a BERT-family encoder on a corpus without labels (SG-OPT); use it with --encoder OUT."""
-    from .pipeline import refine_corpus
-    from .refine import RefineConfig
+    from dhim_ray.encoding.refine import RefineConfig
+    from dhim_ray.training.pipeline import refine_corpus
 
     cfg = RefineConfig(method=method, encoder=encoder, epochs=epochs, batch_size=batch_size, lr=lr,
                        temperature=temperature, lam=lam, max_words=max_words, max_steps=max_steps,
@@ -392,8 +392,8 @@ def eval_(
     """Precision@k by Hamming distance of a model (or a baseline): database vs queries.
     Without labels: how many of each query's k nearest documents by cosine of the frozen
     encoder's sentence vectors it finds (cosine-neighbour recall@k)."""
-    from .errors import ConfigError
-    from .rerank import check_rerank
+    from dhim_ray.errors import ConfigError
+    from dhim_ray.retrieval.rerank import check_rerank
 
     check_rerank(rerank)
     if rerank > 1 and baseline is not None:
@@ -409,8 +409,8 @@ def eval_(
             raise ConfigError("eval: --database and --collection both given; the collection is the database, drop one")
         if model_dir is None:
             raise ConfigError("eval --collection needs the model folder the collection was ingested with")
-        from .connectors.milvus import MilvusTarget
-        from .search import evaluate_in_milvus
+        from dhim_ray.connectors.milvus import MilvusTarget
+        from dhim_ray.search import evaluate_in_milvus
 
         result = evaluate_in_milvus(model_dir, q, MilvusTarget(uri, collection, token_env=token_env), k=k,
                                     nprobe=nprobe, rerank=rerank)
@@ -419,13 +419,13 @@ def eval_(
             raise ConfigError("eval needs --database CORPUS:SPLIT (or --collection NAME to search Milvus)")
         db = corpus_spec(database, text_column, label_column, drop_empty, limit)
         if baseline is not None:
-            from .config import FeatureConfig
-            from .pipeline import evaluate_baseline
+            from dhim_ray.config import FeatureConfig
+            from dhim_ray.training.pipeline import evaluate_baseline
 
             result = evaluate_baseline(baseline, bits, db, q, k, features=FeatureConfig(encoder, max_words),
                                        progress=not as_json, cache_dir=cache_dir)
         else:
-            from .pipeline import evaluate_checkpoint
+            from dhim_ray.training.pipeline import evaluate_checkpoint
 
             result = evaluate_checkpoint(model_dir, db, q, k, progress=not as_json, cache_dir=cache_dir,
                                          rerank=rerank)
@@ -463,9 +463,9 @@ def ingest(
     """Encode a corpus with Ray Data and upsert the codes into a Milvus binary collection.
     Ray Data reads the split itself (CSV, JSON Lines, Parquet; one file or a folder of
     parts), checks every row first, and streams it through the encoders."""
-    from .checkpoint import read_checkpoint
-    from .connectors.milvus import IndexSpec, MilvusTarget, default_index
-    from .jobs.ingest import ingest as run_ingest
+    from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, default_index
+    from dhim_ray.jobs.ingest import ingest as run_ingest
+    from dhim_ray.model.checkpoint import read_checkpoint
 
     spec = corpus_spec(corpus, text_column, label_column, drop_empty, limit)
     spec = spec.with_split(spec.split or split)
@@ -501,9 +501,9 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
 ):
     """Hash query texts with the model and search the collection by Hamming distance."""
-    from .connectors.milvus import MilvusTarget, check_search_k
-    from .rerank import check_rerank
-    from .search import Searcher
+    from dhim_ray.connectors.milvus import MilvusTarget, check_search_k
+    from dhim_ray.retrieval.rerank import check_rerank
+    from dhim_ray.search import Searcher
 
     check_search_k(k)
     check_rerank(rerank)
@@ -554,8 +554,8 @@ def demo(
 ):
     """End to end on the embedded defaults: train on the packaged BBC corpus with the
     packaged encoder, evaluate against baselines, ingest into a milvus-lite file and search."""
-    from .codes import check_n_bits
-    from .jobs.demo import run_demo
+    from dhim_ray.jobs.demo import run_demo
+    from dhim_ray.retrieval.codes import check_n_bits
 
     check_n_bits(bits)
     result = run_demo(out_dir, bits=bits, epochs=epochs, progress=not as_json)

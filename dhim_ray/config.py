@@ -11,14 +11,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .codes import check_n_bits
-from .errors import ConfigError
-from .text import CLEANINGS
+from dhim_ray.corpus.text import CLEANINGS
+from dhim_ray.errors import ConfigError
+from dhim_ray.retrieval.codes import check_n_bits
 
-#: Sentence-vector transforms (dhim_ray.transforms builds them; listed here so configs need no torch).
+#: Sentence-vector transforms (dhim_ray.encoding.transforms builds them; listed here so configs need no torch).
 TRANSFORMS = ("none", "whitening", "flow")
 #: target_transform "auto": train once per candidate target and keep the one the validation
-#: slice scores higher (dhim_ray.target_choice); a saved model holds the chosen one.
+#: slice scores higher (dhim_ray.training.target_choice); a saved model holds the chosen one.
 AUTO_TARGET = "auto"
 AUTO_TARGET_CANDIDATES = ("none", "whitening")
 
@@ -68,7 +68,7 @@ class ModelConfig:
     score_sigmoid: bool = False  # paper code: sigmoid before softplus (bounds the objective)
     linear_path: bool = False  # a linear token -> bits path beside the CNN (on at 16 bits: config_for_bits)
     init: Literal["random", "itq"] = "random"  # "itq": the linear path starts as ITQ of the mean token feature
-    # Sentence-vector transforms fitted on the training corpus before training (dhim_ray.transforms),
+    # Sentence-vector transforms fitted on the training corpus before training (dhim_ray.encoding.transforms),
     # held in the model so they are saved with it: "none", "whitening" or "flow".
     target_transform: str = "none"  # applied to the regulariser target before its projection
     neighbour_transform: str = "none"  # the space whose cosine picks the neighbour positives

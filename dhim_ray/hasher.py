@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import CheckpointInfo, load_checkpoint
-from .codes import codes_to_bytes
-from .config import DHIMConfig
-from .encoder import DIGEST_FIELD, Features, FrozenEncoder
-from .errors import DataError, EncoderMismatchError
-from .model import DHIM
-from .training import hash_features, score_features
+from dhim_ray.config import DHIMConfig
+from dhim_ray.encoding.encoder import DIGEST_FIELD, Features, FrozenEncoder
+from dhim_ray.errors import DataError, EncoderMismatchError
+from dhim_ray.model.checkpoint import CheckpointInfo, load_checkpoint
+from dhim_ray.model.dhim import DHIM
+from dhim_ray.retrieval.codes import codes_to_bytes
+from dhim_ray.training.loop import hash_features, score_features
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class Hasher:
                       vectors: bool = False) -> tuple[np.ndarray, ...]:
         """Texts -> (packed codes, pre-threshold scores (n, n_bits) float32 in (-1, 1)), and
         with ``vectors`` the encoder's mean-pooled sentence vectors (n, width) float32 too:
-        the scores re-rank Hamming candidates by their bits (``dhim_ray.rerank``), the vectors
+        the scores re-rank Hamming candidates by their bits (``dhim_ray.retrieval.rerank``), the vectors
         by cosine where a collection keeps float vectors (``ingest --store-vectors``)."""
         n, batches = self._batches(texts, batch_size)
         codes = np.empty((n, self.n_bytes), dtype=np.uint8)
@@ -138,7 +138,7 @@ class Hasher:
 
 def check_texts(texts, cleaning: str = "unicode") -> list[str]:
     """Every text must be a non-empty string (after cleaning); say which is not."""
-    from .text import clean_string
+    from dhim_ray.corpus.text import clean_string
 
     if isinstance(texts, (str, bytes)) or not hasattr(texts, "__len__"):
         raise DataError("texts: expected a list of strings")

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .connectors.milvus import (
+from dhim_ray.connectors.milvus import (
     MAX_SEARCH_K,
     IndexSpec,
     MilvusTarget,
@@ -33,11 +33,11 @@ from .connectors.milvus import (
     release,
     search_codes,
 )
-from .data import CorpusSpec, require_labels
-from .errors import CollectionMismatchError, ConfigError, StoreError
-from .hasher import Hasher, check_texts
-from .metrics import PrecisionResult, tie_aware_hits
-from .rerank import BY_BITS, BY_COSINE, check_rerank, rerank, rescore_cosine
+from dhim_ray.corpus.data import CorpusSpec, require_labels
+from dhim_ray.errors import CollectionMismatchError, ConfigError, StoreError
+from dhim_ray.hasher import Hasher, check_texts
+from dhim_ray.retrieval.metrics import PrecisionResult, tie_aware_hits
+from dhim_ray.retrieval.rerank import BY_BITS, BY_COSINE, check_rerank, rerank, rescore_cosine
 
 logger = logging.getLogger(__name__)
 

@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dhim_ray.checkpoint import check_writable
 from dhim_ray.config import config_for_bits
 from dhim_ray.connectors.milvus import MilvusTarget
-from dhim_ray.data import CorpusSpec
-from dhim_ray.pipeline import evaluate_baseline, evaluate_checkpoint, train_corpus
+from dhim_ray.corpus.data import CorpusSpec
+from dhim_ray.model.checkpoint import check_writable
 from dhim_ray.search import Searcher, evaluate_in_milvus
+from dhim_ray.training.pipeline import evaluate_baseline, evaluate_checkpoint, train_corpus
 
 from .ingest import ingest
 

@@ -40,10 +40,10 @@ from dhim_ray.connectors.milvus import (
     source_label,
     upsert_rows,
 )
-from dhim_ray.data import CorpusSpec
+from dhim_ray.corpus.data import CorpusSpec
+from dhim_ray.corpus.sources import plan_split, with_key_column
 from dhim_ray.errors import ConfigError, IngestInterrupted, StoreError
 from dhim_ray.hasher import Hasher
-from dhim_ray.sources import plan_split, with_key_column
 
 from .ray_env import actor_resources, check_gpus, cluster_address, init_ray
 from .stream import Prepare, check_scan, label_vocabulary, read_documents, scan

@@ -1,4 +1,4 @@
-"""Ray Data reads a corpus split itself, shard by shard (see dhim_ray.sources).
+"""Ray Data reads a corpus split itself, shard by shard (see dhim_ray.corpus.sources).
 
 Two passes over the source, both in parallel read tasks, neither through the driver:
 
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from dhim_ray.corpus.sources import SourcePlan, plan_split, read_shard
+from dhim_ray.corpus.text import has_text
 from dhim_ray.errors import DataError
-from dhim_ray.sources import SourcePlan, plan_split, read_shard
-from dhim_ray.text import has_text
 
 logger = logging.getLogger(__name__)
 

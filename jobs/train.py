@@ -5,7 +5,7 @@
    (``--cache-dir``, else the run folder): nothing but row counts comes back.
 2. Every worker opens only its shard of the store (in memory when it fits its share
    of ``--feature-memory``, else read batch by batch) and runs the library's one
-   training loop (``dhim_ray.training.fit``) with a ``ProcessGroup`` collective:
+   training loop (``dhim_ray.training.loop.fit``) with a ``ProcessGroup`` collective:
    ``--batch-size`` stays the global batch (each of N workers takes batch/N documents
    and all-gathers the codes); each rank hashes its share of the selection sample,
    scores its share of the val split and of the held-out objective, one all-reduce
@@ -33,21 +33,21 @@ from typing import Any
 
 import numpy as np
 
-from dhim_ray import target_choice
-from dhim_ray.checkpoint import (
+from dhim_ray.config import DHIMConfig, FeatureConfig
+from dhim_ray.corpus.data import CorpusSpec
+from dhim_ray.encoding.encoder import Features, FrozenEncoder
+from dhim_ray.encoding.feature_store import FeatureStore, StoreWriter
+from dhim_ray.errors import CheckpointError, ConfigError, TrainingFailed, TrainingInterrupted
+from dhim_ray.model.checkpoint import (
     STATE_META,
     check_checkpoint_folder,
     load_checkpoint,
     save_checkpoint,
     save_training_state,
 )
-from dhim_ray.config import DHIMConfig, FeatureConfig
-from dhim_ray.data import CorpusSpec
-from dhim_ray.encoder import Features, FrozenEncoder
-from dhim_ray.errors import CheckpointError, ConfigError, TrainingFailed, TrainingInterrupted
-from dhim_ray.feature_store import FeatureStore, StoreWriter
-from dhim_ray.pipeline import DEFAULT_FEATURE_MEMORY_GB, load_train_val, resume_config
-from dhim_ray.training import FitResult, LoopState, TrainCallback, best_score, epoch_message, fit
+from dhim_ray.training import target_choice
+from dhim_ray.training.loop import FitResult, LoopState, TrainCallback, best_score, epoch_message, fit
+from dhim_ray.training.pipeline import DEFAULT_FEATURE_MEMORY_GB, load_train_val, resume_config
 
 from .ray_env import actor_resources, check_gpus, cluster_address, cluster_cpus, init_ray, split_table
 
@@ -172,7 +172,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     import ray.train.torch
     import torch
 
-    from dhim_ray.distributed import ProcessGroup
+    from dhim_ray.training.distributed import ProcessGroup
 
     if loop_config.get("threads"):
         torch.set_num_threads(loop_config["threads"])
@@ -278,7 +278,7 @@ def _train_each_target(corpus: CorpusSpec, config: DHIMConfig, out_dir: Path, op
                        callbacks: tuple[TrainCallback, ...], cache_dir: str | Path | None,
                        feature_memory_gb: float | None, progress: bool) -> dict[str, Any]:
     """``--target-transform auto`` under Ray Train: one TorchTrainer run per candidate
-    target (dhim_ray.target_choice), the features computed once into stores the runs
+    target (dhim_ray.training.target_choice), the features computed once into stores the runs
     share. ``--resume OUT`` keeps the targets an interrupted run finished and trains the
     interrupted one again."""
     target_choice.check_auto(config)

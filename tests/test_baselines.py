@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from dhim_ray.baselines import BASELINES, make_baseline
 from dhim_ray.errors import ConfigError
-from dhim_ray.metrics import precision_at_k
+from dhim_ray.retrieval.baselines import BASELINES, make_baseline
+from dhim_ray.retrieval.metrics import precision_at_k
 
 
 def clustered(n=600, d=48, k=4, seed=0):

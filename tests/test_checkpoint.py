@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from conftest import build_tiny_bert, make_toy_corpus
 
-from dhim_ray.checkpoint import check_writable, load_checkpoint, read_checkpoint, save_checkpoint
-from dhim_ray.encoder import FrozenEncoder
+from dhim_ray.encoding.encoder import FrozenEncoder
 from dhim_ray.errors import CheckpointError, DataError, EncoderMismatchError
 from dhim_ray.hasher import Hasher
-from dhim_ray.training import build_model
+from dhim_ray.model.checkpoint import check_writable, load_checkpoint, read_checkpoint, save_checkpoint
+from dhim_ray.training.loop import build_model
 
 
 @pytest.fixture()
@@ -24,7 +24,7 @@ def test_round_trip_gives_identical_codes(saved, tiny_config):
     path, model = saved
     texts = [t for _, t in make_toy_corpus(5)]
     enc = FrozenEncoder(tiny_config.features)
-    from dhim_ray.training import hash_features
+    from dhim_ray.training.loop import hash_features
 
     before = hash_features(model, enc.features(texts))
     hasher = Hasher.load(path)

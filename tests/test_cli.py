@@ -52,8 +52,8 @@ def test_eval_float_baselines_are_cosine_knn_on_the_unhashed_vectors(toy_folder,
     import numpy as np
 
     from dhim_ray.config import FeatureConfig
-    from dhim_ray.data import load_corpus
-    from dhim_ray.encoder import FrozenEncoder
+    from dhim_ray.corpus.data import load_corpus
+    from dhim_ray.encoding.encoder import FrozenEncoder
 
     def evaluate(name):
         r = run("eval", "--baseline", name, "--encoder", tiny_bert, "--max-words", 12, "--k", 50,
@@ -84,9 +84,9 @@ def test_eval_without_labels_scores_cosine_neighbour_recall(trained, toy_folder,
     still an error."""
     import numpy as np
 
-    from dhim_ray.data import load_corpus
+    from dhim_ray.corpus.data import load_corpus
     from dhim_ray.hasher import Hasher
-    from dhim_ray.metrics import cosine_topk, neighbour_recall_at_k
+    from dhim_ray.retrieval.metrics import cosine_topk, neighbour_recall_at_k
 
     corpus = load_corpus(str(toy_folder))
     train, val = corpus.split("train"), corpus.split("val")
@@ -140,7 +140,7 @@ def test_set_overrides_any_field(trained, toy_folder, tiny_bert, tmp_path):
     r = run("train", toy_folder, "--bits", 16, "--out", tmp_path / "m", "--encoder", tiny_bert, "--max-words", 12,
             "--epochs", 1, "--set", "train.beta=2.5", "--set", "model.n_filters=8", "--json")
     assert r.exit_code == 0, r.output
-    from dhim_ray.checkpoint import read_checkpoint
+    from dhim_ray.model.checkpoint import read_checkpoint
 
     cfg = read_checkpoint(tmp_path / "m").config
     assert cfg.train.beta == 2.5 and cfg.model.n_filters == 8

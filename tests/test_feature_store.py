@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from dhim_ray.config import FeatureConfig
-from dhim_ray.data import CorpusSpec
-from dhim_ray.encoder import Features, FrozenEncoder
-from dhim_ray.feature_store import FeatureStore, RowFile
+from dhim_ray.corpus.data import CorpusSpec
+from dhim_ray.encoding.encoder import Features, FrozenEncoder
+from dhim_ray.encoding.feature_store import FeatureStore, RowFile
 
 
 def _array_file(tmp_path, a: np.ndarray) -> RowFile:
@@ -71,7 +71,7 @@ def test_training_from_disk_gives_the_codes_of_training_in_memory(tmp_path, toy_
     """The in-memory path and the on-disk path (features bigger than the budget, read
     in batches) train the same model to the last bit."""
     from dhim_ray.hasher import Hasher
-    from dhim_ray.pipeline import train_corpus
+    from dhim_ray.training.pipeline import train_corpus
 
     corpus = CorpusSpec(str(toy_folder))
     cfg = tiny_config.replace(train={"max_epochs": 2, "crop_tokens": 6})

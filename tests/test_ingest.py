@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from conftest import train_bbc16, write_csv
 
-from dhim_ray.codes import bytes_to_codes
 from dhim_ray.connectors.milvus import (
     IndexSpec,
     MilvusTarget,
@@ -20,7 +19,7 @@ from dhim_ray.connectors.milvus import (
     release,
     upsert_rows,
 )
-from dhim_ray.data import CorpusSpec
+from dhim_ray.corpus.data import CorpusSpec
 from dhim_ray.errors import (
     CheckpointError,
     CodeFormatError,
@@ -31,6 +30,7 @@ from dhim_ray.errors import (
     StoreError,
     StoreUnreachableError,
 )
+from dhim_ray.retrieval.codes import bytes_to_codes
 
 N = 240
 BBC = CorpusSpec("bbc", "train", limit=N)
@@ -88,8 +88,8 @@ def test_search_own_text_returns_it_at_distance_zero(ingested, model_dir):
 
 
 def test_milvus_precision_equals_in_memory(ingested, model_dir):
-    from dhim_ray.pipeline import evaluate_checkpoint
     from dhim_ray.search import evaluate_in_milvus
+    from dhim_ray.training.pipeline import evaluate_checkpoint
 
     target, _ = ingested
     queries = CorpusSpec("bbc", "val", limit=60)
@@ -335,9 +335,9 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
     query's scores. Which codes tied at the (k x M)-th distance the store returns is its own
     choice, so the check re-ranks exactly the candidates the store returned."""
     from dhim_ray.hasher import Hasher
-    from dhim_ray.pipeline import evaluate_checkpoint
-    from dhim_ray.rerank import agreement, rerank_topk
+    from dhim_ray.retrieval.rerank import agreement, rerank_topk
     from dhim_ray.search import Searcher, evaluate_in_milvus
+    from dhim_ray.training.pipeline import evaluate_checkpoint
 
     target, _ = ingested
     rows, db = stored(target)
@@ -394,7 +394,7 @@ def test_store_vectors_keeps_unit_float16_vectors_and_rerank_rescores_by_cosine(
     """ingest --store-vectors: each row also keeps its sentence vector; search --rerank then
     re-scores the Hamming candidates by cosine; a codes-only ingest into it is refused."""
     from dhim_ray.connectors.milvus import describe, fetch_vectors
-    from dhim_ray.encoder import FrozenEncoder
+    from dhim_ray.encoding.encoder import FrozenEncoder
     from dhim_ray.hasher import Hasher
     from dhim_ray.jobs.ingest import ingest
     from dhim_ray.search import Searcher, evaluate_in_milvus

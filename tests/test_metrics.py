@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from dhim_ray.codes import pack_codes
 from dhim_ray.errors import ConfigError, DataError
-from dhim_ray.metrics import cosine_precision_at_k, hamming_distances, hamming_topk, precision_at_k
+from dhim_ray.retrieval.codes import pack_codes
+from dhim_ray.retrieval.metrics import cosine_precision_at_k, hamming_distances, hamming_topk, precision_at_k
 
 
 def brute_force(db_bits, q_bits, k):
@@ -93,7 +93,7 @@ def test_cosine_precision_perfect_clusters():
 def test_search_and_precision_equal_brute_force_across_query_chunks(n_bits, monkeypatch):
     """Faiss-backed search and tie-aware precision equal brute force at every width,
     with heavy ties, over several query chunks and tie groups."""
-    import dhim_ray.metrics as metrics
+    import dhim_ray.retrieval.metrics as metrics
 
     monkeypatch.setattr(metrics, "QUERY_CHUNK", 16)
     monkeypatch.setattr(metrics, "TIE_CHUNK", 3)
@@ -127,8 +127,8 @@ def brute_force_neighbour_recall(db_bits, q_bits, neighbours, k):
 
 @pytest.mark.parametrize("n_bits", [16, 32, 64, 128])
 def test_neighbour_recall_equals_brute_force_with_ties(n_bits, monkeypatch):
-    import dhim_ray.metrics as metrics
-    from dhim_ray.metrics import cosine_topk, neighbour_recall_at_k
+    import dhim_ray.retrieval.metrics as metrics
+    from dhim_ray.retrieval.metrics import cosine_topk, neighbour_recall_at_k
 
     monkeypatch.setattr(metrics, "QUERY_CHUNK", 7)  # several query chunks, and tie groups within them
     rng = np.random.default_rng(n_bits)
@@ -143,7 +143,7 @@ def test_neighbour_recall_equals_brute_force_with_ties(n_bits, monkeypatch):
 
 
 def test_cosine_topk_equals_sort_and_neighbour_recall_tells_lsh_from_random_lists():
-    from dhim_ray.metrics import cosine_topk, neighbour_recall_at_k
+    from dhim_ray.retrieval.metrics import cosine_topk, neighbour_recall_at_k
 
     rng = np.random.default_rng(1)
     db, q = rng.normal(size=(300, 8)), rng.normal(size=(10, 8))
@@ -162,7 +162,7 @@ def test_cosine_topk_equals_sort_and_neighbour_recall_tells_lsh_from_random_list
 
 
 def test_neighbour_recall_bad_shape():
-    from dhim_ray.metrics import neighbour_recall_at_k
+    from dhim_ray.retrieval.metrics import neighbour_recall_at_k
 
     codes = pack_codes(np.zeros((10, 16), dtype=np.uint8))
     with pytest.raises(DataError, match="neighbours of shape"):

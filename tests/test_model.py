@@ -3,10 +3,10 @@ import pytest
 import torch
 
 from dhim_ray.config import ModelConfig, TrainConfig, as_published, config_for_bits
-from dhim_ray.encoder import Features
+from dhim_ray.encoding.encoder import Features
 from dhim_ray.errors import ConfigError
-from dhim_ray.model import DHIM, bernoulli_straight_through
-from dhim_ray.training import carve_validation, fit
+from dhim_ray.model.dhim import DHIM, bernoulli_straight_through
+from dhim_ray.training.loop import carve_validation, fit
 
 
 def toy_features(n=96, t=8, h=24, n_topics=4, seed=0):
@@ -81,8 +81,8 @@ def test_fit_keeps_best_epoch_and_learns_topics():
 
 
 def test_without_labels_the_neighbour_criterion_picks_the_epoch_and_stops_early():
-    from dhim_ray.metrics import cosine_topk, neighbour_recall_at_k
-    from dhim_ray.training import hash_features
+    from dhim_ray.retrieval.metrics import cosine_topk, neighbour_recall_at_k
+    from dhim_ray.training.loop import hash_features
 
     feats, labels = toy_features(n=160, seed=1)
     cfg = config_for_bits(16, model={"hidden_size": 24, "n_filters": 16, "alpha": 0.3},
@@ -132,7 +132,7 @@ def test_one_label_cannot_pick_the_epoch_so_auto_selects_by_neighbours():
 
 
 def test_held_out_objective_criterion_picks_the_lowest_val_loss():
-    from dhim_ray.training import held_out_objective, neighbour_table, neighbour_vectors
+    from dhim_ray.training.loop import held_out_objective, neighbour_table, neighbour_vectors
 
     feats, labels = toy_features(n=160, seed=1)
     cfg = config_for_bits(16, model={"hidden_size": 24, "n_filters": 16, "alpha": 0.3},
@@ -156,8 +156,8 @@ def test_held_out_objective_criterion_picks_the_lowest_val_loss():
     assert torch.equal(after, torch.rand(3))
     assert again == pytest.approx(result.best_objective)
     # split across ranks (batch i is rank i % world's), the shares' sums are the whole objective
-    from dhim_ray.distributed import Collective
-    from dhim_ray.training import held_out_sums
+    from dhim_ray.training.distributed import Collective
+    from dhim_ray.training.loop import held_out_sums
 
     class Rank(Collective):
         def __init__(self, rank, world):
@@ -220,8 +220,8 @@ def test_carve_validation_is_deterministic_and_disjoint():
 
 # ---- the shipped levers -----------------------------------------------------------------
 def test_itq_initialised_linear_path_starts_as_itq_codes():
-    from dhim_ray.baselines import ITQ
-    from dhim_ray.training import init_from_itq, token_mean
+    from dhim_ray.retrieval.baselines import ITQ
+    from dhim_ray.training.loop import init_from_itq, token_mean
 
     feats, _ = toy_features(n=120)
     model = DHIM(ModelConfig(n_bits=16, hidden_size=24, n_filters=8, linear_path=True, init="itq"))
@@ -243,7 +243,7 @@ def test_itq_init_needs_the_linear_path():
 
 
 def test_neighbour_table_and_pair_batches():
-    from dhim_ray.training import neighbour_table, pair_batches
+    from dhim_ray.training.loop import neighbour_table, pair_batches
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((50, 6)).astype(np.float32)
@@ -263,7 +263,7 @@ def test_neighbour_table_and_pair_batches():
 
 
 def test_trimming_padding_does_not_change_codes():
-    from dhim_ray.training import to_tensors, trim_margin
+    from dhim_ray.training.loop import to_tensors, trim_margin
 
     feats, _ = toy_features(n=40, t=12)
     feats.mask[:, 6:] = False  # every document ends by position 6: the batch can be trimmed
@@ -276,7 +276,7 @@ def test_trimming_padding_does_not_change_codes():
 
 
 def test_crops_keep_a_window_of_words():
-    from dhim_ray.training import to_tensors
+    from dhim_ray.training.loop import to_tensors
 
     feats, _ = toy_features(n=30, t=12)
     tokens, mask, _ = to_tensors(feats, np.arange(30), "none", torch.device("cpu"), None, crop=4,
@@ -300,7 +300,7 @@ def test_shipped_defaults_learn_topics_with_every_lever_on(bits):
 
 
 def test_model_selection_searches_a_fixed_sample_of_train():
-    from dhim_ray.training import selection_database
+    from dhim_ray.training.loop import selection_database
 
     cfg = TrainConfig(max_select_database=300, k=10)
     idx = selection_database(1000, cfg)
@@ -315,12 +315,12 @@ def test_model_selection_searches_a_fixed_sample_of_train():
 def test_interrupted_in_process_training_keeps_the_best_epoch_and_resumes(tmp_path, toy_folder, tiny_config):
     """Issue 11.9: Ctrl-C threw away every finished epoch; now the --out folder holds the
     best epoch so far after each epoch, and --resume continues after the last one."""
-    from dhim_ray.checkpoint import has_training_state, read_checkpoint
-    from dhim_ray.data import CorpusSpec
+    from dhim_ray.corpus.data import CorpusSpec
     from dhim_ray.errors import CheckpointError, TrainingInterrupted
     from dhim_ray.hasher import Hasher
-    from dhim_ray.pipeline import train_corpus
-    from dhim_ray.training import TrainCallback
+    from dhim_ray.model.checkpoint import has_training_state, read_checkpoint
+    from dhim_ray.training.loop import TrainCallback
+    from dhim_ray.training.pipeline import train_corpus
 
     seen = []
 
@@ -355,7 +355,7 @@ def test_interrupted_in_process_training_keeps_the_best_epoch_and_resumes(tmp_pa
 def test_best_score_is_none_until_the_criterion_has_picked_an_epoch():
     """The progress bar and the epoch log show "best -" during the label-free warm-up,
     not -inf; then the best value as the criterion reads it (a loss for "objective")."""
-    from dhim_ray.training import EarlyStopping, LoopState, best_score
+    from dhim_ray.training.loop import EarlyStopping, LoopState, best_score
 
     state = LoopState(None, None, None, EarlyStopping(patience=6, warmup=2), np.random.default_rng(0),
                       criterion="neighbours")

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from dhim_ray.data import CorpusSpec
+from dhim_ray.corpus.data import CorpusSpec
 from dhim_ray.errors import CheckpointError, ClusterError, ConfigError
-from dhim_ray.training import TrainCallback
+from dhim_ray.training.loop import TrainCallback
 
 
 @pytest.fixture(scope="module")
@@ -23,10 +23,10 @@ def config(tiny_config, epochs):
 
 
 def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_path, corpus, tiny_config):
-    from dhim_ray.encoder import FrozenEncoder
+    from dhim_ray.encoding.encoder import FrozenEncoder
     from dhim_ray.hasher import Hasher
     from dhim_ray.jobs.train import RayTrainOptions, build_feature_store, open_features, train_distributed
-    from dhim_ray.training import hash_features
+    from dhim_ray.training.loop import hash_features
 
     out = tmp_path / "model"
     summary = train_distributed(corpus, config(tiny_config, 2), out,
@@ -40,9 +40,9 @@ def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_pat
     in_process = hasher.encode(texts)
     # Both workers hashed a share of the validation search; one process searching it
     # whole with the kept (best) weights scores what rank 0 recorded.
-    from dhim_ray.distributed import Collective
-    from dhim_ray.pipeline import load_train_val
-    from dhim_ray.training import Selection
+    from dhim_ray.training.distributed import Collective
+    from dhim_ray.training.loop import Selection
+    from dhim_ray.training.pipeline import load_train_val
 
     cfg = hasher.config
     train, val, _ = load_train_val(corpus, cfg)
@@ -69,7 +69,7 @@ def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, 
 
     from dhim_ray.hasher import Hasher
     from dhim_ray.jobs.train import RayTrainOptions, train_distributed
-    from dhim_ray.pipeline import train_corpus
+    from dhim_ray.training.pipeline import train_corpus
 
     class Lines(logging.Handler):  # on the logger itself: the CLI stops 'dhim_ray' propagating to the root
         def __init__(self):

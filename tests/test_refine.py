@@ -8,13 +8,13 @@ import pytest
 import torch
 from conftest import make_toy_corpus
 
-from dhim_ray.checkpoint import save_checkpoint
 from dhim_ray.config import FeatureConfig
-from dhim_ray.encoder import FrozenEncoder, _load
+from dhim_ray.encoding.encoder import FrozenEncoder, _load
+from dhim_ray.encoding.refine import SGOPT, RefineConfig, max_pool_layers, refine_encoder, sg_opt_loss
 from dhim_ray.errors import CheckpointError, ConfigError, DataError, EncoderMismatchError, TrainingInterrupted
 from dhim_ray.hasher import Hasher
-from dhim_ray.refine import SGOPT, RefineConfig, max_pool_layers, refine_encoder, sg_opt_loss
-from dhim_ray.training import build_model
+from dhim_ray.model.checkpoint import save_checkpoint
+from dhim_ray.training.loop import build_model
 
 TEXTS = [t for _, t in make_toy_corpus(12, seed=4)]  # 48 documents, 4 topics
 

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from dhim_ray.codes import pack_codes
 from dhim_ray.errors import ConfigError
-from dhim_ray.rerank import agreement, check_rerank, query_scores, rerank_topk
+from dhim_ray.retrieval.codes import pack_codes
+from dhim_ray.retrieval.rerank import agreement, check_rerank, query_scores, rerank_topk
 
 
 def brute_force_rerank(db_bits, q_bits, scores, k, m):
@@ -34,7 +34,7 @@ def test_rerank_equals_brute_force(n_bits):
 
 
 def test_sure_scores_keep_the_hamming_order_and_unsure_bits_break_ties():
-    from dhim_ray.metrics import hamming_topk
+    from dhim_ray.retrieval.metrics import hamming_topk
 
     rng = np.random.default_rng(0)
     db_bits, q_bits = rng.integers(0, 2, (200, 32)), rng.integers(0, 2, (5, 32))
@@ -52,8 +52,8 @@ def test_sure_scores_keep_the_hamming_order_and_unsure_bits_break_ties():
 def test_scores_are_the_models_bernoulli_probabilities_and_sign_is_the_code(tiny_config):
     from conftest import make_toy_corpus
 
-    from dhim_ray.encoder import FrozenEncoder
-    from dhim_ray.training import build_model, hash_features, score_features
+    from dhim_ray.encoding.encoder import FrozenEncoder
+    from dhim_ray.training.loop import build_model, hash_features, score_features
 
     feats = FrozenEncoder(tiny_config.features).features([t for _, t in make_toy_corpus(5)], progress=False)
     model = build_model(tiny_config)
@@ -73,7 +73,7 @@ def test_bad_rerank(bad):
 
 
 def test_rescore_cosine_orders_by_cosine_and_keeps_hamming_order_on_ties():
-    from dhim_ray.rerank import rescore_cosine
+    from dhim_ray.retrieval.rerank import rescore_cosine
 
     rng = np.random.default_rng(3)
     cand = rng.normal(size=(4, 30, 6)).astype(np.float32)

@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import make_toy_corpus, write_csv
 
-from dhim_ray.data import CorpusSpec
+from dhim_ray.corpus.data import CorpusSpec
+from dhim_ray.corpus.sources import plan_split, read_shard
+from dhim_ray.corpus.text import clean_string, has_text
 from dhim_ray.errors import DataError
-from dhim_ray.sources import plan_split, read_shard
-from dhim_ray.text import clean_string, has_text
 
 ROWS = [(i % 3, f"document number {i} about topic {i % 3}") for i in range(1000)]
 
@@ -85,7 +85,7 @@ def test_parquet_plans_row_group_ranges_with_counts(tmp_path):
 
 
 def test_headerless_csv_and_jsonl_blocks_larger_than_one_read(tmp_path, monkeypatch):
-    import dhim_ray.sources as sources
+    import dhim_ray.corpus.sources as sources
 
     monkeypatch.setattr(sources, "JSON_BLOCK_BYTES", 100)  # many partial lines per read
     folder = write_format(tmp_path / "j", "jsonl", ROWS[:50])
@@ -118,7 +118,7 @@ def test_datasets_cache_files_stream_as_arrow(tmp_path):
     """The hub path reads a datasets cache's Arrow files: built here from a local CSV."""
     import datasets
 
-    from dhim_ray.sources import Shard, _arrow_rows
+    from dhim_ray.corpus.sources import Shard, _arrow_rows
 
     write_csv(tmp_path / "d.csv", ROWS[:300], header=True)
     ds = datasets.load_dataset("csv", data_files=str(tmp_path / "d.csv"), split="train",

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from dhim_ray.config import AUTO_TARGET_CANDIDATES
-from dhim_ray.data import CorpusSpec
+from dhim_ray.corpus.data import CorpusSpec
 from dhim_ray.errors import CheckpointError, ConfigError, TrainingInterrupted
-from dhim_ray.training import TrainCallback
+from dhim_ray.training.loop import TrainCallback
 
 
 def config(tiny_config, **train):
@@ -22,16 +22,16 @@ def config(tiny_config, **train):
 
 def alone(tiny_config, corpus, tmp_path, target):
     """The candidate trained by itself, as a user naming the target would."""
-    from dhim_ray.pipeline import train_corpus
+    from dhim_ray.training.pipeline import train_corpus
 
     cfg = config(tiny_config).replace(model={"target_transform": target})
     return train_corpus(corpus, cfg, tmp_path / f"alone-{target}", progress=False)[1]
 
 
 def test_auto_keeps_the_target_whose_epoch_scores_higher_on_the_slice(tmp_path, toy_folder, tiny_config):
-    from dhim_ray.checkpoint import read_checkpoint
     from dhim_ray.hasher import Hasher
-    from dhim_ray.pipeline import train_corpus
+    from dhim_ray.model.checkpoint import read_checkpoint
+    from dhim_ray.training.pipeline import train_corpus
 
     corpus, out = CorpusSpec(str(toy_folder)), tmp_path / "auto"
     result, summary = train_corpus(corpus, config(tiny_config), out, progress=False)
@@ -57,8 +57,8 @@ def test_auto_keeps_the_target_whose_epoch_scores_higher_on_the_slice(tmp_path, 
 def test_auto_without_labels_compares_neighbour_recall(tmp_path, toy_folder, tiny_config):
     import json
 
-    from dhim_ray.data import load_corpus
-    from dhim_ray.pipeline import train_corpus
+    from dhim_ray.corpus.data import load_corpus
+    from dhim_ray.training.pipeline import train_corpus
 
     texts = load_corpus(str(toy_folder)).split("train").texts
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
@@ -73,7 +73,7 @@ def test_auto_without_labels_compares_neighbour_recall(tmp_path, toy_folder, tin
 
 def test_an_interrupted_auto_run_resumes_without_training_a_finished_target_again(tmp_path, toy_folder,
                                                                                   tiny_config):
-    from dhim_ray.pipeline import train_corpus
+    from dhim_ray.training.pipeline import train_corpus
 
     started = []
 
@@ -106,8 +106,8 @@ def test_an_interrupted_auto_run_resumes_without_training_a_finished_target_agai
 
 
 def test_auto_refuses_what_cannot_compare_the_targets(tmp_path, toy_folder, tiny_config):
-    from dhim_ray.pipeline import train_corpus
-    from dhim_ray.training import fit
+    from dhim_ray.training.loop import fit
+    from dhim_ray.training.pipeline import train_corpus
 
     with pytest.raises(ConfigError, match="--select objective scores each by its own loss"):
         train_corpus(CorpusSpec(str(toy_folder)), config(tiny_config, select="objective"), tmp_path / "a",
@@ -121,8 +121,8 @@ def test_auto_refuses_what_cannot_compare_the_targets(tmp_path, toy_folder, tiny
 
 def test_auto_under_ray_train_shares_features_and_keeps_the_better_target(ray_session, tmp_path, toy_folder,
                                                                           tiny_config):
-    from dhim_ray.checkpoint import read_checkpoint
     from dhim_ray.jobs.train import RayTrainOptions, train_distributed
+    from dhim_ray.model.checkpoint import read_checkpoint
 
     corpus, out = CorpusSpec(str(toy_folder)), tmp_path / "auto"
     cfg = config(tiny_config, max_epochs=2, batch_size=32)
@@ -141,8 +141,8 @@ def test_auto_under_ray_train_shares_features_and_keeps_the_better_target(ray_se
 def test_the_cli_says_which_target_auto_chose(tmp_path, toy_folder, tiny_bert):
     from typer.testing import CliRunner
 
-    from dhim_ray.checkpoint import read_checkpoint
     from dhim_ray.cli import app
+    from dhim_ray.model.checkpoint import read_checkpoint
 
     out = tmp_path / "model"
     r = CliRunner().invoke(app, ["train", str(toy_folder), "--encoder", tiny_bert, "--max-words", "12", "--bits", "16",

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from dhim_ray.encoding.transforms import Flow, Whitening, fit_transform, transform
 from dhim_ray.errors import ConfigError, DataError
-from dhim_ray.transforms import Flow, Whitening, fit_transform, transform
 
 
 def anisotropic(n=3000, d=16, seed=0):
@@ -82,8 +82,8 @@ def test_dhim_with_transforms_fits_them_and_saves_them_with_the_model(tmp_path, 
     before the first step, change the neighbour positives, and reload from the checkpoint."""
     from test_model import toy_features
 
-    from dhim_ray.checkpoint import load_checkpoint, save_checkpoint
-    from dhim_ray.training import fit, hash_features, neighbour_table, neighbour_vectors
+    from dhim_ray.model.checkpoint import load_checkpoint, save_checkpoint
+    from dhim_ray.training.loop import fit, hash_features, neighbour_table, neighbour_vectors
 
     feats, _ = toy_features(n=120, h=32)
     feats.mean[:] = feats.mean * np.linspace(4, 0.2, 32)[None, :] + 3.0  # anisotropic, off-centre
@@ -117,7 +117,7 @@ def test_layer_averaged_sentence_vectors(tiny_config):
     first and last transformer layers (WhiteningBERT's layer average)."""
     from conftest import make_toy_corpus
 
-    from dhim_ray.encoder import FrozenEncoder
+    from dhim_ray.encoding.encoder import FrozenEncoder
     from dhim_ray.errors import EncoderError
 
     texts = [t for _, t in make_toy_corpus(2, seed=5)]

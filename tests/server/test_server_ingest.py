@@ -17,7 +17,7 @@ from conftest import train_bbc16
 from milvus_server import ROOT_TOKEN, URI, start_server
 
 from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, ensure_collection
-from dhim_ray.data import CorpusSpec
+from dhim_ray.corpus.data import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError
 
 os.environ["MILVUS_TOKEN"] = ROOT_TOKEN  # before Ray starts, so its workers inherit it
@@ -52,7 +52,7 @@ def ingested(ray_session, milvus_uri, model_dir):
 
 
 def stored_codes(target: MilvusTarget) -> tuple[list[int], np.ndarray]:
-    from dhim_ray.codes import bytes_to_codes
+    from dhim_ray.retrieval.codes import bytes_to_codes
 
     client = target.connect()
     try:
@@ -151,8 +151,8 @@ def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus
 
 def test_search_through_the_ivf_index(ingested, model_dir):
     """nprobe = nlist probes every cluster: exact, so it must agree with in-memory search."""
-    from dhim_ray.pipeline import evaluate_checkpoint
     from dhim_ray.search import Searcher, evaluate_in_milvus
+    from dhim_ray.training.pipeline import evaluate_checkpoint
 
     target, _ = ingested
     split = BBC.load_split()

@@ -1,5 +1,5 @@
 """Classic unsupervised hashing on the same frozen sentence vectors (numpy; the
-transform baselines use dhim_ray.transforms, torch), and the float references they are
+transform baselines use dhim_ray.encoding.transforms, torch), and the float references they are
 measured against (FLOAT_BASELINES: cosine kNN on the unhashed vectors).
 
 Each baseline is fitted on the database's vectors, then hashes any vectors to
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .codes import check_n_bits, pack_codes
-from .errors import ConfigError
+from dhim_ray.errors import ConfigError
+from dhim_ray.retrieval.codes import check_n_bits, pack_codes
 
 BASELINES = ("lsh", "pca-sign", "pca-median", "itq", "whitening-sign", "flow-sign")
 FLOAT_BASELINES = {"cosine": None, "whitening-cosine": "whitening", "flow-cosine": "flow"}
 """The unhashed references: exact cosine kNN on the float sentence vectors, as they are or
-after a transform (dhim_ray.transforms) fitted on the database; name -> transform."""
+after a transform (dhim_ray.encoding.transforms) fitted on the database; name -> transform."""
 
 
 def check_baseline(name: str) -> None:
@@ -137,13 +137,13 @@ class ITQ(PCASign):
 
 
 class TransformSign(Baseline):
-    """A sentence-vector transform fitted on the database (dhim_ray.transforms), then the
+    """A sentence-vector transform fitted on the database (dhim_ray.encoding.transforms), then the
     sign of its first n_bits output dims (principal-axis order for both transforms)."""
 
     kind = ""
 
     def fit(self, vectors):
-        from .transforms import Flow, Whitening
+        from dhim_ray.encoding.transforms import Flow, Whitening
 
         x = np.asarray(vectors, dtype=np.float64)
         if self.n_bits > x.shape[1]:
@@ -157,7 +157,7 @@ class TransformSign(Baseline):
         return self
 
     def project(self, vectors):
-        from .transforms import transform
+        from dhim_ray.encoding.transforms import transform
 
         return transform(self.transform, np.asarray(vectors, dtype=np.float32))[:, : self.n_bits]
 

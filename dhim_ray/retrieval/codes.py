@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import CodeFormatError
+from dhim_ray.errors import CodeFormatError
 
 MIN_BITS, MAX_BITS = 8, 1024
 
 
 def check_n_bits(n_bits: int, what: str = "n_bits") -> int:
     """Validate a code width; return it. Raises ConfigError naming the fix."""
-    from .errors import ConfigError
+    from dhim_ray.errors import ConfigError
 
     if isinstance(n_bits, bool) or not isinstance(n_bits, (int, np.integer)):
         raise ConfigError(f"{what}={n_bits!r}: must be an integer, e.g. 64")

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import CONFIG_FILE, has_training_state, load_checkpoint, read_checkpoint, save_checkpoint
-from .config import AUTO_TARGET, AUTO_TARGET_CANDIDATES, DHIMConfig
-from .errors import CheckpointError, ConfigError
-from .model import DHIM
+from dhim_ray.config import AUTO_TARGET, AUTO_TARGET_CANDIDATES, DHIMConfig
+from dhim_ray.errors import CheckpointError, ConfigError
+from dhim_ray.model.checkpoint import CONFIG_FILE, has_training_state, load_checkpoint, read_checkpoint, save_checkpoint
+from dhim_ray.model.dhim import DHIM
 
 logger = logging.getLogger(__name__)
 

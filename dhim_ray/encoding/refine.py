@@ -38,10 +38,10 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from .config import DEFAULT_ENCODER
-from .encoder import _load, resolve_encoder
-from .errors import CheckpointError, ConfigError, DataError, TrainingInterrupted
-from .text import CLEANINGS, clean_and_truncate
+from dhim_ray.config import DEFAULT_ENCODER
+from dhim_ray.corpus.text import CLEANINGS, clean_and_truncate
+from dhim_ray.encoding.encoder import _load, resolve_encoder
+from dhim_ray.errors import CheckpointError, ConfigError, DataError, TrainingInterrupted
 
 logger = logging.getLogger(__name__)
 

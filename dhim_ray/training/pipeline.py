@@ -12,9 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from . import target_choice
-from .baselines import FLOAT_BASELINES, check_baseline, make_baseline
-from .checkpoint import (
+from dhim_ray.config import AUTO_TARGET, DEFAULT_ENCODER, DHIMConfig, FeatureConfig
+from dhim_ray.corpus.data import CorpusSpec, Split, align_labels
+from dhim_ray.encoding.encoder import Features, FrozenEncoder
+from dhim_ray.encoding.refine import RefineConfig, refine_encoder
+from dhim_ray.encoding.transforms import fit_transform, transform
+from dhim_ray.errors import CheckpointError, TrainingInterrupted
+from dhim_ray.hasher import Hasher
+from dhim_ray.model.checkpoint import (
     CONFIG_FILE,
     check_checkpoint_folder,
     check_writable,
@@ -24,16 +29,19 @@ from .checkpoint import (
     save_checkpoint,
     save_training_state,
 )
-from .config import AUTO_TARGET, DEFAULT_ENCODER, DHIMConfig, FeatureConfig
-from .data import CorpusSpec, Split, align_labels
-from .encoder import Features, FrozenEncoder
-from .errors import CheckpointError, TrainingInterrupted
-from .hasher import Hasher
-from .metrics import cosine_precision_at_k, cosine_topk, neighbour_recall_at_k, precision_at_k
-from .refine import RefineConfig, refine_encoder
-from .rerank import BY_BITS, check_rerank, rerank_topk
-from .training import ONE_LABEL_HINT, FitResult, LoopState, TrainCallback, carve_validation, fit, selection_criterion
-from .transforms import fit_transform, transform
+from dhim_ray.retrieval.baselines import FLOAT_BASELINES, check_baseline, make_baseline
+from dhim_ray.retrieval.metrics import cosine_precision_at_k, cosine_topk, neighbour_recall_at_k, precision_at_k
+from dhim_ray.retrieval.rerank import BY_BITS, check_rerank, rerank_topk
+from dhim_ray.training import target_choice
+from dhim_ray.training.loop import (
+    ONE_LABEL_HINT,
+    FitResult,
+    LoopState,
+    TrainCallback,
+    carve_validation,
+    fit,
+    selection_criterion,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +109,7 @@ def prepare_training_data(
     written batch by batch to a FeatureStore (in ``cache_dir``, else ``scratch_dir``)
     and training reads them back batch by batch, so memory stays bounded.
     """
-    from .errors import ConfigError
+    from dhim_ray.errors import ConfigError
 
     train, val, val_source = load_train_val(corpus, config)
     encoder = encoder or FrozenEncoder(config.features, device=device)
@@ -159,7 +167,7 @@ def train_corpus(
     Features larger than ``feature_memory_gb`` stay on disk (``cache_dir``, else a
     scratch folder in ``out`` removed when the run finishes).
     ``config.model.target_transform == "auto"`` trains once per candidate target on
-    the same features and keeps the better one (dhim_ray.target_choice).
+    the same features and keeps the better one (dhim_ray.training.target_choice).
     Returns (fit result, the summary written into the checkpoint). Raises
     TrainingInterrupted on Ctrl-C, naming what was kept and how to resume.
     """

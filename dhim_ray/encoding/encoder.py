@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .config import DEFAULT_ENCODER, FeatureConfig
-from .errors import EncoderError
-from .feature_store import FeatureStore, RowFile
-from .text import clean_and_truncate
+from dhim_ray.config import DEFAULT_ENCODER, FeatureConfig
+from dhim_ray.corpus.text import clean_and_truncate
+from dhim_ray.encoding.feature_store import FeatureStore, RowFile
+from dhim_ray.errors import EncoderError
 
 #: Sentence-vector poolings of ``FrozenEncoder.sentence_vectors``.
 POOLINGS = ("first-last-avg", "mean")
@@ -286,7 +286,7 @@ def _load(source: str, name: str):
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from .hub import offline_unless_reachable
+    from dhim_ray.corpus.hub import offline_unless_reachable
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()

@@ -23,14 +23,14 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .codes import pack_codes
-from .config import AUTO_TARGET, DHIMConfig, ModelConfig, TrainConfig
-from .distributed import Collective
-from .encoder import Features
-from .errors import ConfigError, DataError
-from .metrics import cosine_topk, neighbour_recall_at_k, precision_at_k
-from .model import DHIM
-from .transforms import fit_transform, fitting_sample, transform
+from dhim_ray.config import AUTO_TARGET, DHIMConfig, ModelConfig, TrainConfig
+from dhim_ray.encoding.encoder import Features
+from dhim_ray.encoding.transforms import fit_transform, fitting_sample, transform
+from dhim_ray.errors import ConfigError, DataError
+from dhim_ray.model.dhim import DHIM
+from dhim_ray.retrieval.codes import pack_codes
+from dhim_ray.retrieval.metrics import cosine_topk, neighbour_recall_at_k, precision_at_k
+from dhim_ray.training.distributed import Collective
 
 logger = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ def token_mean(feats: Features, chunk: int = 1024) -> np.ndarray:
 def init_from_itq(model: DHIM, feats: Features, seed: int = 0) -> None:
     """Start the model's linear path as ITQ (PCA + rotation) of the mean token feature,
     scaled so every bit's logit has unit spread over the training documents."""
-    from .baselines import ITQ
+    from dhim_ray.retrieval.baselines import ITQ
 
     x = token_mean(feats)
     if model.config.n_bits > min(x.shape):
@@ -404,8 +404,8 @@ def score_features(
     model: DHIM, feats: Features, batch_size: int = 512, device: torch.device = torch.device("cpu")
 ) -> tuple[np.ndarray, np.ndarray]:
     """(packed codes, pre-threshold scores (n, bits) float32 in (-1, 1)) of cached features:
-    the scores are what asymmetric re-ranking compares candidates' bits with (dhim_ray.rerank)."""
-    from .rerank import query_scores
+    the scores are what asymmetric re-ranking compares candidates' bits with (dhim_ray.retrieval.rerank)."""
+    from dhim_ray.retrieval.rerank import query_scores
 
     codes = np.empty((len(feats), model.config.n_bits // 8), dtype=np.uint8)
     scores = np.empty((len(feats), model.config.n_bits), dtype=np.float32)
@@ -647,7 +647,7 @@ def fit(
     collective = collective or Collective()
     if config.model.target_transform == AUTO_TARGET:
         raise ConfigError("target_transform=auto is a choice between trainings: train through train_corpus or "
-                          "train_distributed (dhim_ray.target_choice), which fit each candidate target")
+                          "train_distributed (dhim_ray.training.target_choice), which fit each candidate target")
     if train.tokens.shape[-1] != config.model.hidden_size:
         raise ConfigError(
             f"features of width {train.tokens.shape[-1]} do not match hidden_size {config.model.hidden_size}"
@@ -665,7 +665,7 @@ def fit(
                       EarlyStopping(config.train.patience, selection_warmup(criterion, config.train)),
                       np.random.default_rng(config.train.seed), collective.rank, criterion, train=train)
     if resume_from is not None:
-        from .checkpoint import load_training_state
+        from dhim_ray.model.checkpoint import load_training_state
 
         state.restore(*load_training_state(resume_from, model, optimizer))
         logger.info("resuming after epoch %d from %s", state.epoch, resume_from)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError, HubUnreachableError, UnknownDatasetError
-from .text import clean_string
+from dhim_ray.corpus.text import clean_string
+from dhim_ray.errors import DataError, HubUnreachableError, UnknownDatasetError
 
 logger = logging.getLogger(__name__)
 
@@ -461,7 +461,7 @@ def _hub_dataset_dict(name: str, preset: HubPreset):
     """Every split of a hub dataset (memory-mapped Arrow files in the datasets cache)."""
     import datasets
 
-    from .hub import offline_unless_reachable
+    from dhim_ray.corpus.hub import offline_unless_reachable
 
     datasets.disable_progress_bars()
     try:

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .config import ModelConfig
-from .losses import bilinear_scores, jsd_mi
-from .transforms import build_transform
+from dhim_ray.config import ModelConfig
+from dhim_ray.encoding.transforms import build_transform
+from dhim_ray.model.losses import bilinear_scores, jsd_mi
 
 
 def bernoulli_straight_through(logits: torch.Tensor, alpha: float) -> torch.Tensor:

@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import TRANSFORMS
-from .errors import ConfigError, DataError
+from dhim_ray.config import TRANSFORMS
+from dhim_ray.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ConfigError
+from dhim_ray.errors import ConfigError
 
 MAX_RERANK = 64
 BY_BITS = "agreement with the query's bit scores"
@@ -68,7 +68,7 @@ def rerank_topk(database: np.ndarray, queries: np.ndarray, scores: np.ndarray, k
                 m: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact Hamming top-(k x m) of each query (ties by database order), re-ranked by
     agreement with the query's scores; returns (database indices (n, k), agreement (n, k))."""
-    from .metrics import hamming_topk
+    from dhim_ray.retrieval.metrics import hamming_topk
 
     m = check_rerank(m)
     candidates, _ = hamming_topk(database, queries, min(k * m, len(database)))

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from .config import DHIMConfig
-from .errors import CheckpointError, ConfigError
-from .model import DHIM
+from dhim_ray.config import DHIMConfig
+from dhim_ray.errors import CheckpointError, ConfigError
+from dhim_ray.model.dhim import DHIM
 
 FORMAT = "dhim-ray/checkpoint"
 FORMAT_VERSION = 1

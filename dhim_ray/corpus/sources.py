@@ -22,8 +22,17 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import BUILTIN, FILE_SUFFIXES, PRESETS, SPLIT_ALIASES, CorpusSpec, _check_utf8, _headerless_csv, split_files
-from .errors import DataError
+from dhim_ray.corpus.data import (
+    BUILTIN,
+    FILE_SUFFIXES,
+    PRESETS,
+    SPLIT_ALIASES,
+    CorpusSpec,
+    _check_utf8,
+    _headerless_csv,
+    split_files,
+)
+from dhim_ray.errors import DataError
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +160,7 @@ def _plan_loaded(spec: CorpusSpec, split: str, where: str) -> SourcePlan:
         table = pa.table({"text": pa.array(data.texts, pa.string()), "label": data.labels, "source_row": data.rows})
         return SourcePlan(where, (Shard("", "table", len(table), table=table),), "text", "label",
                           tuple(data.label_names) if data.label_names else None)
-    from .data import hub_split
+    from dhim_ray.corpus.data import hub_split
 
     ds = hub_split(spec, split)
     text_column, label_column = _pick_columns(list(ds.column_names), spec, where)

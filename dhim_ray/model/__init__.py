@@ -1,0 +1,1 @@
+"""The DHIM head, its losses, and its checkpoint (torch only)."""
