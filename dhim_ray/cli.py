@@ -53,6 +53,7 @@ FLAGS = {
                                       "rerank", "method", "temperature", "lam", "epochs")},
     "max_steps": "--max-steps", "save_every": "--save-every",
     "target_transform": "--target-transform", "neighbour_transform": "--neighbour-transform",
+    "replicas": "--replicas", "port": "--port", "api_token_env": "--api-token-env", "max_batch_size": "--max-batch-size",
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
@@ -515,6 +516,42 @@ def search(
         typer.echo(json.dumps([{"query": q, "hits": h} for q, h in zip(text, hits)], default=_json_default))
         return
     _show_hits(text, hits)
+
+
+@app.command()
+@handle_errors
+def serve(
+    model_dir: Annotated[Path, typer.Argument(help="Checkpoint folder the collection was ingested with.")],
+    collection: Annotated[str, typer.Option(help="Collection to search.")],
+    uri: Uri = DEFAULT_DB,
+    token_env: TokenEnv = "MILVUS_TOKEN",
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0 exposes it to the network).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP port.")] = 8000,
+    replicas: Annotated[int, typer.Option(help="Service replicas (a Milvus server only: a milvus-lite file takes one).")] = 1,
+    address: Annotated[str | None, typer.Option(help="Ray cluster: 'auto', ray://host:10001, or a head address.")] = None,
+    api_token_env: Annotated[str | None, typer.Option(
+        help="Env variable holding the bearer token clients must send (Authorization: Bearer ...) [none: open].")] = None,
+    max_batch_size: Annotated[int, typer.Option(help="Requests hashed in one encoder pass (1 = no batching).")] = 32,
+    nprobe: Nprobe = None,
+):
+    """Serve Hamming search over HTTP (Ray Serve): POST /search, POST /hash, GET /health, GET /docs."""
+    import time
+
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.jobs.serve import ServeOptions, start_service, token_digest
+
+    MilvusTarget(uri, collection, token_env=token_env)  # a malformed name or URI fails before the model loads
+    options = ServeOptions(str(model_dir.resolve()), uri, collection, token_env, nprobe, token_digest(api_token_env),
+                           max_batch_size)
+    url = start_service(options, host, port, replicas, address)
+    typer.echo(f"serving {collection} at {url} (POST /search, POST /hash, GET /health, GET /docs); Ctrl-C stops")
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        from ray import serve as ray_serve
+
+        ray_serve.shutdown()
 
 
 def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:

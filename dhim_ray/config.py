@@ -104,6 +104,13 @@ class ModelConfig:
                 f"({self.hidden_size} != {self.n_filters * len(self.windows)}); leave it off for this encoder"
             )
 
+    @property
+    def pad_reach(self) -> int | None:
+        """Positions past a document's last token whose encoder states change its codes: the
+        widest convolution's half window. None when every position counts (mask_padding off,
+        the paper's code: [PAD] positions are read as words), so documents pad to max_words."""
+        return max(self.windows) // 2 if self.mask_padding else None
+
 
 SELECT_CRITERIA = ("auto", "labels", "neighbours", "objective")
 

@@ -69,7 +69,9 @@ class Hasher:
         EncoderMismatchError when the encoder differs from the one trained on."""
         model, config, info = load_checkpoint(path)
         if encoder is None:
-            encoder = FrozenEncoder(config.features, device=device)
+            encoder = FrozenEncoder(config.features, device=device, reach=config.model.pad_reach)
+        elif encoder.reach is not None and (config.model.pad_reach is None or encoder.reach < config.model.pad_reach):
+            encoder.reach = config.model.pad_reach  # the head reads further past a document's end
         if encoder.hidden_size != config.model.hidden_size:
             raise EncoderMismatchError(
                 f"checkpoint {path} was trained on {info.encoder_name} (width {config.model.hidden_size}) "
@@ -96,8 +98,7 @@ class Hasher:
         if isinstance(texts, str):
             texts = [texts]
         texts = check_texts(texts, self.config.features.cleaning)
-        return len(texts), ((s, self.encoder.encode_batch(texts[s : s + batch_size]))
-                            for s in range(0, len(texts), batch_size))
+        return len(texts), self.encoder.iter_features(texts, batch_size)
 
     def encode(self, texts: list[str] | str, batch_size: int = 64, progress: bool = False) -> np.ndarray:
         """Texts -> packed codes, uint8 (n, n_bits // 8), most significant bit first."""

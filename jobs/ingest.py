@@ -51,20 +51,27 @@ from .stream import Prepare, check_scan, label_vocabulary, read_documents, scan
 logger = logging.getLogger(__name__)
 
 
+#: Encoder batches in one Ray batch of an encoding actor, sorted by length together.
+SORTED_BATCHES = 8
+
+
 class CodeEncoder:
     """Ray Data callable class: loads the checkpoint once per actor, emits packed codes
     (and, with ``vectors``, each document's mean-pooled sentence vector, float16)."""
 
-    def __init__(self, model_dir: str, threads: int = 1, device: str = "cpu", vectors: bool = False):
+    def __init__(self, model_dir: str, threads: int = 1, device: str = "cpu", vectors: bool = False,
+                 batch_size: int = 64):
         import torch
 
         torch.set_num_threads(max(1, threads))
         self.hasher = Hasher.load(model_dir, device=device)
         self.vectors = vectors
+        self.batch_size = batch_size
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         texts = [str(t) for t in batch["text"]]
-        feats = self.hasher.encoder.encode_batch(texts)
+        # A Ray batch holds SORTED_BATCHES encoder batches: sorted by length, each padded to its longest.
+        feats = self.hasher.encoder.encode(texts, batch_size=self.batch_size)
         batch["code"] = self.hasher.hash_features(feats)  # uint8 (n, n_bytes)
         if self.vectors:
             batch["vector"] = np.asarray(feats.mean, dtype=np.float16)
@@ -196,8 +203,9 @@ def ingest(
     ds = ds.map_batches(
         CodeEncoder,
         fn_constructor_kwargs={"model_dir": str(Path(model_dir).resolve()), "threads": threads,
-                               "device": "cuda" if use_gpu else "cpu", "vectors": store_vectors},
-        batch_size=batch_size,
+                               "device": "cuda" if use_gpu else "cpu", "vectors": store_vectors,
+                               "batch_size": batch_size},
+        batch_size=batch_size * SORTED_BATCHES,
         # One block at a time per actor: otherwise the first actor up takes several blocks
         # while the others are still loading the model.
         compute=ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1),

@@ -72,26 +72,32 @@ class RayTrainOptions:
 
 
 # ---- features with Ray Data, into a FeatureStore ------------------------------------------
+#: Documents per encoder forward pass inside a feature-writing actor.
+ENCODER_BATCH = 64
+
 class FeatureWriter:
     """Ray Data callable class: one frozen encoder per actor; encodes a batch of texts and
     writes its rows straight into the FeatureStore being built. Only row counts travel
     back to the driver, so neither the driver nor Ray's object store holds features."""
 
-    def __init__(self, features: dict, writer: StoreWriter, threads: int = 1, device: str = "cpu"):
+    def __init__(self, features: dict, writer: StoreWriter, threads: int = 1, device: str = "cpu",
+                 reach: int | None = None):
         import torch
 
         torch.set_num_threads(max(1, threads))
-        self.encoder = FrozenEncoder(FeatureConfig(**features), device=device)
+        self.encoder = FrozenEncoder(FeatureConfig(**features), device=device, reach=reach)
         self.writer = writer
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        f = self.encoder.encode_batch([str(t) for t in batch["text"]])
+        # A Ray batch is many encoder batches: sorted by length inside it, padded per encoder batch.
+        f = self.encoder.encode([str(t) for t in batch["text"]], batch_size=ENCODER_BATCH)
         self.writer.write_rows(batch["idx"], f.tokens, f.mask, f.cls, f.mean)
         return {"rows": np.array([len(f.tokens)], dtype=np.int64)}
 
 
 def build_feature_store(texts: list[str], folder: Path, features: FeatureConfig, hidden: int, fingerprint: str,
-                        workers: int, use_gpu: bool = False, progress: bool = False, desc: str = "encoding") -> Path:
+                        workers: int, use_gpu: bool = False, progress: bool = False, desc: str = "encoding",
+                        reach: int | None = None) -> Path:
     """Frozen features of ``texts`` in a FeatureStore at ``folder``, computed by Ray Data
     encoder actors (one per worker) that write their rows themselves. An existing
     complete store is reused. On a multi-node cluster ``folder`` must be on a file
@@ -108,8 +114,8 @@ def build_feature_store(texts: list[str], folder: Path, features: FeatureConfig,
     ds = ray.data.from_arrow(split_table(table, workers * 4)).map_batches(
         FeatureWriter,
         fn_constructor_kwargs={"features": dataclasses.asdict(features), "writer": store.writer(),
-                               "threads": threads, "device": "cuda" if use_gpu else "cpu"},
-        batch_size=64,
+                               "threads": threads, "device": "cuda" if use_gpu else "cpu", "reach": reach},
+        batch_size=ENCODER_BATCH * 8,
         compute=ray.data.ActorPoolStrategy(size=workers),
         num_cpus=actor_cpus,
         num_gpus=1 if use_gpu else 0,
@@ -334,7 +340,8 @@ def train_distributed(
         config = resume_config(Path(resume), config)
     t_start = time.perf_counter()
     train, val, val_source = load_train_val(corpus, config)
-    encoder = FrozenEncoder(config.features)  # width and fingerprint; fails fast on a bad encoder
+    # width, fingerprint and store keys; fails fast on a bad encoder
+    encoder = FrozenEncoder(config.features, reach=config.model.pad_reach)
     config = config.replace(model={"hidden_size": encoder.hidden_size})
     fingerprint = encoder.fingerprint
 
@@ -352,7 +359,8 @@ def train_distributed(
     t_ray = time.perf_counter()
     train_store, val_store = (
         build_feature_store(split.texts, encoder.store_path(split.texts, stores), config.features,
-                            encoder.hidden_size, fingerprint, opts.workers, opts.use_gpu, progress, desc)
+                            encoder.hidden_size, fingerprint, opts.workers, opts.use_gpu, progress, desc,
+                            reach=encoder.reach)
         for split, desc in ((train, "encoding train"), (val, "encoding val")))
     del encoder  # the actors loaded their own copies
     t_features = time.perf_counter()

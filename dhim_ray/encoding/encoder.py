@@ -7,8 +7,10 @@ bundle (fp16 token features + masks + sentence vectors), optionally cached on di
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,10 +18,20 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from dhim_ray.config import DEFAULT_ENCODER, FeatureConfig
+from dhim_ray.config import DEFAULT_ENCODER, FeatureConfig, ModelConfig
 from dhim_ray.corpus.text import clean_and_truncate
 from dhim_ray.encoding.feature_store import FeatureStore, RowFile
 from dhim_ray.errors import EncoderError
+
+#: Positions past a document's end that the shipped DHIM head reads (its widest window's half).
+DEFAULT_REACH = ModelConfig().pad_reach
+
+#: Encoder arithmetic: fp32, or autocast to fp16/bf16 (fp16 on a GPU only).
+PRECISIONS = ("fp32", "fp16", "bf16")
+
+#: Texts tokenised, length-sorted and encoded together: bounds memory (the features of
+#: this many documents) while keeping batches of similar lengths.
+SORT_CHUNK = 1024
 
 #: Sentence-vector poolings of ``FrozenEncoder.sentence_vectors``.
 POOLINGS = ("first-last-avg", "mean")
@@ -128,9 +140,19 @@ class FrozenEncoder:
         >>> feats.tokens.shape   # (2, 50, 384)
     """
 
-    def __init__(self, config: FeatureConfig, device: str | torch.device = "cpu", model=None, tokenizer=None):
+    def __init__(self, config: FeatureConfig, device: str | torch.device = "cpu", model=None, tokenizer=None,
+                 reach: int | None = DEFAULT_REACH, precision: str = "fp32"):
+        if reach is not None and reach < 0:
+            raise EncoderError(f"reach={reach}: must be >= 0, or None to pad every document to max_words")
+        if precision not in PRECISIONS:
+            raise EncoderError(f"precision={precision!r}: choose one of {', '.join(PRECISIONS)}")
         self.config = config
         self.device = torch.device(device)
+        # Positions past a batch's longest document that are run through the encoder: the
+        # DHIM head's convolutions read `reach` positions beyond a word, so those must hold the
+        # encoder's [SEP]/[PAD] states; further ones are never read and stay zero.
+        self.reach = reach
+        self.precision = precision
         self.source = resolve_encoder(config.encoder)
         if model is None or tokenizer is None:
             model, tokenizer = _load(self.source, config.encoder)
@@ -168,7 +190,9 @@ class FrozenEncoder:
 
     def store_path(self, texts: list[str], cache_dir: str | Path) -> Path:
         """Where the features of ``texts`` are cached: a hash of the encoder, settings and texts."""
-        digest = hashlib.sha256(f"{self.fingerprint}|clean={self.config.cleaning}".encode())
+        # Stores padded to max_words (reach None) keep the key they always had.
+        key = f"{self.fingerprint}|clean={self.config.cleaning}" + ("" if self.reach is None else f"|reach={self.reach}")
+        digest = hashlib.sha256(key.encode())
         for t in texts:
             digest.update(t.encode("utf-8", "surrogatepass") + b"\0")
         return Path(cache_dir) / f"features-{digest.hexdigest()[:24]}"
@@ -205,8 +229,7 @@ class FrozenEncoder:
         store = FeatureStore.create(folder, len(texts), self.config.n_tokens - 1, self.hidden_size)
         writer = store.writer()
         with tqdm(total=len(texts), desc="encoding", unit="doc", disable=not progress, leave=False) as bar:
-            for start in range(0, len(texts), batch_size):
-                b = self.encode_batch(texts[start : start + batch_size])
+            for start, b in self.iter_features(texts, batch_size):
                 writer.write(start, b.tokens, b.mask, b.cls, b.mean)
                 bar.update(len(b.tokens))
         writer.close()
@@ -222,22 +245,76 @@ class FrozenEncoder:
             mean=np.zeros((n, h), dtype=np.float32),
         )
         with tqdm(total=n, desc="encoding", unit="doc", disable=not progress, leave=False) as bar:
-            for start in range(0, n, batch_size):
-                batch = self.encode_batch(texts[start : start + batch_size])
+            for start, batch in self.iter_features(texts, batch_size):
                 stop = start + len(batch.tokens)
                 out.tokens[start:stop], out.mask[start:stop] = batch.tokens, batch.mask
                 out.cls[start:stop], out.mean[start:stop] = batch.cls, batch.mean
                 bar.update(stop - start)
         return out
 
-    def _tokenize(self, texts: list[str]):
-        return self.tokenizer(
-            self.prepare(texts),
-            padding="max_length",
-            truncation=True,
-            max_length=self.config.n_tokens,
-            return_tensors="pt",
-        ).to(self.device)
+    def token_ids(self, texts: list[str]) -> list[list[int]]:
+        """Cleaned, truncated texts -> token ids with [CLS]/[SEP], unpadded (one fast-tokenizer call)."""
+        return self.tokenizer(self.prepare(texts), truncation=True, max_length=self.config.n_tokens,
+                              padding=False, return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+
+    def length_batches(self, ids: list[list[int]], batch_size: int, reach: int | None = -1):
+        """(row indices, input_ids (B, W), attention_mask (B, W)) over ``ids`` sorted longest
+        first, each batch padded to its longest document plus ``reach`` positions (at most
+        n_tokens; ``reach`` None pads to n_tokens, as the paper's code does)."""
+        reach = self.reach if reach == -1 else reach
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        order = np.argsort(-lengths, kind="stable")
+        pad = self.tokenizer.pad_token_id or 0
+        for start in range(0, len(ids), batch_size):
+            rows = order[start : start + batch_size]
+            width = self.config.n_tokens if reach is None else min(self.config.n_tokens, int(lengths[rows[0]]) + reach)
+            input_ids = np.full((len(rows), width), pad, dtype=np.int64)
+            attention = np.zeros((len(rows), width), dtype=np.int64)
+            for r, i in enumerate(rows):
+                input_ids[r, : lengths[i]] = ids[i]
+                attention[r, : lengths[i]] = 1
+            yield rows, torch.from_numpy(input_ids).to(self.device), torch.from_numpy(attention).to(self.device)
+
+    def _autocast(self):
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        if self.precision == "fp16" and self.device.type != "cuda":
+            raise EncoderError("precision='fp16' needs a CUDA device; use bf16 or fp32 on the CPU")
+        dtype = torch.float16 if self.precision == "fp16" else torch.bfloat16
+        return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    def iter_features(self, texts: list[str], batch_size: int = 64) -> Iterator[tuple[int, Features]]:
+        """(start, Features of texts[start : start + m]) in input order, SORT_CHUNK texts at a time."""
+        step = max(batch_size, SORT_CHUNK)
+        for start in range(0, len(texts), step):
+            yield start, self.encode(texts[start : start + step], batch_size)
+
+    @torch.inference_mode()
+    def encode(self, texts: list[str], batch_size: int = 64) -> Features:
+        """Features of ``texts`` in input order, fixed width (n_tokens - 1 positions).
+
+        The texts are tokenised in one call, sorted by length and encoded ``batch_size`` at
+        a time, each batch padded only as far as its longest document plus ``reach``:
+        positions further on stay zero (mask False), so codes equal those of the paper's
+        pad-everything-to-max_words path while the encoder skips most of the padding.
+        """
+        n, width, h = len(texts), self.config.n_tokens - 1, self.hidden_size
+        out = Features(
+            tokens=np.zeros((n, width, h), dtype=np.float16),
+            mask=np.zeros((n, width), dtype=bool),
+            cls=np.zeros((n, h), dtype=np.float32),
+            mean=np.zeros((n, h), dtype=np.float32),
+        )
+        for rows, input_ids, attention in self.length_batches(self.token_ids(texts), batch_size):
+            b = self._forward(input_ids, attention)
+            w = b.tokens.shape[1]
+            out.tokens[rows, :w], out.mask[rows, :w] = b.tokens, b.mask
+            out.cls[rows], out.mean[rows] = b.cls, b.mean
+        return out
+
+    def encode_batch(self, texts: list[str]) -> Features:
+        """One batch of texts -> Features (see ``encode``)."""
+        return self.encode(texts, batch_size=max(1, len(texts)))
 
     @torch.inference_mode()
     def sentence_vectors(self, texts: list[str], pooling: str = "first-last-avg", batch_size: int = 64,
@@ -250,35 +327,35 @@ class FrozenEncoder:
         out = np.zeros((len(texts), self.hidden_size), dtype=np.float32)
         with tqdm(total=len(texts), desc=f"encoding ({pooling})", unit="doc", disable=not progress,
                   leave=False) as bar:
-            for start in range(0, len(texts), batch_size):
-                enc = self._tokenize(texts[start : start + batch_size])
-                states = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                                    output_hidden_states=True).hidden_states
-                w = enc["attention_mask"].to(states[-1].dtype)[:, :, None]
+            for rows, input_ids, attention in self.length_batches(self.token_ids(texts), batch_size, reach=0):
+                with self._autocast():
+                    states = self.model(input_ids=input_ids, attention_mask=attention,
+                                        output_hidden_states=True).hidden_states
+                w = attention.to(states[-1].dtype)[:, :, None]
                 layers = (states[1], states[-1]) if pooling == "first-last-avg" else (states[-1],)
                 pooled = sum((h * w).sum(1) / w.sum(1).clamp_min(1) for h in layers) / len(layers)
-                out[start : start + len(pooled)] = pooled.float().cpu().numpy()
-                bar.update(len(pooled))
+                out[rows] = pooled.float().cpu().numpy()
+                bar.update(len(rows))
         return out
 
-    @torch.inference_mode()
-    def encode_batch(self, texts: list[str]) -> Features:
-        """One forward pass; padded to n_tokens as in the paper (positions stay aligned)."""
-        enc = self._tokenize(texts)
-        hidden = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
-        attn = enc["attention_mask"].bool()  # (B, T+1)
+    def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Features:
+        """One encoder pass over padded ids (B, W) -> Features of width W - 1."""
+        with self._autocast():
+            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        hidden = hidden.float()
+        attn = attention_mask.bool()  # (B, W)
         special = torch.zeros_like(attn)
         for tok_id in {self.tokenizer.sep_token_id, self.tokenizer.pad_token_id, self.tokenizer.cls_token_id}:
             if tok_id is not None:
-                special |= enc["input_ids"] == tok_id
+                special |= input_ids == tok_id
         words = attn & ~special
         w = attn.to(hidden.dtype)[:, :, None]
         mean = (hidden * w).sum(1) / w.sum(1).clamp_min(1)
         return Features(
             tokens=hidden[:, 1:].to(torch.float16).cpu().numpy(),
             mask=words[:, 1:].cpu().numpy(),
-            cls=hidden[:, 0].float().cpu().numpy(),
-            mean=mean.float().cpu().numpy(),
+            cls=hidden[:, 0].cpu().numpy(),
+            mean=mean.cpu().numpy(),
         )
 
 

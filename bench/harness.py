@@ -1,0 +1,55 @@
+"""What every bench shares: where the dev corpora and results live, how a corpus' texts are
+read (through the public corpus reader), which device ran, and one way to write a result."""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+#: The dev corpora beside the checkout (../shared/data); never shipped, never in git.
+DATA = HERE.parents[1] / "shared" / "data"
+
+logger = logging.getLogger(__name__)
+
+
+def corpus_path(name: str) -> Path:
+    """A dev corpus folder, or a clear exit when ../shared/data does not hold it."""
+    path = DATA / name
+    if not (path / "train.csv").exists():
+        raise SystemExit(f"{path} is missing: the benches read the dev corpora in ../shared/data beside the checkout")
+    return path
+
+
+def read_texts(path: Path, limit: int | None = None) -> list[str]:
+    """The texts of one split file (a corpus folder's train.csv or val.csv), first ``limit`` rows."""
+    from dhim_ray.corpus.data import CorpusSpec
+
+    corpus_path(path.parent.name)
+    return CorpusSpec(str(path.parent), split=path.stem, limit=limit).load_split().texts
+
+
+def device_name(device: str) -> str:
+    """The device in words: the GPU's name, else the CPU's."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(device)
+    return f"CPU {platform.processor() or platform.machine()}, {_cores()} cores"
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def write_result(name: str, result: Any) -> Path:
+    """bench/NAME.json, what ``bench.report`` reads."""
+    path = HERE / f"{name}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    logger.info("wrote %s", path)
+    return path

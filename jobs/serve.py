@@ -1,0 +1,297 @@
+"""Queries from any application: a Ray Serve HTTP service that hashes texts with a trained
+model and searches the Milvus collection ingested with it.
+
+    POST /search  {"texts": [...], "k": 10, "rerank": 1}  -> {"results": [[hit, ...], ...]}
+    POST /hash    {"texts": [...]}                        -> {"n_bits": 64, "codes": ["hex", ...]}
+    GET  /health                                          -> model, n_bits, collection, rows (503: Milvus down)
+    GET  /docs                                            -> the OpenAPI schema (FastAPI)
+
+Concurrent requests share encoder passes (``@serve.batch``); Milvus is searched per request.
+Bad requests get one JSON object naming the field and the limit (4xx) and never take the
+replica down; Milvus trouble answers 503 with a Retry-After, and the replica reconnects on
+the next request. ``dhim-ray serve`` starts it; ``serve.yaml`` deploys it on a cluster
+(``serve deploy serve.yaml``), where ``build_app`` is the import path.
+"""
+
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from ray import serve
+
+from dhim_ray.connectors.milvus import MAX_SEARCH_K, MilvusTarget, is_lite, mask_uri
+from dhim_ray.errors import ConfigError, DataError, DHIMRayError, StoreError
+from dhim_ray.hasher import Hasher, check_texts
+from dhim_ray.search import Searcher
+
+logger = logging.getLogger(__name__)
+
+#: Texts in one request, characters in one text, hits per text, the re-rank factor.
+MAX_TEXTS = 256
+MAX_TEXT_CHARS = 100_000
+MAX_K = 1000
+MAX_RERANK = 16
+#: Seconds a client is told to wait before retrying while Milvus is unreachable.
+RETRY_AFTER_S = 5
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """What a service replica needs; plain values, so it travels to the replicas.
+
+    api_token_sha256: the sha256 of the bearer token clients must send (never the token
+    itself); "" serves without one. max_batch_size 1 turns dynamic batching off.
+    """
+
+    model_dir: str
+    uri: str
+    collection: str
+    token_env: str = "MILVUS_TOKEN"
+    nprobe: int | None = None
+    api_token_sha256: str = ""
+    max_batch_size: int = 32
+    batch_wait_s: float = 0.005
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_batch_size <= 1024:
+            raise ConfigError(f"max_batch_size={self.max_batch_size}: must be between 1 and 1024, e.g. 32")
+        if not 0 <= self.batch_wait_s <= 1:
+            raise ConfigError(f"batch_wait_s={self.batch_wait_s}: must be between 0 and 1 second")
+
+
+def token_digest(token_env: str | None) -> str:
+    """The sha256 of the bearer token in environment variable ``token_env`` ("" for None)."""
+    if not token_env:
+        return ""
+    token = os.environ.get(token_env, "")
+    if not token:
+        raise ConfigError(f"api_token_env={token_env}: the environment variable is not set or empty; "
+                          f"export {token_env}=... or leave the option out to serve without a token")
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+# ---- requests -----------------------------------------------------------------------------
+class HashRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    texts: list[str] = Field(min_length=1, max_length=MAX_TEXTS,
+                             description=f"1 to {MAX_TEXTS} texts, each 1 to {MAX_TEXT_CHARS} characters")
+
+    @field_validator("texts")
+    @classmethod
+    def _each_text(cls, texts: list[str]) -> list[str]:
+        for i, t in enumerate(texts):
+            if not t.strip():
+                raise ValueError(f"texts[{i}] is empty or whitespace: give some words")
+            if len(t) > MAX_TEXT_CHARS:
+                raise ValueError(f"texts[{i}] has {len(t)} characters: at most {MAX_TEXT_CHARS}")
+        return texts
+
+
+class SearchRequest(HashRequest):
+    k: int = Field(10, ge=1, le=MAX_K, description=f"hits per text, 1 to {MAX_K}")
+    rerank: int = Field(1, ge=1, le=MAX_RERANK,
+                        description=f"re-rank k x rerank Hamming candidates (1 = off), at most {MAX_RERANK}")
+
+
+def _error(status: int, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
+    body = {"error": message, **({"field": field} if field else {})}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+app = FastAPI(title="dhim-ray query service",
+              description="Hash texts with a DHIM model and search its Milvus collection by Hamming distance.")
+
+
+@app.exception_handler(RequestValidationError)
+async def _bad_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    first = exc.errors()[0]
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    field = ".".join(loc) or "body"
+    if first.get("type") == "json_invalid":
+        return _error(400, "body: not valid JSON; send a JSON object such as {\"texts\": [\"a query\"]}", "body")
+    message = first.get("msg", "invalid").removeprefix("Value error, ")
+    return _error(422, f"{field}: {message}", field)
+
+
+@app.exception_handler(Exception)
+async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+    logger.error("request failed", exc_info=exc)
+    return _error(500, f"internal error ({type(exc).__name__}); the service keeps running")
+
+
+class MilvusDown(Exception):
+    """Milvus could not answer: a 503 with a retry hint."""
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.5})
+@serve.ingress(app)
+class QueryService:
+    """One replica: the model loaded once, the collection opened lazily and reopened after
+    a failure, concurrent requests' texts hashed together."""
+
+    def __init__(self, options: dict):
+        self.options = ServeOptions(**options)
+        self.hasher = Hasher.load(self.options.model_dir)
+        self.target = MilvusTarget(self.options.uri, self.options.collection, token_env=self.options.token_env)
+        self.searcher: Searcher | None = None
+        self._lock = asyncio.Lock()
+        self.passes = self.requests = 0  # encoder passes, and the requests they served
+        self._encode_batch.set_max_batch_size(self.options.max_batch_size)
+        self._encode_batch.set_batch_wait_timeout_s(self.options.batch_wait_s)
+
+    # ---- plumbing ------------------------------------------------------------------------
+    def _authorised(self, request: Request) -> bool:
+        if not self.options.api_token_sha256:
+            return True
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        given = hashlib.sha256(token.strip().encode()).hexdigest()
+        return scheme.lower() == "bearer" and hmac.compare_digest(given, self.options.api_token_sha256)
+
+    async def _searcher(self) -> Searcher:
+        async with self._lock:
+            if self.searcher is None:
+                try:
+                    self.searcher = await asyncio.to_thread(
+                        Searcher, self.options.model_dir, self.target, hasher=self.hasher, nprobe=self.options.nprobe)
+                except StoreError as exc:
+                    raise MilvusDown(str(exc)) from exc
+            return self.searcher
+
+    async def _drop_searcher(self) -> None:
+        async with self._lock:
+            if self.searcher is not None:
+                searcher, self.searcher = self.searcher, None
+                try:
+                    await asyncio.to_thread(searcher.close)
+                except Exception:  # a connection already gone
+                    logger.debug("closing a failed Milvus connection", exc_info=True)
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
+    async def _encode_batch(self, requests: list[list[str]]) -> list[tuple[Any, Any, Any]]:
+        """Every waiting request's texts through one encoder pass; each gets its own rows back."""
+        flat = [t for texts in requests for t in texts]
+        self.passes, self.requests = self.passes + 1, self.requests + len(requests)
+        codes, scores, vectors = await asyncio.to_thread(self.hasher.encode_scores, flat, 64, True)
+        out, start = [], 0
+        for texts in requests:
+            stop = start + len(texts)
+            out.append((codes[start:stop], scores[start:stop], vectors[start:stop]))
+            start = stop
+        return out
+
+    async def _encode(self, texts: list[str]):
+        check_texts(texts, self.hasher.config.features.cleaning)  # empty after cleaning: a 422, alone
+        return await self._encode_batch(texts)
+
+    def _milvus_down(self, exc: Exception) -> JSONResponse:
+        return _error(503, f"Milvus at {mask_uri(self.options.uri)} is not answering ({str(exc)[:200]}); "
+                           f"retry in {RETRY_AFTER_S} s", headers={"Retry-After": str(RETRY_AFTER_S)})
+
+    # ---- routes --------------------------------------------------------------------------
+    @app.post("/search")
+    async def search(self, body: SearchRequest, request: Request):
+        """The k nearest rows per text, as ``Searcher.search`` gives them."""
+        if not self._authorised(request):
+            return _error(401, "authorization: missing or wrong bearer token", "authorization")
+        if body.k * body.rerank > MAX_SEARCH_K:
+            return _error(422, f"k x rerank = {body.k * body.rerank}: at most {MAX_SEARCH_K}", "rerank")
+        try:
+            codes, scores, vectors = await self._encode(body.texts)
+        except DataError as exc:
+            return _error(422, f"texts: {exc}", "texts")
+        t0 = time.perf_counter()
+        try:
+            searcher = await self._searcher()
+            if body.rerank == 1:
+                hits = await asyncio.to_thread(searcher.search_codes, codes, body.k)
+            else:
+                hits = await asyncio.to_thread(searcher.search_reranked, codes, scores, body.k, body.rerank,
+                                               None, vectors)
+        except (MilvusDown, StoreError) as exc:
+            await self._drop_searcher()
+            return self._milvus_down(exc)
+        return {"results": hits, "n_bits": self.hasher.n_bits, "collection": self.options.collection,
+                "search_ms": round((time.perf_counter() - t0) * 1e3, 2)}
+
+    @app.post("/hash")
+    async def hash_texts(self, body: HashRequest, request: Request):
+        """Packed codes (most significant bit first) as hex: query Milvus with any SDK."""
+        if not self._authorised(request):
+            return _error(401, "authorization: missing or wrong bearer token", "authorization")
+        try:
+            codes, _, _ = await self._encode(body.texts)
+        except DataError as exc:
+            return _error(422, f"texts: {exc}", "texts")
+        return {"n_bits": self.hasher.n_bits, "model": self.hasher.model_id, "codes": [c.tobytes().hex() for c in codes]}
+
+    @app.get("/health")
+    async def health(self):
+        """The model and collection served, with its row count; 503 while Milvus is down."""
+        try:
+            searcher = await self._searcher()
+            rows = await asyncio.to_thread(searcher.count)
+        except (MilvusDown, StoreError, DHIMRayError) as exc:
+            await self._drop_searcher()
+            return self._milvus_down(exc)
+        return {"status": "ok", "model": self.hasher.model_id, "n_bits": self.hasher.n_bits,
+                "collection": self.options.collection, "rows": rows,
+                "encoder": {"passes": self.passes, "requests": self.requests,
+                            "max_batch_size": self.options.max_batch_size}}
+
+
+def build_app(args: dict[str, Any]):
+    """The Serve application, for ``serve run``/``serve deploy`` (see serve.yaml): ``args`` are
+    ServeOptions' fields plus ``replicas`` and ``api_token_env`` (the variable holding the token)."""
+    args = dict(args)
+    replicas = int(args.pop("replicas", 1))
+    api_token_env = args.pop("api_token_env", None)
+    options = ServeOptions(**args, api_token_sha256=token_digest(api_token_env))
+    check_replicas(options.uri, replicas)
+    return QueryService.options(num_replicas=replicas).bind(asdict(options))
+
+
+def check_replicas(uri: str, replicas: int) -> None:
+    if isinstance(replicas, bool) or replicas < 1:
+        raise ConfigError(f"replicas={replicas}: must be >= 1")
+    if replicas > 1 and is_lite(uri):
+        raise ConfigError(f"replicas={replicas}: a milvus-lite file ({uri}) opens in one process only; "
+                          "serve one replica, or use a Milvus server (uri=http://host:19530) to scale")
+
+
+def preflight(options: ServeOptions) -> dict[str, Any]:
+    """Open the model and collection once in this process (clear errors before Serve starts),
+    then let go of them (a milvus-lite file opens in one process at a time)."""
+    with Searcher(options.model_dir, MilvusTarget(options.uri, options.collection, token_env=options.token_env),
+                  nprobe=options.nprobe) as s:
+        return {"model": s.hasher.model_id, "n_bits": s.hasher.n_bits, "rows": s.count()}
+
+
+def start_service(options: ServeOptions, host: str = "127.0.0.1", port: int = 8000, replicas: int = 1,
+                  address: str | None = None) -> str:
+    """Start Ray (or join ``address``) and the service; returns its base URL. ``serve.shutdown()``
+    stops it."""
+    from .ray_env import init_ray
+
+    check_replicas(options.uri, replicas)
+    if not 0 < port < 65536:
+        raise ConfigError(f"port={port}: must be between 1 and 65535")
+    preflight(options)
+    init_ray(address)
+    serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "WARNING"})
+    serve.run(QueryService.options(num_replicas=replicas).bind(asdict(options)), name="dhim-ray", route_prefix="/",
+              blocking=False)
+    url = f"http://{host}:{port}"
+    logger.info("serving %s (%s) at %s: POST /search, POST /hash, GET /health, GET /docs", options.collection,
+                mask_uri(options.uri), url)
+    return url

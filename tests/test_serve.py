@@ -1,0 +1,215 @@
+"""The query service, with real parts: Ray Serve, milvus-lite, the packaged encoder and
+BBC corpus, an HTTP client in Python and curl. Every request goes to 127.0.0.1 only, and
+the load is bounded (32 requests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+from conftest import train_bbc16
+
+from dhim_ray.connectors.milvus import MilvusTarget
+from dhim_ray.corpus.data import CorpusSpec
+from dhim_ray.errors import ConfigError
+
+N = 200
+BBC = CorpusSpec("bbc", "train", limit=N)
+TOKEN = "s3rvice-t0ken-for-tests"
+QUERIES = ["oil prices rise as markets fall", "the striker scored twice in the cup final",
+           "a new mobile phone with a faster chip"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def service(ray_session, tmp_path_factory):
+    """A 16-bit BBC model, its collection, what Searcher returns for QUERIES (computed before
+    the service opens the milvus-lite file), then the service itself, with a bearer token."""
+    from ray import serve
+
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.serve import ServeOptions, start_service, token_digest
+    from dhim_ray.search import Searcher
+
+    model = train_bbc16(tmp_path_factory.mktemp("model") / "bbc-16", N)
+    target = MilvusTarget(str(tmp_path_factory.mktemp("db") / "codes.db"), "bbc16")
+    ingest(BBC, model, target, workers=1, progress=False)
+    with Searcher(model, target) as s:
+        expected = {"search": s.search(QUERIES, k=5), "reranked": s.search(QUERIES, k=5, rerank=4)}
+    expected["codes"] = [c.tobytes().hex() for c in Hasher.load(model).encode(QUERIES)]
+    os.environ["DHIM_RAY_TEST_API_TOKEN"] = TOKEN
+    options = ServeOptions(str(model), target.uri, target.collection, api_token_sha256=token_digest(
+        "DHIM_RAY_TEST_API_TOKEN"))
+    url = start_service(options, port=free_port())
+    yield {"url": url, "expected": expected, "target": target, "model": model}
+    serve.shutdown()
+
+
+def post(service, path: str, body, token: str | None = TOKEN, **kw) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if isinstance(body, (bytes, str)):
+        return httpx.post(service["url"] + path, content=body, headers={**headers, "Content-Type": "application/json"},
+                          timeout=60, **kw)
+    return httpx.post(service["url"] + path, json=body, headers=headers, timeout=60, **kw)
+
+
+def test_search_through_the_service_equals_searcher(service):
+    r = post(service, "/search", {"texts": QUERIES, "k": 5})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["n_bits"] == 16 and body["collection"] == "bbc16"
+    assert body["results"] == service["expected"]["search"]
+    assert {"id", "distance", "label", "label_name", "text", "source", "row", "key"} <= set(body["results"][0][0])
+    reranked = post(service, "/search", {"texts": QUERIES, "k": 5, "rerank": 4}).json()["results"]
+    assert reranked == service["expected"]["reranked"] and "rerank_score" in reranked[0][0]
+
+
+def test_hash_gives_the_hashers_codes_as_hex(service):
+    r = post(service, "/hash", {"texts": QUERIES})
+    assert r.status_code == 200
+    assert r.json()["n_bits"] == 16 and r.json()["codes"] == service["expected"]["codes"]
+
+
+def test_health_names_model_collection_and_rows_without_a_token(service):
+    r = httpx.get(service["url"] + "/health", timeout=30)
+    assert r.status_code == 200
+    h = r.json()
+    assert h["collection"] == "bbc16" and h["n_bits"] == 16 and h["rows"] == N and h["model"]
+
+
+def test_the_openapi_schema_is_served(service):
+    schema = httpx.get(service["url"] + "/openapi.json", timeout=30).json()
+    assert {"/search", "/hash", "/health"} <= set(schema["paths"])
+
+
+@pytest.mark.parametrize("body, status, field, words", [
+    (b'{"texts": ["a"', 400, "body", "not valid JSON"),
+    ({}, 422, "texts", "required"),
+    ({"texts": "one string"}, 422, "texts", "valid list"),
+    ({"texts": []}, 422, "texts", "at least 1"),
+    ({"texts": [""]}, 422, "texts", "texts[0] is empty"),
+    ({"texts": ["fine", "   "]}, 422, "texts", "texts[1] is empty"),
+    ({"texts": ["---"]}, 422, "texts", "empty after cleaning"),
+    ({"texts": [3]}, 422, "texts.0", "valid string"),
+    ({"texts": ["q"] * 257}, 422, "texts", "at most 256"),
+    ({"texts": ["x" * 100_001]}, 422, "texts", "at most 100000"),
+    ({"texts": ["q"], "k": 0}, 422, "k", "greater than or equal to 1"),
+    ({"texts": ["q"], "k": 1001}, 422, "k", "less than or equal to 1000"),
+    ({"texts": ["q"], "k": "10"}, 422, "k", "valid integer"),
+    ({"texts": ["q"], "rerank": 0}, 422, "rerank", "greater than or equal to 1"),
+    ({"texts": ["q"], "topk": 5}, 422, "topk", "Extra inputs"),
+])
+def test_a_bad_request_gets_one_json_error_naming_the_field(service, body, status, field, words):
+    r = post(service, "/search", body)
+    assert r.status_code == status, r.text
+    err = r.json()
+    assert set(err) == {"error", "field"} and err["field"] == field and words in err["error"]
+    assert post(service, "/search", {"texts": ["still answering"], "k": 1}).status_code == 200
+
+
+@pytest.mark.parametrize("token", [None, "wrong"])
+def test_a_missing_or_wrong_token_gets_401(service, token):
+    for path in ("/search", "/hash"):
+        r = post(service, path, {"texts": ["q"]}, token=token)
+        assert r.status_code == 401 and r.json()["field"] == "authorization"
+        assert TOKEN not in r.text
+
+
+def test_curl_can_query_it(service):
+    out = subprocess.run(
+        ["curl", "-sS", "-X", "POST", service["url"] + "/search", "-H", "Content-Type: application/json",
+         "-H", f"Authorization: Bearer {TOKEN}", "-d", json.dumps({"texts": QUERIES[:1], "k": 5})],
+        capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout)["results"] == service["expected"]["search"][:1]
+
+
+def test_concurrent_requests_share_encoder_passes(service):
+    before = httpx.get(service["url"] + "/health", timeout=30).json()["encoder"]
+    texts = [[f"{q} number {i}"] for i in range(32) for q in QUERIES[:1]]
+    with ThreadPoolExecutor(32) as pool:
+        replies = list(pool.map(lambda t: post(service, "/hash", {"texts": t}), texts))
+    assert all(r.status_code == 200 for r in replies)
+    after = httpx.get(service["url"] + "/health", timeout=30).json()["encoder"]
+    requests, passes = after["requests"] - before["requests"], after["passes"] - before["passes"]
+    assert requests == 32 and passes < requests  # batched: fewer encoder passes than requests
+    # and each request got its own text's code, not a neighbour's
+    alone = post(service, "/hash", {"texts": texts[7]}).json()["codes"]
+    assert replies[7].json()["codes"] == alone
+
+
+def lite_servers(db: str) -> list[int]:
+    """pids of milvus-lite server processes serving ``db``."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "milvus" in cmd and os.path.basename(db) in cmd and p.info["pid"] != os.getpid():
+            found.append(p.info["pid"])
+    return found
+
+
+def test_milvus_going_away_answers_503_and_the_service_recovers(service):
+    pids = lite_servers(service["target"].uri)
+    assert pids, "the service's milvus-lite server process was not found"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(1)
+    r = post(service, "/search", {"texts": QUERIES[:1], "k": 5})
+    assert r.status_code == 503 and r.headers["Retry-After"] and "retry" in r.json()["error"]
+    deadline = time.time() + 60  # the next requests reopen the file: Milvus is back
+    while (r := post(service, "/search", {"texts": QUERIES[:1], "k": 5})).status_code != 200 and time.time() < deadline:
+        time.sleep(1)
+    assert r.status_code == 200 and r.json()["results"] == service["expected"]["search"][:1]
+    assert httpx.get(service["url"] + "/health", timeout=30).json()["rows"] == N
+
+
+def test_more_than_one_replica_on_a_lite_file_is_refused(tmp_path):
+    from dhim_ray.jobs.serve import check_replicas
+
+    with pytest.raises(ConfigError, match="opens in one process only"):
+        check_replicas(str(tmp_path / "x.db"), 2)
+    check_replicas("http://127.0.0.1:19530", 4)
+    out = subprocess.run([sys.executable, "-m", "dhim_ray.cli", "serve", str(tmp_path), "--collection", "c",
+                          "--uri", str(tmp_path / "x.db"), "--replicas", "2"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--replicas 2" in out.stderr
+
+
+def test_the_serve_config_file_builds_the_application(service):
+    """serve.yaml (for `serve deploy` on a cluster) names build_app and arguments it takes."""
+    from pathlib import Path
+
+    import yaml
+    from ray.serve.schema import ServeDeploySchema
+
+    from dhim_ray.jobs.serve import build_app
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "serve.yaml").read_text())
+    schema = ServeDeploySchema.model_validate(config) if hasattr(ServeDeploySchema, "model_validate") \
+        else ServeDeploySchema.parse_obj(config)
+    app = schema.applications[0]
+    assert app.import_path == "dhim_ray.jobs.serve:build_app"
+    args = {**app.args, "model_dir": service["model"], "uri": service["target"].uri,
+            "collection": service["target"].collection, "api_token_env": "DHIM_RAY_TEST_API_TOKEN"}
+    assert app.args["replicas"] == 2 and app.args["uri"].startswith("http://")  # the file's: a server
+    with pytest.raises(ConfigError, match="replicas=2"):
+        build_app(args)  # on a lite file
+    assert build_app({**args, "replicas": 1}) is not None
+    assert np.all([a in ("model_dir", "uri", "collection", "token_env", "replicas", "api_token_env",
+                         "max_batch_size") for a in app.args])
