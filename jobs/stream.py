@@ -22,6 +22,8 @@ from dhim_ray.corpus.sources import SourcePlan, plan_split, read_shard
 from dhim_ray.corpus.text import has_text
 from dhim_ray.errors import DataError
 
+from .ray_env import task_errors
+
 logger = logging.getLogger(__name__)
 
 SHOWN = 5  # bad rows named in an error
@@ -184,7 +186,8 @@ def scan(plan: SourcePlan, cleaning: str) -> ScanResult:
     # One block stream per shard: left to itself Ray Data cuts a lone shard's output into
     # ~200 tiny blocks, and the scheduling overhead then outweighs the work.
     ds = ray.data.read_datasource(ShardSource(plan, cleaning).datasource(), override_num_blocks=len(plan.shards))
-    summaries = ds.take_all()
+    with task_errors():
+        summaries = ds.take_all()
     shard_rows = [0] * len(plan.shards)
     result = ScanResult(shard_rows)
     blank: list[tuple[int, int]] = []

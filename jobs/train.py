@@ -49,7 +49,15 @@ from dhim_ray.training import target_choice
 from dhim_ray.training.loop import FitResult, LoopState, TrainCallback, best_score, epoch_message, fit
 from dhim_ray.training.pipeline import DEFAULT_FEATURE_MEMORY_GB, load_train_val, resume_config
 
-from .ray_env import actor_resources, check_gpus, cluster_address, cluster_cpus, init_ray, split_table
+from .ray_env import (
+    actor_resources,
+    check_capacity,
+    cluster_address,
+    cluster_cpus,
+    init_ray,
+    split_table,
+    task_errors,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +130,7 @@ def build_feature_store(texts: list[str], folder: Path, features: FeatureConfig,
         batch_format="numpy",
     )
     done = 0
-    with tqdm(total=len(texts), desc=desc, unit="doc", disable=not progress, leave=False) as bar:
+    with tqdm(total=len(texts), desc=desc, unit="doc", disable=not progress, leave=False) as bar, task_errors():
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
             n = int(batch["rows"].sum())
             done += n
@@ -346,7 +354,7 @@ def train_distributed(
     fingerprint = encoder.fingerprint
 
     init_ray(opts.address)
-    check_gpus(opts.workers, opts.use_gpu)
+    check_capacity(opts.workers, opts.use_gpu)
     storage = Path(opts.storage_path or out_dir.parent / "ray_runs").resolve()
     name = opts.name or (Path(opts.resume).resolve().name if opts.resume else f"{out_dir.name}-{int(time.time())}")
     run_dir = storage / name

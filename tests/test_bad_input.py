@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import write_csv
 
-pytestmark = pytest.mark.filterwarnings("ignore")
+pytestmark = [pytest.mark.filterwarnings("ignore"), pytest.mark.slow]  # a subprocess per case: minutes
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +63,15 @@ def world(tmp_path_factory, toy_folder, tiny_bert, tiny_config):
     write_csv(root / "one_label" / "train.csv", [("a", f"story number {i}") for i in range(8)], header=True)
     write_csv(root / "latin1" / "train.csv", [("a", "x")], header=True)
     (root / "latin1" / "train.csv").write_bytes("label,text\na,caf\xe9\n".encode("latin-1"))
+    # files broken in the ways a streaming read meets them inside Ray Data's read tasks
+    (root / "ragged.csv").write_text('label,text\n1,"football goal"\n2,"vote party",extra\n')
+    (root / "broken.jsonl").write_text('{"label": 1, "text": "football goal"}\n{"label": 2, "text": "vote\n')
+    (root / "mixed.jsonl").write_text('{"label": 1, "text": "football goal"}\n{"label": [2], "text": "vote party"}\n')
+    (root / "bom.csv").write_bytes("\ufefflabel,text\nsport,football goal\npolitics,vote party\n".encode("utf-8"))
+    big = "football goal " * 400_000  # one 5.6 MB document: above the csv module's 128 KB field limit
+    (root / "big.csv").write_text(f'label,text\nsport,"{big}"\npolitics,"vote party"\n')
+    (root / "with space").mkdir()
+    (root / "notadb.db").write_text("this is a text file, not a milvus-lite database\n")
     return {"root": root, "model": model, "db": db, "toy": toy_folder, "bert": tiny_bert, "truncated": truncated}
 
 
@@ -228,6 +237,45 @@ CASES = [
     (["demo", "--out", "{root}/demo", "--bits", "100"], 2, "--bits 100: must be a multiple of 8"),
     (["demo", "--out", "{root}/demo", "--epochs", "0"], 2, "--epochs 0: must be >= 1"),
     (["demo", "--bits", "abc"], 2, "Invalid value for '--bits'"),
+    # secrets, capacity, odd values (each failed differently before)
+    (["search", "x", "--model", "{model}", "--uri", "http://127.0.0.1:1/?token=hunter2", "--collection", "toy_16"], 1,
+     "cannot reach Milvus at http://127.0.0.1:1/?***"),
+    (T("--workers", "99"), 1, "CPUs and takes at most one worker per CPU; use at most"),
+    (T("--seed", "-1"), 2, "--seed -1: must be an integer between 0 and 4294967295"),
+    (["refine", "{toy}", "--out", "{root}/r2", "--encoder", "{bert}", "--seed", "-1"], 2, "--seed -1: must be"),
+    (T("--cache-dir", "{root}/afile"), 2, "afile is a file, not a folder"),
+    (E("--cache-dir", "{root}/afile/sub"), 2, "afile is a file, not a folder"),
+    (T("--feature-memory", "nan"), 2, "--feature-memory nan: must be >= 0 GiB"),
+    (S("--collection", "caf\u00e9_docs"), 2, "use ASCII letters, digits and underscores"),
+    (S("--collection", "c" * 300), 2, "at most 255 characters"),
+    (ING("--collection", "naïve"), 2, "use ASCII letters, digits and underscores"),
+    (E("--bits", "64"), 2, "--bits 64: applies to --baseline only"),
+    (E("--encoder", "{bert}"), 2, "--encoder"),
+    (E("--max-words", "400"), 2, "--max-words 400: applies to --baseline only"),
+    (E("--nprobe", "8"), 2, "--nprobe 8: applies to a Milvus --collection only"),
+    (["eval", "--baseline", "cosine", "--bits", "64", "--database", "{toy}:train", "--queries", "{toy}:val"], 2,
+     "--baseline cosine searches the float vectors"),
+    (["serve", "{model}", "--collection", "toy_16", "--uri", "{db}", "--replicas", "2"], 2,
+     "--replicas 2: a milvus-lite file"),
+    (["serve", "{model}", "--collection", "toy_16", "--uri", "{db}", "--api-token-env", "DHIM_RAY_NO_SUCH_VAR"], 2,
+     "--api-token-env DHIM_RAY_NO_SUCH_VAR: the environment variable is not set"),
+    (["serve", "{model}", "--collection", "toy_16", "--uri", "{db}", "--max-batch-size", "0"], 2,
+     "--max-batch-size 0: must be between 1 and 1024"),
+    # files broken inside Ray Data's read tasks: the file, the row or line, what was wrong; one line
+    (["ingest", "{root}/ragged.csv", "--model", "{model}", "--uri", "{db}", "--collection", "c2"], 2,
+     "ragged.csv: cannot be read as csv (CSV parse error: Row #3: Expected 2 columns, got 3"),
+    (["ingest", "{root}/broken.jsonl", "--model", "{model}", "--uri", "{db}", "--collection", "c2"], 2,
+     "broken.jsonl: line 2 is not valid JSON"),
+    (["ingest", "{root}/mixed.jsonl", "--model", "{model}", "--uri", "{db}", "--collection", "c2"], 2,
+     "mixed.jsonl: cannot be read as json"),
+    (["ingest", "{toy}", "--model", "{model}", "--uri", "{root}/with space/my codes.db", "--collection", "c2"], 2,
+     "the milvus-lite file name 'my codes.db' has a space"),
+    (["search", "x", "--model", "{model}", "--uri", "{root}/with space/my codes.db", "--collection", "c2"], 2,
+     "the milvus-lite file name 'my codes.db' has a space"),
+    (["ingest", "{toy}", "--model", "{model}", "--uri", "{root}/notadb.db", "--collection", "c2"], 2,
+     "is not a milvus-lite database"),
+    (["search", "x", "--model", "{model}", "--uri", "{root}/notadb.db", "--collection", "c2"], 2,
+     "is not a milvus-lite database"),
     # the command line itself
     (["nosuchcommand"], 2, "No such command 'nosuchcommand'"),
     (["train", "{toy}", "--no-such-flag"], 2, "No such option: --no-such-flag"),

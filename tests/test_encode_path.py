@@ -107,6 +107,7 @@ def test_precision_is_checked(tiny_bert):
         FrozenEncoder(cfg, reach=-1)
 
 
+@pytest.mark.slow
 def test_on_the_packaged_encoder_and_bbc_corpus_at_most_one_bit_in_a_thousand_differs():
     """Real encoder, real long documents (BBC articles, 400 words) and generated 1-500-word
     ones: float rounding between padded widths may flip a bit that sits at 0; the share

@@ -32,6 +32,8 @@ from dhim_ray.errors import (
 )
 from dhim_ray.retrieval.codes import bytes_to_codes
 
+pytestmark = pytest.mark.slow  # real Ray, real Milvus, the packaged encoder: minutes
+
 N = 240
 BBC = CorpusSpec("bbc", "train", limit=N)
 

@@ -12,6 +12,8 @@ from dhim_ray.corpus.data import CorpusSpec
 from dhim_ray.errors import CheckpointError, ClusterError, ConfigError
 from dhim_ray.training.loop import TrainCallback
 
+pytestmark = pytest.mark.slow  # real Ray, real Milvus, the packaged encoder: minutes
+
 
 @pytest.fixture(scope="module")
 def corpus(toy_folder):

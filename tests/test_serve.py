@@ -22,6 +22,8 @@ from dhim_ray.connectors.milvus import MilvusTarget
 from dhim_ray.corpus.data import CorpusSpec
 from dhim_ray.errors import ConfigError
 
+pytestmark = pytest.mark.slow  # real Ray, real Milvus, the packaged encoder: minutes
+
 N = 200
 BBC = CorpusSpec("bbc", "train", limit=N)
 TOKEN = "s3rvice-t0ken-for-tests"

@@ -156,3 +156,35 @@ def test_scan_counts_and_refuses_empty_rows(ray_session, tmp_path):
     table = read_documents(plan, "unicode", prepare).to_pandas().sort_values("row")
     assert table["row"].tolist() == [r for r in range(len(rows)) if r not in (7, 100)]
     assert table["text"].tolist() == [t for i, (_, t) in enumerate(rows) if i not in (7, 100)]
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_column_name(tmp_path):
+    """Excel's "CSV UTF-8" starts with a BOM: both readers must still find the label column."""
+    path = tmp_path / "bom.csv"
+    path.write_bytes("\ufefflabel,text\nsport,football goal\npolitics,vote party\n".encode())
+    spec = CorpusSpec(str(path))
+    texts, labels, _ = read_all(spec)
+    assert plan_split(spec).label_column == "label" and labels == ["sport", "politics"]
+    split = spec.load_split()
+    assert split.label_names == ["politics", "sport"] and split.labels.tolist() == [1, 0]
+
+
+def test_a_document_of_megabytes_is_read_by_both_readers(tmp_path):
+    big = "football goal " * 400_000  # 5.6 MB in one field, past the csv module's 128 KB default
+    path = tmp_path / "big.csv"
+    write_csv(path, [("sport", big), ("politics", "vote party")], header=True)
+    texts, labels, _ = read_all(CorpusSpec(str(path)))
+    assert texts == [big, "vote party"] and labels == ["sport", "politics"]
+    assert CorpusSpec(str(path)).load_split().texts[0] == big
+
+
+def test_a_broken_json_line_is_named_by_its_line_number(tmp_path, monkeypatch):
+    import dhim_ray.corpus.sources as sources
+
+    monkeypatch.setattr(sources, "JSON_BLOCK_BYTES", 64)  # the bad line falls in a later block
+    path = tmp_path / "broken.jsonl"
+    lines = [json.dumps({"label": i % 2, "text": f"document number {i}"}) for i in range(20)]
+    lines[13] = '{"label": 1, "text": "unterminated'
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"broken.jsonl: line 14 is not valid JSON \(Unterminated string"):
+        read_all(CorpusSpec(str(path)))

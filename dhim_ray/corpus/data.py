@@ -29,6 +29,9 @@ from dhim_ray.errors import DataError, HubUnreachableError, UnknownDatasetError
 
 logger = logging.getLogger(__name__)
 
+# Long documents (books, filings) are normal: the csv module's 128 KB field limit is not.
+csv.field_size_limit(2**31 - 1)
+
 SPLIT_ALIASES = {"val": ("val", "validation", "valid", "dev"), "train": ("train",), "test": ("test",)}
 FILE_SUFFIXES = {".csv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
@@ -332,7 +335,7 @@ def _load_bbc() -> Corpus:
 # ---- local files ---------------------------------------------------------------
 def _headerless_csv(path: Path) -> bool:
     """../shared/data style: no header, rows of "label","text" with an integer label."""
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+    with open(path, newline="", encoding="utf-8-sig", errors="replace") as f:
         first = next(csv.reader(f), None)
     return bool(first) and len(first) == 2 and first[0].strip().lstrip("-").isdigit()
 
@@ -393,7 +396,7 @@ def _file_has_no_rows(path: Path, builder: str) -> bool:
     if path.stat().st_size == 0:
         return True
     if builder == "csv" and not _headerless_csv(path):
-        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        with open(path, newline="", encoding="utf-8-sig", errors="replace") as f:
             reader = csv.reader(f)
             next(reader, None)  # header
             return not any(any(cell.strip() for cell in row) for row in reader)

@@ -39,6 +39,8 @@ logger = logging.getLogger(__name__)
 BLOCK_ROWS = 4096
 PARQUET_GROUPS_PER_SHARD = 4
 JSON_BLOCK_BYTES = 8 << 20
+#: pyarrow reads CSV in blocks of this size; one row (a book, a filing) must fit in one.
+CSV_BLOCK_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -199,11 +201,11 @@ def _schema_names(shard: Shard) -> list[str]:
     if shard.format == "csv":
         if shard.column_names:
             return list(shard.column_names)
-        with open(shard.path, newline="", encoding="utf-8") as f:
+        with open(shard.path, newline="", encoding="utf-8-sig") as f:
             import csv
 
             return next(csv.reader(f), [])
-    with open(shard.path, encoding="utf-8") as f:
+    with open(shard.path, encoding="utf-8-sig") as f:
         head = f.read(1 << 16).lstrip()
     if head.startswith("["):
         first = next(iter(_read_json_array(shard.path)), {})
@@ -289,7 +291,7 @@ def _batches(shard: Shard, columns: list[str], block_rows: int, strings: tuple[s
             import pyarrow.csv as pc
 
             read = pc.ReadOptions(column_names=list(shard.column_names) if shard.column_names else None,
-                                  block_size=4 << 20)
+                                  block_size=CSV_BLOCK_BYTES)
             types = {columns[0]: pa.string()} if len(columns) > 1 or columns[0] != "label" else {}
             types.update({c: pa.string() for c in strings})
             convert = pc.ConvertOptions(include_columns=columns, column_types=types,
@@ -314,13 +316,13 @@ def _json_batches(path: str, columns: list[str], strings: tuple[str, ...] = ()) 
         yield _json_batch(list(_read_json_array(path)), columns, strings)
         return
     with open(path, "rb") as f:
-        rest = b""
+        rest, line = b"", 1  # line: the file's line number of the first line in ``rest``
         while True:
             block = f.read(JSON_BLOCK_BYTES)
             data = rest + block
             if not block:
                 if data.strip():
-                    yield _json_lines(data, columns, strings)
+                    yield _json_lines(data, columns, strings, path, line)
                 return
             cut = data.rfind(b"\n") + 1
             if cut == 0:
@@ -328,11 +330,24 @@ def _json_batches(path: str, columns: list[str], strings: tuple[str, ...] = ()) 
                 continue
             rest = data[cut:]
             if data[:cut].strip():
-                yield _json_lines(data[:cut], columns, strings)
+                yield _json_lines(data[:cut], columns, strings, path, line)
+            line += data[:cut].count(b"\n")
 
 
-def _json_lines(data: bytes, columns: list[str], strings: tuple[str, ...] = ()):
-    return _json_batch([json.loads(line) for line in data.splitlines() if line.strip()], columns, strings)
+def _json_lines(data: bytes, columns: list[str], strings: tuple[str, ...] = (), path: str = "", first_line: int = 1):
+    rows = []
+    for i, text in enumerate(data.split(b"\n")):
+        if not text.strip():
+            continue
+        try:
+            rows.append(json.loads(text))
+        except ValueError as exc:
+            what = getattr(exc, "msg", str(exc))
+            raise DataError(f"{path}: line {first_line + i} is not valid JSON ({what}); fix or remove that line") from None
+        if not isinstance(rows[-1], dict):
+            raise DataError(f"{path}: line {first_line + i} is a JSON {type(rows[-1]).__name__}, not an object; "
+                            "each line must be one {\"text\": ...} record")
+    return _json_batch(rows, columns, strings)
 
 
 def _json_batch(rows: list[dict], columns: list[str], strings: tuple[str, ...]):
@@ -346,7 +361,7 @@ def _json_batch(rows: list[dict], columns: list[str], strings: tuple[str, ...]):
 
 
 def _read_json_array(path: str):
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:
         data = json.load(f)
     if not isinstance(data, list):
         raise DataError(f"{path}: expected JSON Lines or an array of objects")

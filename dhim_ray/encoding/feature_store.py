@@ -219,6 +219,7 @@ class FeatureStore:
     def create(cls, folder: str | Path, n: int, n_tokens: int, hidden: int) -> FeatureStore:
         """Allocate the files of a store for n documents (sparse: no disk written yet)."""
         folder = Path(folder)
+        check_cache_dir(folder.parent)
         folder.parent.mkdir(parents=True, exist_ok=True)
         cls._reap_abandoned(folder)
         work = folder.with_name(f"{cls._work_prefix(folder)}{socket.gethostname()}-{os.getpid()}-"
@@ -346,3 +347,17 @@ class StoreWriter:
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["work"])
+
+
+def check_cache_dir(folder: str | Path | None) -> None:
+    """A feature cache must be a folder (or not exist yet): a file there is refused in one line."""
+    from dhim_ray.errors import ConfigError
+
+    if folder is None:
+        return
+    for part in (Path(folder), *Path(folder).parents):
+        if part.exists():
+            if not part.is_dir():
+                raise ConfigError(f"cache_dir={folder}: {part} is a file, not a folder; give a folder for the "
+                                  "feature cache")
+            return

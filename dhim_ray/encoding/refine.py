@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from dhim_ray.config import DEFAULT_ENCODER
+from dhim_ray.config import DEFAULT_ENCODER, check_seed
 from dhim_ray.corpus.text import CLEANINGS, clean_and_truncate
 from dhim_ray.encoding.encoder import _load, resolve_encoder
 from dhim_ray.errors import CheckpointError, ConfigError, DataError, TrainingInterrupted
@@ -69,6 +69,7 @@ class RefineConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        check_seed(self.seed)
         if self.method not in METHODS:
             raise ConfigError(f"method={self.method!r}: choose one of {', '.join(METHODS)}")
         if self.epochs < 1:

@@ -16,7 +16,7 @@ import numpy as np
 from dhim_ray.errors import ConfigError
 from dhim_ray.retrieval.codes import check_n_bits, pack_codes
 
-BASELINES = ("lsh", "pca-sign", "pca-median", "itq", "whitening-sign", "flow-sign")
+BASELINES = ("lsh", "pca-sign", "pca-median", "itq", "whitening-sign", "flow-sign", "ubinary")
 FLOAT_BASELINES = {"cosine": None, "whitening-cosine": "whitening", "flow-cosine": "flow"}
 """The unhashed references: exact cosine kNN on the float sentence vectors, as they are or
 after a transform (dhim_ray.encoding.transforms) fitted on the database; name -> transform."""
@@ -170,8 +170,39 @@ class FlowSign(TransformSign):
     name, kind = "flow-sign", "flow"
 
 
-def make_baseline(name: str, n_bits: int, seed: int = 0) -> Baseline:
-    """Build a baseline by name: lsh, pca-sign, pca-median, itq, whitening-sign or flow-sign."""
+class UBinary(Baseline):
+    """The sign of every dimension of the raw sentence vector, one bit each: what
+    sentence-transformers' ``quantize_embeddings(emb, "ubinary")`` gives
+    (``np.packbits(emb > 0)``), so 384 bits for MiniLM. Nothing is fitted; its width is the
+    vectors' (``n_bits`` None takes it; another value is refused)."""
+
+    name = "ubinary"
+
+    def __init__(self, n_bits: int | None = None, seed: int = 0):
+        if n_bits is not None:
+            check_n_bits(n_bits)
+        self.n_bits, self.seed, self.mean = n_bits, seed, None
+
+    def fit(self, vectors):
+        dims = np.asarray(vectors).shape[1]
+        if dims % 8:
+            raise ConfigError(f"baseline=ubinary: the vectors have {dims} dims, not a multiple of 8; "
+                              "use another baseline")
+        if self.n_bits is not None and self.n_bits != dims:
+            raise ConfigError(f"n_bits={self.n_bits}: ubinary takes one bit per dimension of the encoder's "
+                              f"vector ({dims}); leave n_bits out")
+        self.n_bits, self.mean = dims, np.zeros(dims)
+        return self
+
+    def project(self, vectors):
+        return np.asarray(vectors, dtype=np.float64)
+
+
+def make_baseline(name: str, n_bits: int | None, seed: int = 0) -> Baseline:
+    """Build a baseline by name: lsh, pca-sign, pca-median, itq, whitening-sign, flow-sign
+    or ubinary (whose width is the vectors': ``n_bits`` None)."""
+    if name == "ubinary":
+        return UBinary(n_bits, seed)
     classes = {"lsh": LSH, "pca-sign": PCASign, "pca-median": PCAMedian, "itq": ITQ,
                "whitening-sign": WhiteningSign, "flow-sign": FlowSign}
     if name not in classes:

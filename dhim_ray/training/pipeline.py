@@ -316,7 +316,7 @@ def evaluate_checkpoint(
 
 def evaluate_baseline(
     baseline: str,
-    n_bits: int,
+    n_bits: int | None,
     database: CorpusSpec,
     queries: CorpusSpec,
     k: int = 100,
@@ -336,6 +336,7 @@ def evaluate_baseline(
     if model is None:
         return _float_baseline(baseline, db_f.mean, db.labels, q_f.mean, q_labels, k, seed)
     model.fit(db_f.mean)
+    n_bits = model.n_bits
     if q_labels is None:
         found = _codes_found(model.hash(db_f.mean), model.hash(q_f.mean))
         return {"method": baseline, "n_bits": n_bits, "bytes_per_doc": n_bits // 8,
