@@ -555,6 +555,21 @@ def refuse_foreign_rows(client, name: str, ids: np.ndarray, source: str, timeout
         )
 
 
+def refuse_dropping_keys(client, info: CollectionInfo, source: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    """An ingest without an id column upserts every row with an empty key: where this source's
+    rows already hold their documents' own ids (an earlier ingest with one), that would erase
+    them, so it is refused, naming the way to keep them."""
+    if not info.keys:
+        return
+    rows = client.query(info.name, filter=f"source == {quote(source)} and {KEY_FIELD} != \"\"",
+                        output_fields=[KEY_FIELD], limit=1, timeout=timeout)
+    if rows:
+        raise CollectionMismatchError(
+            f"collection {info.name!r}: the rows of {source} hold their documents' own ids (an ingest with an id "
+            "column); ingesting without one would erase them: pass the same id column again"
+        )
+
+
 def delete_stale_rows(client, name: str, source: str, last_row: int, dropped_ids: Sequence[int] = (),
                       timeout: float = DEFAULT_TIMEOUT) -> int:
     """After a whole source was ingested: delete its rows that the source no longer has (row

@@ -277,8 +277,9 @@ def train(
 
     if workers < 1:
         raise ConfigError(f"workers={workers}: must be >= 1, e.g. workers=2")
-    if not feature_memory >= 0:  # NaN too
-        raise ConfigError(f"--feature-memory {feature_memory}: must be >= 0 GiB (0 keeps every feature on disk)")
+    if not 0 <= feature_memory < float("inf"):  # NaN and infinity too
+        raise ConfigError(f"--feature-memory {feature_memory}: must be a finite number >= 0 GiB (0 keeps every "
+                          "feature on disk)")
     from dhim_ray.encoding.feature_store import check_cache_dir
 
     check_cache_dir(cache_dir)
@@ -466,7 +467,7 @@ def eval_(
 def ingest(
     corpus: Annotated[str, typer.Argument(help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id.")],
     model_dir: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder from 'dhim-ray train'.")],
-    split: Annotated[str, typer.Option(help="Split to ingest (or CORPUS:split).")] = "train",
+    split: Annotated[str | None, typer.Option(help="Split to ingest (or CORPUS:split) [train].")] = None,
     collection: Annotated[str | None, typer.Option(help="Collection name [default: CORPUS_BITS].")] = None,
     uri: Uri = DEFAULT_DB,
     token_env: TokenEnv = "MILVUS_TOKEN",
@@ -474,7 +475,7 @@ def ingest(
     batch_size: Annotated[int, typer.Option(help="Documents per encoder batch.")] = 64,
     limit: Annotated[int | None, typer.Option(help="Ingest only the first N documents (rows 0..N-1 are verified).")] = None,
     index: Annotated[str | None, typer.Option(help="BIN_FLAT or BIN_IVF_FLAT [default: FLAT on lite, IVF on a server].")] = None,
-    nlist: Annotated[int, typer.Option(help="Clusters for BIN_IVF_FLAT.")] = 128,
+    nlist: Annotated[int | None, typer.Option(help="Clusters for BIN_IVF_FLAT (a Milvus server) [128].")] = None,
     overwrite: Annotated[bool, typer.Option(help="Drop an existing collection with another width or model.")] = False,
     address: Annotated[str | None, typer.Option(help="Ray cluster address ('auto', ray://host:10001).")] = None,
     use_gpu: Annotated[bool, typer.Option(help="One GPU per encoding actor (--workers actors, as many GPUs).")] = False,
@@ -491,12 +492,19 @@ def ingest(
     """Encode a corpus with Ray Data and upsert the codes into a Milvus binary collection.
     Ray Data reads the split itself (CSV, JSON Lines, Parquet; one file or a folder of
     parts), checks every row first, and streams it through the encoders."""
-    from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, default_index
+    from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, default_index, is_lite
+    from dhim_ray.errors import ConfigError
     from dhim_ray.jobs.ingest import ingest as run_ingest
     from dhim_ray.model.checkpoint import read_checkpoint
 
     spec = corpus_spec(corpus, text_column, label_column, drop_empty, limit)
-    spec = spec.with_split(spec.split or split)
+    if spec.split and split and spec.split != split:
+        raise ConfigError(f"--split {split} and {corpus}: two splits named; give one")
+    spec = spec.with_split(spec.split or split or "train")
+    if nlist is not None and is_lite(uri):
+        raise ConfigError(f"--nlist {nlist}: applies to BIN_IVF_FLAT on a Milvus server; a milvus-lite file is "
+                          "searched exactly (BIN_FLAT), drop --nlist")
+    nlist = 128 if nlist is None else nlist
     n_bits = read_checkpoint(model_dir).n_bits
     collection = collection or _default_collection(spec.name, n_bits)
     target = MilvusTarget(uri, collection, token_env=token_env)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -82,7 +83,7 @@ class ModelConfig:
             raise ConfigError(f"n_filters={self.n_filters}: must be positive, e.g. 256")
         if not self.windows or any(w < 1 or w % 2 == 0 for w in self.windows):
             raise ConfigError(f"windows {self.windows}: need odd sizes >= 1 for 'same' padding, e.g. (1, 3, 5)")
-        if not self.alpha > 0:
+        if not 0 < self.alpha < math.inf:
             raise ConfigError(f"alpha={self.alpha}: must be > 0, e.g. 0.1")
         if self.regulariser not in ("cls", "mean", "none"):
             raise ConfigError(f"regulariser={self.regulariser!r}: choose cls, mean or none")
@@ -145,7 +146,7 @@ class TrainConfig:
             raise ConfigError(f"batch_size={self.batch_size}: must be >= 2 (the loss needs negatives), e.g. 128")
         if not 0 < self.lr < 1:
             raise ConfigError(f"lr={self.lr}: must be in (0, 1), e.g. 1e-3")
-        if self.beta < 0:
+        if not 0 <= self.beta < math.inf:
             raise ConfigError(f"beta={self.beta}: must be >= 0, e.g. 0.1")
         if self.max_epochs < 1:
             raise ConfigError(f"max_epochs={self.max_epochs}: must be >= 1")

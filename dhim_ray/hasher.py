@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from dhim_ray.config import DHIMConfig
 from dhim_ray.encoding.encoder import DIGEST_FIELD, Features, FrozenEncoder
@@ -93,19 +94,23 @@ class Hasher:
     def n_bytes(self) -> int:
         return self.n_bits // 8
 
-    def _batches(self, texts: list[str] | str, batch_size: int) -> tuple[int, Iterator[tuple[int, Features]]]:
-        """(number of texts, (start, features) a batch at a time), the texts checked first."""
+    def _batches(self, texts: list[str] | str, batch_size: int) -> tuple[int, Iterator[tuple[np.ndarray, Features]]]:
+        """(number of texts, (row indices, features) one encoder pass at a time), the texts
+        checked first. Each pass is sorted by length and as wide as its longest document plus
+        the head's reach: the head reads nothing further (FrozenEncoder.iter_batches)."""
         if isinstance(texts, str):
             texts = [texts]
         texts = check_texts(texts, self.config.features.cleaning)
-        return len(texts), self.encoder.iter_features(texts, batch_size)
+        return len(texts), self.encoder.iter_batches(texts, batch_size)
 
     def encode(self, texts: list[str] | str, batch_size: int = 64, progress: bool = False) -> np.ndarray:
         """Texts -> packed codes, uint8 (n, n_bits // 8), most significant bit first."""
         n, batches = self._batches(texts, batch_size)
         out = np.empty((n, self.n_bytes), dtype=np.uint8)
-        for start, feats in batches:
-            out[start : start + len(feats)] = self.hash_features(feats)
+        with tqdm(total=n, desc="hashing", unit="doc", disable=not progress, leave=False) as bar:
+            for rows, feats in batches:
+                out[rows] = self.hash_features(feats)
+                bar.update(len(rows))
         return out
 
     def encode_scores(self, texts: list[str] | str, batch_size: int = 64,
@@ -118,11 +123,10 @@ class Hasher:
         codes = np.empty((n, self.n_bytes), dtype=np.uint8)
         scores = np.empty((n, self.n_bits), dtype=np.float32)
         means = np.empty((n, self.encoder.hidden_size), dtype=np.float32) if vectors else None
-        for start, feats in batches:
-            stop = start + len(feats)
-            codes[start:stop], scores[start:stop] = self.score_features(feats)
+        for rows, feats in batches:
+            codes[rows], scores[rows] = self.score_features(feats)
             if means is not None:
-                means[start:stop] = feats.mean
+                means[rows] = feats.mean
         return (codes, scores, means) if vectors else (codes, scores)
 
     def hash_features(self, feats: Features) -> np.ndarray:

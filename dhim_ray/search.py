@@ -202,19 +202,57 @@ def evaluate_in_milvus(
         if k > n_db:
             raise ConfigError(f"k={k}: larger than the collection ({n_db} codes); use k={n_db} or less")
         codes, scores, vectors = searcher.hasher.encode_scores(q.texts, vectors=True)
-        result = tie_aware_from_store(searcher, codes, q_labels, k, n_db)
+        label_of = hit_labels(searcher.info.label_names, q.label_names, queries.display, target.collection)
+        result = tie_aware_from_store(searcher, codes, q_labels, k, n_db, label_of)
         out = {"method": "dhim", "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
                "n_bits": searcher.hasher.n_bits, **result.as_dict()}
         if rerank > 1:
-            hits = searcher.search_reranked(codes, scores, k, rerank, output_fields=("label",), vectors=vectors)
-            labels = np.array([[h["label"] for h in row] for row in hits])
+            hits = searcher.search_reranked(codes, scores, k, rerank, output_fields=label_of.fields, vectors=vectors)
+            labels = np.array([label_of(row) for row in hits])
             out.update(rerank=rerank, rerank_by=BY_COSINE if searcher.rescores_by_cosine else BY_BITS,
                        precision_at_k_reranked=float((labels == q_labels[:, None]).mean()))
     return {**out, "seconds": round(time.perf_counter() - t0, 2)}
 
 
+class HitLabels:
+    """A hit's label in the queries' numbering: where the queries name their labels, the
+    stored name looked up in their vocabulary (a class the queries lack matches nothing), so a
+    query file holding some of the classes still lines up; else the stored number. Names on
+    one side and bare numbers on the other cannot be matched: a DataError."""
+
+    def __init__(self, names: list[str] | None = None, stored_names: bool = False, where: str = ""):
+        self.index = None if names is None else {n: i for i, n in enumerate(names)}
+        self.fields = ("label", "label_name") if stored_names else ("label",)
+        self.where = where
+
+    def __call__(self, hits: list[dict[str, Any]]) -> np.ndarray:
+        from dhim_ray.errors import DataError
+
+        named = [bool(h.get("label_name")) for h in hits]
+        if self.index is None:
+            if any(named):
+                raise DataError(f"{self.where}: the collection labels its rows by name but the queries number "
+                                "theirs, so they cannot be matched; give queries labelled with the same names")
+            return np.array([h["label"] for h in hits])
+        if not all(named):
+            raise DataError(f"{self.where}: the queries label by name but the collection's rows hold numbers "
+                            "only, so they cannot be matched; give numbered queries, or re-ingest from named labels")
+        return np.array([self.index.get(h["label_name"], -2) for h in hits])
+
+
+def hit_labels(stored_names: bool, query_names: list[str] | None, queries: str, collection: str) -> HitLabels:
+    """How to compare a collection's labels with the queries' (see HitLabels)."""
+    if query_names is not None and not stored_names:
+        from dhim_ray.errors import DataError
+
+        raise DataError(f"queries {queries} label by name but collection {collection!r} keeps no label names "
+                        "(ingested before names were kept); give numbered queries, or re-ingest")
+    return HitLabels(None if query_names is None else list(query_names), stored_names,
+                     f"queries {queries} against collection {collection!r}")
+
+
 def tie_aware_from_store(searcher: Searcher, codes: np.ndarray, query_labels: np.ndarray, k: int,
-                         n_db: int) -> PrecisionResult:
+                         n_db: int, label_of: HitLabels | None = None) -> PrecisionResult:
     """Both precisions from store results: the k nearest, then every code tied at the
     k-th distance (the hits needed for the expectation over random tie-breaking).
 
@@ -222,11 +260,12 @@ def tie_aware_from_store(searcher: Searcher, codes: np.ndarray, query_labels: np
     whole collection); ordered precision sorts hits by (distance, id), the
     store's own tie order is not specified.
     """
+    label_of = label_of or HitLabels()
     ordered = expected = 0.0
     for i in range(len(codes)):
         limit = min(k * 2, MAX_SEARCH_K, n_db)
         while True:
-            hits = searcher.search_codes(codes[i : i + 1], limit, output_fields=("label", "row"))[0]
+            hits = searcher.search_codes(codes[i : i + 1], limit, output_fields=(*label_of.fields, "row"))[0]
             dist = np.array([h["distance"] for h in hits])
             kth = dist[k - 1]
             if dist[-1] > kth or limit >= min(n_db, MAX_SEARCH_K):
@@ -236,8 +275,7 @@ def tie_aware_from_store(searcher: Searcher, codes: np.ndarray, query_labels: np
             raise StoreError(
                 f"query {i}: more than {MAX_SEARCH_K} codes tie at distance {kth}; tie-aware precision needs them all"
             )
-        labels = np.array([h["label"] for h in hits])
-        rel = labels == query_labels[i]
+        rel = label_of(hits) == query_labels[i]
         expected += float(tie_aware_hits(dist[None, :], rel[None, :], k)[0])
         rows = np.array([h["row"] for h in hits])
         order = np.lexsort((rows, dist))[:k]  # database order = source row order

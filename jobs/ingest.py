@@ -35,6 +35,7 @@ from dhim_ray.connectors.milvus import (
     ensure_collection,
     make_rows,
     mask_uri,
+    refuse_dropping_keys,
     refuse_foreign_rows,
     release,
     source_label,
@@ -70,11 +71,16 @@ class CodeEncoder:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         texts = [str(t) for t in batch["text"]]
-        # A Ray batch holds SORTED_BATCHES encoder batches: sorted by length, each padded to its longest.
-        feats = self.hasher.encoder.encode(texts, batch_size=self.batch_size)
-        batch["code"] = self.hasher.hash_features(feats)  # uint8 (n, n_bytes)
-        if self.vectors:
-            batch["vector"] = np.asarray(feats.mean, dtype=np.float16)
+        codes = np.empty((len(texts), self.hasher.n_bytes), dtype=np.uint8)  # uint8 (n, n_bytes)
+        vectors = np.empty((len(texts), self.hasher.encoder.hidden_size), dtype=np.float16) if self.vectors else None
+        # A Ray batch holds SORTED_BATCHES encoder batches: sorted by length, each as wide as its longest.
+        for rows, feats in self.hasher.encoder.iter_batches(texts, self.batch_size):
+            codes[rows] = self.hasher.hash_features(feats)
+            if vectors is not None:
+                vectors[rows] = feats.mean
+        batch["code"] = codes
+        if vectors is not None:
+            batch["vector"] = vectors
         return batch
 
 
@@ -193,6 +199,8 @@ def ingest(
                                  keys=id_column is not None)
         first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
         refuse_foreign_rows(client, target.collection, document_ids(source, first), source, target.timeout)
+        if id_column is None:
+            refuse_dropping_keys(client, info, source, target.timeout)
     finally:
         client.close()
         release(target.uri)

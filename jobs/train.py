@@ -345,7 +345,7 @@ def train_distributed(
         return _train_each_target(corpus, config, out_dir, opts, callbacks, cache_dir, feature_memory_gb, progress)
     resume = find_resume_checkpoint(opts.resume) if opts.resume else None
     if resume:
-        config = resume_config(Path(resume), config)
+        config = resume_config(Path(resume), config, corpus.display)
     t_start = time.perf_counter()
     train, val, val_source = load_train_val(corpus, config)
     # width, fingerprint and store keys; fails fast on a bad encoder

@@ -47,7 +47,8 @@ def world(tmp_path_factory, toy_folder, tiny_bert, tiny_config):
     client.close()
     release(str(db))
     for name, edit in (("no_model_section", lambda m: m["config"].pop("model")),
-                       ("text_bits", lambda m: m["config"]["model"].update(n_bits="x"))):
+                       ("text_bits", lambda m: m["config"]["model"].update(n_bits="x")),
+                       ("no_digest", lambda m: m.pop("weights_sha256"))):
         broken = root / name
         broken.mkdir()
         (broken / "model.safetensors").write_bytes((model / "model.safetensors").read_bytes())
@@ -71,6 +72,8 @@ def world(tmp_path_factory, toy_folder, tiny_bert, tiny_config):
     big = "football goal " * 400_000  # one 5.6 MB document: above the csv module's 128 KB field limit
     (root / "big.csv").write_text(f'label,text\nsport,"{big}"\npolitics,"vote party"\n')
     (root / "with space").mkdir()
+    write_csv(root / "strlab" / "train.csv", [(["sport", "politics"][i % 2], f"football vote goal {i}")
+                                             for i in range(20)], header=True)
     (root / "notadb.db").write_text("this is a text file, not a milvus-lite database\n")
     return {"root": root, "model": model, "db": db, "toy": toy_folder, "bert": tiny_bert, "truncated": truncated}
 
@@ -116,7 +119,7 @@ CASES = [
     (T("--max-words", "0"), 2, "--max-words 0: must be between 1 and 100000"),
     (T("--max-words", "500"), 2, "--max-words 500 needs 501 tokens"),
     (T("--workers", "0"), 2, "--workers 0: must be >= 1"),
-    (T("--feature-memory", "-1"), 2, "--feature-memory -1.0: must be >= 0 GiB"),
+    (T("--feature-memory", "-1"), 2, "--feature-memory -1.0: must be a finite number >= 0 GiB"),
     (T("--select", "best"), 2, "--select 'best': choose one of auto, labels, neighbours, objective"),
     (T("--target-transform", "pca"), 2, "--target-transform 'pca': choose one of none, whitening, flow, auto"),
     (T("--target-transform", "auto", "--select", "objective"), 2,
@@ -245,7 +248,7 @@ CASES = [
     (["refine", "{toy}", "--out", "{root}/r2", "--encoder", "{bert}", "--seed", "-1"], 2, "--seed -1: must be"),
     (T("--cache-dir", "{root}/afile"), 2, "afile is a file, not a folder"),
     (E("--cache-dir", "{root}/afile/sub"), 2, "afile is a file, not a folder"),
-    (T("--feature-memory", "nan"), 2, "--feature-memory nan: must be >= 0 GiB"),
+    (T("--feature-memory", "nan"), 2, "--feature-memory nan: must be a finite number >= 0 GiB"),
     (S("--collection", "caf\u00e9_docs"), 2, "use ASCII letters, digits and underscores"),
     (S("--collection", "c" * 300), 2, "at most 255 characters"),
     (ING("--collection", "naïve"), 2, "use ASCII letters, digits and underscores"),
@@ -276,6 +279,16 @@ CASES = [
      "is not a milvus-lite database"),
     (["search", "x", "--model", "{model}", "--uri", "{root}/notadb.db", "--collection", "c2"], 2,
      "is not a milvus-lite database"),
+    # options that do not apply, or contradict each other, are refused, never ignored
+    (["train", "{toy}:test", "--encoder", "{bert}", "--max-words", "12", "--out", "{root}/out"], 2,
+     "has no split 'test'"),
+    (["ingest", "{toy}:val", "--split", "train", "--model", "{model}", "--uri", "{db}", "--collection", "toy_16"], 2,
+     ":val: two splits named; give one"),
+    (ING("--nlist", "64"), 2, "--nlist 64: applies to BIN_IVF_FLAT on a Milvus server"),
+    (["eval", "{root}/no_digest", "--database", "{toy}:train", "--queries", "{toy}:val"], 2,
+     "has no weights_sha256"),
+    (["eval", "{model}", "--database", "{root}/strlab:train", "--queries", "{toy}:val"], 2,
+     "the database' labels are names and the queries' are numbers"),
     # the command line itself
     (["nosuchcommand"], 2, "No such command 'nosuchcommand'"),
     (["train", "{toy}", "--no-such-flag"], 2, "No such option: --no-such-flag"),

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from conftest import make_toy_corpus, shared_corpus, write_csv
 
-from dhim_ray.corpus.data import load_corpus, load_split, parse_spec
+from dhim_ray.corpus.data import CorpusSpec, load_corpus, load_split, parse_spec
 from dhim_ray.corpus.text import clean_and_truncate, clean_string
 from dhim_ray.errors import DataError, HubUnreachableError, UnknownDatasetError
 
@@ -196,3 +196,33 @@ def test_limit_warns_when_the_first_rows_hold_few_labels(caplog):
         logger.removeHandler(caplog.handler)
     assert len(few.split("train")) == 300 and set(few.split("train").labels) == {0}
     assert "--limit" not in caplog.text
+
+
+def test_naming_the_default_text_column_keeps_the_same_source_and_ids(toy_folder):
+    """A rerun that spells out --text-column text must upsert onto the same rows, not add copies."""
+    assert CorpusSpec(str(toy_folder), text_column="text").source_id == CorpusSpec(str(toy_folder)).source_id
+    assert CorpusSpec(str(toy_folder), text_column="body").source_id != CorpusSpec(str(toy_folder)).source_id
+    assert CorpusSpec("dbpedia", text_column="content").source_id == CorpusSpec("dbpedia").source_id
+
+
+def test_train_on_a_named_split_reads_that_split(toy_folder, tiny_config):
+    from dhim_ray.training.pipeline import load_train_val
+
+    val_rows = len(CorpusSpec(str(toy_folder), "val").load_split())
+    train, val, source = load_train_val(CorpusSpec(str(toy_folder), "val"), tiny_config)
+    assert len(train) + len(val) == val_rows and "carved" in source
+    train, val, source = load_train_val(CorpusSpec(str(toy_folder), "train"), tiny_config)
+    assert len(val) == val_rows and source == "val split"
+    with pytest.raises(DataError, match="has no split 'test'"):
+        load_train_val(CorpusSpec(str(toy_folder), "test"), tiny_config)
+
+
+def test_labels_named_on_one_side_and_numbered_on_the_other_are_refused():
+    from dhim_ray.corpus.data import Split, align_labels
+
+    named = Split(["a", "b"], np.array([0, 1]), np.arange(2), ["politics", "sport"])
+    numbered = Split(["c", "d"], np.array([1, 0]), np.arange(2))
+    with pytest.raises(DataError, match="labels are names and the queries' are numbers"):
+        align_labels(named, numbered)
+    with pytest.raises(DataError, match="the queries' labels are names and the database' are numbers"):
+        align_labels(numbered, named)

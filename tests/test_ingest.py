@@ -101,6 +101,34 @@ def test_milvus_precision_equals_in_memory(ingested, model_dir):
     assert milvus["precision_at_k"] == pytest.approx(in_memory["precision_at_k"], abs=1e-9)
 
 
+def test_queries_naming_some_of_the_classes_are_matched_by_name(ray_session, model_dir, tmp_path):
+    """A query file holding two of the collection's five classes numbers its labels 0..1 by
+    itself; through Milvus they must be matched by name, as the in-memory eval does."""
+    from dhim_ray.search import evaluate_in_milvus
+    from dhim_ray.training.pipeline import evaluate_checkpoint
+
+    bbc = CorpusSpec("bbc").load_split("train")
+    names = bbc.label_names
+    picked = [i for i in range(len(bbc)) if bbc.labels[i] in (1, 3)][:40]  # two classes, by name
+    write_csv(tmp_path / "db" / "train.csv", [(names[bbc.labels[i]], bbc.texts[i]) for i in range(0, 1780, 8)],
+              header=True)
+    write_csv(tmp_path / "q" / "val.csv", [(names[bbc.labels[i]], bbc.texts[i]) for i in picked], header=True)
+    target = MilvusTarget(str(tmp_path / "named.db"), "named")
+    ingest_job(CorpusSpec(str(tmp_path / "db"), "train"), model_dir, target)
+    queries = CorpusSpec(str(tmp_path / "q"), "val")
+    milvus = evaluate_in_milvus(model_dir, queries, target, k=20)
+    in_memory = evaluate_checkpoint(model_dir, CorpusSpec(str(tmp_path / "db"), "train"), queries, k=20,
+                                    progress=False)
+    assert milvus["precision_at_k_tie_aware"] == pytest.approx(in_memory["precision_at_k_tie_aware"], abs=1e-9)
+    assert milvus["precision_at_k_tie_aware"] > 0.3  # matched by number it was near 0
+
+
+def ingest_job(corpus, model_dir, target, **kw):
+    from dhim_ray.jobs.ingest import ingest
+
+    return ingest(corpus, model_dir, target, workers=1, progress=False, **kw)
+
+
 def test_interrupted_ingest_rerun_ends_with_one_row_per_document(ray_session, model_dir, tmp_path, monkeypatch):
     import dhim_ray.jobs.ingest as job
 
@@ -593,6 +621,12 @@ def test_id_column_is_kept_as_each_rows_key_and_returned_with_hits(ray_session, 
     assert sorted(h["key"] for h in hits) == sorted(str(d) for d in ids)
     assert next(h for h in hits if h["row"] == 2)["key"] == "a-1"
     assert {h["row"]: h["key"] for h in hits}[0] == "7" and {h["row"]: h["key"] for h in hits}[1] == "007"
+
+    # a rerun without the id column would erase every key: refused, the keys kept
+    with pytest.raises(CollectionMismatchError, match="would erase them: pass the same id column again"):
+        ingest(CorpusSpec(str(jsonl), text_column="body"), model_dir, target, workers=1, progress=False)
+    with Searcher(model_dir, target) as s:
+        assert sorted(h["key"] for h in s.search([texts[2]], k=24)[0]) == sorted(str(d) for d in ids)
 
     other = MilvusTarget(str(tmp_path / "keys.db"), "docs_csv")
     ingest(CorpusSpec(str(csv_path)), model_dir, other, workers=1, progress=False, id_column="doc_id")

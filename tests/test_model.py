@@ -342,6 +342,14 @@ def test_interrupted_in_process_training_keeps_the_best_epoch_and_resumes(tmp_pa
     assert Hasher.load(out).encode(["football goal"]).shape == (1, 2)  # the best epoch so far is usable
     with pytest.raises(CheckpointError, match="holds an unfinished run; continue it with --resume"):
         train_corpus(corpus, cfg, out, progress=False)
+    # a resume must be the run's own command: not another width, setting or corpus
+    with pytest.raises(CheckpointError, match="started with model.n_bits=16, this command asks for 64"):
+        train_corpus(corpus, cfg.replace(model={"n_bits": 64}), out, progress=False, resume=True)
+    with pytest.raises(CheckpointError, match="started with train.lr=0.003, this command asks for 0.01"):
+        train_corpus(corpus, cfg.replace(train={"lr": 0.01}), out, progress=False, resume=True)
+    with pytest.raises(CheckpointError, match=r"that run trains on .*toy.*, not .*:val"):
+        train_corpus(CorpusSpec(str(toy_folder), "val"), cfg, out, progress=False, resume=True)
+    assert seen == [0, 1, 2]  # none of them trained
     _, summary = train_corpus(corpus, cfg, out, progress=False, resume=True, callbacks=(CtrlCAtEpoch(-1),))
     assert seen == [0, 1, 2, 2, 3]  # epochs 0 and 1 were not trained again
     assert summary["epochs_run"] == 4 and [h["epoch"] for h in summary["history"]] == [0, 1, 2, 3]

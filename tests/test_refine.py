@@ -1,6 +1,7 @@
 """SG-OPT refinement on the tiny BERT: BERT_T moves, BERT_F does not; the refined
 folder reloads and encodes identically; an interrupted refine resumes."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -103,6 +104,11 @@ def test_interrupted_refine_resumes(tmp_path, tiny_bert, monkeypatch):
     with pytest.raises(CheckpointError, match="continue it with --resume"):
         refine_encoder(TEXTS, out, cfg, progress=False)
     monkeypatch.setattr(SGOPT, "loss", real)
+    # a resume must be the run's own: not other documents, not other settings
+    with pytest.raises(CheckpointError, match="ran on other documents"):
+        refine_encoder(TEXTS[::-1], out, cfg, resume=True, progress=False)
+    with pytest.raises(CheckpointError, match="was started with lr=.*, this command asks for 0.5"):
+        refine_encoder(TEXTS, out, dataclasses.replace(cfg, lr=0.5), resume=True, progress=False)
     summary = refine_encoder(TEXTS, out, cfg, resume=True, progress=False)
     assert summary["steps"] == 5 and out.exists()
     with pytest.raises(CheckpointError, match="no unfinished refine"):

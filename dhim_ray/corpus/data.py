@@ -159,7 +159,8 @@ class CorpusSpec:
             base = f"file:{Path(self.name).resolve()}"
         else:
             base = f"hf:{self.name}"
-        columns = "" if self.text_column is None else f"#text={self.text_column}"
+        default = PRESETS[self.name].text_column if self.name in PRESETS else "text"
+        columns = "" if self.text_column in (None, default) else f"#text={self.text_column}"  # the default, named
         return f"{base}{columns}"
 
 
@@ -302,6 +303,10 @@ def align_labels(database: Split, queries: Split) -> np.ndarray | None:
     both have names; a class the database lacks gets -1, which matches nothing)."""
     if queries.labels is None:
         return None
+    if (database.label_names is None) != (queries.label_names is None) and database.labels is not None:
+        named, numbered = ("database", "queries") if database.label_names is not None else ("queries", "database")
+        raise DataError(f"the {named}' labels are names and the {numbered}' are numbers, so they cannot be matched; "
+                        "label both with names or both with numbers")
     if database.label_names is None or queries.label_names is None or database.label_names == queries.label_names:
         return queries.labels
     index = {n: i for i, n in enumerate(database.label_names)}

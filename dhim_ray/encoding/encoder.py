@@ -284,6 +284,17 @@ class FrozenEncoder:
         dtype = torch.float16 if self.precision == "fp16" else torch.bfloat16
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
+    @torch.inference_mode()
+    def iter_batches(self, texts: list[str], batch_size: int = 64) -> Iterator[tuple[np.ndarray, Features]]:
+        """(row indices into ``texts``, their Features) one encoder pass at a time, longest
+        documents first (SORT_CHUNK texts sorted together), each batch's features only as
+        wide as its longest document plus ``reach``: what the DHIM head needs, and no more."""
+        step = max(batch_size, SORT_CHUNK)
+        for start in range(0, len(texts), step):
+            ids = self.token_ids(texts[start : start + step])
+            for rows, input_ids, attention in self.length_batches(ids, batch_size):
+                yield rows + start, self._forward(input_ids, attention)
+
     def iter_features(self, texts: list[str], batch_size: int = 64) -> Iterator[tuple[int, Features]]:
         """(start, Features of texts[start : start + m]) in input order, SORT_CHUNK texts at a time."""
         step = max(batch_size, SORT_CHUNK)

@@ -24,8 +24,11 @@ one epoch); the learning rate is BENCHMARKS.md's choice for MiniLM.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -78,10 +81,10 @@ class RefineConfig:
             raise ConfigError(f"batch_size={self.batch_size}: must be >= 2 (the loss needs negatives), e.g. 16")
         if not 0 < self.lr < 1:
             raise ConfigError(f"lr={self.lr}: must be in (0, 1), e.g. 1e-5")
-        if not self.temperature > 0:
-            raise ConfigError(f"temperature={self.temperature}: must be > 0, e.g. 0.01")
-        if self.lam < 0:
-            raise ConfigError(f"lam={self.lam}: must be >= 0, e.g. 0.1")
+        if not 0 < self.temperature < math.inf:
+            raise ConfigError(f"temperature={self.temperature}: must be a finite number > 0, e.g. 0.01")
+        if not 0 <= self.lam < math.inf:
+            raise ConfigError(f"lam={self.lam}: must be a finite number >= 0, e.g. 0.1")
         if self.head_hidden < 1 or self.max_words < 1 or self.max_steps < 0 or self.save_every < 1:
             raise ConfigError("head_hidden, max_words and save_every must be positive; max_steps >= 0")
         if self.cleaning not in CLEANINGS:
@@ -137,7 +140,8 @@ class SGOPT(nn.Module):
         return contrastive + config.lam * reg, contrastive.item(), reg.item()
 
 
-def _save_state(folder: Path, sg: SGOPT, optimizer: torch.optim.Optimizer, step: int, history: list) -> None:
+def _save_state(folder: Path, sg: SGOPT, optimizer: torch.optim.Optimizer, step: int, history: list,
+                run: dict | None = None) -> None:
     from safetensors.torch import save_file
 
     tmp = folder.with_name(folder.name + ".tmp")
@@ -147,12 +151,12 @@ def _save_state(folder: Path, sg: SGOPT, optimizer: torch.optim.Optimizer, step:
     trained.update({f"head.{k}": v for k, v in sg.head.state_dict().items()})
     save_file({k: v.detach().cpu().contiguous() for k, v in trained.items()}, str(tmp / "weights.safetensors"))
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    (tmp / "progress.json").write_text(json.dumps({"step": step, "history": history}))
+    (tmp / "progress.json").write_text(json.dumps({"step": step, "history": history, "run": run or {}}))
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
 
 
-def _load_state(folder: Path, sg: SGOPT, optimizer: torch.optim.Optimizer) -> tuple[int, list]:
+def _load_state(folder: Path, sg: SGOPT, optimizer: torch.optim.Optimizer, run: dict | None = None) -> tuple[int, list]:
     from safetensors.torch import load_file
 
     try:
@@ -162,9 +166,34 @@ def _load_state(folder: Path, sg: SGOPT, optimizer: torch.optim.Optimizer) -> tu
     except Exception as exc:  # truncated or foreign files fail in many ways
         raise CheckpointError(f"resume: the refine state in {folder} is unreadable ({type(exc).__name__}); "
                               "start again without --resume") from exc
+    _check_same_run(folder, progress.get("run") or {}, run or {})
     sg.student.load_state_dict({k[8:]: v for k, v in weights.items() if k.startswith("student.")})
     sg.head.load_state_dict({k[5:]: v for k, v in weights.items() if k.startswith("head.")})
     return int(progress["step"]), list(progress["history"])
+
+
+def _run_identity(config: RefineConfig, docs: list[str]) -> dict:
+    """What a resumed refine must share with the run it continues: its settings (but how often
+    it saves) and its documents."""
+    digest = hashlib.sha256()
+    for d in docs:
+        digest.update(d.encode("utf-8", "surrogatepass") + b"\0")
+    settings = {k: v for k, v in dataclasses.asdict(config).items() if k != "save_every"}
+    return {"config": settings, "documents": f"{len(docs)}:{digest.hexdigest()[:16]}"}
+
+
+def _check_same_run(folder: Path, started: dict, now: dict) -> None:
+    if not started or not now:  # a state saved before runs were recorded: not checked
+        return
+    if started.get("documents") != now.get("documents"):
+        raise CheckpointError(f"resume: the refine in {folder} ran on other documents "
+                              f"({started.get('documents')} against {now.get('documents')}); resume it with its own "
+                              "corpus, or start again without --resume")
+    for key, value in now.get("config", {}).items():
+        before = started.get("config", {}).get(key)
+        if before != value:
+            raise CheckpointError(f"resume: the refine in {folder} was started with {key}={before!r}, this command "
+                                  f"asks for {value!r}; resume with the settings it was started with")
 
 
 def epoch_order(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
@@ -205,7 +234,8 @@ def refine_encoder(texts: list[str], out: str | Path, config: RefineConfig, *, d
     sg.student.train()  # dropout on, as in fine-tuning
     params = [*sg.student.parameters(), *sg.head.parameters()]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
-    step, history = (_load_state(state_dir, sg, optimizer) if resume else (0, []))
+    run = _run_identity(config, docs)
+    step, history = (_load_state(state_dir, sg, optimizer, run) if resume else (0, []))
     batches = [b for e in range(config.epochs) for b in epoch_order(len(docs), config.batch_size, config.seed, e)]
     total = min(len(batches), config.max_steps) if config.max_steps else len(batches)
     if resume:
@@ -229,9 +259,9 @@ def refine_encoder(texts: list[str], out: str | Path, config: RefineConfig, *, d
             bar.update(1)
             bar.set_postfix(loss=f"{contrastive:.3f}")
             if step % config.save_every == 0 and step < total:
-                _save_state(state_dir, sg, optimizer, step, history)
+                _save_state(state_dir, sg, optimizer, step, history, run)
     except KeyboardInterrupt:
-        _save_state(state_dir, sg, optimizer, step, history)
+        _save_state(state_dir, sg, optimizer, step, history, run)
         raise TrainingInterrupted(f"interrupted at step {step} of {total}; the state is in {state_dir}: "
                                   "continue with the same command and --resume") from None
     finally:

@@ -21,7 +21,8 @@ from dhim_ray.errors import CheckpointError, ConfigError
 from dhim_ray.model.dhim import DHIM
 
 FORMAT = "dhim-ray/checkpoint"
-FORMAT_VERSION = 1
+# 2: config.json always records weights_sha256 (version 1 files may lack it and load unchecked).
+FORMAT_VERSION = 2
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 
@@ -170,6 +171,9 @@ def read_checkpoint(path: str | Path) -> CheckpointInfo:
         config = DHIMConfig.from_dict(sections)
     except (ConfigError, TypeError, ValueError) as exc:
         raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} holds an invalid config ({exc}); train again") from exc
+    if version >= 2 and not (isinstance(meta.get("weights_sha256"), str) and len(meta["weights_sha256"]) == 64):
+        raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} has no weights_sha256, so its weights cannot be "
+                              "checked; restore config.json from the run, or train again")
     encoder = meta.get("encoder") if isinstance(meta.get("encoder"), dict) else {}
     summary = meta.get("summary") if isinstance(meta.get("summary"), dict) else {}
     return CheckpointInfo(path, config, str(encoder.get("name", config.features.encoder)),

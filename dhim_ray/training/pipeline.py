@@ -64,10 +64,13 @@ class TrainingData:
 
 def load_train_val(corpus: CorpusSpec, config: DHIMConfig) -> tuple[Split, Split, str]:
     """(train, val, where val came from): the corpus' val split, or a deterministic
-    slice carved out of train when it has none. Both share one label vocabulary."""
+    slice carved out of train when it has none. Both share one label vocabulary.
+    ``CORPUS:SPLIT`` trains on that split (a split the corpus lacks is a DataError naming
+    those it has), its val slice carved out of it unless it is train and a val split exists."""
     data = corpus.with_split(None).load()
-    train = data.split("train")
-    if "val" in data.splits:
+    name = data_split_name(corpus.split, data) if corpus.split else "train"
+    train = data.split(name)
+    if name == "train" and "val" in data.splits:
         val, val_source = data.split("val"), "val split"
     else:
         tr_idx, val_idx = carve_validation(len(train), config.train)
@@ -81,6 +84,17 @@ def load_train_val(corpus: CorpusSpec, config: DHIMConfig) -> tuple[Split, Split
         logger.warning("every training document has the same label, so val P@%d cannot rank epochs: selecting by "
                        "cosine neighbours (label-free) instead; %s", config.train.k, ONE_LABEL_HINT)
     return train, val, val_source
+
+
+def data_split_name(split: str, data) -> str:
+    """The canonical name of ``split`` in ``data`` (val for validation/dev, ...), or a DataError."""
+    from dhim_ray.corpus.data import SPLIT_ALIASES
+
+    for canonical, aliases in SPLIT_ALIASES.items():
+        if split in aliases and canonical in data.splits:
+            return canonical
+    data.split(split)  # raises: the corpus has no such split, naming those it has
+    return split
 
 
 DEFAULT_FEATURE_MEMORY_GB = 2.0
@@ -143,10 +157,34 @@ class CheckpointEachEpoch(TrainCallback):
                                  "best_epoch": best})
 
 
-def resume_config(out: Path, requested: DHIMConfig) -> DHIMConfig:
-    """The config of the run being resumed; only the epoch budget and patience may change."""
-    stored = read_checkpoint(out).config
-    return stored.replace(train={"max_epochs": requested.train.max_epochs, "patience": requested.train.patience})
+#: Settings a resumed run may change: the epoch budget and patience (the width comes from the encoder).
+RESUMABLE_CHANGES = {"train.max_epochs", "train.patience", "model.hidden_size"}
+
+
+def resume_config(out: Path, requested: DHIMConfig, corpus: str | None = None) -> DHIMConfig:
+    """The config of the run being resumed. It must be the command's: the same corpus (where
+    given) and the same settings but the epoch budget and patience, or a CheckpointError
+    names the first difference."""
+    info = read_checkpoint(out)
+    started = info.summary.get("corpus")
+    if corpus is not None and started and started != corpus:
+        raise CheckpointError(f"resume={out}: that run trains on {started}, not {corpus}; resume it with its own "
+                              "corpus, or train into another --out")
+    stored, asked = info.config.to_dict(), requested.to_dict()
+    skip = set(RESUMABLE_CHANGES)
+    if requested.model.target_transform == AUTO_TARGET:  # each candidate run holds the target it trains
+        skip.add("model.target_transform")
+    for section, fields in asked.items():
+        for name, value in fields.items():
+            key, before = f"{section}.{name}", stored.get(section, {}).get(name)
+            if key not in skip and _comparable(before) != _comparable(value):
+                raise CheckpointError(f"resume={out}: that run was started with {key}={before!r}, this command "
+                                      f"asks for {value!r}; resume with the settings it was started with")
+    return info.config.replace(train={"max_epochs": requested.train.max_epochs, "patience": requested.train.patience})
+
+
+def _comparable(value):
+    return list(value) if isinstance(value, tuple) else value
 
 
 def train_corpus(
@@ -178,11 +216,12 @@ def train_corpus(
         target_choice.check_resume(out, resume)
         started = [f for f in sorted(target_choice.candidates_folder(out).glob("*")) if (f / CONFIG_FILE).is_file()]
         if resume and started:  # the interrupted run's settings, as a plain resume takes them
-            config = resume_config(started[0], config).replace(model={"target_transform": AUTO_TARGET})
+            config = resume_config(started[0], config, corpus.display).replace(
+                model={"target_transform": AUTO_TARGET})
     elif resume:
         if not has_training_state(out):
             raise CheckpointError(f"resume={out}: no unfinished run there (it finished, or never started)")
-        config = resume_config(out, config)
+        config = resume_config(out, config, corpus.display)
     elif has_training_state(out):
         raise CheckpointError(
             f"out={out} holds an unfinished run; continue it with --resume or pick another --out"

@@ -1,0 +1,72 @@
+"""A table generated over every option of every command: each numeric option given a word,
+an empty value, and (float options) NaN and infinity, each flag-taking option given nothing.
+Every case must exit 2 with exactly one line on stderr naming the option, no traceback.
+Cases the hand-written table (test_bad_input.py) holds, with their files and models, are not
+repeated here; these need none of them: the mistake is caught before any file is read."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+
+from dhim_ray.cli import app, main
+
+#: Arguments that make each command reach its option checks (paths need not exist: a bad
+#: option value is refused before any is opened).
+PREFIX = {
+    "train": ["corpus-dir"],
+    "refine": ["corpus-dir", "--out", "out-dir"],
+    "eval": ["model-dir", "--queries", "c:val", "--database", "c:train"],
+    "ingest": ["corpus-dir", "--model", "model-dir"],
+    "search": ["query", "--model", "model-dir"],
+    "serve": ["model-dir", "--collection", "c"],
+    "demo": [],
+}
+
+
+def options():
+    root = typer.main.get_command(app)
+    for name, command in sorted(root.commands.items()):
+        for param in command.params:
+            if param.param_type_name != "option" or param.is_flag or param.name == "help":
+                continue
+            yield name, param
+
+
+def cases():
+    out = []
+    for command, param in options():
+        flag = max(param.opts, key=len)
+        kind = getattr(param.bare_type(), "__name__", str(param.bare_type()))
+        if kind in ("int", "float"):
+            bad = ["abc", ""]
+            if kind == "float":
+                bad += ["nan", "inf"]
+            out += [(command, flag, value) for value in bad]
+        out.append((command, flag, None))  # the option with no value
+    return out
+
+
+CASES = cases()
+
+
+def test_the_table_covers_every_numeric_option_of_every_command():
+    covered = {(c, f) for c, f, v in CASES if v == "abc"}
+    assert {c for c, _ in covered} >= {"train", "eval", "ingest", "search", "serve", "refine", "demo"}
+    assert ("train", "--epochs") in covered and ("serve", "--port") in covered and len(CASES) > 80
+
+
+@pytest.mark.parametrize("command, flag, value", CASES, ids=[f"{c} {f} {v!r}" for c, f, v in CASES])
+def test_every_option_refuses_a_bad_value_in_one_line(command, flag, value, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)  # nothing the command might write lands in the checkout
+    args = [command, *PREFIX[command]] + ([flag, value] if value is not None else [flag])
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert exit_.value.code == 2, (args, out, err)
+    assert "Traceback" not in out + err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert flag in err, (flag, err)
+    assert list(tmp_path.iterdir()) == [], "a refused command wrote files"
