@@ -146,12 +146,19 @@ def _global(
 
 
 # ---- shared options ------------------------------------------------------------------
+def folder(value: str) -> Path:
+    """A folder option's value: an empty one would mean the current folder, never what was meant."""
+    if not str(value).strip():
+        raise typer.BadParameter("empty; give a folder, e.g. runs/dbpedia-64")
+    return Path(value)
+
+
 TextColumn = Annotated[str | None, typer.Option(rich_help_panel="Data", help="Text column name [default: the preset's, else text].")]
 LabelColumn = Annotated[str | None, typer.Option(rich_help_panel="Data",
     help="Label column name [default: the preset's, else label if present]; a name given must exist.")]
 DropEmpty = Annotated[bool, typer.Option(rich_help_panel="Data", help="Skip rows with empty text (logged) instead of failing.")]
 Limit = Annotated[int | None, typer.Option(rich_help_panel="Data", help="Use only the first N documents of each split.")]
-CacheDir = Annotated[Path | None, typer.Option(rich_help_panel="Features and device", help="Cache frozen features here to reuse them across runs.")]
+CacheDir = Annotated[Path | None, typer.Option(parser=folder, rich_help_panel="Features and device", help="Cache frozen features here to reuse them across runs.")]
 Device = Annotated[str, typer.Option(rich_help_panel="Features and device", help="Torch device for in-process work: auto (cuda when present), cpu, cuda, cuda:1.")]
 AsJson = Annotated[bool, typer.Option("--json", rich_help_panel="Output", help="Print one JSON object.")]
 Uri = Annotated[str, typer.Option(rich_help_panel="Milvus", help="Milvus: a .db file (milvus-lite) or http://host:19530.")]
@@ -263,11 +270,11 @@ def train(
     workers: Annotated[int, typer.Option("--workers", "-w", rich_help_panel="Cluster", help="Ray Train workers; 1 without --address runs in-process. In-process training already uses every local core: workers pay off across machines or GPUs.")] = 1,
     use_gpu: Annotated[bool, typer.Option(rich_help_panel="Cluster", help="One GPU per worker (Ray Train).")] = False,
     address: Annotated[str | None, typer.Option(rich_help_panel="Cluster", help="Ray cluster: 'auto', ray://host:10001, or a head address.")] = None,
-    storage_path: Annotated[Path | None, typer.Option(rich_help_panel="Cluster", help="Ray Train storage (checkpoints per epoch).")] = None,
-    resume: Annotated[Path | None, typer.Option(
+    storage_path: Annotated[Path | None, typer.Option(parser=folder, rich_help_panel="Cluster", help="Ray Train storage (checkpoints per epoch).")] = None,
+    resume: Annotated[Path | None, typer.Option(parser=folder,
         rich_help_panel="Training", help="Continue an interrupted run: its --out folder (in-process) or its Ray run folder.")] = None,
     max_failures: Annotated[int, typer.Option(rich_help_panel="Cluster", help="Worker failures Ray Train recovers from.")] = 2,
-    out_dir: Annotated[Path | None, typer.Option("--out", "-o", rich_help_panel="Output", help="Checkpoint folder [default: runs/CORPUS-BITS].")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", "-o", parser=folder, rich_help_panel="Output", help="Checkpoint folder [default: runs/CORPUS-BITS].")] = None,
     as_json: AsJson = False,
 ):
     """Train DHIM on a corpus and save the best checkpoint."""
@@ -334,7 +341,7 @@ def train(
 @handle_errors
 def refine(
     corpus: Annotated[str, typer.Argument(help="Corpus whose training texts refine the encoder (no labels used).")],
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the refined encoder (a Hugging Face "
+    out_dir: Annotated[Path, typer.Option("--out", "-o", parser=folder, help="Folder for the refined encoder (a Hugging Face "
                                                                "folder; then --encoder OUT).")],
     method: Annotated[str, typer.Option(help="Refinement: sg-opt (self-guided contrastive fine-tuning).")] = "sg-opt",
     encoder: Encoder = "all-MiniLM-L6-v2",
@@ -466,7 +473,7 @@ def eval_(
 @handle_errors
 def ingest(
     corpus: Annotated[str, typer.Argument(help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id.")],
-    model_dir: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder from 'dhim-ray train'.")],
+    model_dir: Annotated[Path, typer.Option("--model", "-m", parser=folder, help="Checkpoint folder from 'dhim-ray train'.")],
     split: Annotated[str | None, typer.Option(help="Split to ingest (or CORPUS:split) [train].")] = None,
     collection: Annotated[str | None, typer.Option(help="Collection name [default: CORPUS_BITS].")] = None,
     uri: Uri = DEFAULT_DB,
@@ -526,7 +533,7 @@ def _default_collection(name: str, n_bits: int) -> str:
 @handle_errors
 def search(
     text: Annotated[list[str], typer.Argument(help="Query text(s).")],
-    model_dir: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint folder the collection was ingested with.")],
+    model_dir: Annotated[Path, typer.Option("--model", "-m", parser=folder, help="Checkpoint folder the collection was ingested with.")],
     collection: Annotated[str | None, typer.Option(
         help="Collection to search [default: the one collection at --uri ingested with --model].")] = None,
     uri: Uri = DEFAULT_DB,
@@ -619,7 +626,7 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
 @app.command()
 @handle_errors
 def demo(
-    out_dir: Annotated[Path, typer.Option("--out", help="Where the demo writes its model and database.")] = Path("runs/demo"),
+    out_dir: Annotated[Path, typer.Option("--out", parser=folder, help="Where the demo writes its model and database.")] = Path("runs/demo"),
     bits: Annotated[int, typer.Option(help="Code length.")] = 64,
     epochs: Annotated[int, typer.Option(help="Maximum epochs.")] = 30,
     as_json: AsJson = False,

@@ -43,6 +43,8 @@ def cases():
             if kind == "float":
                 bad += ["nan", "inf"]
             out += [(command, flag, value) for value in bad]
+        elif kind == "Path":  # an empty folder would mean the current one
+            out.append((command, flag, ""))
         out.append((command, flag, None))  # the option with no value
     return out
 
@@ -54,6 +56,8 @@ def test_the_table_covers_every_numeric_option_of_every_command():
     covered = {(c, f) for c, f, v in CASES if v == "abc"}
     assert {c for c, _ in covered} >= {"train", "eval", "ingest", "search", "serve", "refine", "demo"}
     assert ("train", "--epochs") in covered and ("serve", "--port") in covered and len(CASES) > 80
+    assert {("train", "--out"), ("train", "--cache-dir"), ("search", "--model")} <= {(c, f) for c, f, v in CASES
+                                                                                     if v == ""}
 
 
 @pytest.mark.parametrize("command, flag, value", CASES, ids=[f"{c} {f} {v!r}" for c, f, v in CASES])

@@ -126,6 +126,12 @@ class Features:
         return sum(int(a.nbytes) for a in (self.tokens, self.mask, self.cls, self.mean))
 
     @staticmethod
+    def zeros(n: int, width: int, hidden: int) -> Features:
+        """n documents' features of ``width`` positions, all zero (mask False): to fill in."""
+        return Features(tokens=np.zeros((n, width, hidden), dtype=np.float16), mask=np.zeros((n, width), dtype=bool),
+                        cls=np.zeros((n, hidden), dtype=np.float32), mean=np.zeros((n, hidden), dtype=np.float32))
+
+    @staticmethod
     def bytes_per_document(n_tokens: int, hidden: int) -> int:
         """Memory one document's features take (tokens without [CLS], mask, cls, mean)."""
         return (n_tokens - 1) * (hidden * 2 + 1) + hidden * 8
@@ -238,13 +244,8 @@ class FrozenEncoder:
 
     @torch.inference_mode()
     def _features_in_memory(self, texts: list[str], batch_size: int, progress: bool) -> Features:
-        n, t_words, h = len(texts), self.config.n_tokens - 1, self.hidden_size
-        out = Features(
-            tokens=np.zeros((n, t_words, h), dtype=np.float16),
-            mask=np.zeros((n, t_words), dtype=bool),
-            cls=np.zeros((n, h), dtype=np.float32),
-            mean=np.zeros((n, h), dtype=np.float32),
-        )
+        n = len(texts)
+        out = Features.zeros(n, self.config.n_tokens - 1, self.hidden_size)
         with tqdm(total=n, desc="encoding", unit="doc", disable=not progress, leave=False) as bar:
             for start, batch in self.iter_features(texts, batch_size):
                 stop = start + len(batch.tokens)
@@ -310,13 +311,7 @@ class FrozenEncoder:
         positions further on stay zero (mask False), so codes equal those of the paper's
         pad-everything-to-max_words path while the encoder skips most of the padding.
         """
-        n, width, h = len(texts), self.config.n_tokens - 1, self.hidden_size
-        out = Features(
-            tokens=np.zeros((n, width, h), dtype=np.float16),
-            mask=np.zeros((n, width), dtype=bool),
-            cls=np.zeros((n, h), dtype=np.float32),
-            mean=np.zeros((n, h), dtype=np.float32),
-        )
+        out = Features.zeros(len(texts), self.config.n_tokens - 1, self.hidden_size)
         for rows, input_ids, attention in self.length_batches(self.token_ids(texts), batch_size):
             b = self._forward(input_ids, attention)
             w = b.tokens.shape[1]
