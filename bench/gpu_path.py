@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from bench.harness import DATA
 
 
 def _device_names() -> dict:

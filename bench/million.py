@@ -32,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from bench.harness import DATA
+
 CACHE = Path(__file__).resolve().parent / ".cache" / "million"
 RESULTS = Path(__file__).resolve().parent / "million.json"
 SHARD_ROWS = 100_000

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.harness import DATA
 from dhim_ray.config import FeatureConfig, TrainConfig, as_published, config_for_bits, parse_overrides
 from dhim_ray.corpus.data import load_corpus
 from dhim_ray.encoding.encoder import FrozenEncoder
@@ -31,7 +32,6 @@ from dhim_ray.retrieval.baselines import make_baseline
 from dhim_ray.retrieval.metrics import cosine_precision_at_k, precision_at_k
 from dhim_ray.training.loop import carve_validation, fit, hash_features
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "quality.jsonl"
 LONG = {"20ng", "r8"}  # long-document corpora: 400 words, like the paper's NYT

@@ -23,9 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.harness import DATA
 from dhim_ray.training.loop import TrainCallback
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 class GcPauses(TrainCallback):

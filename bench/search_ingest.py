@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from bench.harness import DATA
 
 
 def bench_search(n_codes: int, n_bits: int, n_queries: int, k: int) -> dict:

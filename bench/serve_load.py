@@ -109,9 +109,10 @@ def over_http(model: Path, target: MilvusTarget, queries: list[str], requests: i
     from dhim_ray.jobs.serve import ServeOptions, start_service
 
     rows = []
+    port = free_port()  # Serve keeps the HTTP address it first started with
     for batch in (32, 1):
         options = ServeOptions(str(model.resolve()), target.uri, target.collection, max_batch_size=batch)
-        url = start_service(options, port=free_port())
+        url = start_service(options, port=port)
         try:
             load(url, queries, 4, 40)  # warm-up
             for clients in levels:

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.harness import DATA
+
 logger = logging.getLogger("bench.time_to_quality")
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def reference_loop(corpus, bits: int, device: str, max_epochs: int, patience: int = 6, seed: int = 0,
