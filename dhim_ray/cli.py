@@ -456,7 +456,8 @@ def eval_(
             from dhim_ray.config import FeatureConfig
             from dhim_ray.training.pipeline import evaluate_baseline
 
-            features = FeatureConfig(encoder or "all-MiniLM-L6-v2", max_words or 50)
+            features = FeatureConfig("all-MiniLM-L6-v2" if encoder is None else encoder,
+                                     50 if max_words is None else max_words)
             result = evaluate_baseline(baseline, bits if bits is not None or baseline == "ubinary" else 64, db, q, k,
                                        features=features,
                                        progress=not as_json, cache_dir=cache_dir)
@@ -505,9 +506,11 @@ def ingest(
     from dhim_ray.model.checkpoint import read_checkpoint
 
     spec = corpus_spec(corpus, text_column, label_column, drop_empty, limit)
-    if spec.split and split and spec.split != split:
+    if spec.split and split is not None and spec.split != split:
         raise ConfigError(f"--split {split} and {corpus}: two splits named; give one")
-    spec = spec.with_split(spec.split or split or "train")
+    spec = spec.with_split(spec.split or ("train" if split is None else split))
+    if nlist is not None:
+        IndexSpec("BIN_IVF_FLAT", nlist=nlist, nprobe=1)  # the range first: nlist=0 says so
     if nlist is not None and is_lite(uri):
         raise ConfigError(f"--nlist {nlist}: applies to BIN_IVF_FLAT on a Milvus server; a milvus-lite file is "
                           "searched exactly (BIN_FLAT), drop --nlist")

@@ -130,7 +130,7 @@ CASES = [
     # refine
     (["refine", "{toy}", "--out", "{root}/r1", "--method", "simcse"], 2, "--method 'simcse': choose one of sg-opt"),
     (["refine", "{toy}", "--out", "{root}/r1", "--encoder", "{bert}", "--temperature", "0"], 2,
-     "--temperature 0.0: must be > 0"),
+     "--temperature 0.0: must be a finite number > 0"),
     (["refine", "{toy}", "--out", "{root}/r1", "--encoder", "{bert}", "--batch-size", "1"], 2,
      "--batch-size 1: must be >= 2"),
     (["refine", "{toy}", "--out", "{root}/r1", "--encoder", "{bert}", "--resume"], 2, "no unfinished refine"),
@@ -180,7 +180,7 @@ CASES = [
      "has no model/features config"),
     (["eval", "--baseline", "sh", "--database", "{toy}:train", "--queries", "{toy}:val"], 2, "--baseline 'sh'"),
     (["eval", "--baseline", "cosine-flow", "--database", "{toy}:train", "--queries", "{toy}:val"], 2,
-     "--baseline 'cosine-flow': choose one of lsh, pca-sign, pca-median, itq, whitening-sign, flow-sign, cosine, "
+     "--baseline 'cosine-flow': choose one of lsh, pca-sign, pca-median, itq, whitening-sign, flow-sign, ubinary, cosine, "
      "whitening-cosine, flow-cosine"),
     (["eval", "--baseline", "itq", "--bits", "7", "--database", "{toy}:train", "--queries", "{toy}:val"], 2,
      "--bits 7: must be a multiple of 8"),
