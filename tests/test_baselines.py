@@ -16,10 +16,19 @@ def clustered(n=600, d=48, k=4, seed=0):
 @pytest.mark.parametrize("name", BASELINES)
 def test_baselines_hash_and_find_clusters(name):
     x, y = clustered()
-    model = make_baseline(name, 16).fit(x[:500])
+    model = make_baseline(name, None if name == "ubinary" else 16).fit(x[:500])  # ubinary: one bit per dim
     db, q = model.hash(x[:500]), model.hash(x[500:])
-    assert db.dtype == np.uint8 and db.shape == (500, 2)
+    assert db.dtype == np.uint8 and db.shape == (500, 6 if name == "ubinary" else 2)
     assert precision_at_k(db, y[:500], q, y[500:], k=20).precision_at_k_tie_aware > 0.6
+
+
+def test_ubinary_is_the_sign_of_every_dimension_and_refuses_another_width():
+    x, _ = clustered(d=16)
+    model = make_baseline("ubinary", None).fit(x)
+    assert model.n_bits == 16
+    np.testing.assert_array_equal(model.hash(x[:5]), np.packbits(x[:5] > 0, axis=1))  # quantize_embeddings' ubinary
+    with pytest.raises(ConfigError, match="n_bits=64: ubinary takes one bit per dimension"):
+        make_baseline("ubinary", 64).fit(x)
 
 
 def test_itq_reduces_quantisation_error_versus_pca_sign():

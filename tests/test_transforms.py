@@ -124,7 +124,8 @@ def test_layer_averaged_sentence_vectors(tiny_config):
     enc = FrozenEncoder(tiny_config.features)
     np.testing.assert_allclose(enc.sentence_vectors(texts, "mean", batch_size=3), enc.features(texts).mean,
                                atol=1e-5)
-    tok = enc._tokenize(texts)
+    tok = enc.tokenizer(enc.prepare(texts), padding="max_length", truncation=True, max_length=enc.config.n_tokens,
+                        return_tensors="pt")
     with torch.no_grad():
         states = enc.model(input_ids=tok["input_ids"], attention_mask=tok["attention_mask"],
                            output_hidden_states=True).hidden_states
