@@ -312,8 +312,7 @@ class FrozenEncoder:
         pad-everything-to-max_words path while the encoder skips most of the padding.
         """
         out = Features.zeros(len(texts), self.config.n_tokens - 1, self.hidden_size)
-        for rows, input_ids, attention in self.length_batches(self.token_ids(texts), batch_size):
-            b = self._forward(input_ids, attention)
+        for rows, b in self.iter_batches(texts, batch_size):
             w = b.tokens.shape[1]
             out.tokens[rows, :w], out.mask[rows, :w] = b.tokens, b.mask
             out.cls[rows], out.mean[rows] = b.cls, b.mean
