@@ -427,7 +427,9 @@ def eval_(
             if value is not None:
                 raise ConfigError(f"{flag} {value}: applies to --baseline only; a model uses the width, encoder "
                                   f"and words it was trained with, drop {flag}")
-    if baseline in ("cosine", "whitening-cosine", "flow-cosine") and bits is not None:
+    from dhim_ray.retrieval.baselines import FLOAT_BASELINES
+
+    if baseline in FLOAT_BASELINES and bits is not None:
         raise ConfigError(f"--bits {bits}: --baseline {baseline} searches the float vectors, not codes; drop --bits")
     from dhim_ray.encoding.feature_store import check_cache_dir
 

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from dhim_ray.config import DEFAULT_ENCODER, FeatureConfig, ModelConfig
 from dhim_ray.corpus.text import clean_and_truncate
-from dhim_ray.encoding.feature_store import FeatureStore, RowFile, check_cache_dir
+from dhim_ray.encoding.feature_store import FeatureStore, RowFile
 from dhim_ray.errors import EncoderError
 
 #: Positions past a document's end that the shipped DHIM head reads (its widest window's half).
@@ -223,8 +223,7 @@ class FrozenEncoder:
             if not in_memory:
                 raise ValueError("in_memory=False needs a cache_dir to keep the features in")
             return self._features_in_memory(texts, batch_size, progress)
-        check_cache_dir(cache_dir)
-        folder = self.store_path(texts, cache_dir)
+        folder = self.store_path(texts, cache_dir)  # a cache_dir that is a file: FeatureStore.create says so
         if not FeatureStore.is_complete(folder):  # missing, or damaged: (re)built
             self.write_store(texts, folder, batch_size, progress)
         return Features(**FeatureStore.open(folder).columns(in_memory))
