@@ -38,7 +38,7 @@ def features(args) -> dict:
     import torch
 
     from dhim_ray.config import FeatureConfig
-    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.encoding.encoder import FrozenEncoder
 
     texts = CorpusSpec(str(Path(args.data) / args.corpus), "train").load_split().texts

@@ -45,7 +45,7 @@ def main() -> None:
 
     from dhim_ray.config import config_for_bits
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.encoding.encoder import FrozenEncoder
     from dhim_ray.hasher import Hasher
     from dhim_ray.jobs.ingest import ingest

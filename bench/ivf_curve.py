@@ -57,7 +57,7 @@ def export_codes(n_docs: int, queries_from: str, model_name: str) -> tuple[Path,
             texts = pq.read_table(make_corpus(5000) / "train" / "part-00000.parquet").column("text").to_pylist()
             np.save(q_path, hasher.encode(texts[:1000]))
         else:
-            from dhim_ray.corpus.data import CorpusSpec
+            from dhim_ray.corpus.spec import CorpusSpec
 
             data = HERE.parents[1] / "shared" / "data"
             texts = [t for name in ("dbpedia", "agnews", "20ng", "r8")

@@ -57,7 +57,7 @@ def make_corpus(n_docs: int, seed: int = 0) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.corpus.spec import CorpusSpec
 
     out = corpus_dir(n_docs)
     if (out / "done").exists():
@@ -96,7 +96,7 @@ def tiny_model(bits: int = 64) -> Path:
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     from dhim_ray.config import DEFAULT_ENCODER, config_for_bits
-    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.encoding.encoder import resolve_encoder
     from dhim_ray.training.pipeline import train_corpus
 
@@ -123,7 +123,7 @@ def layer_model(layers: int = 1, bits: int = 64, train_docs: int = 20_000, max_e
     from transformers import AutoModel, AutoTokenizer
 
     from dhim_ray.config import DEFAULT_ENCODER, config_for_bits
-    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.encoding.encoder import resolve_encoder
     from dhim_ray.training.pipeline import train_corpus
 
@@ -273,7 +273,7 @@ def bench_eval(n_codes: int, eval_queries: int, k: int) -> None:
 def run_ingest(n_docs: int, model: Path, uri: str, collection: str, workers: int) -> dict:
     """One ingest in this process (run it in a fresh one: peak memory is per process)."""
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.jobs.ingest import ingest
     from dhim_ray.jobs.ray_env import init_ray
 
@@ -337,7 +337,7 @@ def bench_encoder(n_docs: int, workers: int) -> dict:
 
     from dhim_ray.config import config_for_bits
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.encoding.encoder import FrozenEncoder
     from dhim_ray.jobs.ingest import ingest
     from dhim_ray.jobs.ray_env import init_ray

@@ -94,7 +94,7 @@ def main() -> None:
                          "(gc.freeze)")
     args = ap.parse_args()
     from dhim_ray.config import config_for_bits
-    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.jobs.ray_env import init_ray
     from dhim_ray.jobs.train import RayTrainOptions, train_distributed
     from dhim_ray.training.pipeline import train_corpus

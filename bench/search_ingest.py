@@ -79,7 +79,8 @@ def bench_ingest(n_docs: int, workers: int) -> dict:
 
     from dhim_ray.config import config_for_bits
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.corpus.data import CorpusSpec, load_split
+    from dhim_ray.corpus.data import load_split
+    from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.encoding.encoder import FrozenEncoder
     from dhim_ray.jobs.ingest import ingest
     from dhim_ray.model.checkpoint import save_checkpoint

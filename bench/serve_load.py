@@ -25,7 +25,7 @@ import numpy as np
 
 from bench.harness import HERE, device_name, write_result
 from dhim_ray.connectors.milvus import MilvusTarget
-from dhim_ray.corpus.data import CorpusSpec
+from dhim_ray.corpus.spec import CorpusSpec
 
 
 def percentiles(ms: list[float]) -> dict[str, float]:

@@ -136,7 +136,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     import torch
 
-    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.corpus.spec import CorpusSpec
 
     corpus = CorpusSpec(str(Path(args.data) / args.corpus))
     device_name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu"

@@ -53,7 +53,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "worker_priority.json"))
     args = ap.parse_args()
     from dhim_ray.config import config_for_bits
-    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.training.pipeline import train_corpus
 
     with tempfile.TemporaryDirectory() as tmp:

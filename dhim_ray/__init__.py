@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Hasher": "dhim_ray.hasher",
     "Searcher": "dhim_ray.search",
-    "CorpusSpec": "dhim_ray.corpus.data",
+    "CorpusSpec": "dhim_ray.corpus.spec",
     "DHIM": "dhim_ray.model.dhim",
     "DHIMConfig": "dhim_ray.config",
     "FeatureConfig": "dhim_ray.config",

@@ -172,7 +172,7 @@ Encoder = Annotated[str, typer.Option(rich_help_panel="Model", help="Frozen enco
 
 def corpus_spec(spec: str, text_column: str | None, label_column: str | None, drop_empty: bool = False,
                 limit: int | None = None):
-    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.corpus.spec import CorpusSpec
 
     return CorpusSpec.parse(spec, text_column=text_column, label_column=label_column, drop_empty=drop_empty,
                             limit=limit)

@@ -33,7 +33,8 @@ from dhim_ray.connectors.milvus import (
     release,
     search_codes,
 )
-from dhim_ray.corpus.data import CorpusSpec, require_labels
+from dhim_ray.corpus.data import require_labels
+from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError, ConfigError, StoreError
 from dhim_ray.hasher import Hasher, check_texts
 from dhim_ray.retrieval.metrics import PrecisionResult, tie_aware_hits

@@ -41,13 +41,13 @@ from dhim_ray.connectors.milvus import (
     source_label,
     upsert_rows,
 )
-from dhim_ray.corpus.data import CorpusSpec
-from dhim_ray.corpus.sources import plan_split, with_key_column
+from dhim_ray.corpus.sources import label_vocabulary, plan_split, with_key_column
+from dhim_ray.corpus.spec import CorpusSpec, canonical_split
 from dhim_ray.errors import ConfigError, IngestInterrupted, StoreError
 from dhim_ray.hasher import Hasher
 
 from .ray_env import actor_resources, check_capacity, check_gpus, cluster_address, init_ray, task_errors
-from .stream import Prepare, check_scan, label_vocabulary, read_documents, scan
+from .stream import Prepare, check_scan, read_documents, scan
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ def ingest(
     check_capacity(workers, use_gpu)
     scanned = scan(plan, cleaning)
     n_rows, n_dropped = check_scan(plan, scanned, corpus.drop_empty, corpus.limit)
-    names = label_vocabulary(corpus, plan, scanned)
+    names = label_vocabulary(corpus, {canonical_split(corpus.split): scanned.label_names})
     n_documents = n_rows - n_dropped
     logger.debug("%s: %d documents in %d shards", plan.where, n_documents, len(plan.shards))
 

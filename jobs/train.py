@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from dhim_ray.config import DHIMConfig, FeatureConfig
-from dhim_ray.corpus.data import CorpusSpec
+from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.encoding.encoder import Features, FrozenEncoder
 from dhim_ray.encoding.feature_store import FeatureStore, StoreWriter
 from dhim_ray.errors import CheckpointError, ConfigError, TrainingFailed, TrainingInterrupted

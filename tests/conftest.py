@@ -99,7 +99,7 @@ def train_bbc16(folder: Path, n: int) -> Path:
     """A 16-bit model trained 2 epochs on the first ``n`` documents of the packaged BBC
     corpus (the real packaged encoder), written to ``folder``: what the ingest tests hash with."""
     from dhim_ray.config import config_for_bits
-    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.training.pipeline import train_corpus
 
     cfg = config_for_bits(16, train={"max_epochs": 2, "batch_size": 64})

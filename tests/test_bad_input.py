@@ -30,7 +30,7 @@ def world(tmp_path_factory, toy_folder, tiny_bert, tiny_config):
         release,
         upsert_rows,
     )
-    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.hasher import Hasher
     from dhim_ray.training.pipeline import train_corpus
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from conftest import make_toy_corpus, shared_corpus, write_csv
 
-from dhim_ray.corpus.data import CorpusSpec, load_corpus, load_split, parse_spec
+from dhim_ray.corpus.data import load_corpus, load_split
+from dhim_ray.corpus.spec import CorpusSpec, parse_spec
 from dhim_ray.corpus.text import clean_and_truncate, clean_string
 from dhim_ray.errors import DataError, HubUnreachableError, UnknownDatasetError
 

@@ -112,7 +112,7 @@ def test_on_the_packaged_encoder_and_bbc_corpus_at_most_one_bit_in_a_thousand_di
     """Real encoder, real long documents (BBC articles, 400 words) and generated 1-500-word
     ones: float rounding between padded widths may flip a bit that sits at 0; the share
     must stay under 0.1% (it is 0 when the kernels round alike)."""
-    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.corpus.spec import CorpusSpec
 
     bbc = CorpusSpec("bbc", limit=120).load_split().texts
     texts = bbc + mixed_lengths(80, seed=11)

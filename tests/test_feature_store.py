@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from dhim_ray.config import FeatureConfig
-from dhim_ray.corpus.data import CorpusSpec
+from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.encoding.encoder import Features, FrozenEncoder
 from dhim_ray.encoding.feature_store import FeatureStore, RowFile
 

@@ -19,7 +19,7 @@ from dhim_ray.connectors.milvus import (
     release,
     upsert_rows,
 )
-from dhim_ray.corpus.data import CorpusSpec
+from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import (
     CheckpointError,
     CodeFormatError,

@@ -315,7 +315,7 @@ def test_model_selection_searches_a_fixed_sample_of_train():
 def test_interrupted_in_process_training_keeps_the_best_epoch_and_resumes(tmp_path, toy_folder, tiny_config):
     """Issue 11.9: Ctrl-C threw away every finished epoch; now the --out folder holds the
     best epoch so far after each epoch, and --resume continues after the last one."""
-    from dhim_ray.corpus.data import CorpusSpec
+    from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.errors import CheckpointError, TrainingInterrupted
     from dhim_ray.hasher import Hasher
     from dhim_ray.model.checkpoint import has_training_state, read_checkpoint

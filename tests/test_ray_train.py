@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from dhim_ray.corpus.data import CorpusSpec
+from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CheckpointError, ClusterError, ConfigError
 from dhim_ray.training.loop import TrainCallback
 

@@ -19,7 +19,7 @@ import pytest
 from conftest import train_bbc16
 
 from dhim_ray.connectors.milvus import MilvusTarget
-from dhim_ray.corpus.data import CorpusSpec
+from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import ConfigError
 
 pytestmark = pytest.mark.slow  # real Ray, real Milvus, the packaged encoder: minutes

