@@ -456,7 +456,7 @@ def eval_(
         db = corpus_spec(database, text_column, label_column, drop_empty, limit)
         if baseline is not None:
             from dhim_ray.config import FeatureConfig
-            from dhim_ray.training.pipeline import evaluate_baseline
+            from dhim_ray.retrieval.evaluate import evaluate_baseline
 
             features = FeatureConfig("all-MiniLM-L6-v2" if encoder is None else encoder,
                                      50 if max_words is None else max_words)
@@ -464,7 +464,7 @@ def eval_(
                                        features=features,
                                        progress=not as_json, cache_dir=cache_dir)
         else:
-            from dhim_ray.training.pipeline import evaluate_checkpoint
+            from dhim_ray.retrieval.evaluate import evaluate_checkpoint
 
             result = evaluate_checkpoint(model_dir, db, q, k, progress=not as_json, cache_dir=cache_dir,
                                          rerank=rerank)

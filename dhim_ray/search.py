@@ -37,6 +37,7 @@ from dhim_ray.corpus.data import require_labels
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError, ConfigError, StoreError
 from dhim_ray.hasher import Hasher, check_texts
+from dhim_ray.retrieval.evaluate import evaluate_codes
 from dhim_ray.retrieval.metrics import PrecisionResult, tie_aware_hits
 from dhim_ray.retrieval.rerank import BY_BITS, BY_COSINE, check_rerank, rerank, rescore_cosine
 
@@ -190,11 +191,12 @@ def evaluate_in_milvus(
     nprobe: int | None = None,
     rerank: int = 1,
 ) -> dict[str, Any]:
-    """Precision@k with the search done by Milvus, scored by the same metric code as
-    the in-memory eval. Tie-aware precision needs every database code at the k-th
-    distance, so the search asks for k plus the ties (a range search at that radius).
-    ``rerank`` m > 1 also reports the precision of the k x m candidates re-ranked."""
-    rerank = check_rerank(rerank)
+    """Precision@k with the search done by Milvus: the one evaluator
+    (dhim_ray.retrieval.evaluate.evaluate_codes) over a ``MilvusCodes`` database.
+    Tie-aware precision needs every database code at the k-th distance, so the search
+    asks for k plus the ties. ``rerank`` m > 1 also reports the precision of the k x m
+    candidates re-ranked."""
+    check_rerank(rerank)
     q = queries.load_split("val")
     q_labels = require_labels(q, f"queries {queries.display}")
     t0 = time.perf_counter()
@@ -204,15 +206,27 @@ def evaluate_in_milvus(
             raise ConfigError(f"k={k}: larger than the collection ({n_db} codes); use k={n_db} or less")
         codes, scores, vectors = searcher.hasher.encode_scores(q.texts, vectors=True)
         label_of = hit_labels(searcher.info.label_names, q.label_names, queries.display, target.collection)
-        result = tie_aware_from_store(searcher, codes, q_labels, k, n_db, label_of)
+        result = evaluate_codes(MilvusCodes(searcher, label_of, n_db), codes, q_labels, k, rerank, scores, vectors)
         out = {"method": "dhim", "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
-               "n_bits": searcher.hasher.n_bits, **result.as_dict()}
-        if rerank > 1:
-            hits = searcher.search_reranked(codes, scores, k, rerank, output_fields=label_of.fields, vectors=vectors)
-            labels = np.array([label_of(row) for row in hits])
-            out.update(rerank=rerank, rerank_by=BY_COSINE if searcher.rescores_by_cosine else BY_BITS,
-                       precision_at_k_reranked=float((labels == q_labels[:, None]).mean()))
+               "n_bits": searcher.hasher.n_bits, **result}
     return {**out, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+class MilvusCodes:
+    """The evaluator's database (dhim_ray.retrieval.evaluate.CodeDatabase) as a Milvus
+    collection: precision from the store's own search, ties fetched in full."""
+
+    def __init__(self, searcher: Searcher, label_of: HitLabels, n_database: int):
+        self.searcher, self.label_of, self.n_database = searcher, label_of, n_database
+        self.rerank_by = BY_COSINE if searcher.rescores_by_cosine else BY_BITS
+
+    def precision(self, codes: np.ndarray, labels: np.ndarray, k: int) -> PrecisionResult:
+        return tie_aware_from_store(self.searcher, codes, labels, k, self.n_database, self.label_of)
+
+    def reranked_labels(self, codes: np.ndarray, scores: np.ndarray | None, vectors: np.ndarray | None, k: int,
+                        m: int) -> np.ndarray:
+        hits = self.searcher.search_reranked(codes, scores, k, m, output_fields=self.label_of.fields, vectors=vectors)
+        return np.array([self.label_of(row) for row in hits])
 
 
 class HitLabels:

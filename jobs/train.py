@@ -27,7 +27,7 @@ import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +42,11 @@ from dhim_ray.model.checkpoint import (
     STATE_META,
     check_checkpoint_folder,
     load_checkpoint,
-    save_checkpoint,
     save_training_state,
 )
 from dhim_ray.training import target_choice
 from dhim_ray.training.loop import FitResult, LoopState, TrainCallback, best_score, epoch_message, fit
-from dhim_ray.training.pipeline import DEFAULT_FEATURE_MEMORY_GB, load_train_val, resume_config
+from dhim_ray.training.pipeline import DEFAULT_FEATURE_MEMORY_GB, Prepared, load_train_val, train
 
 from .ray_env import (
     actor_resources,
@@ -288,33 +287,134 @@ def _fit_off_the_main_thread(trainer):
     return outcome["result"]
 
 
-def _train_each_target(corpus: CorpusSpec, config: DHIMConfig, out_dir: Path, opts: RayTrainOptions,
-                       callbacks: tuple[TrainCallback, ...], cache_dir: str | Path | None,
-                       feature_memory_gb: float | None, progress: bool) -> dict[str, Any]:
-    """``--target-transform auto`` under Ray Train: one TorchTrainer run per candidate
-    target (dhim_ray.training.target_choice), the features computed once into stores the runs
-    share. ``--resume OUT`` keeps the targets an interrupted run finished and trains the
-    interrupted one again."""
-    target_choice.check_auto(config)
-    resume = opts.resume is not None
-    if resume and Path(opts.resume).resolve() != out_dir:
-        raise ConfigError(f"resume={opts.resume}: a --target-transform auto run resumes from its --out folder "
-                          f"({out_dir}), which keeps the targets it finished")
-    target_choice.check_resume(out_dir, resume)
-    stores = Path(cache_dir) if cache_dir is not None else target_choice.candidates_folder(out_dir) / "features"
+@dataclass
+class RayTrain:
+    """The training backend (dhim_ray.training.pipeline.TrainBackend) that runs the epochs
+    on Ray Train workers: features computed once by Ray Data encoder actors into stores
+    (``cache_dir``, kept and reused; else in the run folder, removed at the end), one
+    TorchTrainer run per model trained, its checkpoints in a Ray run folder that
+    ``--resume RUN_DIR`` continues."""
 
-    def train_one(candidate: DHIMConfig, folder: Path, _resume: bool) -> dict[str, Any]:
-        # Ray's run folders where a plain run keeps them (beside --out), not in the candidates' folder that goes
-        run = dataclasses.replace(opts, resume=None, name=f"{out_dir.name}-{folder.name}-{int(time.time())}",
-                                  storage_path=opts.storage_path or out_dir.parent / "ray_runs")
+    opts: RayTrainOptions
+    callbacks: tuple[TrainCallback, ...] = ()
+    cache_dir: str | Path | None = None
+    feature_memory_gb: float | None = DEFAULT_FEATURE_MEMORY_GB
+    progress: bool = False
+    started: int = field(default_factory=lambda: int(time.time()), init=False)
+
+    def storage(self, out: Path) -> Path:
+        return Path(self.opts.storage_path or out.parent / "ray_runs").resolve()
+
+    def resume_point(self, out: Path, auto: bool) -> Path:
+        if auto:
+            if Path(self.opts.resume).resolve() != out:
+                raise ConfigError(f"resume={self.opts.resume}: a --target-transform auto run resumes from its --out "
+                                  f"folder ({out}), which keeps the targets it finished")
+            return out
+        return Path(find_resume_checkpoint(self.opts.resume))
+
+    def resume_hint(self, out: Path) -> str:
+        return f"--resume {out}"
+
+    def prepare(self, corpus: CorpusSpec, config: DHIMConfig, out: Path) -> Prepared:
+        t_start = time.perf_counter()
+        train, val, val_source = load_train_val(corpus, config)
+        # width, fingerprint and store keys; fails fast on a bad encoder
+        encoder = FrozenEncoder(config.features, reach=config.model.pad_reach)
+        config = config.replace(model={"hidden_size": encoder.hidden_size})
+        init_ray(self.opts.address)
+        check_capacity(self.opts.workers, self.opts.use_gpu)
+        # Features are computed once into stores that every worker (and every candidate
+        # target) opens: a shared --cache-dir is reused by later runs, in-process ones too.
+        if self.cache_dir is not None:
+            stores = Path(self.cache_dir).resolve()
+        elif target_choice.is_auto(config):
+            stores = target_choice.candidates_folder(out) / "features"
+        else:
+            stores = self.storage(out) / self._run_name(out, None) / "features"
+        t_ray = time.perf_counter()
+        train_store, val_store = (
+            build_feature_store(split.texts, encoder.store_path(split.texts, stores), config.features,
+                                encoder.hidden_size, encoder.fingerprint, self.opts.workers, self.opts.use_gpu,
+                                self.progress, desc, reach=encoder.reach)
+            for split, desc in ((train, "encoding train"), (val, "encoding val")))
+        context = {"corpus": corpus.display, "n_train": len(train), "validation": val_source,
+                   "workers": self.opts.workers, "use_gpu": self.opts.use_gpu,
+                   "ray_start_seconds": round(t_ray - t_start, 2),
+                   "feature_seconds": round(time.perf_counter() - t_ray, 2)}
+        features = {"train_store": str(train_store), "val_store": str(val_store), "train_labels": train.labels,
+                    "val_labels": val.labels}
+        features["stores"], features["out"] = stores, out
+        return Prepared(config, encoder.fingerprint, context, features)
+
+    def _run_name(self, out: Path, folder: Path | None) -> str:
+        if folder not in (None, out):  # a candidate target: a run of its own
+            return f"{out.name}-{folder.name}-{self.started}"
+        if self.opts.name:
+            return self.opts.name
+        return Path(self.opts.resume).resolve().name if self.opts.resume else f"{out.name}-{self.started}"
+
+    def fit(self, prepared: Prepared, config: DHIMConfig, folder: Path,
+            resume_from: Path | None) -> tuple[FitResult, dict[str, Any]]:
+        from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+        from ray.train.torch import TorchTrainer
+        from ray.util.queue import Queue
+
+        out = prepared.features["out"]
+        storage, name = self.storage(out), self._run_name(out, folder)
+        run_dir = storage / name
+        run_dir.mkdir(parents=True, exist_ok=True)
+        logger.info("Ray Train run folder: %s", run_dir)
+        opts = self.opts
+        cpus = cluster_cpus()
+        per_worker_cpu = 1.0 if opts.use_gpu else max(0.1, min(1.0, (cpus - 0.5) / opts.workers))
+        # A local Ray shares this machine's cores among the workers; on a cluster Ray's default stands.
+        threads = max(1, int(cpus // opts.workers)) if cluster_address(opts.address) is None else None
+        events = Queue(maxsize=10_000, actor_options={"num_cpus": 0})
+        features = {k: v for k, v in prepared.features.items() if k not in ("stores", "out")}
+        trainer = TorchTrainer(
+            train_loop_per_worker,
+            train_loop_config={"config": config.to_dict(), "fingerprint": prepared.fingerprint,
+                               "resume_path": str(resume_from) if resume_from else None,
+                               "callbacks": list(self.callbacks), "events": events, "threads": threads,
+                               "feature_memory_gb": self.feature_memory_gb, **features},
+            scaling_config=ScalingConfig(num_workers=opts.workers, use_gpu=opts.use_gpu,
+                                         resources_per_worker={"CPU": per_worker_cpu}),
+            run_config=RunConfig(name=name, storage_path=str(storage),
+                                 failure_config=FailureConfig(max_failures=opts.max_failures),
+                                 checkpoint_config=CheckpointConfig(num_to_keep=2)),
+        )
+        printer = threading.Thread(target=_log_events, args=(events, config.train.k), daemon=True)
+        printer.start()
+        t0 = time.perf_counter()
         try:
-            return train_distributed(corpus, candidate, folder, run, callbacks, stores, feature_memory_gb, progress)
-        except (TrainingInterrupted, TrainingFailed) as exc:
-            raise type(exc)(f"{str(exc).split('; ')[0]} while training regulariser target {folder.name}; "
-                            f"continue with the same command and --resume {out_dir} (finished targets are "
-                            "kept)") from exc
+            result = _fit_off_the_main_thread(trainer)
+        except KeyboardInterrupt:
+            raise TrainingInterrupted(
+                f"interrupted; finished epochs are checkpointed in {run_dir}; continue with the same command and "
+                f"--resume {run_dir}"
+            ) from None
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            raise TrainingFailed(f"Ray Train failed ({first}); finished epochs are in {run_dir}: fix the cause and "
+                                 f"rerun with --resume {run_dir} (-v shows Ray's logs)") from exc
+        finally:
+            try:
+                events.put(END_OF_RUN, timeout=5)  # after every epoch's record: the queue keeps order
+            except Exception as exc:  # the queue actor is gone with the run
+                logger.debug("ending the epoch log: %s", exc)
+            printer.join(timeout=5)
+        if result.checkpoint is None:
+            raise TrainingFailed(f"Ray Train finished without a checkpoint; see the logs in {run_dir} (-v)")
+        with result.checkpoint.as_directory() as saved_dir:
+            model, _, _ = load_checkpoint(saved_dir)  # the best epoch's weights (or the last without labels)
+            saved = json.loads((Path(saved_dir) / STATE_META).read_text())
+        fitted = FitResult.from_progress(model, config, saved["progress"], saved["has_best"], time.perf_counter() - t0)
+        return fitted, {"run_dir": str(run_dir)}
 
-    return target_choice.train_each_target(config, out_dir, train_one, resume)[2]
+    def finish(self, prepared: Prepared) -> None:
+        if self.cache_dir is None:
+            shutil.rmtree(prepared.features["stores"], ignore_errors=True)
 
 
 def train_distributed(
@@ -327,103 +427,14 @@ def train_distributed(
     feature_memory_gb: float | None = DEFAULT_FEATURE_MEMORY_GB,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Train with Ray Train and save the best checkpoint to ``out_dir`` (the usual format).
+    """Train with Ray Train and save the best checkpoint to ``out_dir`` (the usual format):
+    dhim_ray.training.pipeline.train with the ``RayTrain`` backend.
 
-    ``callbacks`` run in every worker (they must pickle). Frozen features go to
-    FeatureStores in ``cache_dir`` (kept, reused by later runs) or in the run folder
-    (removed when the run finishes); each worker reads its shard, in memory when it
-    fits its share of ``feature_memory_gb``. Returns the run summary
-    written into the checkpoint. Raises TrainingInterrupted (Ctrl-C) or
+    ``callbacks`` run in every worker (they must pickle). Each worker reads its shard of
+    the features, in memory when it fits its share of ``feature_memory_gb``. Returns the
+    run summary written into the checkpoint. Raises TrainingInterrupted (Ctrl-C) or
     TrainingFailed, both naming the run folder to ``--resume``.
     """
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-    from ray.util.queue import Queue
-
     out_dir = check_checkpoint_folder(Path(out_dir).resolve())
-    if target_choice.is_auto(config):
-        return _train_each_target(corpus, config, out_dir, opts, callbacks, cache_dir, feature_memory_gb, progress)
-    resume = find_resume_checkpoint(opts.resume) if opts.resume else None
-    if resume:
-        config = resume_config(Path(resume), config, corpus.display)
-    t_start = time.perf_counter()
-    train, val, val_source = load_train_val(corpus, config)
-    # width, fingerprint and store keys; fails fast on a bad encoder
-    encoder = FrozenEncoder(config.features, reach=config.model.pad_reach)
-    config = config.replace(model={"hidden_size": encoder.hidden_size})
-    fingerprint = encoder.fingerprint
-
-    init_ray(opts.address)
-    check_capacity(opts.workers, opts.use_gpu)
-    storage = Path(opts.storage_path or out_dir.parent / "ray_runs").resolve()
-    name = opts.name or (Path(opts.resume).resolve().name if opts.resume else f"{out_dir.name}-{int(time.time())}")
-    run_dir = storage / name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    logger.info("Ray Train run folder: %s", run_dir)
-    # Features are computed once into stores that every worker opens (a shared --cache-dir
-    # is reused by later runs, in-process ones too; else the run folder keeps them for
-    # --resume until the run finishes).
-    stores = Path(cache_dir).resolve() if cache_dir is not None else run_dir / "features"
-    t_ray = time.perf_counter()
-    train_store, val_store = (
-        build_feature_store(split.texts, encoder.store_path(split.texts, stores), config.features,
-                            encoder.hidden_size, fingerprint, opts.workers, opts.use_gpu, progress, desc,
-                            reach=encoder.reach)
-        for split, desc in ((train, "encoding train"), (val, "encoding val")))
-    del encoder  # the actors loaded their own copies
-    t_features = time.perf_counter()
-
-    cpus = cluster_cpus()
-    per_worker_cpu = 1.0 if opts.use_gpu else max(0.1, min(1.0, (cpus - 0.5) / opts.workers))
-    # A local Ray shares this machine's cores among the workers; on a cluster Ray's default stands.
-    threads = max(1, int(cpus // opts.workers)) if cluster_address(opts.address) is None else None
-    events = Queue(maxsize=10_000, actor_options={"num_cpus": 0})
-    trainer = TorchTrainer(
-        train_loop_per_worker,
-        train_loop_config={"config": config.to_dict(), "fingerprint": fingerprint, "resume_path": resume,
-                           "callbacks": list(callbacks), "events": events, "threads": threads,
-                           "train_store": str(train_store), "val_store": str(val_store),
-                           "train_labels": train.labels, "val_labels": val.labels,
-                           "feature_memory_gb": feature_memory_gb},
-        scaling_config=ScalingConfig(num_workers=opts.workers, use_gpu=opts.use_gpu,
-                                     resources_per_worker={"CPU": per_worker_cpu}),
-        run_config=RunConfig(name=name, storage_path=str(storage),
-                             failure_config=FailureConfig(max_failures=opts.max_failures),
-                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
-    )
-    printer = threading.Thread(target=_log_events, args=(events, config.train.k), daemon=True)
-    printer.start()
-    try:
-        result = _fit_off_the_main_thread(trainer)
-    except KeyboardInterrupt:
-        raise TrainingInterrupted(
-            f"interrupted; finished epochs are checkpointed in {run_dir}; continue with the same command and "
-            f"--resume {run_dir}"
-        ) from None
-    except Exception as exc:
-        raise TrainingFailed(
-            f"Ray Train failed ({str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__}); "
-            f"finished epochs are in {run_dir}: fix the cause and rerun with --resume {run_dir} (-v shows Ray's logs)"
-        ) from exc
-    finally:
-        try:
-            events.put(END_OF_RUN, timeout=5)  # after every epoch's record: the queue keeps order
-        except Exception as exc:  # the queue actor is gone with the run
-            logger.debug("ending the epoch log: %s", exc)
-        printer.join(timeout=5)
-    if result.checkpoint is None:
-        raise TrainingFailed(f"Ray Train finished without a checkpoint; see the logs in {run_dir} (-v)")
-    with result.checkpoint.as_directory() as folder:
-        model, _, _ = load_checkpoint(folder)  # the best epoch's weights (or the last without labels)
-        saved = json.loads((Path(folder) / STATE_META).read_text())
-    fit_result = FitResult.from_progress(model, config, saved["progress"], saved["has_best"],
-                                         time.perf_counter() - t_features)
-    summary = fit_result.summary(
-        corpus=corpus.display, n_train=len(train), validation=val_source, workers=opts.workers,
-        use_gpu=opts.use_gpu, run_dir=str(run_dir), ray_start_seconds=round(t_ray - t_start, 2),
-        feature_seconds=round(t_features - t_ray, 2),
-    )
-    save_checkpoint(out_dir, model, config, fingerprint, summary)
-    if cache_dir is None:
-        shutil.rmtree(stores, ignore_errors=True)
-    return summary
+    backend = RayTrain(opts, tuple(callbacks), cache_dir, feature_memory_gb, progress)
+    return train(corpus, config, out_dir, backend, resume=opts.resume is not None)[1]

@@ -90,8 +90,8 @@ def test_search_own_text_returns_it_at_distance_zero(ingested, model_dir):
 
 
 def test_milvus_precision_equals_in_memory(ingested, model_dir):
+    from dhim_ray.retrieval.evaluate import evaluate_checkpoint
     from dhim_ray.search import evaluate_in_milvus
-    from dhim_ray.training.pipeline import evaluate_checkpoint
 
     target, _ = ingested
     queries = CorpusSpec("bbc", "val", limit=60)
@@ -104,8 +104,8 @@ def test_milvus_precision_equals_in_memory(ingested, model_dir):
 def test_queries_naming_some_of_the_classes_are_matched_by_name(ray_session, model_dir, tmp_path):
     """A query file holding two of the collection's five classes numbers its labels 0..1 by
     itself; through Milvus they must be matched by name, as the in-memory eval does."""
+    from dhim_ray.retrieval.evaluate import evaluate_checkpoint
     from dhim_ray.search import evaluate_in_milvus
-    from dhim_ray.training.pipeline import evaluate_checkpoint
 
     bbc = CorpusSpec("bbc").load_split("train")
     names = bbc.label_names
@@ -367,9 +367,9 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
     query's scores. Which codes tied at the (k x M)-th distance the store returns is its own
     choice, so the check re-ranks exactly the candidates the store returned."""
     from dhim_ray.hasher import Hasher
+    from dhim_ray.retrieval.evaluate import evaluate_checkpoint
     from dhim_ray.retrieval.rerank import agreement, rerank_topk
     from dhim_ray.search import Searcher, evaluate_in_milvus
-    from dhim_ray.training.pipeline import evaluate_checkpoint
 
     target, _ = ingested
     rows, db = stored(target)

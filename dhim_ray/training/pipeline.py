@@ -1,5 +1,7 @@
-"""End-to-end library functions the CLI calls: train a corpus in this process,
-evaluate a model or a baseline (no Ray, no Milvus)."""
+"""Training, orchestrated once: read the corpus, compute features, resume, the
+``--target-transform auto`` choice, the summary and the save (no Ray, no Milvus). Where
+the epochs run is a ``TrainBackend``: this process (``InProcess``) or Ray Train workers
+(dhim_ray.jobs.train.RayTrain). Also the encoder refinement's entry point."""
 
 from __future__ import annotations
 
@@ -8,18 +10,16 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from dhim_ray.config import AUTO_TARGET, DEFAULT_ENCODER, DHIMConfig, FeatureConfig
-from dhim_ray.corpus.data import Split, align_labels
+from dhim_ray.config import AUTO_TARGET, DHIMConfig, FeatureConfig
+from dhim_ray.corpus.data import Split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.encoding.encoder import Features, FrozenEncoder
 from dhim_ray.encoding.refine import RefineConfig, refine_encoder
-from dhim_ray.encoding.transforms import fit_transform, transform
-from dhim_ray.errors import CheckpointError, TrainingInterrupted
-from dhim_ray.hasher import Hasher
+from dhim_ray.errors import CheckpointError, TrainingFailed, TrainingInterrupted
 from dhim_ray.model.checkpoint import (
     CONFIG_FILE,
     check_checkpoint_folder,
@@ -30,9 +30,6 @@ from dhim_ray.model.checkpoint import (
     save_checkpoint,
     save_training_state,
 )
-from dhim_ray.retrieval.baselines import FLOAT_BASELINES, check_baseline, make_baseline
-from dhim_ray.retrieval.metrics import cosine_precision_at_k, cosine_topk, neighbour_recall_at_k, precision_at_k
-from dhim_ray.retrieval.rerank import BY_BITS, check_rerank, rerank_topk
 from dhim_ray.training import target_choice
 from dhim_ray.training.loop import (
     ONE_LABEL_HINT,
@@ -188,6 +185,146 @@ def _comparable(value):
     return list(value) if isinstance(value, tuple) else value
 
 
+class TrainBackend(Protocol):
+    """How a run's epochs are run: in this process (``InProcess``) or across Ray Train
+    workers (dhim_ray.jobs.train.RayTrain). ``train`` does the rest once for both: the
+    resume checks, ``--target-transform auto``, the summary and the save."""
+
+    def resume_point(self, out: Path, auto: bool) -> Path:
+        """The checkpoint a resumed run continues from (its own --out folder for an auto
+        run); a CheckpointError or ConfigError when there is none to continue."""
+
+    def prepare(self, corpus: CorpusSpec, config: DHIMConfig, out: Path) -> Prepared:
+        """Read the corpus and compute its frozen features, once per run."""
+
+    def fit(self, prepared: Prepared, config: DHIMConfig, folder: Path,
+            resume_from: Path | None) -> tuple[FitResult, dict[str, Any]]:
+        """Train one model (a checkpoint of it lands in ``folder``'s summary and save);
+        returns the fit and what the summary adds for this backend. Raises
+        TrainingInterrupted or TrainingFailed naming how to continue."""
+
+    def resume_hint(self, out: Path) -> str:
+        """The option that continues an interrupted run in ``out``."""
+
+    def finish(self, prepared: Prepared) -> None:
+        """Remove what the run kept only for itself (scratch features)."""
+
+
+@dataclass
+class Prepared:
+    """What a backend computed once for a run: the config with the encoder's width, the
+    encoder's fingerprint, the summary's context and the features (backend-specific)."""
+
+    config: DHIMConfig
+    fingerprint: str
+    context: dict[str, Any]
+    features: Any = None
+
+
+def train(corpus: CorpusSpec, config: DHIMConfig, out: str | Path, backend: TrainBackend,
+          resume: bool = False) -> tuple[FitResult, dict[str, Any]]:
+    """Train DHIM on a corpus with ``backend`` and save the best checkpoint to ``out``.
+
+    ``resume=True`` continues an interrupted run (the settings must be the run's but the
+    epoch budget and patience). ``config.model.target_transform == "auto"`` trains once
+    per candidate target on the same features and keeps the better one
+    (dhim_ray.training.target_choice). Returns (fit result, the summary written into the
+    checkpoint).
+    """
+    out = Path(out)
+    auto = target_choice.is_auto(config) or (resume and target_choice.unfinished(out))
+    point = backend.resume_point(out, auto) if resume else None
+    if auto:
+        target_choice.check_auto(config)
+        target_choice.check_resume(out, resume)
+        started = [f for f in sorted(target_choice.candidates_folder(out).glob("*")) if (f / CONFIG_FILE).is_file()]
+        if resume and started:  # the interrupted run's settings, as a plain resume takes them
+            config = resume_config(started[0], config, corpus.display).replace(
+                model={"target_transform": AUTO_TARGET})
+    elif resume:
+        config = resume_config(point, config, corpus.display)
+    elif has_training_state(out):
+        raise CheckpointError(f"out={out} holds an unfinished run; continue it with --resume or pick another --out")
+    check_checkpoint_folder(out)
+    prepared = backend.prepare(corpus, config, out)
+    results: dict[Path, FitResult] = {}
+
+    def train_one(run_config: DHIMConfig, folder: Path, resume_run: bool) -> dict[str, Any]:
+        start = None
+        if resume_run:
+            start = folder if auto else point
+            run_config = resume_config(start, run_config)
+        try:
+            result, extra = backend.fit(prepared, run_config, folder, start)
+        except (TrainingInterrupted, TrainingFailed) as exc:
+            if not auto:
+                raise
+            raise type(exc)(f"{str(exc).split('; ')[0]} while training regulariser target {folder.name}; targets "
+                            f"finished in {target_choice.candidates_folder(out)} are kept; continue with the same "
+                            f"command and {backend.resume_hint(out)}") from exc
+        summary = result.summary(**prepared.context, **extra)
+        save_checkpoint(folder, result.model, run_config, prepared.fingerprint, summary)
+        clear_training_state(folder)
+        results[folder] = result
+        return summary
+
+    if auto:
+        model, chosen, summary = target_choice.train_each_target(prepared.config, out, train_one, resume)
+        result = FitResult.from_summary(model, chosen, summary)
+    else:
+        summary = train_one(prepared.config, out, resume)
+        result = results[out]
+    backend.finish(prepared)
+    return result, summary
+
+
+@dataclass
+class InProcess:
+    """The backend that trains in this process (CPU or one GPU): features in memory, or on
+    disk past ``feature_memory_gb`` (``cache_dir``, else a scratch folder in the run's
+    --out removed when it finishes); the run folder holds the best weights so far after
+    every epoch."""
+
+    device: str = "cpu"
+    cache_dir: str | Path | None = None
+    feature_memory_gb: float | None = DEFAULT_FEATURE_MEMORY_GB
+    progress: bool = True
+    callbacks: tuple[TrainCallback, ...] = ()
+
+    def resume_point(self, out: Path, auto: bool) -> Path:
+        if not auto and not has_training_state(out):
+            raise CheckpointError(f"resume={out}: no unfinished run there (it finished, or never started)")
+        return out
+
+    def prepare(self, corpus: CorpusSpec, config: DHIMConfig, out: Path) -> Prepared:
+        t0 = time.perf_counter()
+        data = prepare_training_data(corpus, config, cache_dir=self.cache_dir, progress=self.progress,
+                                     device=self.device, feature_memory_gb=self.feature_memory_gb,
+                                     scratch_dir=out / SCRATCH_FEATURES)  # kept for --resume
+        context = {"corpus": corpus.display, "n_train": data.n_train, "validation": data.val_source,
+                   "feature_seconds": round(time.perf_counter() - t0, 2),
+                   "features": "on disk" if data.train.on_disk else "in memory"}
+        return Prepared(data.config, data.encoder.fingerprint, context, (data, out / SCRATCH_FEATURES))
+
+    def fit(self, prepared: Prepared, config: DHIMConfig, folder: Path,
+            resume_from: Path | None) -> tuple[FitResult, dict[str, Any]]:
+        data = prepared.features[0]
+        saver = CheckpointEachEpoch(folder, prepared.fingerprint, prepared.context)
+        try:
+            return fit(data.train, data.val, config, data.train_labels, data.val_labels, progress=self.progress,
+                       device=self.device, callbacks=(saver, *self.callbacks), resume_from=resume_from), {}
+        except KeyboardInterrupt:
+            raise TrainingInterrupted(_interrupted_message(folder)) from None
+
+    def resume_hint(self, out: Path) -> str:
+        return "--resume"
+
+    def finish(self, prepared: Prepared) -> None:
+        scratch = prepared.features[1]
+        prepared.features = None  # drop the features (and the memory maps of a scratch store) before removing it
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def train_corpus(
     corpus: CorpusSpec,
     config: DHIMConfig,
@@ -199,71 +336,13 @@ def train_corpus(
     callbacks: tuple[TrainCallback, ...] = (),
     feature_memory_gb: float | None = DEFAULT_FEATURE_MEMORY_GB,
 ) -> tuple[FitResult, dict[str, Any]]:
-    """Train DHIM on a corpus in this process and save the best checkpoint to ``out``.
-
-    ``out`` is checked for writing before any work, then holds the best weights so far
-    after every epoch. ``resume=True`` continues an interrupted run in ``out``.
-    Features larger than ``feature_memory_gb`` stay on disk (``cache_dir``, else a
-    scratch folder in ``out`` removed when the run finishes).
-    ``config.model.target_transform == "auto"`` trains once per candidate target on
-    the same features and keeps the better one (dhim_ray.training.target_choice).
-    Returns (fit result, the summary written into the checkpoint). Raises
-    TrainingInterrupted on Ctrl-C, naming what was kept and how to resume.
-    """
-    out = Path(out)
-    auto = target_choice.is_auto(config) or (resume and target_choice.unfinished(out))
-    if auto:
-        target_choice.check_auto(config)
-        target_choice.check_resume(out, resume)
-        started = [f for f in sorted(target_choice.candidates_folder(out).glob("*")) if (f / CONFIG_FILE).is_file()]
-        if resume and started:  # the interrupted run's settings, as a plain resume takes them
-            config = resume_config(started[0], config, corpus.display).replace(
-                model={"target_transform": AUTO_TARGET})
-    elif resume:
-        if not has_training_state(out):
-            raise CheckpointError(f"resume={out}: no unfinished run there (it finished, or never started)")
-        config = resume_config(out, config, corpus.display)
-    elif has_training_state(out):
-        raise CheckpointError(
-            f"out={out} holds an unfinished run; continue it with --resume or pick another --out"
-        )
-    check_checkpoint_folder(out)
-    t0 = time.perf_counter()
-    scratch = out / SCRATCH_FEATURES  # features too big for memory, without a cache_dir; kept for --resume
-    data = prepare_training_data(corpus, config, cache_dir=cache_dir, progress=progress, device=device,
-                                 feature_memory_gb=feature_memory_gb, scratch_dir=scratch)
-    context = {"corpus": corpus.display, "n_train": data.n_train, "validation": data.val_source,
-               "feature_seconds": round(time.perf_counter() - t0, 2),
-               "features": "on disk" if data.train.on_disk else "in memory"}
-    results: dict[Path, FitResult] = {}
-
-    def train_one(run_config: DHIMConfig, folder: Path, resume_run: bool) -> dict[str, Any]:
-        if resume_run:
-            run_config = resume_config(folder, run_config)
-        saver = CheckpointEachEpoch(folder, data.encoder.fingerprint, context)
-        try:
-            result = fit(data.train, data.val, run_config, data.train_labels, data.val_labels, progress=progress,
-                         device=device, callbacks=(saver, *callbacks), resume_from=folder if resume_run else None)
-        except KeyboardInterrupt:
-            message = _interrupted_message(folder)
-            if auto:
-                message += f" (--target-transform auto: targets finished in {target_choice.candidates_folder(out)} are kept)"
-            raise TrainingInterrupted(message) from None
-        summary = result.summary(**context)
-        save_checkpoint(folder, result.model, run_config, data.encoder.fingerprint, summary)
-        clear_training_state(folder)
-        results[folder] = result
-        return summary
-
-    if auto:
-        model, chosen, summary = target_choice.train_each_target(data.config, out, train_one, resume)
-        result = FitResult.from_summary(model, chosen, summary)
-    else:
-        summary = train_one(data.config, out, resume)
-        result = results[out]
-    data = None  # drop the features (and the memory maps of a scratch store) before removing it
-    shutil.rmtree(scratch, ignore_errors=True)
-    return result, summary
+    """Train DHIM on a corpus in this process and save the best checkpoint to ``out``:
+    ``train`` with the ``InProcess`` backend. ``out`` is checked for writing before any
+    work, then holds the best weights so far after every epoch; ``resume=True`` continues
+    an interrupted run in ``out``. Raises TrainingInterrupted on Ctrl-C, naming what was
+    kept and how to resume."""
+    backend = InProcess(device, cache_dir, feature_memory_gb, progress, tuple(callbacks))
+    return train(corpus, config, out, backend, resume)
 
 
 def _interrupted_message(out: Path) -> str:
@@ -272,132 +351,6 @@ def _interrupted_message(out: Path) -> str:
     info = read_checkpoint(out)
     return (f"interrupted after epoch {info.summary.get('epochs_run', 0) - 1}; {out} holds the best epoch so far "
             f"({info.summary.get('best_epoch')}); continue with the same command and --resume")
-
-
-#: What eval scores without labels (see label_free_scores).
-NEIGHBOUR_METRIC = "cosine-neighbour recall@k (tie-aware; no labels)"
-
-
-def eval_splits(database: CorpusSpec, queries: CorpusSpec) -> tuple[Split, Split, np.ndarray | None]:
-    """(database split, query split, query labels in the database's label numbering, or
-    None where either split has no labels: eval then scores without them). The same
-    corpus is read once, so both splits share its label vocabulary."""
-    db_spec, q_spec = database.with_split(database.split or "train"), queries.with_split(queries.split or "val")
-    if db_spec.with_split(None) == q_spec.with_split(None):
-        corpus = db_spec.with_split(None).load()
-        db, q = corpus.split(db_spec.split), corpus.split(q_spec.split)
-    else:
-        db, q = db_spec.load_split(), q_spec.load_split()
-    if db.labels is None or q.labels is None:
-        where = " and ".join(f"{role} {spec.display}" for role, spec, split in
-                             (("database", db_spec, db), ("queries", q_spec, q)) if split.labels is None)
-        logger.warning("%s: no labels (--label-column NAME names them); scoring by how many of each query's "
-                       "nearest documents by cosine of the frozen encoder's sentence vectors the codes find", where)
-        return db, q, None
-    return db, q, align_labels(db, q)
-
-
-def label_free_scores(db_vectors: np.ndarray, q_vectors: np.ndarray, found, k: int) -> dict[str, Any]:
-    """Eval without labels: the share of each query's k nearest database documents by cosine
-    of the frozen encoder's mean-pooled vectors that a method finds. ``found``: a callable
-    (neighbours (n_q, k)) -> recall in [0, 1] (tie-aware for codes)."""
-    neighbours = cosine_topk(db_vectors, q_vectors, k)
-    return {"metric": NEIGHBOUR_METRIC, "k": neighbours.shape[1], "neighbour_recall_at_k": float(found(neighbours)),
-            "n_queries": len(q_vectors), "n_database": len(db_vectors)}
-
-
-def _codes_found(db_codes: np.ndarray, q_codes: np.ndarray):
-    """label_free_scores' ``found`` for packed codes: tie-aware recall of the neighbours."""
-    return lambda neighbours: neighbour_recall_at_k(db_codes, q_codes, neighbours, neighbours.shape[1]).recall_at_k
-
-
-def _overlap(found: np.ndarray, neighbours: np.ndarray) -> float:
-    """Mean share of each row of ``neighbours`` among the same row of ``found`` (index sets)."""
-    return float(np.mean([len(np.intersect1d(a, b)) / neighbours.shape[1] for a, b in zip(found, neighbours)]))
-
-
-def evaluate_checkpoint(
-    model_dir: str | Path,
-    database: CorpusSpec,
-    queries: CorpusSpec,
-    k: int = 100,
-    progress: bool = True,
-    cache_dir: str | Path | None = None,
-    device: str = "cpu",
-    rerank: int = 1,
-) -> dict[str, Any]:
-    """Precision@k of a trained model: hash database and queries, search exactly.
-    ``rerank`` m > 1 also reports the precision of the k x m Hamming candidates
-    re-ranked by agreement with the queries' pre-threshold scores."""
-    rerank = check_rerank(rerank)
-    hasher = Hasher.load(model_dir, device=device)
-    db, q, q_labels = eval_splits(database, queries)
-    t0 = time.perf_counter()
-    db_f = hasher.encoder.features(db.texts, progress=progress, cache_dir=cache_dir)
-    q_f = hasher.encoder.features(q.texts, progress=progress, cache_dir=cache_dir)
-    db_codes = hasher.hash_features(db_f)
-    q_codes, q_scores = hasher.score_features(q_f)
-    if q_labels is None:
-        out = {"method": "dhim", "model": str(model_dir), "n_bits": hasher.n_bits,
-               **label_free_scores(db_f.mean, q_f.mean, _codes_found(db_codes, q_codes), k)}
-        if rerank > 1:
-            neighbours = cosine_topk(db_f.mean, q_f.mean, out["k"])
-            idx, _ = rerank_topk(db_codes, q_codes, q_scores, out["k"], rerank)
-            out.update(rerank=rerank, rerank_by=BY_BITS, neighbour_recall_at_k_reranked=_overlap(idx, neighbours))
-        return {**out, "seconds": round(time.perf_counter() - t0, 2)}
-    result = precision_at_k(db_codes, db.labels, q_codes, q_labels, k)
-    out = {"method": "dhim", "model": str(model_dir), "n_bits": hasher.n_bits, **result.as_dict()}
-    if rerank > 1:
-        idx, _ = rerank_topk(db_codes, q_codes, q_scores, result.k, rerank)
-        out.update(rerank=rerank, rerank_by=BY_BITS,
-                   precision_at_k_reranked=float((db.labels[idx] == q_labels[:, None]).mean()))
-    return {**out, "seconds": round(time.perf_counter() - t0, 2)}
-
-
-def evaluate_baseline(
-    baseline: str,
-    n_bits: int | None,
-    database: CorpusSpec,
-    queries: CorpusSpec,
-    k: int = 100,
-    features: FeatureConfig | None = None,
-    seed: int = 0,
-    progress: bool = True,
-    cache_dir: str | Path | None = None,
-) -> dict[str, Any]:
-    """Precision@k of a classic hashing baseline on the frozen mean-pooled features, or of a
-    float baseline (``FLOAT_BASELINES``: exact cosine kNN, ``n_bits`` unused)."""
-    check_baseline(baseline)
-    model = None if baseline in FLOAT_BASELINES else make_baseline(baseline, n_bits, seed)  # fail fast on a width
-    enc = FrozenEncoder(features or FeatureConfig(encoder=DEFAULT_ENCODER))
-    db, q, q_labels = eval_splits(database, queries)
-    db_f = enc.features(db.texts, progress=progress, cache_dir=cache_dir)
-    q_f = enc.features(q.texts, progress=progress, cache_dir=cache_dir)
-    if model is None:
-        return _float_baseline(baseline, db_f.mean, db.labels, q_f.mean, q_labels, k, seed)
-    model.fit(db_f.mean)
-    n_bits = model.n_bits
-    if q_labels is None:
-        found = _codes_found(model.hash(db_f.mean), model.hash(q_f.mean))
-        return {"method": baseline, "n_bits": n_bits, "bytes_per_doc": n_bits // 8,
-                **label_free_scores(db_f.mean, q_f.mean, found, k)}
-    result = precision_at_k(model.hash(db_f.mean), db.labels, model.hash(q_f.mean), q_labels, k)
-    return {"method": baseline, "n_bits": n_bits, "bytes_per_doc": n_bits // 8, **result.as_dict()}
-
-
-def _float_baseline(name: str, database, database_labels, queries, query_labels, k: int, seed: int) -> dict[str, Any]:
-    """Cosine kNN precision@k on float vectors, after the baseline's transform fitted on the database."""
-    plain_x, plain_q = x, qv = np.asarray(database, np.float32), np.asarray(queries, np.float32)
-    if FLOAT_BASELINES[name] is not None:
-        fitted = fit_transform(FLOAT_BASELINES[name], x, seed)
-        x, qv = transform(fitted, x), transform(fitted, qv)
-    if query_labels is None:  # without labels: the plain vectors' neighbours the transformed ones find
-        return {"method": name, "dims": x.shape[1], "bytes_per_doc": 4 * x.shape[1],
-                **label_free_scores(plain_x, plain_q, lambda nb: _overlap(cosine_topk(x, qv, nb.shape[1]), nb), k)}
-    p = cosine_precision_at_k(x, database_labels, qv, query_labels, k)
-    # distances are continuous: no ties to break, so both tie rules give the same figure
-    return {"method": name, "dims": x.shape[1], "bytes_per_doc": 4 * x.shape[1], "k": k, "precision_at_k": p,
-            "precision_at_k_tie_aware": p, "n_queries": len(qv), "n_database": len(x)}
 
 
 def refine_corpus(corpus: CorpusSpec, config: RefineConfig, out: str | Path, device: str = "cpu",

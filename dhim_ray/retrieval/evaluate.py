@@ -1,0 +1,209 @@
+"""Evaluation, written once: precision@k of query codes against a database of codes,
+wherever the database lives (no Ray, no Milvus).
+
+``CodeDatabase`` is the one difference between the evaluations: codes hashed in memory
+(``InMemoryCodes``, for ``evaluate_checkpoint`` and the hashing baselines) or a Milvus
+collection (dhim_ray.search.MilvusCodes, for ``evaluate_in_milvus``). ``evaluate_codes``
+scores both the same way: precision@k under both tie rules and, with ``rerank`` m > 1,
+the precision of the k x m candidates re-ranked. Without labels eval scores how many of
+each query's cosine neighbours the codes find (``label_free_scores``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from dhim_ray.config import DEFAULT_ENCODER, FeatureConfig
+from dhim_ray.corpus.data import Split, align_labels
+from dhim_ray.corpus.spec import CorpusSpec
+from dhim_ray.encoding.encoder import FrozenEncoder
+from dhim_ray.encoding.transforms import fit_transform, transform
+from dhim_ray.hasher import Hasher
+from dhim_ray.retrieval.baselines import FLOAT_BASELINES, check_baseline, make_baseline
+from dhim_ray.retrieval.metrics import (
+    PrecisionResult,
+    cosine_precision_at_k,
+    cosine_topk,
+    neighbour_recall_at_k,
+    precision_at_k,
+)
+from dhim_ray.retrieval.rerank import BY_BITS, check_rerank, rerank_topk
+
+logger = logging.getLogger(__name__)
+
+
+class CodeDatabase(Protocol):
+    """Where the database's codes are searched: what tells one evaluation from another."""
+
+    rerank_by: str  # how re-ranking orders candidates (rerank.BY_BITS or BY_COSINE)
+
+    def precision(self, codes: np.ndarray, labels: np.ndarray, k: int) -> PrecisionResult:
+        """Precision@k of the query ``codes`` (both tie rules)."""
+
+    def reranked_labels(self, codes: np.ndarray, scores: np.ndarray | None, vectors: np.ndarray | None, k: int,
+                        m: int) -> np.ndarray:
+        """The labels (n_queries, k) of each query's k best of its k x m Hamming candidates
+        re-ranked, in the queries' label numbering."""
+
+
+@dataclass
+class InMemoryCodes:
+    """A database of packed codes and their labels in memory, searched exactly."""
+
+    codes: np.ndarray
+    labels: np.ndarray
+    rerank_by: str = BY_BITS
+
+    def precision(self, codes: np.ndarray, labels: np.ndarray, k: int) -> PrecisionResult:
+        return precision_at_k(self.codes, self.labels, codes, labels, k)
+
+    def reranked_labels(self, codes: np.ndarray, scores: np.ndarray | None, vectors: np.ndarray | None, k: int,
+                        m: int) -> np.ndarray:
+        idx, _ = rerank_topk(self.codes, codes, scores, k, m)
+        return self.labels[idx]
+
+
+def evaluate_codes(database: CodeDatabase, codes: np.ndarray, labels: np.ndarray, k: int, rerank: int = 1,
+                   scores: np.ndarray | None = None, vectors: np.ndarray | None = None) -> dict[str, Any]:
+    """Precision@k of query ``codes`` with ``labels`` against ``database``; with ``rerank``
+    m > 1 (and the queries' pre-threshold ``scores``, or their sentence ``vectors`` where the
+    database rescores by cosine) also the precision of the k x m candidates re-ranked.
+
+    >>> evaluate_codes(InMemoryCodes(db_codes, db_labels), q_codes, q_labels, k=100)["precision_at_k"]
+    """
+    rerank = check_rerank(rerank)
+    result = database.precision(codes, labels, k)
+    out: dict[str, Any] = result.as_dict()
+    if rerank > 1:
+        found = database.reranked_labels(codes, scores, vectors, result.k, rerank)
+        out.update(rerank=rerank, rerank_by=database.rerank_by,
+                   precision_at_k_reranked=float((found == labels[:, None]).mean()))
+    return out
+
+
+#: What eval scores without labels (see label_free_scores).
+NEIGHBOUR_METRIC = "cosine-neighbour recall@k (tie-aware; no labels)"
+
+
+def eval_splits(database: CorpusSpec, queries: CorpusSpec) -> tuple[Split, Split, np.ndarray | None]:
+    """(database split, query split, query labels in the database's label numbering, or
+    None where either split has no labels: eval then scores without them). The same
+    corpus is read once, so both splits share its label vocabulary."""
+    db_spec, q_spec = database.with_split(database.split or "train"), queries.with_split(queries.split or "val")
+    if db_spec.with_split(None) == q_spec.with_split(None):
+        corpus = db_spec.with_split(None).load()
+        db, q = corpus.split(db_spec.split), corpus.split(q_spec.split)
+    else:
+        db, q = db_spec.load_split(), q_spec.load_split()
+    if db.labels is None or q.labels is None:
+        where = " and ".join(f"{role} {spec.display}" for role, spec, split in
+                             (("database", db_spec, db), ("queries", q_spec, q)) if split.labels is None)
+        logger.warning("%s: no labels (--label-column NAME names them); scoring by how many of each query's "
+                       "nearest documents by cosine of the frozen encoder's sentence vectors the codes find", where)
+        return db, q, None
+    return db, q, align_labels(db, q)
+
+
+def label_free_scores(db_vectors: np.ndarray, q_vectors: np.ndarray, found, k: int) -> dict[str, Any]:
+    """Eval without labels: the share of each query's k nearest database documents by cosine
+    of the frozen encoder's mean-pooled vectors that a method finds. ``found``: a callable
+    (neighbours (n_q, k)) -> recall in [0, 1] (tie-aware for codes)."""
+    neighbours = cosine_topk(db_vectors, q_vectors, k)
+    return {"metric": NEIGHBOUR_METRIC, "k": neighbours.shape[1], "neighbour_recall_at_k": float(found(neighbours)),
+            "n_queries": len(q_vectors), "n_database": len(db_vectors)}
+
+
+def _codes_found(db_codes: np.ndarray, q_codes: np.ndarray):
+    """label_free_scores' ``found`` for packed codes: tie-aware recall of the neighbours."""
+    return lambda neighbours: neighbour_recall_at_k(db_codes, q_codes, neighbours, neighbours.shape[1]).recall_at_k
+
+
+def _overlap(found: np.ndarray, neighbours: np.ndarray) -> float:
+    """Mean share of each row of ``neighbours`` among the same row of ``found`` (index sets)."""
+    return float(np.mean([len(np.intersect1d(a, b)) / neighbours.shape[1] for a, b in zip(found, neighbours)]))
+
+
+def evaluate_checkpoint(
+    model_dir: str | Path,
+    database: CorpusSpec,
+    queries: CorpusSpec,
+    k: int = 100,
+    progress: bool = True,
+    cache_dir: str | Path | None = None,
+    device: str = "cpu",
+    rerank: int = 1,
+) -> dict[str, Any]:
+    """Precision@k of a trained model: hash database and queries, search exactly.
+    ``rerank`` m > 1 also reports the precision of the k x m Hamming candidates
+    re-ranked by agreement with the queries' pre-threshold scores."""
+    rerank = check_rerank(rerank)
+    hasher = Hasher.load(model_dir, device=device)
+    db, q, q_labels = eval_splits(database, queries)
+    t0 = time.perf_counter()
+    db_f = hasher.encoder.features(db.texts, progress=progress, cache_dir=cache_dir)
+    q_f = hasher.encoder.features(q.texts, progress=progress, cache_dir=cache_dir)
+    db_codes = hasher.hash_features(db_f)
+    q_codes, q_scores = hasher.score_features(q_f)
+    if q_labels is None:
+        out = {"method": "dhim", "model": str(model_dir), "n_bits": hasher.n_bits,
+               **label_free_scores(db_f.mean, q_f.mean, _codes_found(db_codes, q_codes), k)}
+        if rerank > 1:
+            neighbours = cosine_topk(db_f.mean, q_f.mean, out["k"])
+            idx, _ = rerank_topk(db_codes, q_codes, q_scores, out["k"], rerank)
+            out.update(rerank=rerank, rerank_by=BY_BITS, neighbour_recall_at_k_reranked=_overlap(idx, neighbours))
+        return {**out, "seconds": round(time.perf_counter() - t0, 2)}
+    scores = evaluate_codes(InMemoryCodes(db_codes, db.labels), q_codes, q_labels, k, rerank, q_scores)
+    return {"method": "dhim", "model": str(model_dir), "n_bits": hasher.n_bits, **scores,
+            "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def evaluate_baseline(
+    baseline: str,
+    n_bits: int | None,
+    database: CorpusSpec,
+    queries: CorpusSpec,
+    k: int = 100,
+    features: FeatureConfig | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    cache_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Precision@k of a classic hashing baseline on the frozen mean-pooled features, or of a
+    float baseline (``FLOAT_BASELINES``: exact cosine kNN, ``n_bits`` unused)."""
+    check_baseline(baseline)
+    model = None if baseline in FLOAT_BASELINES else make_baseline(baseline, n_bits, seed)  # fail fast on a width
+    enc = FrozenEncoder(features or FeatureConfig(encoder=DEFAULT_ENCODER))
+    db, q, q_labels = eval_splits(database, queries)
+    db_f = enc.features(db.texts, progress=progress, cache_dir=cache_dir)
+    q_f = enc.features(q.texts, progress=progress, cache_dir=cache_dir)
+    if model is None:
+        return _float_baseline(baseline, db_f.mean, db.labels, q_f.mean, q_labels, k, seed)
+    model.fit(db_f.mean)
+    n_bits = model.n_bits
+    if q_labels is None:
+        found = _codes_found(model.hash(db_f.mean), model.hash(q_f.mean))
+        return {"method": baseline, "n_bits": n_bits, "bytes_per_doc": n_bits // 8,
+                **label_free_scores(db_f.mean, q_f.mean, found, k)}
+    scores = evaluate_codes(InMemoryCodes(model.hash(db_f.mean), db.labels), model.hash(q_f.mean), q_labels, k)
+    return {"method": baseline, "n_bits": n_bits, "bytes_per_doc": n_bits // 8, **scores}
+
+
+def _float_baseline(name: str, database, database_labels, queries, query_labels, k: int, seed: int) -> dict[str, Any]:
+    """Cosine kNN precision@k on float vectors, after the baseline's transform fitted on the database."""
+    plain_x, plain_q = x, qv = np.asarray(database, np.float32), np.asarray(queries, np.float32)
+    if FLOAT_BASELINES[name] is not None:
+        fitted = fit_transform(FLOAT_BASELINES[name], x, seed)
+        x, qv = transform(fitted, x), transform(fitted, qv)
+    if query_labels is None:  # without labels: the plain vectors' neighbours the transformed ones find
+        return {"method": name, "dims": x.shape[1], "bytes_per_doc": 4 * x.shape[1],
+                **label_free_scores(plain_x, plain_q, lambda nb: _overlap(cosine_topk(x, qv, nb.shape[1]), nb), k)}
+    p = cosine_precision_at_k(x, database_labels, qv, query_labels, k)
+    # distances are continuous: no ties to break, so both tie rules give the same figure
+    return {"method": name, "dims": x.shape[1], "bytes_per_doc": 4 * x.shape[1], "k": k, "precision_at_k": p,
+            "precision_at_k_tie_aware": p, "n_queries": len(qv), "n_database": len(x)}
