@@ -53,3 +53,23 @@ def write_result(name: str, result: Any) -> Path:
     path.write_text(json.dumps(result, indent=1) + "\n")
     logger.info("wrote %s", path)
     return path
+
+
+def record_key(name: str, key: str, value: Any) -> None:
+    """Set one entry of bench/NAME.json (a dict of results), keeping the others."""
+    path = HERE / f"{name}.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results[key] = value
+    write_result(name, results)
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a JSON Lines result file (none when it does not exist yet)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def append_row(path: Path, row: dict) -> None:
+    """Add one row to a JSON Lines result file: runs that take hours record as they go."""
+    logger.info("%s", json.dumps(row))
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness import DATA
+from bench.harness import DATA, record_key
 
 CACHE = Path(__file__).resolve().parent / ".cache" / "million"
 RESULTS = Path(__file__).resolve().parent / "million.json"
@@ -41,10 +41,7 @@ logger = logging.getLogger("bench.million")
 
 
 def record(key: str, value: dict) -> None:
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results[key] = value
-    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-    logger.info("%s: %s", key, json.dumps(value))
+    record_key(RESULTS.stem, key, value)
 
 
 # ---- corpus ---------------------------------------------------------------------------

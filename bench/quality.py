@@ -18,13 +18,12 @@ there); ``report`` turns it into bench/quality.md.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bench.harness import DATA
+from bench.harness import DATA, append_row, read_rows
 from dhim_ray.config import FeatureConfig, TrainConfig, as_published, config_for_bits, parse_overrides
 from dhim_ray.corpus.data import load_corpus
 from dhim_ray.encoding.encoder import FrozenEncoder
@@ -54,15 +53,11 @@ ABLATIONS: dict[str, dict] = {
 
 
 def load_results() -> list[dict]:
-    if not RESULTS.exists():
-        return []
-    return [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()]
+    return read_rows(RESULTS)
 
 
 def record(row: dict) -> None:
-    print(json.dumps(row), flush=True)
-    with open(RESULTS, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    append_row(RESULTS, row)
 
 
 SHIPPED = TrainConfig()  # the shipped schedule: its max_epochs (100) and patience (6)

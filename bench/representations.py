@@ -17,12 +17,12 @@ database (train.csv) vectors only. Results accumulate in bench/representations.j
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 
+from bench.harness import append_row, read_rows
 from bench.quality import DATA, LONG, corpus_features, epoch_cap, load_results, record_shipped_schedule, train_dhim
 from dhim_ray.config import FeatureConfig, config_for_bits
 from dhim_ray.corpus.data import load_corpus
@@ -38,13 +38,11 @@ SG_DIR = CACHE / "sg-opt"
 
 
 def load_rows() -> list[dict]:
-    return [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()] if RESULTS.exists() else []
+    return read_rows(RESULTS)
 
 
 def record(row: dict) -> None:
-    print(json.dumps(row), flush=True)
-    with open(RESULTS, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    append_row(RESULTS, row)
 
 
 def done(rows, **key) -> bool:

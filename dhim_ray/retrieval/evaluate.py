@@ -43,13 +43,10 @@ class CodeDatabase(Protocol):
 
     rerank_by: str  # how re-ranking orders candidates (rerank.BY_BITS or BY_COSINE)
 
-    def precision(self, codes: np.ndarray, labels: np.ndarray, k: int) -> PrecisionResult:
-        """Precision@k of the query ``codes`` (both tie rules)."""
-
+    def precision(self, codes: np.ndarray, labels: np.ndarray, k: int) -> PrecisionResult: ...  # both tie rules
+    # The labels (n_queries, k), in the queries' numbering, of each query's k x m candidates re-ranked:
     def reranked_labels(self, codes: np.ndarray, scores: np.ndarray | None, vectors: np.ndarray | None, k: int,
-                        m: int) -> np.ndarray:
-        """The labels (n_queries, k) of each query's k best of its k x m Hamming candidates
-        re-ranked, in the queries' label numbering."""
+                        m: int) -> np.ndarray: ...
 
 
 @dataclass

@@ -186,28 +186,15 @@ def _comparable(value):
 
 
 class TrainBackend(Protocol):
-    """How a run's epochs are run: in this process (``InProcess``) or across Ray Train
-    workers (dhim_ray.jobs.train.RayTrain). ``train`` does the rest once for both: the
-    resume checks, ``--target-transform auto``, the summary and the save."""
+    """Where a run's epochs run: this process (``InProcess``) or Ray Train workers
+    (dhim_ray.jobs.train.RayTrain). ``train`` does the rest once for both."""
 
-    def resume_point(self, out: Path, auto: bool) -> Path:
-        """The checkpoint a resumed run continues from (its own --out folder for an auto
-        run); a CheckpointError or ConfigError when there is none to continue."""
-
-    def prepare(self, corpus: CorpusSpec, config: DHIMConfig, out: Path) -> Prepared:
-        """Read the corpus and compute its frozen features, once per run."""
-
-    def fit(self, prepared: Prepared, config: DHIMConfig, folder: Path,
-            resume_from: Path | None) -> tuple[FitResult, dict[str, Any]]:
-        """Train one model (a checkpoint of it lands in ``folder``'s summary and save);
-        returns the fit and what the summary adds for this backend. Raises
-        TrainingInterrupted or TrainingFailed naming how to continue."""
-
-    def resume_hint(self, out: Path) -> str:
-        """The option that continues an interrupted run in ``out``."""
-
-    def finish(self, prepared: Prepared) -> None:
-        """Remove what the run kept only for itself (scratch features)."""
+    def resume_point(self, out: Path, auto: bool) -> Path: ...  # the checkpoint --resume continues, or an error
+    def prepare(self, corpus: CorpusSpec, config: DHIMConfig, out: Path) -> Prepared: ...  # corpus + features, once
+    def fit(self, prepared: Prepared, config: DHIMConfig, folder: Path,  # one model: (fit, summary fields)
+            resume_from: Path | None) -> tuple[FitResult, dict[str, Any]]: ...
+    def resume_hint(self, out: Path) -> str: ...  # the option that continues an interrupted run in out
+    def finish(self, prepared: Prepared) -> None: ...  # remove what the run kept for itself
 
 
 @dataclass
