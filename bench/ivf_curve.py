@@ -79,7 +79,7 @@ def inner(args) -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from milvus_server import URI, start_server
 
-    from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, ensure_collection, make_rows, search_codes
+    from dhim_ray.connectors.milvus import CodeCollection, IndexSpec, MilvusTarget, make_rows
     from dhim_ray.retrieval.metrics import hamming_topk
 
     os.environ["MILVUS_TOKEN"] = "root:Milvus"
@@ -98,7 +98,7 @@ def inner(args) -> None:
     try:
         target = MilvusTarget(URI, "curve", timeout=600)
         client = target.connect()
-        ensure_collection(client, "curve", n_bits, "bench", IndexSpec("BIN_FLAT"), overwrite=True, timeout=600)
+        CodeCollection(client, "curve", 600).ensure(n_bits, "bench", IndexSpec("BIN_FLAT"), overwrite=True)
         t0 = time.perf_counter()
         for s in range(0, len(db), 20_000):
             rows = make_rows(np.arange(s, s + len(db[s:s + 20_000])), db[s:s + 20_000], n_bits, None,
@@ -122,10 +122,10 @@ def inner(args) -> None:
                 search = spec if not nprobe else IndexSpec(spec.index_type, nlist=spec.nlist, nprobe=nprobe)
                 for qs in sets:
                     q = qs["q"]
-                    search_codes(client, "curve", q[:20], n_bits, k, search, output_fields=(), timeout=600)  # warm
+                    CodeCollection(client, "curve", 600).search(q[:20], n_bits, k, search, output_fields=())  # warm
                     t0 = time.perf_counter()
-                    hits = search_codes(client, "curve", q, n_bits, k, search, output_fields=(), timeout=600,
-                                        batch_size=100)
+                    hits = CodeCollection(client, "curve", 600).search(q, n_bits, k, search, output_fields=(),
+                                                                       batch_size=100)
                     qps1 = len(q) / (time.perf_counter() - t0)
                     # IVF may return fewer than k (probed clusters too small): the missing count as misses.
                     found = np.full((len(q), k), n_bits + 1)
@@ -148,13 +148,13 @@ def inner(args) -> None:
 
 def concurrent_qps(target, q: np.ndarray, n_bits: int, k: int, spec, clients: int) -> float:
     """Each of ``clients`` threads (own connection) sends every query, 1 per request."""
-    from dhim_ray.connectors.milvus import search_codes
+    from dhim_ray.connectors.milvus import CodeCollection
 
     conns = [target.connect() for _ in range(clients)]
     per = q[: max(clients, len(q) // 4)]
 
     def work(c):
-        search_codes(c, "curve", per, n_bits, k, spec, output_fields=(), timeout=600, batch_size=10)
+        CodeCollection(c, "curve", 600).search(per, n_bits, k, spec, output_fields=(), batch_size=10)
 
     threads = [threading.Thread(target=work, args=(c,)) for c in conns]
     t0 = time.perf_counter()

@@ -304,12 +304,12 @@ def child(args: list[str], timeout: float | None = None, interrupt_after: float 
 
 
 def count_collection(uri: str | Path, collection: str) -> dict:
-    from dhim_ray.connectors.milvus import MilvusTarget, count_rows, release
+    from dhim_ray.connectors.milvus import CodeCollection, MilvusTarget, release
 
     target = MilvusTarget(str(uri), collection, timeout=600)
     client = target.connect(create=False)
     try:
-        n = count_rows(client, collection)
+        n = CodeCollection(client, collection).count()
         ids = set()
         last = -1
         while True:  # page by primary key: every id once, duplicates would show as n > len(ids)

@@ -26,15 +26,7 @@ from bench.harness import DATA
 def bench_search(n_codes: int, n_bits: int, n_queries: int, k: int) -> dict:
     import faiss
 
-    from dhim_ray.connectors.milvus import (
-        MilvusTarget,
-        document_ids,
-        ensure_collection,
-        make_rows,
-        release,
-        search_codes,
-        upsert_rows,
-    )
+    from dhim_ray.connectors.milvus import CodeCollection, MilvusTarget, document_ids, make_rows, release
     from dhim_ray.retrieval.metrics import hamming_topk
 
     rng = np.random.default_rng(0)
@@ -52,17 +44,17 @@ def bench_search(n_codes: int, n_bits: int, n_queries: int, k: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         target = MilvusTarget(str(Path(tmp) / "b.db"), "bench")
         client = target.connect()
-        ensure_collection(client, "bench", n_bits, "bench")
+        CodeCollection(client, "bench").ensure(n_bits, "bench")
         ids = document_ids("bench:train", np.arange(n_codes))
         t0 = time.perf_counter()
         for s in range(0, n_codes, 10000):
             rows = make_rows(ids[s:s + 10000], db[s:s + 10000], n_bits, None, [""] * len(db[s:s + 10000]),
                              "bench:train", np.arange(s, s + len(db[s:s + 10000])))
-            upsert_rows(client, "bench", rows)
+            CodeCollection(client, "bench").upsert(rows)
         out["milvus_insert_rows_per_s"] = n_codes / (time.perf_counter() - t0)
-        search_codes(client, "bench", q[:10], n_bits, k, output_fields=())  # warm-up
+        CodeCollection(client, "bench").search(q[:10], n_bits, k, output_fields=())  # warm-up
         t0 = time.perf_counter()
-        hits = search_codes(client, "bench", q, n_bits, k, output_fields=())
+        hits = CodeCollection(client, "bench").search(q, n_bits, k, output_fields=())
         out["milvus_qps"] = n_queries / (time.perf_counter() - t0)
         client.close()
         release(target.uri)

@@ -175,6 +175,10 @@ class MilvusTarget:
         ``create=False``: a milvus-lite file must already exist."""
         return connect(self.uri, self.timeout, self.token_env, create)
 
+    def bind(self, client) -> CodeCollection:
+        """The target's collection on an open ``client``."""
+        return CodeCollection(client, self.collection, self.timeout)
+
 
 #: milvus-lite 2.5.1's own rule for a database file's name (the folder may hold any characters).
 _LITE_NAME = re.compile(r"[A-Za-z0-9.\-_]{1,36}")
@@ -259,20 +263,28 @@ def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS
     raise AssertionError("unreachable")
 
 
+class _NotRunning(logging.Filter):
+    """milvus-lite warns on the root logger when it releases a file no server holds (after a
+    connect that failed): not news to the user."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("No local milvus in path")
+
+
 def release(uri: str) -> None:
     """Free a milvus-lite file's lock so another process may open it (close() does not)."""
     if not is_lite(uri):
         return
     from milvus_lite.server_manager import server_manager_instance
 
-    servers = getattr(server_manager_instance, "_servers", None)
-    for key in {os.path.abspath(uri), uri}:
-        if servers is not None and key not in servers:
-            continue
-        try:
-            server_manager_instance.release_server(key)
-        except Exception as exc:  # a server already gone is fine; say so in the debug log
-            logger.debug("release of milvus-lite %s: %s", key, exc)
+    quiet, root = _NotRunning(), logging.getLogger()
+    root.addFilter(quiet)
+    try:
+        server_manager_instance.release_server(uri)  # it resolves the path itself
+    except Exception as exc:  # a server already gone is fine; say so in the debug log
+        logger.debug("release of milvus-lite %s: %s", uri, exc)
+    finally:
+        root.removeFilter(quiet)
 
 
 # ---- ids and rows ------------------------------------------------------------------
@@ -413,195 +425,252 @@ def _schema(n_bits: int, meta: dict[str, Any], vector_dim: int = 0):
     return schema
 
 
-def describe(client, name: str, timeout: float = DEFAULT_TIMEOUT) -> CollectionInfo | None:
-    """What an existing collection holds, or None if there is none by that name."""
-    if not client.has_collection(name, timeout=timeout):
-        return None
-    desc = client.describe_collection(name, timeout=timeout)
-    code = next((f for f in desc["fields"] if f["name"] == CODE_FIELD), None)
-    try:
-        meta = json.loads(desc.get("description") or "{}")
-    except json.JSONDecodeError:
-        meta = {}
-    if code is None or meta.get("format") != FORMAT:
-        return CollectionInfo(name, 0, "", "", "", meta=meta)
-    n_bits = int(code["params"].get("dim", 0))
-    metric = index_type = ""
-    nlist = 0
-    index_names = client.list_indexes(name, field_name=CODE_FIELD, timeout=timeout)
-    if index_names:  # a collection made by dhim-ray always has one; a foreign one may not
-        index = client.describe_index(name, index_names[0], timeout=timeout)
-        metric, index_type = index.get("metric_type", ""), index.get("index_type", "")
-        nlist = int(index.get("nlist", 0) or 0)
-    return CollectionInfo(name, n_bits, metric, index_type, meta.get("model", ""), nlist=nlist, meta=meta,
-                          vector_dim=int(meta.get("vector_dim", 0)),
-                          label_names=any(f["name"] == LABEL_NAME_FIELD for f in desc["fields"]),
-                          keys=any(f["name"] == KEY_FIELD for f in desc["fields"]))
-
-
 def collections_of_model(client, model: str, n_bits: int, timeout: float = DEFAULT_TIMEOUT) -> list[str]:
     """Names (sorted) of the code collections ingested with ``model`` (the id stamped on
     them); without a model id, those of width ``n_bits``."""
     found = []
     for name in sorted(client.list_collections(timeout=timeout)):
-        info = describe(client, name, timeout)
+        info = CodeCollection(client, name, timeout).describe()
         if info is not None and info.n_bits and (info.model == model if model else info.n_bits == n_bits):
             found.append(name)
     return found
 
 
-def check_collection(client, name: str, n_bits: int, model: str, overwrite: bool = False,
-                     timeout: float = DEFAULT_TIMEOUT, vector_dim: int | None = None,
-                     keys: bool = False) -> CollectionInfo | None:
-    """The existing collection ``name`` (None if there is none), refused with
-    CollectionMismatchError when it cannot take these codes: another code width,
-    metric or model, not made by dhim-ray, (``vector_dim`` given) float vectors kept
-    or not against this ingest's, or (``keys``) made before rows kept their own ids
-    (unless ``overwrite``). Creates nothing."""
-    check_n_bits(n_bits)
-    info = describe(client, name, timeout)
-    if info is None or overwrite:
-        return info
-    problems = []
-    if not info.n_bits:
-        problems.append("it was not made by dhim-ray")
-    else:
-        if info.n_bits != n_bits:
-            problems.append(f"its codes have {info.n_bits} bits, these have {n_bits}")
-        if info.metric and info.metric != "HAMMING":
-            problems.append(f"its metric is {info.metric}, not HAMMING")
-        if info.model and model and info.model != model:
-            problems.append(f"it holds codes of model {info.model}, not {model}")
-        if vector_dim is not None and info.vector_dim != vector_dim:
-            problems.append(f"it keeps float vectors of width {info.vector_dim}, this ingest {vector_dim}"
-                            if info.vector_dim and vector_dim else
-                            "it keeps float vectors and this ingest has none (add --store-vectors)" if info.vector_dim
-                            else "it keeps codes only and this ingest adds float vectors (drop --store-vectors)")
-        if keys and not info.keys:
-            problems.append("it was made before rows kept their own ids (drop --id-column)")
-    if problems:
-        raise CollectionMismatchError(
-            f"collection {name!r}: {'; '.join(problems)}; pick another --collection or pass --overwrite"
-        )
-    return info
+def _failed(what: str, exc: Exception) -> str:
+    return f"{what} ({str(exc).splitlines()[0][:200]})"
 
 
-def ensure_collection(
-    client,
-    name: str,
-    n_bits: int,
-    model: str,
-    index: IndexSpec = IndexSpec(),
-    overwrite: bool = False,
-    timeout: float = DEFAULT_TIMEOUT,
-    vector_dim: int = 0,
-    keys: bool = False,
-) -> CollectionInfo:
-    """Create the code collection, or check an existing one matches.
+@dataclass
+class CodeCollection:
+    """One code collection: a client, the collection's name and the timeout of every call,
+    bound once (``MilvusTarget.bind(client)``). Methods are pymilvus' own calls with the
+    name and timeout filled in, and dhim-ray's checks around them.
 
-    An existing collection with another code width, metric or model, or whose float
-    vectors (``vector_dim``, 0 = none) differ, or that has no key field where ``keys``
-    are to be written, is refused (CollectionMismatchError) unless ``overwrite``, which
-    drops and recreates it.
+        >>> coll = target.bind(client)
+        >>> coll.ensure(64, model_id)
+        >>> coll.upsert(make_rows(...)); coll.search(codes, 64, k=10)
     """
-    info = check_collection(client, name, n_bits, model, overwrite, timeout, vector_dim, keys)
-    if info is not None and not overwrite:
-        client.load_collection(name, timeout=timeout)
+
+    client: Any
+    name: str
+    timeout: float = DEFAULT_TIMEOUT
+
+    def describe(self) -> CollectionInfo | None:
+        """What the collection holds, or None if there is none by that name."""
+        client, name, timeout = self.client, self.name, self.timeout
+        if not client.has_collection(name, timeout=timeout):
+            return None
+        desc = client.describe_collection(name, timeout=timeout)
+        code = next((f for f in desc["fields"] if f["name"] == CODE_FIELD), None)
+        try:
+            meta = json.loads(desc.get("description") or "{}")
+        except json.JSONDecodeError:
+            meta = {}
+        if code is None or meta.get("format") != FORMAT:
+            return CollectionInfo(name, 0, "", "", "", meta=meta)
+        metric = index_type = ""
+        nlist = 0
+        index_names = client.list_indexes(name, field_name=CODE_FIELD, timeout=timeout)
+        if index_names:  # a collection made by dhim-ray always has one; a foreign one may not
+            index = client.describe_index(name, index_names[0], timeout=timeout)
+            metric, index_type = index.get("metric_type", ""), index.get("index_type", "")
+            nlist = int(index.get("nlist", 0) or 0)
+        fields = {f["name"] for f in desc["fields"]}
+        return CollectionInfo(name, int(code["params"].get("dim", 0)), metric, index_type, meta.get("model", ""),
+                              nlist=nlist, meta=meta, vector_dim=int(meta.get("vector_dim", 0)),
+                              label_names=LABEL_NAME_FIELD in fields, keys=KEY_FIELD in fields)
+
+    def check(self, n_bits: int, model: str, overwrite: bool = False, vector_dim: int | None = None,
+              keys: bool = False) -> CollectionInfo | None:
+        """The existing collection (None if there is none), refused with
+        CollectionMismatchError when it cannot take these codes: another code width,
+        metric or model, not made by dhim-ray, (``vector_dim`` given) float vectors kept
+        or not against this ingest's, or (``keys``) made before rows kept their own ids
+        (unless ``overwrite``). Creates nothing."""
+        check_n_bits(n_bits)
+        info = self.describe()
+        if info is None or overwrite:
+            return info
+        problems = []
+        if not info.n_bits:
+            problems.append("it was not made by dhim-ray")
+        else:
+            if info.n_bits != n_bits:
+                problems.append(f"its codes have {info.n_bits} bits, these have {n_bits}")
+            if info.metric and info.metric != "HAMMING":
+                problems.append(f"its metric is {info.metric}, not HAMMING")
+            if info.model and model and info.model != model:
+                problems.append(f"it holds codes of model {info.model}, not {model}")
+            if vector_dim is not None and info.vector_dim != vector_dim:
+                problems.append(f"it keeps float vectors of width {info.vector_dim}, this ingest {vector_dim}"
+                                if info.vector_dim and vector_dim else
+                                "it keeps float vectors and this ingest has none (add --store-vectors)"
+                                if info.vector_dim else
+                                "it keeps codes only and this ingest adds float vectors (drop --store-vectors)")
+            if keys and not info.keys:
+                problems.append("it was made before rows kept their own ids (drop --id-column)")
+        if problems:
+            raise CollectionMismatchError(
+                f"collection {self.name!r}: {'; '.join(problems)}; pick another --collection or pass --overwrite"
+            )
         return info
-    if info is not None:
-        client.drop_collection(name, timeout=timeout)
-    meta = {"format": FORMAT, "n_bits": n_bits, "model": model, **({"vector_dim": vector_dim} if vector_dim else {})}
-    index_params = client.prepare_index_params()
-    index_params.add_index(field_name=CODE_FIELD, index_type=index.index_type, metric_type="HAMMING",
-                           params=index.params())
-    if vector_dim:  # every vector field needs an index to load; the vectors are read by id, never searched
-        index_params.add_index(field_name=VECTOR_FIELD, index_type="FLAT", metric_type="COSINE")
-    try:
-        client.create_collection(name, schema=_schema(n_bits, meta, vector_dim), index_params=index_params,
-                                 timeout=timeout)
-    except Exception as exc:
-        raise StoreError(f"collection {name!r}: Milvus refused to create it ({str(exc).splitlines()[0][:200]})") from exc
-    client.load_collection(name, timeout=timeout)
-    return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, vector_dim=vector_dim,
-                          label_names=True, keys=True)
 
+    def ensure(self, n_bits: int, model: str, index: IndexSpec = IndexSpec(), overwrite: bool = False,
+               vector_dim: int = 0, keys: bool = False) -> CollectionInfo:
+        """Create the collection, or check an existing one matches (see ``check``);
+        ``overwrite`` drops and recreates one that does not."""
+        client, name, timeout = self.client, self.name, self.timeout
+        info = self.check(n_bits, model, overwrite, vector_dim, keys)
+        if info is not None and not overwrite:
+            client.load_collection(name, timeout=timeout)
+            return info
+        if info is not None:
+            client.drop_collection(name, timeout=timeout)
+        meta = {"format": FORMAT, "n_bits": n_bits, "model": model, **({"vector_dim": vector_dim} if vector_dim else {})}
+        index_params = client.prepare_index_params()
+        index_params.add_index(field_name=CODE_FIELD, index_type=index.index_type, metric_type="HAMMING",
+                               params=index.params())
+        if vector_dim:  # every vector field needs an index to load; the vectors are read by id, never searched
+            index_params.add_index(field_name=VECTOR_FIELD, index_type="FLAT", metric_type="COSINE")
+        try:
+            client.create_collection(name, schema=_schema(n_bits, meta, vector_dim), index_params=index_params,
+                                     timeout=timeout)
+        except Exception as exc:
+            raise StoreError(_failed(f"collection {name!r}: Milvus refused to create it", exc)) from exc
+        client.load_collection(name, timeout=timeout)
+        return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, vector_dim=vector_dim,
+                              label_names=True, keys=True)
 
-def upsert_rows(client, name: str, rows: list[dict[str, Any]], timeout: float = DEFAULT_TIMEOUT) -> int:
-    """Upsert validated rows (see make_rows); returns how many were written."""
-    if not rows:
-        return 0
-    lengths = {len(r[CODE_FIELD]) for r in rows}
-    if len(lengths) != 1:
-        raise CodeFormatError(f"codes of {sorted(lengths)} bytes in one batch: every code must have the same length")
-    try:
-        result = client.upsert(name, rows, timeout=timeout)
-    except Exception as exc:
-        raise StoreError(f"collection {name!r}: upsert of {len(rows)} rows failed ({str(exc).splitlines()[0][:200]})") from exc
-    return int(result.get("upsert_count", len(rows))) if isinstance(result, dict) else len(rows)
+    def upsert(self, rows: list[dict[str, Any]]) -> int:
+        """Upsert validated rows (see make_rows); returns how many were written."""
+        if not rows:
+            return 0
+        lengths = {len(r[CODE_FIELD]) for r in rows}
+        if len(lengths) != 1:
+            raise CodeFormatError(f"codes of {sorted(lengths)} bytes in one batch: every code must have the same "
+                                  "length")
+        try:
+            result = self.client.upsert(self.name, rows, timeout=self.timeout)
+        except Exception as exc:
+            raise StoreError(_failed(f"collection {self.name!r}: upsert of {len(rows)} rows failed", exc)) from exc
+        return int(result.get("upsert_count", len(rows))) if isinstance(result, dict) else len(rows)
 
+    def get(self, ids: Sequence[int], fields: Sequence[str], batch_size: int = 4096) -> dict[int, dict[str, Any]]:
+        """Rows ``ids`` by primary key (pymilvus ``get``), their ``fields``; absent ids are left out."""
+        ids = [int(i) for i in ids]
+        found: dict[int, dict[str, Any]] = {}
+        for start in range(0, len(ids), batch_size):
+            try:
+                rows = self.client.get(self.name, ids=ids[start : start + batch_size], output_fields=list(fields),
+                                       timeout=self.timeout)
+            except Exception as exc:
+                raise StoreError(_failed(f"collection {self.name!r}: reading {', '.join(fields)} failed", exc)) from exc
+            found.update((int(r["id"]), r) for r in rows)
+        return found
 
-def refuse_foreign_rows(client, name: str, ids: np.ndarray, source: str, timeout: float = DEFAULT_TIMEOUT) -> None:
-    """Raise CollectionMismatchError if any of ``ids`` already holds a row of another
-    source: an upsert would overwrite it."""
-    if len(ids) == 0:
-        return
-    id_list = ", ".join(str(int(i)) for i in ids)
-    rows = client.query(name, filter=f"id in [{id_list}]", output_fields=["source"], timeout=timeout)
-    foreign = sorted({r["source"] for r in rows if r["source"] != source})
-    if foreign:
-        raise CollectionMismatchError(
-            f"collection {name!r}: the ids of {source} already hold rows of {foreign[0]}; refusing to overwrite "
-            "them: ingest into another collection"
-        )
+    def refuse_foreign_rows(self, ids: Sequence[int], source: str) -> None:
+        """Raise CollectionMismatchError if any of ``ids`` already holds a row of another
+        source: an upsert would overwrite it."""
+        if len(ids) == 0:
+            return
+        foreign = sorted({r["source"] for r in self.get(ids, ["source"]).values() if r["source"] != source})
+        if foreign:
+            raise CollectionMismatchError(
+                f"collection {self.name!r}: the ids of {source} already hold rows of {foreign[0]}; refusing to "
+                "overwrite them: ingest into another collection"
+            )
 
+    def refuse_dropping_keys(self, info: CollectionInfo, source: str) -> None:
+        """An ingest without an id column upserts every row with an empty key: where this
+        source's rows already hold their documents' own ids (an earlier ingest with one),
+        that would erase them, so it is refused, naming the way to keep them."""
+        if not info.keys:
+            return
+        rows = self.client.query(self.name, filter=f"source == {quote(source)} and {KEY_FIELD} != \"\"",
+                                 output_fields=[KEY_FIELD], limit=1, timeout=self.timeout)
+        if rows:
+            raise CollectionMismatchError(
+                f"collection {self.name!r}: the rows of {source} hold their documents' own ids (an ingest with an "
+                "id column); ingesting without one would erase them: pass the same id column again"
+            )
 
-def refuse_dropping_keys(client, info: CollectionInfo, source: str, timeout: float = DEFAULT_TIMEOUT) -> None:
-    """An ingest without an id column upserts every row with an empty key: where this source's
-    rows already hold their documents' own ids (an earlier ingest with one), that would erase
-    them, so it is refused, naming the way to keep them."""
-    if not info.keys:
-        return
-    rows = client.query(info.name, filter=f"source == {quote(source)} and {KEY_FIELD} != \"\"",
-                        output_fields=[KEY_FIELD], limit=1, timeout=timeout)
-    if rows:
-        raise CollectionMismatchError(
-            f"collection {info.name!r}: the rows of {source} hold their documents' own ids (an ingest with an id "
-            "column); ingesting without one would erase them: pass the same id column again"
-        )
+    def delete_stale_rows(self, source: str, last_row: int, dropped_ids: Sequence[int] = ()) -> int:
+        """After a whole source was ingested: delete its rows that the source no longer has
+        (row numbers past ``last_row``, left by an earlier ingest of a longer version) and
+        the rows this ingest left out (``dropped_ids``: empty texts skipped, which an
+        earlier version may have filled). Returns how many rows went; other sources' rows
+        are never touched."""
+        before = self.count_source(source)
+        try:
+            self.client.delete(self.name, filter=f"source == {quote(source)} and row > {int(last_row)}",
+                               timeout=self.timeout)
+            ours = [i for i, r in self.get(dropped_ids, ["source"]).items() if r["source"] == source]
+            for start in range(0, len(ours), 1000):
+                self.client.delete(self.name, ids=ours[start : start + 1000], timeout=self.timeout)
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise StoreError(_failed(f"collection {self.name!r}: deleting rows the source no longer has failed",
+                                     exc)) from exc
+        return before - self.count_source(source)
 
+    def count_source(self, source: str, max_row: int | None = None) -> int:
+        """Rows of one source (``row <= max_row`` only, when given), exact (strong consistency)."""
+        self.count()  # flushes
+        expr = f"source == {quote(source)}" + (f" and row <= {int(max_row)}" if max_row is not None else "")
+        res = self.client.query(self.name, filter=expr, output_fields=["count(*)"], consistency_level="Strong",
+                                timeout=self.timeout)
+        return int(res[0]["count(*)"])
 
-def delete_stale_rows(client, name: str, source: str, last_row: int, dropped_ids: Sequence[int] = (),
-                      timeout: float = DEFAULT_TIMEOUT) -> int:
-    """After a whole source was ingested: delete its rows that the source no longer has (row
-    numbers past ``last_row``, left by an earlier ingest of a longer version) and the ids of
-    rows this ingest left out (``dropped_ids``: empty texts skipped, which an earlier version
-    may have filled). Returns how many rows went; other sources' rows are never touched."""
-    before = count_source(client, name, source, None, timeout)
-    try:
-        client.delete(name, filter=f"source == {quote(source)} and row > {int(last_row)}", timeout=timeout)
-        for start in range(0, len(dropped_ids), 1000):
-            chunk = ", ".join(str(int(i)) for i in dropped_ids[start : start + 1000])
-            client.delete(name, filter=f"source == {quote(source)} and id in [{chunk}]", timeout=timeout)
-    except Exception as exc:
-        raise StoreError(f"collection {name!r}: deleting rows the source no longer has failed "
-                         f"({str(exc).splitlines()[0][:200]})") from exc
-    return before - count_source(client, name, source, None, timeout)
+    def count(self) -> int:
+        """Exact row count (strong consistency), after a flush where the server supports it."""
+        self.client.flush(self.name, timeout=self.timeout)
+        res = self.client.query(self.name, filter="", output_fields=["count(*)"], consistency_level="Strong",
+                                timeout=self.timeout)
+        return int(res[0]["count(*)"])
 
+    def search(self, codes: np.ndarray, n_bits: int, k: int, index: IndexSpec | None = None,
+               output_fields: Iterable[str] = OUTPUT_FIELDS, batch_size: int = 1000) -> list[list[dict[str, Any]]]:
+        """Top-k rows by Hamming distance for each packed query code: one list per query of
+        {"id", "distance" (int), and the output fields}."""
+        codes = check_codes(codes, n_bits)
+        check_search_k(k)
+        params = (index or IndexSpec()).search_params()
+        out: list[list[dict[str, Any]]] = []
+        for start in range(0, len(codes), batch_size):
+            data = [c.tobytes() for c in codes[start : start + batch_size]]
+            try:
+                res = self.client.search(self.name, data=data, anns_field=CODE_FIELD, search_params=params,
+                                         limit=int(k), output_fields=list(output_fields), timeout=self.timeout)
+            except Exception as exc:
+                raise StoreError(_failed(f"collection {self.name!r}: search failed", exc)) from exc
+            for hits in res:
+                out.append([{"id": h["id"], "distance": int(round(h["distance"])), **h.get("entity", {})}
+                            for h in hits])
+        return out
 
-def count_source(client, name: str, source: str, max_row: int | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> int:
-    """Rows of one source (``row <= max_row`` only, when given), exact (strong consistency)."""
-    count_rows(client, name, timeout)  # flushes
-    expr = f"source == {quote(source)}" + (f" and row <= {int(max_row)}" if max_row is not None else "")
-    res = client.query(name, filter=expr, output_fields=["count(*)"], consistency_level="Strong", timeout=timeout)
-    return int(res[0]["count(*)"])
+    def _field_of(self, ids: Sequence[int], field_name: str) -> list[Any]:
+        """Field ``field_name`` of rows ``ids``, in that order (read by id: milvus-lite 2.5.1
+        hangs when a search asks for a vector field)."""
+        found = self.get(ids, ["id", field_name])
+        missing = [int(i) for i in ids if int(i) not in found]
+        if missing:
+            raise StoreError(f"collection {self.name!r}: rows {missing[:5]} vanished between search and read; "
+                             "search again")
+        values = [found[int(i)][field_name] for i in ids]
+        return [v[0] if isinstance(v, list) and len(v) == 1 else v for v in values]
 
+    def fetch_codes(self, ids: Sequence[int], n_bits: int) -> np.ndarray:
+        """The stored packed codes of rows ``ids``, in that order: uint8 (len(ids), n_bits // 8)."""
+        return bytes_to_codes([bytes(c) for c in self._field_of(ids, CODE_FIELD)], n_bits)
 
-def count_rows(client, name: str, timeout: float = DEFAULT_TIMEOUT) -> int:
-    """Exact row count (strong consistency), after a flush where the server supports it."""
-    client.flush(name, timeout=timeout)
-    res = client.query(name, filter="", output_fields=["count(*)"], consistency_level="Strong", timeout=timeout)
-    return int(res[0]["count(*)"])
+    def fetch_vectors(self, ids: Sequence[int], dim: int) -> np.ndarray:
+        """The stored unit-norm sentence vectors of rows ``ids`` (ingest --store-vectors), in
+        that order: float32 (len(ids), dim)."""
+        out = np.empty((len(ids), dim), dtype=np.float32)
+        for i, v in enumerate(self._field_of(ids, VECTOR_FIELD)):
+            out[i] = np.frombuffer(v, dtype=np.float16) if isinstance(v, (bytes, bytearray)) else np.asarray(v)
+        return out
 
 
 def check_search_k(k: int) -> int:
@@ -609,71 +678,3 @@ def check_search_k(k: int) -> int:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_SEARCH_K:
         raise ConfigError(f"k={k}: must be between 1 and {MAX_SEARCH_K} (Milvus' top-k limit)")
     return int(k)
-
-
-def search_codes(
-    client,
-    name: str,
-    codes: np.ndarray,
-    n_bits: int,
-    k: int,
-    index: IndexSpec | None = None,
-    output_fields: Iterable[str] = OUTPUT_FIELDS,
-    timeout: float = DEFAULT_TIMEOUT,
-    batch_size: int = 1000,
-) -> list[list[dict[str, Any]]]:
-    """Top-k rows by Hamming distance for each packed query code.
-
-    Returns one list per query of {"id", "distance" (int), and output fields}.
-    """
-    codes = check_codes(codes, n_bits)
-    check_search_k(k)
-    params = (index or IndexSpec()).search_params()
-    out: list[list[dict[str, Any]]] = []
-    for start in range(0, len(codes), batch_size):
-        data = [c.tobytes() for c in codes[start : start + batch_size]]
-        try:
-            res = client.search(name, data=data, anns_field=CODE_FIELD, search_params=params, limit=int(k),
-                                output_fields=list(output_fields), timeout=timeout)
-        except Exception as exc:
-            raise StoreError(f"collection {name!r}: search failed ({str(exc).splitlines()[0][:200]})") from exc
-        for hits in res:
-            out.append([{"id": h["id"], "distance": int(round(h["distance"])), **h.get("entity", {})} for h in hits])
-    return out
-
-
-def _fetch_by_id(client, name: str, ids: Sequence[int], field_name: str, timeout: float,
-                 batch_size: int = 4096) -> list[Any]:
-    """Field ``field_name`` of rows ``ids``, in that order (a query by id: milvus-lite 2.5.1
-    hangs when a search asks for a vector field)."""
-    ids = [int(i) for i in ids]
-    found: dict[int, Any] = {}
-    for start in range(0, len(ids), batch_size):
-        chunk = ids[start : start + batch_size]
-        try:
-            rows = client.query(name, filter=f"id in [{', '.join(map(str, chunk))}]", output_fields=["id", field_name],
-                                timeout=timeout)
-        except Exception as exc:
-            raise StoreError(f"collection {name!r}: reading {field_name} failed "
-                             f"({str(exc).splitlines()[0][:200]})") from exc
-        for r in rows:
-            value = r[field_name]
-            found[int(r["id"])] = value[0] if isinstance(value, list) and len(value) == 1 else value
-    missing = [i for i in ids if i not in found]
-    if missing:
-        raise StoreError(f"collection {name!r}: rows {missing[:5]} vanished between search and read; search again")
-    return [found[i] for i in ids]
-
-
-def fetch_codes(client, name: str, ids: Sequence[int], n_bits: int, timeout: float = DEFAULT_TIMEOUT) -> np.ndarray:
-    """The stored packed codes of rows ``ids``, in that order: uint8 (len(ids), n_bits // 8)."""
-    return bytes_to_codes([bytes(c) for c in _fetch_by_id(client, name, ids, CODE_FIELD, timeout)], n_bits)
-
-
-def fetch_vectors(client, name: str, ids: Sequence[int], dim: int, timeout: float = DEFAULT_TIMEOUT) -> np.ndarray:
-    """The stored unit-norm sentence vectors of rows ``ids`` (ingest --store-vectors), in that
-    order: float32 (len(ids), dim)."""
-    out = np.empty((len(ids), dim), dtype=np.float32)
-    for i, v in enumerate(_fetch_by_id(client, name, ids, VECTOR_FIELD, timeout)):
-        out[i] = np.frombuffer(v, dtype=np.float16) if isinstance(v, (bytes, bytearray)) else np.asarray(v)
-    return out

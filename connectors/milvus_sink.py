@@ -27,11 +27,7 @@ from .milvus import (
     LABEL_NAME_FIELD,
     IndexSpec,
     MilvusTarget,
-    describe,
-    ensure_collection,
     make_rows,
-    refuse_foreign_rows,
-    upsert_rows,
 )
 
 BATCH_ROWS = 2000
@@ -87,8 +83,8 @@ class MilvusDatasink(Datasink[WriteStats]):
     def on_write_start(self, schema=None) -> None:
         client = self.target.connect()
         try:
-            ensure_collection(client, self.target.collection, self.n_bits, self.model, self.index, self.overwrite,
-                              self.target.timeout, self.vector_dim, self.keys)
+            self.target.bind(client).ensure(self.n_bits, self.model, self.index, self.overwrite, self.vector_dim,
+                                            self.keys)
         finally:
             client.close()
 
@@ -97,7 +93,8 @@ class MilvusDatasink(Datasink[WriteStats]):
         client = self.target.connect()
         written = 0
         try:
-            info = describe(client, self.target.collection, self.target.timeout)
+            collection = self.target.bind(client)
+            info = collection.describe()
             name_field = info is not None and info.label_names  # False: made before rows kept label names
             key_field = info is not None and info.keys  # False: made before rows kept their own ids
             for block in blocks:
@@ -105,9 +102,8 @@ class MilvusDatasink(Datasink[WriteStats]):
                 for start in range(0, table.num_rows, BATCH_ROWS):
                     rows = block_to_rows(table.slice(start, BATCH_ROWS), self.n_bits, self.source, name_field,
                                          key_field)
-                    refuse_foreign_rows(client, self.target.collection, [r["id"] for r in rows], self.source,
-                                        self.target.timeout)
-                    written += upsert_rows(client, self.target.collection, rows, self.target.timeout)
+                    collection.refuse_foreign_rows([r["id"] for r in rows], self.source)
+                    written += collection.upsert(rows)
         finally:
             client.close()
         return WriteStats(written, f"{socket.gethostname()}:{os.getpid()}", started, time.time())

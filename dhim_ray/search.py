@@ -25,13 +25,8 @@ from dhim_ray.connectors.milvus import (
     check_search_k,
     collections_of_model,
     connect,
-    count_rows,
-    describe,
-    fetch_codes,
-    fetch_vectors,
     mask_uri,
     release,
-    search_codes,
 )
 from dhim_ray.corpus.data import require_labels
 from dhim_ray.corpus.spec import CorpusSpec
@@ -85,7 +80,8 @@ class Searcher:
         self.target = target
         self.index = index or IndexSpec()
         self.client = target.connect(create=False)
-        info = describe(self.client, target.collection, target.timeout)
+        self.collection = target.bind(self.client)
+        info = self.collection.describe()
         if info is None:
             self.close()
             raise StoreError(
@@ -152,12 +148,10 @@ class Searcher:
             hits.sort(key=lambda h: (h["distance"], h["id"]))  # the store's own tie order is unspecified
             ids = [h["id"] for h in hits]
             if by_cosine:
-                cand = fetch_vectors(self.client, self.target.collection, ids, self.info.vector_dim,
-                                     self.target.timeout)
+                cand = self.collection.fetch_vectors(ids, self.info.vector_dim)
                 order, score = rescore_cosine(vectors[i : i + 1], cand[None], k)
             else:
-                cand = fetch_codes(self.client, self.target.collection, ids, self.hasher.n_bits,
-                                   self.target.timeout)
+                cand = self.collection.fetch_codes(ids, self.hasher.n_bits)
                 order, score = rerank(scores[i : i + 1], cand[None], k)
             out.append([{**hits[j], "rerank_score": round(float(a), 4)} for j, a in zip(order[0], score[0])])
         return out
@@ -165,11 +159,11 @@ class Searcher:
     def search_codes(self, codes: np.ndarray, k: int, output_fields: tuple[str, ...] | None = None):
         """Top-k rows by Hamming distance per packed code; ``output_fields`` default to all the
         collection has (label_name where its rows carry label names)."""
-        return search_codes(self.client, self.target.collection, codes, self.hasher.n_bits, k, self.index,
-                            self.info.output_fields if output_fields is None else output_fields, self.target.timeout)
+        return self.collection.search(codes, self.hasher.n_bits, k, self.index,
+                                      self.info.output_fields if output_fields is None else output_fields)
 
     def count(self) -> int:
-        return count_rows(self.client, self.target.collection, self.target.timeout)
+        return self.collection.count()
 
     def close(self) -> None:
         self.client.close()

@@ -26,20 +26,13 @@ import numpy as np
 from dhim_ray.connectors.milvus import (
     IndexSpec,
     MilvusTarget,
-    check_collection,
     check_index_for,
-    count_source,
     default_index,
-    delete_stale_rows,
     document_ids,
-    ensure_collection,
     make_rows,
     mask_uri,
-    refuse_dropping_keys,
-    refuse_foreign_rows,
     release,
     source_label,
-    upsert_rows,
 )
 from dhim_ray.corpus.sources import label_vocabulary, plan_split, with_key_column
 from dhim_ray.corpus.spec import CorpusSpec, canonical_split
@@ -179,8 +172,7 @@ def ingest(
     source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")
     client = target.connect()  # an unreachable store or a collection that cannot take these codes fails now
     try:
-        check_collection(client, target.collection, n_bits, mid, overwrite, target.timeout, vector_dim,
-                         keys=id_column is not None)
+        target.bind(client).check(n_bits, mid, overwrite, vector_dim, keys=id_column is not None)
     finally:
         client.close()
         release(target.uri)
@@ -195,12 +187,12 @@ def ingest(
 
     client = target.connect()
     try:
-        info = ensure_collection(client, target.collection, n_bits, mid, index, overwrite, target.timeout, vector_dim,
-                                 keys=id_column is not None)
+        collection = target.bind(client)
+        info = collection.ensure(n_bits, mid, index, overwrite, vector_dim, keys=id_column is not None)
         first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
-        refuse_foreign_rows(client, target.collection, document_ids(source, first), source, target.timeout)
+        collection.refuse_foreign_rows(document_ids(source, first), source)
         if id_column is None:
-            refuse_dropping_keys(client, info, source, target.timeout)
+            collection.refuse_dropping_keys(info, source)
     finally:
         client.close()
         release(target.uri)
@@ -243,19 +235,19 @@ def ingest(
         ) from None
     seconds = time.perf_counter() - t0
     client = target.connect()
+    collection = target.bind(client)
     try:
         last_row = int(plan.id_rows([n_rows - 1])[0])
         removed = 0
         if corpus.limit is None:  # the whole source: the rows it no longer has go (--limit: a part, kept)
             dropped = scanned.blank_rows[scanned.blank_rows < n_rows]
-            removed = delete_stale_rows(client, target.collection, source, last_row,
-                                        document_ids(source, plan.id_rows(dropped)) if len(dropped) else [],
-                                        target.timeout)
+            removed = collection.delete_stale_rows(
+                source, last_row, document_ids(source, plan.id_rows(dropped)) if len(dropped) else [])
             if removed:
                 logger.info("removed %d rows of %s that an earlier ingest wrote and the source no longer has",
                             removed, source)
-        stored = count_source(client, target.collection, source, last_row, target.timeout)
-        of_source = count_source(client, target.collection, source, None, target.timeout)
+        stored = collection.count_source(source, last_row)
+        of_source = collection.count_source(source)
     finally:
         client.close()
         release(target.uri)
@@ -278,16 +270,17 @@ def write_from_driver(ds, target: MilvusTarget, n_bits: int, source: str, total:
     from tqdm.auto import tqdm
 
     client = target.connect()
+    collection = target.bind(client)
     written = 0
     try:
         with tqdm(total=total, desc=f"ingest {target.collection}", unit="doc", disable=not progress) as bar:
             for batch in ds.iter_batches(batch_size=write_batch, batch_format="numpy"):
-                refuse_foreign_rows(client, target.collection, batch["id"], source, target.timeout)
+                collection.refuse_foreign_rows(batch["id"], source)
                 rows = make_rows(batch["id"], np.asarray(batch["code"], dtype=np.uint8), n_bits, batch["label"],
                                  [str(t) for t in batch["text"]], source, batch["row"], batch.get("vector"),
                                  batch.get("label_name"), name_field=name_field, keys=batch.get("key"),
                                  key_field=key_field)
-                written += upsert_rows(client, target.collection, rows, target.timeout)
+                written += collection.upsert(rows)
                 bar.update(len(rows))
     finally:
         client.close()

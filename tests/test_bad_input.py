@@ -22,14 +22,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore"), pytest.mark.slow]  # a subpr
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, toy_folder, tiny_bert, tiny_config):
     """A trained tiny model, a milvus-lite file with its collection, and broken copies."""
-    from dhim_ray.connectors.milvus import (
-        MilvusTarget,
-        document_ids,
-        ensure_collection,
-        make_rows,
-        release,
-        upsert_rows,
-    )
+    from dhim_ray.connectors.milvus import MilvusTarget, document_ids, make_rows, release
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.hasher import Hasher
     from dhim_ray.training.pipeline import train_corpus
@@ -39,11 +32,12 @@ def world(tmp_path_factory, toy_folder, tiny_bert, tiny_config):
     train_corpus(CorpusSpec(str(toy_folder)), tiny_config.replace(train={"max_epochs": 1}), model, progress=False)
     hasher = Hasher.load(model)
     db = root / "codes.db"
-    client = MilvusTarget(str(db), "toy_16").connect()
+    target = MilvusTarget(str(db), "toy_16")
+    client = target.connect()
     texts = ["football goal", "vote party", "chip data"]
-    ensure_collection(client, "toy_16", 16, hasher.model_id)
-    upsert_rows(client, "toy_16", make_rows(document_ids("toy@1", range(3)), hasher.encode(texts), 16, None, texts,
-                                            "toy@1", np.arange(3)))
+    target.bind(client).ensure(16, hasher.model_id)
+    target.bind(client).upsert(make_rows(document_ids("toy@1", range(3)), hasher.encode(texts), 16, None, texts,
+                                         "toy@1", np.arange(3)))
     client.close()
     release(str(db))
     for name, edit in (("no_model_section", lambda m: m["config"].pop("model")),

@@ -10,15 +10,7 @@ import numpy as np
 import pytest
 from conftest import train_bbc16, write_csv
 
-from dhim_ray.connectors.milvus import (
-    IndexSpec,
-    MilvusTarget,
-    document_ids,
-    ensure_collection,
-    make_rows,
-    release,
-    upsert_rows,
-)
+from dhim_ray.connectors.milvus import CodeCollection, IndexSpec, MilvusTarget, document_ids, make_rows, release
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import (
     CheckpointError,
@@ -181,18 +173,18 @@ def test_corpora_with_the_same_folder_name_keep_their_own_rows(ray_session, mode
 
 def test_an_id_clash_with_another_source_is_refused(model_dir, tmp_path):
     """A hash collision of two sources' ids must be refused, never overwritten."""
-    from dhim_ray.connectors.milvus import refuse_foreign_rows
+    from dhim_ray.connectors.milvus import CodeCollection
 
     target = MilvusTarget(str(tmp_path / "clash.db"), "clash")
     client = target.connect()
     try:
-        ensure_collection(client, "clash", 16, "m")
+        clash = CodeCollection(client, "clash")
+        clash.ensure(16, "m")
         ids = document_ids("first@1", np.arange(3))
-        upsert_rows(client, "clash", make_rows(ids, np.zeros((3, 2), np.uint8), 16, None, ["a", "b", "c"],
-                                               "first@1", np.arange(3)))
+        clash.upsert(make_rows(ids, np.zeros((3, 2), np.uint8), 16, None, ["a", "b", "c"], "first@1", np.arange(3)))
         with pytest.raises(CollectionMismatchError, match="already hold rows of first@1; refusing to overwrite"):
-            refuse_foreign_rows(client, "clash", ids, "second@2")
-        refuse_foreign_rows(client, "clash", ids, "first@1")  # its own rows: an upsert is fine
+            clash.refuse_foreign_rows(ids, "second@2")
+        clash.refuse_foreign_rows(ids, "first@1")  # its own rows: an upsert is fine
     finally:
         client.close()
         release(target.uri)
@@ -236,7 +228,7 @@ def test_collection_of_another_width_is_refused(ray_session, model_dir, tmp_path
 
     target = MilvusTarget(str(tmp_path / "w.db"), "wide")
     client = target.connect()
-    ensure_collection(client, "wide", 64, "other-model")
+    CodeCollection(client, "wide").ensure(64, "other-model")
     client.close()
     release(target.uri)
     with pytest.raises(CollectionMismatchError, match="its codes have 64 bits, these have 16.*--overwrite"):
@@ -247,7 +239,7 @@ def test_wrong_length_code_refused_before_insert(tmp_path):
     target = MilvusTarget(str(tmp_path / "x.db"), "x")
     client = target.connect()
     try:
-        ensure_collection(client, "x", 64, "m")
+        CodeCollection(client, "x").ensure(64, "m")
         bad = np.zeros((2, 7), dtype=np.uint8)
         with pytest.raises(CodeFormatError, match="56 bits .* expected 64 bits"):
             make_rows(document_ids("s", [0, 1]), bad, 64, None, ["a", "b"], "s", np.arange(2))
@@ -255,7 +247,7 @@ def test_wrong_length_code_refused_before_insert(tmp_path):
                          np.arange(2))
         rows[1]["code"] = rows[1]["code"][:7]
         with pytest.raises(CodeFormatError, match="codes of \\[7, 8\\] bytes"):
-            upsert_rows(client, "x", rows)
+            CodeCollection(client, "x").upsert(rows)
         assert client.query("x", filter="", output_fields=["count(*)"])[0]["count(*)"] == 0
     finally:
         client.close()
@@ -425,7 +417,7 @@ def test_search_cli_rerank_shows_the_score_and_json_carries_it(ingested, model_d
 def test_store_vectors_keeps_unit_float16_vectors_and_rerank_rescores_by_cosine(ray_session, model_dir, tmp_path):
     """ingest --store-vectors: each row also keeps its sentence vector; search --rerank then
     re-scores the Hamming candidates by cosine; a codes-only ingest into it is refused."""
-    from dhim_ray.connectors.milvus import describe, fetch_vectors
+    from dhim_ray.connectors.milvus import CodeCollection
     from dhim_ray.encoding.encoder import FrozenEncoder
     from dhim_ray.hasher import Hasher
     from dhim_ray.jobs.ingest import ingest
@@ -440,8 +432,8 @@ def test_store_vectors_keeps_unit_float16_vectors_and_rerank_rescores_by_cosine(
     mean = FrozenEncoder(hasher.config.features).features(small.load_split().texts, progress=False).mean
     client = target.connect()
     try:
-        assert describe(client, target.collection).vector_dim == mean.shape[1]
-        got = fetch_vectors(client, target.collection, [r["id"] for r in rows], mean.shape[1])
+        assert CodeCollection(client, target.collection).describe().vector_dim == mean.shape[1]
+        got = CodeCollection(client, target.collection).fetch_vectors([r["id"] for r in rows], mean.shape[1])
     finally:
         client.close()
         release(target.uri)
@@ -497,7 +489,7 @@ def test_a_collection_made_before_label_names_still_takes_ingests_and_searches(r
 
     from pymilvus import DataType, MilvusClient
 
-    from dhim_ray.connectors.milvus import CODE_FIELD, FORMAT, TEXT_PREVIEW, describe
+    from dhim_ray.connectors.milvus import CODE_FIELD, FORMAT, TEXT_PREVIEW, CodeCollection
     from dhim_ray.hasher import Hasher
     from dhim_ray.jobs.ingest import ingest
     from dhim_ray.search import Searcher
@@ -516,7 +508,7 @@ def test_a_collection_made_before_label_names_still_takes_ingests_and_searches(r
         index = client.prepare_index_params()
         index.add_index(field_name=CODE_FIELD, index_type="BIN_FLAT", metric_type="HAMMING")
         client.create_collection(target.collection, schema=schema, index_params=index, timeout=30)
-        assert not describe(client, target.collection).label_names
+        assert not CodeCollection(client, target.collection).describe().label_names
     finally:
         client.close()
         release(target.uri)
@@ -556,10 +548,10 @@ def test_search_without_a_collection_name_finds_the_one_ingested_with_the_model(
     target = MilvusTarget(str(tmp_path / "codes.db"), "news_16")
     client = target.connect()
     try:
-        ensure_collection(client, "news_16", 16, hasher.model_id)
-        upsert_rows(client, "news_16", make_rows(document_ids("bbc@1", range(30)), hasher.encode(texts), 16, None,
-                                                 texts, "bbc@1", np.arange(30)))
-        ensure_collection(client, "other_16", 16, "another-model")  # another model's codes: not a candidate
+        CodeCollection(client, "news_16").ensure(16, hasher.model_id)
+        CodeCollection(client, "news_16").upsert(make_rows(document_ids("bbc@1", range(30)), hasher.encode(texts), 16,
+                                                           None, texts, "bbc@1", np.arange(30)))
+        CodeCollection(client, "other_16").ensure(16, "another-model")  # another model's codes: not a candidate
     finally:
         client.close()
         release(target.uri)
@@ -577,7 +569,7 @@ def test_search_without_a_collection_name_finds_the_one_ingested_with_the_model(
 
     client = target.connect()
     try:
-        ensure_collection(client, "news_copy_16", 16, hasher.model_id)
+        CodeCollection(client, "news_copy_16").ensure(16, hasher.model_id)
     finally:
         client.close()
         release(target.uri)

@@ -246,7 +246,7 @@ def plan_split(spec: CorpusSpec) -> SourcePlan:
         shards.extend(_plan_file(f))
     if not shards:
         raise DataError(f"{where} is empty: no documents to work with; check the path or split name")
-    text_column, label_column = _columns(shards[0], spec, where)
+    text_column, label_column = _pick_columns(_schema_names(shards[0]), spec, where)
     return SourcePlan(where, tuple(shards), text_column, label_column)
 
 
@@ -350,10 +350,6 @@ def _schema_names(shard: Shard) -> list[str]:
         return list(json.loads(line))
     except ValueError as exc:
         raise DataError(f"{shard.path}: first line is not a JSON object ({exc})") from None
-
-
-def _columns(shard: Shard, spec: CorpusSpec, where: str) -> tuple[str, str | None]:
-    return _pick_columns(_schema_names(shard), spec, where)
 
 
 def _pick_columns(names: list[str], spec: CorpusSpec, where: str) -> tuple[str, str | None]:

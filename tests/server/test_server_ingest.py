@@ -16,7 +16,7 @@ import pytest
 from conftest import train_bbc16
 from milvus_server import ROOT_TOKEN, URI, start_server
 
-from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, ensure_collection
+from dhim_ray.connectors.milvus import CodeCollection, IndexSpec, MilvusTarget
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError
 
@@ -123,7 +123,7 @@ def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus
     import pyarrow as pa
     import ray
 
-    from dhim_ray.connectors.milvus import count_rows, document_ids
+    from dhim_ray.connectors.milvus import CodeCollection, document_ids
     from dhim_ray.connectors.milvus_sink import MilvusDatasink
     from dhim_ray.jobs.ray_env import split_table
 
@@ -144,7 +144,7 @@ def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus
         assert sink.writers >= 2 and sink.max_parallel_writes >= 2, sink.stats
         client = target.connect()
         try:
-            assert count_rows(client, target.collection) == n
+            assert CodeCollection(client, target.collection).count() == n
         finally:
             client.close()
 
@@ -173,7 +173,7 @@ def test_collection_of_another_width_is_refused_on_the_server(ingested):
     client = target.connect()
     try:
         with pytest.raises(CollectionMismatchError, match="16 bits, these have 32"):
-            ensure_collection(client, target.collection, 32, "dhim:other", IndexSpec("BIN_IVF_FLAT"))
+            CodeCollection(client, target.collection).ensure(32, "dhim:other", IndexSpec("BIN_IVF_FLAT"))
     finally:
         client.close()
 
