@@ -215,7 +215,32 @@ class MilvusCodes:
         self.rerank_by = BY_COSINE if searcher.rescores_by_cosine else BY_BITS
 
     def precision(self, codes: np.ndarray, labels: np.ndarray, k: int) -> PrecisionResult:
-        return tie_aware_from_store(self.searcher, codes, labels, k, self.n_database, self.label_of)
+        """Both precisions from store results: the k nearest, then every code tied at the
+        k-th distance (the hits needed for the expectation over random tie-breaking).
+        Ties are fetched with a larger top-k (doubling, up to Milvus' 16384 cap, or the
+        whole collection); ordered precision sorts hits by (distance, row): the store's
+        own tie order is not specified."""
+        label_of, n_db, searcher = self.label_of, self.n_database, self.searcher
+        ordered = expected = 0.0
+        for i in range(len(codes)):
+            limit = min(k * 2, MAX_SEARCH_K, n_db)
+            while True:
+                hits = searcher.search_codes(codes[i : i + 1], limit, output_fields=(*label_of.fields, "row"))[0]
+                dist = np.array([h["distance"] for h in hits])
+                kth = dist[k - 1]
+                if dist[-1] > kth or limit >= min(n_db, MAX_SEARCH_K):
+                    break
+                limit = min(limit * 4, MAX_SEARCH_K, n_db)
+            if dist[-1] == kth and limit < n_db:
+                raise StoreError(f"query {i}: more than {MAX_SEARCH_K} codes tie at distance {kth}; tie-aware "
+                                 "precision needs them all")
+            rel = label_of(hits) == labels[i]
+            expected += float(tie_aware_hits(dist[None, :], rel[None, :], k)[0])
+            rows = np.array([h["row"] for h in hits])
+            order = np.lexsort((rows, dist))[:k]  # database order = source row order
+            ordered += rel[order].sum()
+        n = len(codes)
+        return PrecisionResult(k, ordered / (n * k), expected / (n * k), n, n_db)
 
     def reranked_labels(self, codes: np.ndarray, scores: np.ndarray | None, vectors: np.ndarray | None, k: int,
                         m: int) -> np.ndarray:
@@ -258,36 +283,3 @@ def hit_labels(stored_names: bool, query_names: list[str] | None, queries: str, 
                         "(ingested before names were kept); give numbered queries, or re-ingest")
     return HitLabels(None if query_names is None else list(query_names), stored_names,
                      f"queries {queries} against collection {collection!r}")
-
-
-def tie_aware_from_store(searcher: Searcher, codes: np.ndarray, query_labels: np.ndarray, k: int,
-                         n_db: int, label_of: HitLabels | None = None) -> PrecisionResult:
-    """Both precisions from store results: the k nearest, then every code tied at the
-    k-th distance (the hits needed for the expectation over random tie-breaking).
-
-    Ties are fetched with a larger top-k (doubling, up to Milvus' 16384 cap, or the
-    whole collection); ordered precision sorts hits by (distance, id), the
-    store's own tie order is not specified.
-    """
-    label_of = label_of or HitLabels()
-    ordered = expected = 0.0
-    for i in range(len(codes)):
-        limit = min(k * 2, MAX_SEARCH_K, n_db)
-        while True:
-            hits = searcher.search_codes(codes[i : i + 1], limit, output_fields=(*label_of.fields, "row"))[0]
-            dist = np.array([h["distance"] for h in hits])
-            kth = dist[k - 1]
-            if dist[-1] > kth or limit >= min(n_db, MAX_SEARCH_K):
-                break
-            limit = min(limit * 4, MAX_SEARCH_K, n_db)
-        if dist[-1] == kth and limit < n_db:
-            raise StoreError(
-                f"query {i}: more than {MAX_SEARCH_K} codes tie at distance {kth}; tie-aware precision needs them all"
-            )
-        rel = label_of(hits) == query_labels[i]
-        expected += float(tie_aware_hits(dist[None, :], rel[None, :], k)[0])
-        rows = np.array([h["row"] for h in hits])
-        order = np.lexsort((rows, dist))[:k]  # database order = source row order
-        ordered += rel[order].sum()
-    n = len(codes)
-    return PrecisionResult(k, ordered / (n * k), expected / (n * k), n, n_db)
