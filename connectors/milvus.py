@@ -21,6 +21,7 @@ a server (``http://host:19530``) takes many writers and BIN_IVF_FLAT.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -28,7 +29,7 @@ import os
 import re
 import socket
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -178,6 +179,21 @@ class MilvusTarget:
     def bind(self, client) -> CodeCollection:
         """The target's collection on an open ``client``."""
         return CodeCollection(client, self.collection, self.timeout)
+
+    @contextlib.contextmanager
+    def open(self, create: bool = True) -> Iterator[CodeCollection]:
+        """The target's collection on a client of its own, closed (and a milvus-lite file
+        released for other processes) when the block ends:
+
+            >>> with MilvusTarget("codes.db", "news_64").open() as collection:
+            ...     collection.count()
+        """
+        client = self.connect(create)
+        try:
+            yield self.bind(client)
+        finally:
+            client.close()
+            release(self.uri)
 
 
 #: milvus-lite 2.5.1's own rule for a database file's name (the folder may hold any characters).

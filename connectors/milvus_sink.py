@@ -81,19 +81,13 @@ class MilvusDatasink(Datasink[WriteStats]):
         self.stats: list[WriteStats] = []
 
     def on_write_start(self, schema=None) -> None:
-        client = self.target.connect()
-        try:
-            self.target.bind(client).ensure(self.n_bits, self.model, self.index, self.overwrite, self.vector_dim,
-                                            self.keys)
-        finally:
-            client.close()
+        with self.target.open() as collection:
+            collection.ensure(self.n_bits, self.model, self.index, self.overwrite, self.vector_dim, self.keys)
 
     def write(self, blocks: Iterable, ctx) -> WriteStats:
         started = time.time()
-        client = self.target.connect()
         written = 0
-        try:
-            collection = self.target.bind(client)
+        with self.target.open() as collection:
             info = collection.describe()
             name_field = info is not None and info.label_names  # False: made before rows kept label names
             key_field = info is not None and info.keys  # False: made before rows kept their own ids
@@ -104,8 +98,6 @@ class MilvusDatasink(Datasink[WriteStats]):
                                          key_field)
                     collection.refuse_foreign_rows([r["id"] for r in rows], self.source)
                     written += collection.upsert(rows)
-        finally:
-            client.close()
         return WriteStats(written, f"{socket.gethostname()}:{os.getpid()}", started, time.time())
 
     def on_write_complete(self, write_result) -> None:

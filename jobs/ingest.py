@@ -31,7 +31,6 @@ from dhim_ray.connectors.milvus import (
     document_ids,
     make_rows,
     mask_uri,
-    release,
     source_label,
 )
 from dhim_ray.corpus.sources import label_vocabulary, plan_split, with_key_column
@@ -170,12 +169,8 @@ def ingest(
     del hasher
     plan = with_key_column(plan_split(corpus), id_column)
     source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")
-    client = target.connect()  # an unreachable store or a collection that cannot take these codes fails now
-    try:
-        target.bind(client).check(n_bits, mid, overwrite, vector_dim, keys=id_column is not None)
-    finally:
-        client.close()
-        release(target.uri)
+    with target.open() as collection:  # an unreachable store or a collection that cannot take these codes fails now
+        collection.check(n_bits, mid, overwrite, vector_dim, keys=id_column is not None)
     t0 = time.perf_counter()
     init_ray(address)
     check_capacity(workers, use_gpu)
@@ -185,17 +180,12 @@ def ingest(
     n_documents = n_rows - n_dropped
     logger.debug("%s: %d documents in %d shards", plan.where, n_documents, len(plan.shards))
 
-    client = target.connect()
-    try:
-        collection = target.bind(client)
+    with target.open() as collection:
         info = collection.ensure(n_bits, mid, index, overwrite, vector_dim, keys=id_column is not None)
         first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
         collection.refuse_foreign_rows(document_ids(source, first), source)
         if id_column is None:
             collection.refuse_dropping_keys(info, source)
-    finally:
-        client.close()
-        release(target.uri)
     prepare = Prepare(source, tuple(scanned.offsets), n_rows, tuple(names) if names else None, corpus.drop_empty,
                       plan.label_names)
     ds = read_documents(plan, cleaning, prepare)
@@ -234,9 +224,7 @@ def ingest(
             "ends with exactly one row per document"
         ) from None
     seconds = time.perf_counter() - t0
-    client = target.connect()
-    collection = target.bind(client)
-    try:
+    with target.open() as collection:
         last_row = int(plan.id_rows([n_rows - 1])[0])
         removed = 0
         if corpus.limit is None:  # the whole source: the rows it no longer has go (--limit: a part, kept)
@@ -248,9 +236,6 @@ def ingest(
                             removed, source)
         stored = collection.count_source(source, last_row)
         of_source = collection.count_source(source)
-    finally:
-        client.close()
-        release(target.uri)
     result = IngestResult(target.collection, target.uri, source, n_documents, written, stored, of_source, seconds,
                           writers, parallel, removed)
     if stored != n_documents:
@@ -269,20 +254,15 @@ def write_from_driver(ds, target: MilvusTarget, n_bits: int, source: str, total:
     ``name_field`` / ``key_field``: the collection has the label_name / key field."""
     from tqdm.auto import tqdm
 
-    client = target.connect()
-    collection = target.bind(client)
     written = 0
-    try:
-        with tqdm(total=total, desc=f"ingest {target.collection}", unit="doc", disable=not progress) as bar:
-            for batch in ds.iter_batches(batch_size=write_batch, batch_format="numpy"):
-                collection.refuse_foreign_rows(batch["id"], source)
-                rows = make_rows(batch["id"], np.asarray(batch["code"], dtype=np.uint8), n_bits, batch["label"],
-                                 [str(t) for t in batch["text"]], source, batch["row"], batch.get("vector"),
-                                 batch.get("label_name"), name_field=name_field, keys=batch.get("key"),
-                                 key_field=key_field)
-                written += collection.upsert(rows)
-                bar.update(len(rows))
-    finally:
-        client.close()
-        release(target.uri)
+    with (target.open() as collection,
+          tqdm(total=total, desc=f"ingest {target.collection}", unit="doc", disable=not progress) as bar):
+        for batch in ds.iter_batches(batch_size=write_batch, batch_format="numpy"):
+            collection.refuse_foreign_rows(batch["id"], source)
+            rows = make_rows(batch["id"], np.asarray(batch["code"], dtype=np.uint8), n_bits, batch["label"],
+                             [str(t) for t in batch["text"]], source, batch["row"], batch.get("vector"),
+                             batch.get("label_name"), name_field=name_field, keys=batch.get("key"),
+                             key_field=key_field)
+            written += collection.upsert(rows)
+            bar.update(len(rows))
     return written
