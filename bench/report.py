@@ -16,6 +16,7 @@ import json
 import re
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -30,6 +31,11 @@ def gib(x: float) -> str:
 def seconds(x: float | None) -> str:
     """Seconds to two decimals; blank for a figure a run did not record."""
     return "" if x is None else f"{x:.2f}"
+
+
+def _table(header: list[str], rows) -> list[str]:
+    """A markdown table: a header row, its rule, one line per row of cells."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
 def _json(name: str):
@@ -150,28 +156,32 @@ def search_speed() -> list[str] | None:
     return out
 
 
-def million_search() -> list[str] | None:
+def _million_runs(prefix: str, key: str) -> tuple[dict, list[dict]]:
+    """bench/million.json, and its runs whose names start with ``prefix`` sorted by ``key``."""
     r = _json("million") or {}
-    searches = sorted((r[k] for k in r if k.startswith("search_")), key=lambda x: x["bits"])
+    return r, sorted((r[k] for k in r if k.startswith(prefix)), key=lambda x: x[key])
+
+
+def million_search() -> list[str] | None:
+    r, searches = _million_runs("search_", "bits")
     if not searches:
         return None
-    out = ["| bits | faiss q/s | hamming_topk q/s | ratio | same distances | same neighbours (ties sorted) "
-           "| = brute force (50 queries) |", "|---|---|---|---|---|---|---|"]
-    for x in searches:
-        out.append(f"| {x['bits']} | {x['faiss_qps']:.0f} | {x['hamming_topk_qps']:.0f} | {x['ratio']:.2f} | "
-                   f"{x['same_distances']} | {x['same_neighbours_as_faiss_tie_sorted']} | "
-                   f"{x['equal_to_brute_force_50_queries']} |")
+    out = _table(["bits", "faiss q/s", "hamming_topk q/s", "ratio", "same distances", "same neighbours (ties sorted)",
+                  "= brute force (50 queries)"],
+                 ([str(x["bits"]), f"{x['faiss_qps']:.0f}", f"{x['hamming_topk_qps']:.0f}", f"{x['ratio']:.2f}",
+                   str(x["same_distances"]), str(x["same_neighbours_as_faiss_tie_sorted"]),
+                   str(x["equal_to_brute_force_50_queries"])] for x in searches))
     if "eval_10k_x_1m" in r:
         e = r["eval_10k_x_1m"]
-        out += ["", "| eval: queries x codes | seconds | peak RSS before | peak RSS during | inputs |", "|---|---|---|---|---|",
-                f"| {e['queries']:,} x {e['n_codes']:,} ({e['bits']} bits, tie-aware P@{e['k']}) | {e['seconds']:.1f} | "
-                f"{gib(e['peak_rss_before_gib'])} | {gib(e['peak_rss_after_gib'])} | {gib(e['inputs_gib'])} |"]
+        out += ["", *_table(["eval: queries x codes", "seconds", "peak RSS before", "peak RSS during", "inputs"],
+                            [[f"{e['queries']:,} x {e['n_codes']:,} ({e['bits']} bits, tie-aware P@{e['k']})",
+                              f"{e['seconds']:.1f}", gib(e["peak_rss_before_gib"]), gib(e["peak_rss_after_gib"]),
+                              gib(e["inputs_gib"])]])]
     return out
 
 
 def million_ingest() -> list[str] | None:
-    r = _json("million") or {}
-    ingests = sorted((r[k] for k in r if k.startswith("ingest_tiny_")), key=lambda x: x["docs"])
+    r, ingests = _million_runs("ingest_tiny_", "docs")
     if not ingests:
         return None
     out = ["| documents | docs/s | seconds | rows counted | distinct ids | driver peak | worker peak |",
@@ -199,19 +209,17 @@ def million_ingest() -> list[str] | None:
     return out
 
 
-def ivf_curve(name: str) -> Callable[[], list[str] | None]:
-    def table() -> list[str] | None:
-        c = _json(f"ivf_curve_{name}")
-        if c is None:
-            return None
-        out = [f"| index ({c['n_codes']:,} {c['bits']}-bit codes, {c['distinct_codes']:,} distinct; nearest at "
-               f"{c['nearest_distance_mean']:.1f}, 100th at {c['kth_distance_mean']:.1f}) | nlist | nprobe | "
-               "build + load s | q/s, 1 client | q/s, 8 clients | recall@100 |", "|---|---|---|---|---|---|---|"]
-        for x in c["rows"]:
-            out.append(f"| {x['index']} | {x['nlist'] or '-'} | {x['nprobe'] or '-'} | {x['build_s']:.0f} | "
-                       f"{x['qps_1_client']:.0f} | {x['qps_8_clients']:.0f} | {x['recall_tie_aware']:.4f} |")
-        return out
-    return table
+def ivf_curve(name: str) -> list[str] | None:
+    c = _json(f"ivf_curve_{name}")
+    if c is None:
+        return None
+    out = [f"| index ({c['n_codes']:,} {c['bits']}-bit codes, {c['distinct_codes']:,} distinct; nearest at "
+           f"{c['nearest_distance_mean']:.1f}, 100th at {c['kth_distance_mean']:.1f}) | nlist | nprobe | "
+           "build + load s | q/s, 1 client | q/s, 8 clients | recall@100 |", "|---|---|---|---|---|---|---|"]
+    for x in c["rows"]:
+        out.append(f"| {x['index']} | {x['nlist'] or '-'} | {x['nprobe'] or '-'} | {x['build_s']:.0f} | "
+                   f"{x['qps_1_client']:.0f} | {x['qps_8_clients']:.0f} | {x['recall_tie_aware']:.4f} |")
+    return out
 
 
 def ray_train_run_label(run: str) -> str:
@@ -235,31 +243,26 @@ def ray_train() -> list[str] | None:
     r = _json("ray_train")
     if r is None:
         return None
-    out = ["| run | best val P@100 (tie-aware) | wall s | Ray start s | features s | mean epoch s | "
-           "of which validation s | wall to best epoch s |", "|---|---|---|---|---|---|---|---|"]
-    for name in ("in-process", "on-disk", "1", "2"):
-        if name in r:
-            x = r[name]
-            out.append(f"| {ray_train_run_label(name)} | {x['best_val_precision_at_k_tie_aware']:.4f} | "
-                       f"{x['wall_seconds']:.1f} | {x.get('ray_start_seconds', 0):.1f} | {x['feature_seconds']:.1f} | "
-                       f"{x['mean_epoch_seconds']:.2f} | {seconds(x.get('mean_validate_seconds'))} | "
-                       f"{x['wall_to_best_epoch_seconds']:.1f} |")
-    return out + _ratios(r["ratios_to_in_process"])
+    header = ["run", "best val P@100 (tie-aware)", "wall s", "Ray start s", "features s", "mean epoch s",
+              "of which validation s", "wall to best epoch s"]
+    rows = ([ray_train_run_label(name), f"{x['best_val_precision_at_k_tie_aware']:.4f}", f"{x['wall_seconds']:.1f}",
+             f"{x.get('ray_start_seconds', 0):.1f}", f"{x['feature_seconds']:.1f}", f"{x['mean_epoch_seconds']:.2f}",
+             seconds(x.get("mean_validate_seconds")), f"{x['wall_to_best_epoch_seconds']:.1f}"]
+            for name, x in ((n, r[n]) for n in ("in-process", "on-disk", "1", "2") if n in r))
+    return _table(header, rows) + _ratios(r["ratios_to_in_process"])
 
 
 def ray_train_gc() -> list[str] | None:
     r = _json("ray_train_gc")
     if r is None:
         return None
-    out = ["| run | best val P@100 | mean epoch s | full collections per rank-epoch | their ms | young-generation ms "
-           "| objects the collector tracks |", "|---|---|---|---|---|---|---|"]
-    for name, x in r.items():
-        if isinstance(x, dict) and "mean_epoch_seconds" in x:
-            out.append(f"| {ray_train_run_label(name)} | {x['best_val_precision_at_k_tie_aware']:.4f} | "
-                       f"{x['mean_epoch_seconds']:.2f} | {x['gc_full_collections_per_epoch']:.2f} | "
-                       f"{x['gc_full_ms_per_epoch']:.1f} | {x['gc_young_ms_per_epoch']:.2f} | "
-                       f"{x['gc_tracked_objects']:,} |")
-    return out + _ratios(r["ratios_to_in_process"])
+    header = ["run", "best val P@100", "mean epoch s", "full collections per rank-epoch", "their ms",
+              "young-generation ms", "objects the collector tracks"]
+    rows = ([ray_train_run_label(name), f"{x['best_val_precision_at_k_tie_aware']:.4f}",
+             f"{x['mean_epoch_seconds']:.2f}", f"{x['gc_full_collections_per_epoch']:.2f}",
+             f"{x['gc_full_ms_per_epoch']:.1f}", f"{x['gc_young_ms_per_epoch']:.2f}", f"{x['gc_tracked_objects']:,}"]
+            for name, x in r.items() if isinstance(x, dict) and "mean_epoch_seconds" in x)
+    return _table(header, rows) + _ratios(r["ratios_to_in_process"])
 
 
 def worker_priority() -> list[str] | None:
@@ -309,34 +312,32 @@ def gpu_train() -> list[str] | None:
     return out
 
 
-def time_to_quality(name: str) -> Callable[[], list[str] | None]:
-    def table() -> list[str] | None:
-        r = _json(f"time_to_quality_{name}")
-        if r is None:
-            return None
-        from bench.time_to_quality import wall_to_reach
+def time_to_quality(name: str) -> list[str] | None:
+    r = _json(f"time_to_quality_{name}")
+    if r is None:
+        return None
+    from bench.time_to_quality import wall_to_reach
 
-        sh, ref = r["shipped"], r["reference"]
-        estimated, bound = ref.get("estimated"), ref.get("budget_stopped") or r.get("partial")
-        out = ["| loop | best val P@100 | best/run epochs | mean epoch s | wall to best epoch s |", "|---|---|---|---|---|",
-               f"| `dhim-ray train` (cached features, shipped recipe) | {sh['best_val_precision_at_k_tie_aware']:.4f} | "
-               f"{sh['best_epoch']}/{sh['epochs_run']} | {sh['mean_epoch_seconds']:.2f} | "
-               f"{sh['wall_to_best_epoch_seconds']:.1f} |",
-               f"| the paper's reference loop (encoder re-run every batch and validation, reference "
-               f"hyperparameters) | {ref['best_val_precision_at_k_tie_aware']:.4f} | {ref['best_epoch']}/"
-               f"{ref['epochs_run']} | {ref['mean_epoch_seconds']:.2f} | {ref['wall_to_best_epoch_seconds']:.1f}"
-               f"{' (estimated)' if estimated else ''}{' (at least: its run was cut)' if bound else ''} |",
-               "", "| ratio | value |", "|---|---|",
-               f"| time to best epoch, `dhim-ray train` over the reference loop | {r['time_ratio']:.3f} "
-               f"(1/{1 / r['time_ratio']:.1f}) |",
-               f"| val P@100 difference | {r['precision_diff']:+.4f} |"]
-        reach = wall_to_reach(sh, ref["best_val_precision_at_k_tie_aware"])
-        if reach is not None and not estimated:
-            out.append(f"| time to the reference loop's best val P@100, over the reference loop's (`dhim-ray train` "
-                       f"passed it at epoch {reach[0]}, {reach[1]:.1f} s in) | "
-                       f"{reach[1] / ref['wall_to_best_epoch_seconds']:.3f} |")
-        return out
-    return table
+    sh, ref = r["shipped"], r["reference"]
+    estimated, bound = ref.get("estimated"), ref.get("budget_stopped") or r.get("partial")
+    out = ["| loop | best val P@100 | best/run epochs | mean epoch s | wall to best epoch s |", "|---|---|---|---|---|",
+           f"| `dhim-ray train` (cached features, shipped recipe) | {sh['best_val_precision_at_k_tie_aware']:.4f} | "
+           f"{sh['best_epoch']}/{sh['epochs_run']} | {sh['mean_epoch_seconds']:.2f} | "
+           f"{sh['wall_to_best_epoch_seconds']:.1f} |",
+           f"| the paper's reference loop (encoder re-run every batch and validation, reference "
+           f"hyperparameters) | {ref['best_val_precision_at_k_tie_aware']:.4f} | {ref['best_epoch']}/"
+           f"{ref['epochs_run']} | {ref['mean_epoch_seconds']:.2f} | {ref['wall_to_best_epoch_seconds']:.1f}"
+           f"{' (estimated)' if estimated else ''}{' (at least: its run was cut)' if bound else ''} |",
+           "", "| ratio | value |", "|---|---|",
+           f"| time to best epoch, `dhim-ray train` over the reference loop | {r['time_ratio']:.3f} "
+           f"(1/{1 / r['time_ratio']:.1f}) |",
+           f"| val P@100 difference | {r['precision_diff']:+.4f} |"]
+    reach = wall_to_reach(sh, ref["best_val_precision_at_k_tie_aware"])
+    if reach is not None and not estimated:
+        out.append(f"| time to the reference loop's best val P@100, over the reference loop's (`dhim-ray train` "
+                   f"passed it at epoch {reach[0]}, {reach[1]:.1f} s in) | "
+                   f"{reach[1] / ref['wall_to_best_epoch_seconds']:.3f} |")
+    return out
 
 
 def selection() -> list[str] | None:
@@ -370,52 +371,50 @@ def _target_choice_cells(r: dict, suffix: str) -> list[str]:
                               k.count(":") == 2 + bool(suffix)))
 
 
-def target_choice(suffix: str, score: str) -> Callable[[], list[str] | None]:
+def target_choice(suffix: str, score: str) -> list[str] | None:
     """A target-choice table (keys CORPUS:SEED:VARIANT + suffix); auto keeps the target whose
     ``score`` (a slice score of the kept epoch) is higher."""
-    def table() -> list[str] | None:
-        r = _json("target_choice")
-        if r is None or not _target_choice_cells(r, suffix):
-            return None
-        what = "slice" if not suffix else "slice neighbour recall"
-        out = [f"| corpus | seed | shipped: {what} / val P@100 | whitened target: {what} / val P@100 | auto picks | "
-               f"auto vs shipped | auto vs the better |{'' if suffix else ' reproduced |'}",
-               "|---|---|---|---|---|---|---|" + ("" if suffix else "---|")]
-        right, gains, shortfalls = 0, [], []
-        for cell in _target_choice_cells(r, suffix):
-            a, b = r.get(f"{cell}:shipped{suffix}"), r.get(f"{cell}:whitening target{suffix}")
-            if a is None or b is None:
-                continue
-            pick, picked = ("whitened", b) if b[score] > a[score] else ("shipped", a)
-            best = max(a["val_p"], b["val_p"])
-            corpus, seed = cell.split(":")
-            row = (f"| {corpus} | {seed} | {a[score]:.4f} / {a['val_p']:.4f} | {b[score]:.4f} / {b['val_p']:.4f} | "
-                   f"{pick} | {100 * (picked['val_p'] - a['val_p']):+.2f} pt | {100 * (picked['val_p'] - best):+.2f} "
-                   "pt |")
-            if not suffix:
-                same = all(x["stored_val_p"] is not None and abs(x["val_p"] - x["stored_val_p"]) < 1e-9 for x in (a, b))
-                row += f" {'yes' if same else 'no'} |"
-            out.append(row)
-            right += picked["val_p"] == best
-            gains.append(picked["val_p"] - a["val_p"])
-            shortfalls.append(picked["val_p"] - best)
-        if gains:
-            out += ["", "| pairs | auto picked the better target | auto's largest shortfall | auto vs shipped, mean |",
-                    "|---|---|---|---|", f"| {len(gains)} | {right} | {100 * min(shortfalls):+.2f} pt | "
-                    f"{100 * sum(gains) / len(gains):+.2f} pt |"]
-        return out
-    return table
+    r = _json("target_choice")
+    if r is None or not _target_choice_cells(r, suffix):
+        return None
+    what = "slice" if not suffix else "slice neighbour recall"
+    out = [f"| corpus | seed | shipped: {what} / val P@100 | whitened target: {what} / val P@100 | auto picks | "
+           f"auto vs shipped | auto vs the better |{'' if suffix else ' reproduced |'}",
+           "|---|---|---|---|---|---|---|" + ("" if suffix else "---|")]
+    right, gains, shortfalls = 0, [], []
+    for cell in _target_choice_cells(r, suffix):
+        a, b = r.get(f"{cell}:shipped{suffix}"), r.get(f"{cell}:whitening target{suffix}")
+        if a is None or b is None:
+            continue
+        pick, picked = ("whitened", b) if b[score] > a[score] else ("shipped", a)
+        best = max(a["val_p"], b["val_p"])
+        corpus, seed = cell.split(":")
+        row = (f"| {corpus} | {seed} | {a[score]:.4f} / {a['val_p']:.4f} | {b[score]:.4f} / {b['val_p']:.4f} | "
+               f"{pick} | {100 * (picked['val_p'] - a['val_p']):+.2f} pt | {100 * (picked['val_p'] - best):+.2f} "
+               "pt |")
+        if not suffix:
+            same = all(x["stored_val_p"] is not None and abs(x["val_p"] - x["stored_val_p"]) < 1e-9 for x in (a, b))
+            row += f" {'yes' if same else 'no'} |"
+        out.append(row)
+        right += picked["val_p"] == best
+        gains.append(picked["val_p"] - a["val_p"])
+        shortfalls.append(picked["val_p"] - best)
+    if gains:
+        out += ["", "| pairs | auto picked the better target | auto's largest shortfall | auto vs shipped, mean |",
+                "|---|---|---|---|", f"| {len(gains)} | {right} | {100 * min(shortfalls):+.2f} pt | "
+                f"{100 * sum(gains) / len(gains):+.2f} pt |"]
+    return out
 
 
 TABLES: dict[str, Callable[[], list[str] | None]] = {
     "headline": headline, "encode-speed": encode_speed, "ingest-speed": ingest_speed, "service": service,
     "quality": quality, "search-speed": search_speed, "million-search": million_search,
-    "million-ingest": million_ingest, "ivf-generated": ivf_curve("generated"), "ivf-val": ivf_curve("val"),
+    "million-ingest": million_ingest, "ivf-generated": partial(ivf_curve, "generated"), "ivf-val": partial(ivf_curve, "val"),
     "ray-train": ray_train, "ray-train-gc": ray_train_gc, "worker-priority": worker_priority,
-    "gpu-memory": gpu_memory, "gpu-train": gpu_train, "time-to-quality-gpu": time_to_quality("gpu"),
-    "time-to-quality-cpu": time_to_quality("cpu"), "selection": selection, "label-free-eval": label_free_eval,
-    "representations": representations, "target-choice": target_choice("", "slice_p"),
-    "target-choice-label-free": target_choice(":label-free", "slice_neighbour_recall"),
+    "gpu-memory": gpu_memory, "gpu-train": gpu_train, "time-to-quality-gpu": partial(time_to_quality, "gpu"),
+    "time-to-quality-cpu": partial(time_to_quality, "cpu"), "selection": selection, "label-free-eval": label_free_eval,
+    "representations": representations, "target-choice": partial(target_choice, "", "slice_p"),
+    "target-choice-label-free": partial(target_choice, ":label-free", "slice_neighbour_recall"),
 }
 
 
