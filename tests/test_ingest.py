@@ -127,7 +127,7 @@ def test_interrupted_ingest_rerun_ends_with_one_row_per_document(ray_session, mo
     import dhim_ray.jobs.ingest as job
 
     target = MilvusTarget(str(tmp_path / "c.db"), "partial")
-    real_upsert, calls = job.upsert_rows, []
+    real_upsert, calls = CodeCollection.upsert, []
 
     def upsert_then_ctrl_c(*args, **kwargs):
         if len(calls) == 2:
@@ -135,7 +135,7 @@ def test_interrupted_ingest_rerun_ends_with_one_row_per_document(ray_session, mo
         calls.append(1)
         return real_upsert(*args, **kwargs)
 
-    monkeypatch.setattr(job, "upsert_rows", upsert_then_ctrl_c)
+    monkeypatch.setattr(CodeCollection, "upsert", upsert_then_ctrl_c)
     with pytest.raises(IngestInterrupted, match="rerun the same ingest"):
         job.ingest(BBC, model_dir, target, workers=2, progress=False, write_batch=50)
     monkeypatch.undo()
