@@ -19,21 +19,23 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import numpy as np
 
-from bench.harness import DATA, append_row, read_rows
-from dhim_ray.config import FeatureConfig, TrainConfig, as_published, config_for_bits, parse_overrides
-from dhim_ray.corpus.data import load_corpus
-from dhim_ray.encoding.encoder import FrozenEncoder
+from bench.harness import HERE
+from bench.protocol import (
+    SHIPPED_EPOCHS,
+    corpus_features,
+    done,
+    epoch_cap,
+    load_results,
+    record,
+    train_dhim,
+)
+from dhim_ray.config import as_published, config_for_bits, parse_overrides
 from dhim_ray.retrieval.baselines import make_baseline
 from dhim_ray.retrieval.metrics import cosine_precision_at_k, precision_at_k
-from dhim_ray.training.loop import carve_validation, fit, hash_features
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "quality.jsonl"
-LONG = {"20ng", "r8"}  # long-document corpora: 400 words, like the paper's NYT
 SEEDS = {32: (0, 1, 2), 64: (0, 1, 2)}  # DHIM seeds per code length (one elsewhere)
 
 # Ablation: the shipped configuration with one lever changed: back to the paper's choice,
@@ -50,80 +52,6 @@ ABLATIONS: dict[str, dict] = {
     "batch 512 (fewer steps)": {"train": {"batch_size": 512}},
     "no crops": {"train": {"crop_tokens": 0}},
 }
-
-
-def load_results() -> list[dict]:
-    return read_rows(RESULTS)
-
-
-def record(row: dict) -> None:
-    append_row(RESULTS, row)
-
-
-SHIPPED = TrainConfig()  # the shipped schedule: its max_epochs (100) and patience (6)
-SHIPPED_EPOCHS = SHIPPED.max_epochs
-
-
-def record_shipped_schedule(name: str, bits: int, seed: int, max_epochs: int, patience: int, row: dict) -> None:
-    """A DHIM run of the shipped configuration and schedule, trained by another bench (selection's
-    re-ranking cells, representations' 'shipped' variant), goes into the quality table too:
-    one training, two tables (``row`` as ``run_row`` makes it). Runs with a cap or another patience
-    are not the shipped schedule."""
-    if max_epochs < SHIPPED_EPOCHS or patience != SHIPPED.patience:
-        return
-    if not done(load_results(), corpus=name, bits=bits, method="dhim shipped", seed=seed, max_epochs=max_epochs):
-        record({"corpus": name, "bits": bits, "method": "dhim shipped", "seed": seed, "max_epochs": max_epochs,
-                **row})
-
-
-def corpus_features(name: str, cache_dir: str, encoder_name: str | None = None):
-    corpus = load_corpus(str(DATA / name))
-    train, val = corpus.split("train"), corpus.split("val")
-    extra = {"encoder": encoder_name} if encoder_name else {}
-    encoder = FrozenEncoder(FeatureConfig(max_words=400 if name in LONG else 50, **extra))
-    tr = encoder.features(train.texts, progress=True, cache_dir=cache_dir)
-    va = encoder.features(val.texts, progress=True, cache_dir=cache_dir)
-    return encoder, train, val, tr, va
-
-
-def fit_carved(cfg, tr, train, callbacks=(), labelled: bool = True):
-    """Train on train.csv less a carved slice, which picks the epoch (never val.csv); with
-    labelled=False the slice's labels are hidden, so the label-free criterion picks it."""
-    fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
-    fit_labels, sel_labels = (train.labels[fit_idx], train.labels[sel_idx]) if labelled else (None, None)
-    return fit(tr.take(fit_idx), tr.take(sel_idx), cfg, fit_labels, sel_labels, progress=False, callbacks=callbacks)
-
-
-#: How a DHIM run's training went, as the quality table records it (see training_fields).
-TRAINING_FIELDS = ("seconds", "best_epoch", "epochs_run", "epoch_seconds")
-
-
-def training_fields(res) -> dict:
-    """A FitResult's TRAINING_FIELDS: seconds, best epoch, epochs run, mean epoch seconds."""
-    return {"seconds": round(res.seconds, 1), "best_epoch": res.best_epoch, "epochs_run": len(res.history),
-            "epoch_seconds": round(float(np.mean([h.seconds for h in res.history])), 1)}
-
-
-def run_row(res, p: float, p_tie: float) -> dict:
-    """One DHIM run's quality-table fields: val P@100 (db order, tie-aware) and how training went."""
-    return {"p": p, "p_tie": p_tie, **training_fields(res)}
-
-
-def train_dhim(cfg, tr, va, train, val, k: int) -> dict:
-    """Train with model selection on a slice of train, evaluate val queries against all of train."""
-    res = fit_carved(cfg, tr, train)
-    r = precision_at_k(hash_features(res.model, tr), train.labels, hash_features(res.model, va), val.labels, k)
-    return run_row(res, r.precision_at_k, r.precision_at_k_tie_aware)
-
-
-def epoch_cap(name: str, bits: int, max_epochs: int, long_epochs: int | None = None,
-              cell_epochs: dict[tuple[str, int], int] | None = None) -> int:
-    """The epoch cap of one cell: --cell-epochs for it, else --long-epochs on a long corpus, else --max-epochs."""
-    return (cell_epochs or {}).get((name, bits)) or (long_epochs if name in LONG and long_epochs else max_epochs)
-
-
-def done(rows, **key) -> bool:
-    return any(all(r.get(k) == v for k, v in key.items()) for r in rows)
 
 
 def run_table(corpora, bits_list, max_epochs, k, cache_dir, published_epochs, published_corpora,

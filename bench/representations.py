@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness import append_row, read_rows
-from bench.quality import DATA, LONG, corpus_features, epoch_cap, load_results, record_shipped_schedule, train_dhim
+from bench.harness import DATA, append_row, read_rows
+from bench.protocol import LONG, corpus_features, epoch_cap, load_results, record_shipped_schedule, train_dhim
 from dhim_ray.config import FeatureConfig, config_for_bits
 from dhim_ray.corpus.data import load_corpus
 from dhim_ray.encoding.encoder import FrozenEncoder

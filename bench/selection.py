@@ -45,7 +45,7 @@ from dhim_ray.training.loop import (
     selection_warmup,
 )
 
-from .quality import (
+from .protocol import (
     LONG,
     SHIPPED_EPOCHS,
     TRAINING_FIELDS,

@@ -55,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.quality import corpus_features, fit_carved
+from bench.protocol import corpus_features, fit_carved
 from dhim_ray.config import config_for_bits
 from dhim_ray.retrieval.metrics import cosine_topk, neighbour_recall_at_k, precision_at_k
 from dhim_ray.training.loop import TrainCallback, carve_validation, hash_features, selection_database

@@ -23,7 +23,7 @@ import json
 import logging
 from pathlib import Path
 
-from bench.quality import corpus_features, fit_carved
+from bench.protocol import corpus_features, fit_carved
 from bench.representations import VARIANTS, load_rows
 from dhim_ray.config import config_for_bits
 from dhim_ray.retrieval.metrics import precision_at_k

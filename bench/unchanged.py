@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from bench.quality import corpus_features, load_results, train_dhim
+from bench.protocol import corpus_features, load_results, train_dhim
 from dhim_ray.config import config_for_bits
 
 HERE = Path(__file__).resolve().parent
