@@ -105,8 +105,7 @@ def _read_all(plan):
 
 def _to_split(table, plan, scanned: rules.ScanResult, spec: CorpusSpec, vocabulary: list[str] | None) -> Split:
     n = scanned.n_rows if spec.limit is None else min(spec.limit, scanned.n_rows)
-    positions = np.arange(scanned.n_rows, dtype=np.int64)
-    keep = np.flatnonzero(rules.kept_rows(positions, scanned.blank_rows, n, spec.drop_empty))
+    keep = np.setdiff1d(np.arange(n), scanned.blank_rows) if spec.drop_empty else np.arange(n)  # rules.check passed
     labels = names = None
     if plan.label_column is not None:
         values = table.column("label").to_pylist()

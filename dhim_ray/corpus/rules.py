@@ -137,15 +137,6 @@ def check(where: str, result: ScanResult, drop_empty: bool, limit: int | None, k
     return n, len(blank)
 
 
-def kept_rows(rows: np.ndarray, blank: np.ndarray, limit: int, drop_empty: bool) -> np.ndarray:
-    """Which of ``rows`` (split-wide numbers) are read: those under ``limit``, less the
-    empty ones when they are dropped. Returns a boolean mask."""
-    keep = rows < limit
-    if drop_empty and len(blank):
-        keep &= ~np.isin(rows, blank)
-    return keep
-
-
 def number_labels(values: list, vocabulary: Sequence[str] | None,
                   names_of_numbers: Sequence[str] | None = None) -> tuple[np.ndarray, list[str] | None]:
     """(int64 class numbers, each row's label name or None): string labels are numbered in
