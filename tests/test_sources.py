@@ -188,3 +188,41 @@ def test_a_broken_json_line_is_named_by_its_line_number(tmp_path, monkeypatch):
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(DataError, match=r"broken.jsonl: line 14 is not valid JSON \(Unterminated string"):
         read_all(CorpusSpec(str(path)))
+
+
+def test_the_input_rules_on_a_table_without_a_cluster():
+    """dhim_ray.corpus.rules on one pyarrow block: what is wrong, and the one line that says so."""
+    from dhim_ray.corpus import rules
+
+    block = pa.table({"text": ["football goal", "  ", None, "vote", "chip data"],
+                      "label": [1.0, 2.0, float("nan"), 1.0, 2.0], "row": np.arange(5, dtype=np.int64)})
+    found = rules.findings(block)
+    assert found["blank"] == [1, 2] and found["unlabelled"] == [2] and not found["string_labels"]
+    scanned = rules.ScanResult.collect(1, [(0, found)])
+    with pytest.raises(DataError, match=r"t:train: 1 rows have no label \(rows 2\)"):
+        rules.check("t:train", scanned, drop_empty=True, limit=None)
+    assert rules.check("t:train", scanned, drop_empty=True, limit=2) == (2, 1)  # row 2 lies past the limit
+    labels, names = rules.number_labels(["b", "a", "b"], ["a", "b", "c"])
+    assert labels.tolist() == [1, 0, 1] and names == ["b", "a", "b"]
+    assert rules.number_labels([2, 0], None, ("x", "y"))[1] == ["", "x"]  # a number the names lack: no name
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([("sport", "football goal"), ("politics", ""), ("sport", "match")], r"1 of 3 rows have empty or non-string text \(rows 1\)"),
+    ([("sport", "football goal"), ("", "vote party")], r"1 rows have no label \(rows 1\)"),
+    ([], "is empty: no documents to work with"),
+])
+def test_the_in_memory_loader_and_the_ray_scan_refuse_alike(ray_session, tmp_path, rows, message):
+    """One set of rules: a file refused in memory (train, eval) is refused with the same line by
+    the streaming scan (ingest)."""
+    from dhim_ray.corpus.data import load_corpus
+    from dhim_ray.jobs.stream import check_scan, scan
+
+    write_csv(tmp_path / "train.csv", rows, header=True)
+    spec = CorpusSpec(str(tmp_path), "train")
+    with pytest.raises(DataError, match=message) as in_memory:
+        load_corpus(spec)
+    plan = plan_split(spec)
+    with pytest.raises(DataError, match=message) as streamed:
+        check_scan(plan, scan(plan, "unicode"), drop_empty=False, limit=None)
+    assert str(in_memory.value) == str(streamed.value)
