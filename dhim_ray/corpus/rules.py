@@ -38,6 +38,11 @@ def _no_label(value) -> bool:
                                                                                and not value.strip())
 
 
+def label_names(values) -> list[str]:
+    """The distinct names among a column's label values, sorted; missing ones left out."""
+    return sorted({str(v) for v in values if not _no_label(v)})
+
+
 def findings(block, cleaning: str = "unicode", key_max: int | None = None) -> dict:
     """What one block holds and what is wrong with it, by the block's ``row`` numbers:
     rows whose text is empty after cleaning (or not a string), rows with no label, the
@@ -55,7 +60,7 @@ def findings(block, cleaning: str = "unicode", key_max: int | None = None) -> di
         out["unlabelled"] = [int(rows[j]) for j, v in enumerate(values) if _no_label(v)]
         if not (pa.types.is_integer(label.type) or pa.types.is_floating(label.type) or pa.types.is_null(label.type)):
             out["string_labels"] = True
-            out["names"] = sorted({str(v) for v in values if not _no_label(v)})
+            out["names"] = label_names(values)
     if "key" in block.column_names:
         keys = block.column("key").to_pylist()
         out["unkeyed"] = [int(rows[j]) for j, v in enumerate(keys) if v is None or not v.strip()]

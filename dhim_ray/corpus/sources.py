@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import functools
 import json
 import logging
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dhim_ray.corpus.rules import label_names
 from dhim_ray.corpus.spec import (
     BUILTIN,
     FILE_SUFFIXES,
@@ -148,6 +150,13 @@ def _check_utf8(path: Path, builder: str) -> None:
 
 def _hub_dataset_dict(name: str, preset: HubPreset):
     """Every split of a hub dataset (memory-mapped Arrow files in the datasets cache)."""
+    return _load_hub_dataset(name, preset.path, preset.config)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_hub_dataset(name: str, path: str, config: str | None):
+    """Loaded once per process: listing a corpus' splits and planning each one all need it
+    (a failure is not cached: it is raised again on the next call)."""
     import datasets
 
     from dhim_ray.corpus.hub import offline_unless_reachable
@@ -155,15 +164,15 @@ def _hub_dataset_dict(name: str, preset: HubPreset):
     datasets.disable_progress_bars()
     try:
         with offline_unless_reachable() as online:
-            return datasets.load_dataset(preset.path, preset.config)
+            return datasets.load_dataset(path, config)
     except Exception as exc:
         if not online:
             raise HubUnreachableError(
-                f"corpus {name!r} ({preset.path}) needs the Hugging Face hub, which is unreachable and has no "
+                f"corpus {name!r} ({path}) needs the Hugging Face hub, which is unreachable and has no "
                 "cached copy; pass a local folder or file instead, e.g. dhim-ray train ../shared/data/dbpedia"
             ) from exc
         raise UnknownDatasetError(
-            f"corpus {name!r} ({preset.path}) could not be loaded from the hub: {str(exc).splitlines()[0][:200]}"
+            f"corpus {name!r} ({path}) could not be loaded from the hub: {str(exc).splitlines()[0][:200]}"
         ) from exc
 
 
@@ -523,5 +532,5 @@ def label_vocabulary(spec: CorpusSpec, names: dict[str, list[str] | None]) -> li
             continue
         for shard in plan.shards:
             for block in read_shard(shard, None, plan.label_column):
-                vocabulary.update(str(v) for v in block.column("label").to_pylist() if v is not None and str(v).strip())
+                vocabulary.update(label_names(block.column("label").to_pylist()))
     return sorted(vocabulary)

@@ -237,10 +237,9 @@ def train(corpus: CorpusSpec, config: DHIMConfig, out: str | Path, backend: Trai
     results: dict[Path, FitResult] = {}
 
     def train_one(run_config: DHIMConfig, folder: Path, resume_run: bool) -> dict[str, Any]:
-        start = None
-        if resume_run:
-            start = folder if auto else point
-            run_config = resume_config(start, run_config)
+        start = (folder if auto else point) if resume_run else None
+        if auto and resume_run:  # a candidate continues with the settings it started with (a plain run's: above)
+            run_config = resume_config(folder, run_config)
         try:
             result, extra = backend.fit(prepared, run_config, folder, start)
         except (TrainingInterrupted, TrainingFailed) as exc:
