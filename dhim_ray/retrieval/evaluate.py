@@ -107,13 +107,13 @@ def eval_splits(database: CorpusSpec, queries: CorpusSpec) -> tuple[Split, Split
     return db, q, align_labels(db, q)
 
 
-def label_free_scores(db_vectors: np.ndarray, q_vectors: np.ndarray, found, k: int) -> dict[str, Any]:
+def label_free_scores(neighbours: np.ndarray, found, n_database: int) -> dict[str, Any]:
     """Eval without labels: the share of each query's k nearest database documents by cosine
-    of the frozen encoder's mean-pooled vectors that a method finds. ``found``: a callable
-    (neighbours (n_q, k)) -> recall in [0, 1] (tie-aware for codes)."""
-    neighbours = cosine_topk(db_vectors, q_vectors, k)
+    of the frozen encoder's mean-pooled vectors (``neighbours``, (n_q, k) from
+    ``cosine_topk``) that a method finds. ``found``: a callable (neighbours) -> recall in
+    [0, 1] (tie-aware for codes)."""
     return {"metric": NEIGHBOUR_METRIC, "k": neighbours.shape[1], "neighbour_recall_at_k": float(found(neighbours)),
-            "n_queries": len(q_vectors), "n_database": len(db_vectors)}
+            "n_queries": len(neighbours), "n_database": n_database}
 
 
 def _codes_found(db_codes: np.ndarray, q_codes: np.ndarray):
@@ -148,10 +148,10 @@ def evaluate_checkpoint(
     db_codes = hasher.hash_features(db_f)
     q_codes, q_scores = hasher.score_features(q_f)
     if q_labels is None:
+        neighbours = cosine_topk(db_f.mean, q_f.mean, k)  # once: the plain and the re-ranked recall share them
         out = {"method": "dhim", "model": str(model_dir), "n_bits": hasher.n_bits,
-               **label_free_scores(db_f.mean, q_f.mean, _codes_found(db_codes, q_codes), k)}
+               **label_free_scores(neighbours, _codes_found(db_codes, q_codes), len(db_codes))}
         if rerank > 1:
-            neighbours = cosine_topk(db_f.mean, q_f.mean, out["k"])
             idx, _ = rerank_topk(db_codes, q_codes, q_scores, out["k"], rerank)
             out.update(rerank=rerank, rerank_by=BY_BITS, neighbour_recall_at_k_reranked=_overlap(idx, neighbours))
         return {**out, "seconds": round(time.perf_counter() - t0, 2)}
@@ -186,7 +186,7 @@ def evaluate_baseline(
     if q_labels is None:
         found = _codes_found(model.hash(db_f.mean), model.hash(q_f.mean))
         return {"method": baseline, "n_bits": n_bits, "bytes_per_doc": n_bits // 8,
-                **label_free_scores(db_f.mean, q_f.mean, found, k)}
+                **label_free_scores(cosine_topk(db_f.mean, q_f.mean, k), found, len(db_f.mean))}
     scores = evaluate_codes(InMemoryCodes(model.hash(db_f.mean), db.labels), model.hash(q_f.mean), q_labels, k)
     return {"method": baseline, "n_bits": n_bits, "bytes_per_doc": n_bits // 8, **scores}
 
@@ -199,7 +199,8 @@ def _float_baseline(name: str, database, database_labels, queries, query_labels,
         x, qv = transform(fitted, x), transform(fitted, qv)
     if query_labels is None:  # without labels: the plain vectors' neighbours the transformed ones find
         return {"method": name, "dims": x.shape[1], "bytes_per_doc": 4 * x.shape[1],
-                **label_free_scores(plain_x, plain_q, lambda nb: _overlap(cosine_topk(x, qv, nb.shape[1]), nb), k)}
+                **label_free_scores(cosine_topk(plain_x, plain_q, k),
+                                    lambda nb: _overlap(cosine_topk(x, qv, nb.shape[1]), nb), len(plain_x))}
     p = cosine_precision_at_k(x, database_labels, qv, query_labels, k)
     # distances are continuous: no ties to break, so both tie rules give the same figure
     return {"method": name, "dims": x.shape[1], "bytes_per_doc": 4 * x.shape[1], "k": k, "precision_at_k": p,
