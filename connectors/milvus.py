@@ -66,9 +66,13 @@ OUTPUT_FIELDS = ["label", "text", "source", "row"]
 INDEX_TYPES = ("BIN_FLAT", "BIN_IVF_FLAT")
 
 
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
 def is_lite(uri: str) -> bool:
     """A local file path (milvus-lite) rather than a server URL."""
-    return urlparse(uri).scheme not in ("http", "https", "tcp", "grpc", "unix")
+    scheme = _SCHEME.match(uri)
+    return scheme is None or scheme.group(1).lower() not in ("http", "https", "tcp", "grpc", "unix")
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,10 @@ class MilvusTarget:
         check_collection_name(self.collection)
         if not self.uri:
             raise ConfigError("uri is empty: give a .db file path (milvus-lite) or http://host:19530")
+        if not self.lite:
+            check_server_uri(self.uri)
+        elif not self.uri.endswith(".db"):
+            raise ConfigError(f"uri={self.uri}: a milvus-lite file must end in .db, or give http://host:19530")
 
     @property
     def lite(self) -> bool:
@@ -220,8 +228,7 @@ def check_lite_file(uri: str) -> None:
 
 
 def _check_reachable(uri: str, timeout: float) -> None:
-    url = urlparse(uri)
-    host, port = url.hostname or "localhost", url.port or 19530
+    host, port = check_server_uri(uri)
     try:
         with socket.create_connection((host, port), timeout=min(timeout, 5.0)):
             return
@@ -229,6 +236,32 @@ def _check_reachable(uri: str, timeout: float) -> None:
         raise StoreUnreachableError(
             f"cannot reach Milvus at {mask_uri(uri)} ({exc.strerror or exc}); start the server or check uri"
         ) from exc
+
+
+def check_lite_path(uri: str, create: bool = True) -> None:
+    """What a milvus-lite URI must be before a server opens it (creating nothing): a .db
+    name milvus-lite takes, in a folder that exists; ``create=False``: the file exists."""
+    if not uri.endswith(".db"):
+        raise ConfigError(f"uri={uri}: a milvus-lite file must end in .db, or give http://host:19530")
+    check_lite_file(uri)
+    if not create and not os.path.isfile(uri):
+        raise StoreError(f"uri={uri}: no such milvus-lite file; check the path or run 'dhim-ray ingest' first")
+    parent = os.path.dirname(os.path.abspath(uri))
+    if not os.path.isdir(parent):
+        raise StoreError(f"uri={uri}: folder {parent} does not exist; create it or pick another path")
+
+
+def check_server_uri(uri: str) -> tuple[str, int]:
+    """(host, port) of a server URI, or a ConfigError naming what is malformed."""
+    try:
+        url = urlparse(uri)
+        host, port = url.hostname, url.port or 19530
+    except ValueError as exc:  # "Port out of range", "Invalid IPv6 URL", a port that is not a number
+        raise ConfigError(f"uri={uri}: not a Milvus address ({exc}); give http://host:19530 or a .db file") from None
+    if url.scheme not in ("http", "https", "tcp", "grpc") or not host:
+        raise ConfigError(f"uri={uri}: not a Milvus address; give http://host:19530 (a server) or a path ending "
+                          "in .db (milvus-lite)")
+    return host, port
 
 
 def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS_TOKEN", create: bool = True):
@@ -239,14 +272,8 @@ def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS
 
     kwargs: dict[str, Any] = {}
     if is_lite(uri):
-        parent = os.path.dirname(os.path.abspath(uri))
-        if not uri.endswith(".db"):
-            raise ConfigError(f"uri={uri}: a milvus-lite file must end in .db, or give http://host:19530")
-        check_lite_file(uri)
-        if not create and not os.path.isfile(uri):
-            raise StoreError(f"uri={uri}: no such milvus-lite file; check the path or run 'dhim-ray ingest' first")
-        if not os.path.isdir(parent):
-            raise StoreError(f"uri={uri}: folder {parent} does not exist; create it or pick another path")
+        check_lite_path(uri, create)
+        guard_lite_locks()
         kwargs["grpc_options"] = LITE_GRPC_OPTIONS
     else:
         _check_reachable(uri, timeout)
@@ -261,7 +288,8 @@ def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS
     attempts = 2 if is_lite(uri) else 1
     for attempt in range(attempts):
         try:
-            return MilvusClient(uri=uri, **kwargs)
+            with _quiet_lite():
+                return MilvusClient(uri=uri, **kwargs)
         except Exception as exc:  # pymilvus raises MilvusException or plain errors
             message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
             if is_lite(uri) and "open local milvus failed" in message.lower():
@@ -279,12 +307,58 @@ def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS
     raise AssertionError("unreachable")
 
 
-class _NotRunning(logging.Filter):
-    """milvus-lite warns on the root logger when it releases a file no server holds (after a
-    connect that failed): not news to the user."""
+def guard_lite_locks() -> None:
+    """Only the process that took a milvus-lite file's lock removes it.
+
+    milvus-lite 2.5.1 deletes ``.NAME.db.lock`` whenever one of its Server objects stops,
+    also one whose start was refused because another process holds the file: a refused
+    open then left the holder unprotected, and the next process opened the same file
+    beside it. Wrapped here (once per process): a server that never took the lock closes
+    its handle and deletes nothing."""
+    from milvus_lite.server import Server
+
+    if getattr(Server, "_dhim_ray_guarded", False):
+        return
+    start, stop = Server.start, Server.stop
+
+    def guarded_start(self) -> bool:
+        ok = start(self)
+        # the lock is held once the server process was launched (whether or not it then stayed up)
+        self._dhim_ray_holds_lock = self._p is not None
+        return ok
+
+    def guarded_stop(self) -> None:
+        if getattr(self, "_dhim_ray_holds_lock", False):
+            stop(self)
+            self._dhim_ray_holds_lock = False
+            return
+        if self._lock_fd:  # opened to try the lock, never held: close it, remove nothing
+            self._lock_fd.close()
+            self._lock_fd = None
+
+    Server.start, Server.stop = guarded_start, guarded_stop
+    Server._dhim_ray_guarded = True
+
+
+class _LiteChatter(logging.Filter):
+    """milvus-lite logs on the root logger when it releases a file no server holds (after a
+    connect that failed) and when another process holds the file: the caller says the
+    latter in its own one line, and the former is not news."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("No local milvus in path")
+        message = record.getMessage()
+        return not (message.startswith("No local milvus in path") or "has been opened by another program" in message
+                    or message == "Start milvus-lite failed")
+
+
+@contextlib.contextmanager
+def _quiet_lite() -> Iterator[None]:
+    quiet, root = _LiteChatter(), logging.getLogger()
+    root.addFilter(quiet)
+    try:
+        yield
+    finally:
+        root.removeFilter(quiet)
 
 
 def release(uri: str) -> None:
@@ -293,14 +367,11 @@ def release(uri: str) -> None:
         return
     from milvus_lite.server_manager import server_manager_instance
 
-    quiet, root = _NotRunning(), logging.getLogger()
-    root.addFilter(quiet)
-    try:
-        server_manager_instance.release_server(uri)  # it resolves the path itself
-    except Exception as exc:  # a server already gone is fine; say so in the debug log
-        logger.debug("release of milvus-lite %s: %s", uri, exc)
-    finally:
-        root.removeFilter(quiet)
+    with _quiet_lite():
+        try:
+            server_manager_instance.release_server(uri)  # it resolves the path itself
+        except Exception as exc:  # a server already gone is fine; say so in the debug log
+            logger.debug("release of milvus-lite %s: %s", uri, exc)
 
 
 # ---- ids and rows ------------------------------------------------------------------
@@ -456,6 +527,19 @@ def _failed(what: str, exc: Exception) -> str:
     return f"{what} ({str(exc).splitlines()[0][:200]})"
 
 
+def _fields_are_ours(fields: list[dict]) -> bool:
+    """Whether the fields dhim-ray reads have the types it writes (a foreign collection that
+    copied the description may not: a VARCHAR id, a FLOAT_VECTOR code)."""
+    from pymilvus import DataType
+
+    expected = {"id": DataType.INT64, CODE_FIELD: DataType.BINARY_VECTOR, "label": DataType.INT64,
+                "text": DataType.VARCHAR, "source": DataType.VARCHAR, "row": DataType.INT64,
+                LABEL_NAME_FIELD: DataType.VARCHAR, KEY_FIELD: DataType.VARCHAR, VECTOR_FIELD: DataType.FLOAT16_VECTOR}
+    types = {f["name"]: f.get("type") for f in fields}
+    return all(types.get(name, kind) == kind for name, kind in expected.items()) and all(
+        name in types for name in ("id", CODE_FIELD, "label", "text", "source", "row"))
+
+
 @dataclass
 class CodeCollection:
     """One code collection: a client, the collection's name and the timeout of every call,
@@ -482,8 +566,10 @@ class CodeCollection:
             meta = json.loads(desc.get("description") or "{}")
         except json.JSONDecodeError:
             meta = {}
-        if code is None or meta.get("format") != FORMAT:
-            return CollectionInfo(name, 0, "", "", "", meta=meta)
+        if not isinstance(meta, dict):  # a foreign description that is JSON but not an object
+            meta = {}
+        if code is None or meta.get("format") != FORMAT or not _fields_are_ours(desc["fields"]):
+            return CollectionInfo(name, 0, "", "", "", meta=meta if meta.get("format") != FORMAT else {})
         metric = index_type = ""
         nlist = 0
         index_names = client.list_indexes(name, field_name=CODE_FIELD, timeout=timeout)

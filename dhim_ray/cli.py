@@ -9,6 +9,7 @@ line (``error: ...``, the library's parameter names mapped to these flags) and e
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
@@ -20,8 +21,10 @@ from typing import Annotated, Any
 import typer
 
 try:  # typer >= 0.2x vendors click; older ones use click itself
+    from typer._click.core import ParameterSource
     from typer._click.exceptions import NoArgsIsHelpError, UsageError
 except ImportError:  # pragma: no cover
+    from click.core import ParameterSource
     from click.exceptions import UsageError
 
     NoArgsIsHelpError = ()
@@ -43,17 +46,16 @@ DEFAULT_DB = "dhim_ray.db"
 
 #: Library parameter names (in error messages) -> this CLI's flags.
 FLAGS = {
-    "n_bits": "--bits", "max_epochs": "--epochs", "n_filters": "--filters", "batch_size": "--batch-size",
-    "max_words": "--max-words", "max_tokens": "--max-tokens", "crop_tokens": "--crop-tokens",
-    "feature_dropout": "--feature-dropout", "text_column": "--text-column", "label_column": "--label-column",
+    "n_bits": "--bits", "max_epochs": "--epochs", "batch_size": "--batch-size",
+    "max_words": "--max-words", "max_tokens": "--max-tokens",
+    "text_column": "--text-column", "label_column": "--label-column",
     "max_failures": "--max-failures", "use_gpu": "--use-gpu", "token_env": "--token-env",
-    **{name: f"--{name}" for name in ("encoder", "alpha", "beta", "lr", "patience", "k", "regulariser", "init",
-                                      "neighbours", "baseline", "index", "nlist", "nprobe", "collection", "uri",
+    **{name: f"--{name}" for name in ("encoder", "lr", "patience", "k", "baseline", "index", "nlist", "nprobe", "collection", "uri",
                                       "resume", "out", "workers", "limit", "address", "set", "split", "select",
                                       "rerank", "method", "temperature", "lam", "epochs")},
     "max_steps": "--max-steps", "save_every": "--save-every",
-    "target_transform": "--target-transform", "neighbour_transform": "--neighbour-transform",
     "replicas": "--replicas", "cache_dir": "--cache-dir", "seed": "--seed", "port": "--port", "api_token_env": "--api-token-env", "max_batch_size": "--max-batch-size",
+    "host": "--host",
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
@@ -75,8 +77,15 @@ def pick_device(name: str) -> str:
         dev = torch.device(name)
     except (RuntimeError, ValueError):
         raise ConfigError(f"--device {name}: not a torch device; use auto, cpu or cuda") from None
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"--device {name}: dhim-ray runs on cpu, cuda or mps; use auto, cpu or cuda")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"--device {name}: this machine has no CUDA GPU torch can use; use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ConfigError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA GPUs; "
+                          "use cuda:0 or --device auto")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"--device {name}: this machine has no Apple GPU torch can use; use --device cpu")
     return name
 
 
@@ -105,6 +114,12 @@ def handle_errors(fn):
             fail(as_flags(str(exc)), 130 if interrupted else 1 if exc.retriable else 2)
         except KeyboardInterrupt:
             fail("interrupted", 130)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            where = f" writing {exc.filename}" if exc.filename else ""
+            fail(f"no space left on the device{where}; free some space or point --out/--uri/--cache-dir elsewhere, "
+                 "then rerun (a rerun resumes or repairs)", 1)
 
     return wrapper
 
@@ -207,9 +222,32 @@ def _json_default(value):
     raise TypeError(type(value).__name__)
 
 
-def build_config(bits: int, formulation: str, overrides: dict[str, dict[str, Any]]):
+def given_flags(ctx: typer.Context, overrides: dict[str, dict[str, Any]], fields: dict[str, tuple[str, str]],
+                values: dict[str, Any]) -> frozenset[tuple[str, str]]:
+    """Flags that are config fields join the ``--set`` overrides, one rule for both: a flag
+    left at its default sets nothing (the config's own default, or ``--set``, decides); a
+    flag given on the command line sets its field, and the same field given by ``--set``
+    too is refused rather than one of them silently winning."""
+    from dhim_ray.errors import ConfigError
+
+    flagged = set()
+    for param, (section, name) in fields.items():
+        if ctx.get_parameter_source(param) in (None, ParameterSource.DEFAULT):
+            continue
+        if name in overrides[section]:
+            flag = FLAGS.get(param, f"--{param.replace('_', '-')}")
+            raise ConfigError(f"{flag} and --set {section}.{name}: the same setting given twice; give it once")
+        overrides[section][name] = values[param]
+        flagged.add((section, name))
+    return frozenset(flagged)
+
+
+def build_config(bits: int, formulation: str, overrides: dict[str, dict[str, Any]],
+                 flagged: frozenset[tuple[str, str]] = frozenset()):
     """The shipped (or the paper's) config for ``bits``, then ``overrides`` per section:
-    flags and ``--set`` pairs arrive here as one dict, the one path into a config."""
+    flags and ``--set`` pairs arrive here as one dict, the one path into a config, and the
+    config's own checks judge both. ``flagged``: the (section, field)s a flag set; an error
+    in any other names its ``--set`` pair."""
     from dhim_ray.config import as_published, config_for_bits
     from dhim_ray.errors import ConfigError
     from dhim_ray.retrieval.codes import check_n_bits
@@ -220,12 +258,20 @@ def build_config(bits: int, formulation: str, overrides: dict[str, dict[str, Any
     cfg = config_for_bits(bits)
     if formulation == "paper":
         cfg = as_published(cfg)
-    return cfg.replace(**{name: values for name, values in overrides.items() if values})
+    try:
+        return cfg.replace(**{name: values for name, values in overrides.items() if values})
+    except ConfigError as exc:  # "beta=-1: ..." names the field: say how it was given
+        field_name = str(exc).partition("=")[0]
+        for section, values in overrides.items():
+            if field_name in values and (section, field_name) not in flagged:
+                raise ConfigError(f"--set {section}.{exc}") from None
+        raise
 
 
 @app.command()
 @handle_errors
 def train(
+    ctx: typer.Context,
     corpus: Annotated[str, typer.Argument(help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id.")],
     bits: Annotated[int, typer.Option("--bits", "-b", rich_help_panel="Model", help="Code length: a multiple of 8 in 8..1024.")] = 64,
     encoder: Encoder = "all-MiniLM-L6-v2",
@@ -237,25 +283,7 @@ def train(
         rich_help_panel="Training", help="What picks the epoch on the val slice: labels (tie-aware P@100), neighbours (label-free: how much of each "
              "val document's cosine top-100 under the frozen encoder its codes recover), objective (label-free: the "
              "training loss on the val slice), or auto: labels when the corpus has them, else neighbours.")] = "auto",
-    batch_size: Annotated[int | None, typer.Option(hidden=True, help="Global batch size [default: per bit length].")] = None,
-    lr: Annotated[float | None, typer.Option(hidden=True, help="Adam learning rate [default: per bit length].")] = None,
-    alpha: Annotated[float | None, typer.Option(hidden=True, help="Bernoulli temperature [default: per bit length].")] = None,
-    beta: Annotated[float | None, typer.Option(hidden=True, help="Regulariser weight [default: per bit length].")] = None,
-    regulariser: Annotated[str | None, typer.Option(hidden=True, help="Regulariser target: cls, mean or none.")] = None,
-    target_transform: Annotated[str | None, typer.Option(
-        hidden=True, help="Fit this on the corpus and apply it to the regulariser target: none, whitening or flow; auto trains with "
-             "none and with whitening and keeps the one the val slice scores higher (2x the epochs) [none].")] = None,
-    neighbour_transform: Annotated[str | None, typer.Option(
-        hidden=True, help="Pick neighbour positives by cosine after this transform: none, whitening or flow [none].")] = None,
     formulation: Annotated[str, typer.Option(rich_help_panel="Model", help="shipped, or paper (the reference code and its quirks).")] = "shipped",
-    neighbours: Annotated[int | None, typer.Option(hidden=True, help="Top-m cosine neighbours as extra positives; 0 = off [10].")] = None,
-    crop_tokens: Annotated[int | None, typer.Option(hidden=True, help="Train on random windows of N words; 0 = off [64].")] = None,
-    filters: Annotated[int | None, typer.Option(hidden=True, help="CNN filters per window [64; paper 256].")] = None,
-    init: Annotated[str | None, typer.Option(
-        hidden=True, help="random, or itq: add a linear path that starts as ITQ [itq at 16 bits, random above].")] = None,
-    cleaning: Annotated[str | None, typer.Option(
-        hidden=True, help="Text cleaning: unicode (every script) or ascii (the paper's) [unicode; paper: ascii].")] = None,
-    feature_dropout: Annotated[float, typer.Option(hidden=True, help="Dropout on cached features during training.")] = 0.0,
     seed: Annotated[int, typer.Option(rich_help_panel="Training", help="Random seed.")] = 0,
     set_: Annotated[list[str] | None, typer.Option("--set", rich_help_panel="Model", help="Any config field, SECTION.FIELD=VALUE (repeatable), e.g. model.alpha=0.5 or train.lr=1e-3: docs/configuration.md lists them all.")] = None,
     text_column: TextColumn = None,
@@ -291,21 +319,20 @@ def train(
 
     check_cache_dir(cache_dir)
     overrides = parse_overrides(list(set_ or []))
-    overrides["features"].update({"encoder": encoder, "max_words": max_words},
-                                 **({"cleaning": cleaning} if cleaning is not None else {}))
-    flags = {"train": {"max_epochs": epochs, "patience": patience, "select": select, "seed": seed,
-                       "feature_dropout": feature_dropout,
-                       "batch_size": batch_size, "lr": lr, "beta": beta, "neighbours": neighbours,
-                       "crop_tokens": crop_tokens},
-             "model": {"alpha": alpha, "regulariser": regulariser, "n_filters": filters, "init": init,
-                       "target_transform": target_transform, "neighbour_transform": neighbour_transform}}
-    for section, values in flags.items():
-        overrides[section].update({k: v for k, v in values.items() if v is not None})
-    if init is not None:
-        from dhim_ray.config import init_levers
+    flagged = given_flags(ctx, overrides, {"encoder": ("features", "encoder"), "max_words": ("features", "max_words"),
+                                 "epochs": ("train", "max_epochs"), "patience": ("train", "patience"),
+                                 "select": ("train", "select"), "seed": ("train", "seed")}, locals())
+    if "n_bits" in overrides["model"]:  # the code length picks the per-length defaults: one way to give it
+        if ctx.get_parameter_source("bits") not in (None, ParameterSource.DEFAULT):
+            raise ConfigError("--bits and --set model.n_bits: the same setting given twice; give it once")
+        bits = overrides["model"].pop("n_bits")
+        from dhim_ray.retrieval.codes import check_n_bits
 
-        overrides["model"].update(init_levers(init))
-    cfg = build_config(bits, formulation, overrides)
+        try:
+            check_n_bits(bits)
+        except ConfigError as exc:
+            raise ConfigError(f"--set model.{exc}") from None
+    cfg = build_config(bits, formulation, overrides, flagged)
     spec = corpus_spec(corpus, text_column, label_column, drop_empty, limit)
     name = Path(spec.name).name if Path(spec.name).exists() else spec.name.replace("/", "_")
     from dhim_ray.jobs.ray_env import cluster_address
@@ -331,7 +358,7 @@ def train(
                                   feature_memory_gb=feature_memory)
     result = {"out": str(out_dir), "n_bits": bits, **{k: v for k, v in summary.items() if k != "history"}}
     choice = summary.get("target_transform")
-    if isinstance(choice, dict) and not as_json:  # --target-transform auto: what it chose, and from what
+    if isinstance(choice, dict) and not as_json:  # model.target_transform=auto: what it chose, and from what
         result["target_transform"] = f"{choice['chosen']} (auto)"
         result["target_scores"] = ", ".join(f"{t} {v:.4f}" for t, v in choice["scores"].items())
     print_result(result, as_json, title=f"trained {out_dir}")
@@ -580,9 +607,12 @@ def serve(
         help="Env variable holding the bearer token clients must send (Authorization: Bearer ...) [none: open].")] = None,
     max_batch_size: Annotated[int, typer.Option(help="Requests hashed in one encoder pass (1 = no batching).")] = 32,
     nprobe: Nprobe = None,
+    allow_open: Annotated[bool, typer.Option(
+        help="Serve without --api-token-env on an address other hosts can reach (off: refused).")] = False,
 ):
     """Serve Hamming search over HTTP (Ray Serve): POST /search, POST /hash, GET /health, GET /docs."""
-    import time
+    import signal
+    import threading
 
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.jobs.serve import ServeOptions, start_service, token_digest
@@ -590,15 +620,23 @@ def serve(
     MilvusTarget(uri, collection, token_env=token_env)  # a malformed name or URI fails before the model loads
     options = ServeOptions(str(model_dir.resolve()), uri, collection, token_env, nprobe, token_digest(api_token_env),
                            max_batch_size)
-    url = start_service(options, host, port, replicas, address)
+    stop = threading.Event()
+    url = start_service(options, host, port, replicas, address, allow_open)
+    # SIGTERM (systemd, docker stop, kill) stops the service as Ctrl-C does: cleanly, in one line.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     typer.echo(f"serving {collection} at {url} (POST /search, POST /hash, GET /health, GET /docs); Ctrl-C stops")
     try:
-        while True:
-            time.sleep(3600)
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
     finally:
+        import ray
         from ray import serve as ray_serve
 
         ray_serve.shutdown()
+        ray.shutdown()
+    logger.info("stopped serving %s", collection)
 
 
 def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:

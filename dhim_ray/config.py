@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -40,12 +39,12 @@ class FeatureConfig:
 
     def __post_init__(self) -> None:
         if self.cleaning not in CLEANINGS:
-            raise ConfigError(f"cleaning {self.cleaning!r}: choose {' or '.join(CLEANINGS)}")
+            raise ConfigError(f"cleaning={self.cleaning!r}: choose {' or '.join(CLEANINGS)}")
         if not isinstance(self.encoder, str) or not self.encoder.strip():
             raise ConfigError(f"encoder={self.encoder!r}: give a model name or path, e.g. {DEFAULT_ENCODER}")
-        if not 1 <= self.max_words <= 100_000:
+        if not _is_int(self.max_words) or not 1 <= self.max_words <= 100_000:
             raise ConfigError(f"max_words={self.max_words}: must be between 1 and 100000, e.g. 50")
-        if self.max_tokens and not 3 <= self.max_tokens <= 8192:
+        if not _is_int(self.max_tokens) or (self.max_tokens and not 3 <= self.max_tokens <= 8192):
             raise ConfigError(f"max_tokens={self.max_tokens}: must be 0 (auto) or between 3 and 8192")
 
     @property
@@ -75,16 +74,19 @@ class ModelConfig:
     neighbour_transform: str = "none"  # the space whose cosine picks the neighbour positives
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "windows", tuple(int(w) for w in self.windows))
+        windows = tuple(self.windows)
+        if not windows or len(windows) > MAX_WINDOWS or any(not _is_int(w) or not 1 <= w <= MAX_WINDOW or w % 2 == 0
+                                                           for w in windows):
+            raise ConfigError(f"windows={list(windows)}: need 1 to {MAX_WINDOWS} odd whole sizes between 1 and "
+                              f"{MAX_WINDOW} ('same' padding), e.g. [1, 3, 5]")
+        object.__setattr__(self, "windows", windows)
         check_n_bits(self.n_bits)
-        if self.hidden_size < 1:
-            raise ConfigError(f"hidden_size {self.hidden_size}: must be positive")
-        if self.n_filters < 1:
-            raise ConfigError(f"n_filters={self.n_filters}: must be positive, e.g. 256")
-        if not self.windows or any(w < 1 or w % 2 == 0 for w in self.windows):
-            raise ConfigError(f"windows {self.windows}: need odd sizes >= 1 for 'same' padding, e.g. (1, 3, 5)")
-        if not 0 < self.alpha < math.inf:
-            raise ConfigError(f"alpha={self.alpha}: must be > 0, e.g. 0.1")
+        if not _is_int(self.hidden_size) or not 1 <= self.hidden_size <= 16384:
+            raise ConfigError(f"hidden_size={self.hidden_size}: must be between 1 and 16384")
+        if not _is_int(self.n_filters) or not 1 <= self.n_filters <= 4096:
+            raise ConfigError(f"n_filters={self.n_filters}: must be between 1 and 4096, e.g. 256")
+        if not 0 < self.alpha <= 100:
+            raise ConfigError(f"alpha={self.alpha}: must be in (0, 100], e.g. 0.1")
         if self.regulariser not in ("cls", "mean", "none"):
             raise ConfigError(f"regulariser={self.regulariser!r}: choose cls, mean or none")
         if self.init not in ("random", "itq"):
@@ -142,33 +144,48 @@ class TrainConfig:
     neighbours: int = 10  # >0: a random one of each document's top-m cosine neighbours is also a positive
 
     def __post_init__(self) -> None:
-        if self.batch_size < 2:
-            raise ConfigError(f"batch_size={self.batch_size}: must be >= 2 (the loss needs negatives), e.g. 128")
+        if not _is_int(self.batch_size) or not 2 <= self.batch_size <= 65536:
+            raise ConfigError(f"batch_size={self.batch_size}: must be between 2 (the loss needs negatives) and 65536, "
+                              "e.g. 128")
         if not 0 < self.lr < 1:
             raise ConfigError(f"lr={self.lr}: must be in (0, 1), e.g. 1e-3")
-        if not 0 <= self.beta < math.inf:
-            raise ConfigError(f"beta={self.beta}: must be >= 0, e.g. 0.1")
-        if self.max_epochs < 1:
-            raise ConfigError(f"max_epochs={self.max_epochs}: must be >= 1")
-        if self.patience < 1:
-            raise ConfigError(f"patience={self.patience}: must be >= 1, e.g. 6")
-        if not self.grad_clip > 0:
-            raise ConfigError(f"grad_clip {self.grad_clip}: must be > 0, e.g. 10")
-        if self.k < 1:
-            raise ConfigError(f"k={self.k}: must be >= 1, e.g. 100")
+        if not 0 <= self.beta <= 1000:
+            raise ConfigError(f"beta={self.beta}: must be between 0 and 1000, e.g. 0.1")
+        if not _is_int(self.max_epochs) or not 1 <= self.max_epochs <= 100_000:
+            raise ConfigError(f"max_epochs={self.max_epochs}: must be between 1 and 100000")
+        if not _is_int(self.patience) or not 1 <= self.patience <= 100_000:
+            raise ConfigError(f"patience={self.patience}: must be between 1 and 100000, e.g. 6")
+        if not 0 < self.grad_clip <= 1e6:
+            raise ConfigError(f"grad_clip={self.grad_clip}: must be in (0, 1e6], e.g. 10")
+        if not _is_int(self.k) or not 1 <= self.k <= 10_000:
+            raise ConfigError(f"k={self.k}: must be between 1 and 10000, e.g. 100")
         if not 0 < self.val_fraction < 1:
-            raise ConfigError(f"val_fraction {self.val_fraction}: must be in (0, 1), e.g. 0.1")
-        if self.crop_tokens < 0:
-            raise ConfigError(f"crop_tokens={self.crop_tokens}: must be 0 (off) or positive, e.g. 64")
-        if not 0 <= self.neighbours <= 1000:
+            raise ConfigError(f"val_fraction={self.val_fraction}: must be in (0, 1), e.g. 0.1")
+        if not _is_int(self.max_val) or not 1 <= self.max_val <= 1_000_000:
+            raise ConfigError(f"max_val={self.max_val}: must be between 1 and 1000000, e.g. 1000")
+        if not _is_int(self.crop_tokens) or not 0 <= self.crop_tokens <= 100_000:
+            raise ConfigError(f"crop_tokens={self.crop_tokens}: must be 0 (off) or up to 100000, e.g. 64")
+        if not _is_int(self.neighbours) or not 0 <= self.neighbours <= 1000:
             raise ConfigError(f"neighbours={self.neighbours}: must be between 0 (off) and 1000, e.g. 10")
         if self.select not in SELECT_CRITERIA:
             raise ConfigError(f"select={self.select!r}: choose one of {', '.join(SELECT_CRITERIA)}")
-        if self.max_select_database < 0 or 0 < self.max_select_database <= self.k:
-            raise ConfigError(f"max_select_database {self.max_select_database}: 0 (all) or more than k={self.k}")
+        if (not _is_int(self.max_select_database) or self.max_select_database < 0
+                or 0 < self.max_select_database <= self.k or self.max_select_database > 100_000_000):
+            raise ConfigError(f"max_select_database={self.max_select_database}: 0 (all) or more than k={self.k} "
+                              "and at most 100000000")
         if not 0 <= self.feature_dropout < 1:
             raise ConfigError(f"feature_dropout={self.feature_dropout}: must be in [0, 1)")
         check_seed(self.seed)
+
+
+#: Convolution windows: at most this many, each at most this wide (a window is a conv of
+#: hidden_size x n_filters x window weights over every position: wider ones are n-grams
+#: no document needs, and a huge one runs for hours).
+MAX_WINDOWS, MAX_WINDOW = 8, 31
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_seed(seed: int) -> int:

@@ -88,19 +88,12 @@ class Searcher:
                 f"collection {target.collection!r} does not exist at {mask_uri(target.uri)}; "
                 "run 'dhim-ray ingest' first or check the collection name"
             )
-        if info.n_bits != self.hasher.n_bits:
+        try:  # not made by dhim-ray, another width, metric or model: refused as ingest refuses it
+            self.collection.check(self.hasher.n_bits, self.hasher.model_id)
+        except CollectionMismatchError as exc:
             self.close()
-            raise CollectionMismatchError(
-                f"collection {target.collection!r} holds {info.n_bits}-bit codes but the model makes "
-                f"{self.hasher.n_bits}-bit codes; use the model it was ingested with"
-            )
-        mid = self.hasher.model_id
-        if info.model and mid and info.model != mid:
-            self.close()
-            raise CollectionMismatchError(
-                f"collection {target.collection!r} holds codes of model {info.model}, not of {model_dir} ({mid}); "
-                "search with the model it was ingested with, or re-ingest"
-            )
+            raise CollectionMismatchError(f"{str(exc).split('; pick another')[0]}; search with the model it was "
+                                          f"ingested with ({model_dir} is {self.hasher.model_id}), or re-ingest") from None
         self.info = info
         if index is None:
             self.index = info.search_index(nprobe)

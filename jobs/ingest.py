@@ -27,6 +27,7 @@ from dhim_ray.connectors.milvus import (
     IndexSpec,
     MilvusTarget,
     check_index_for,
+    check_lite_path,
     default_index,
     document_ids,
     make_rows,
@@ -169,8 +170,11 @@ def ingest(
     del hasher
     plan = with_key_column(plan_split(corpus), id_column)
     source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")
-    with target.open() as collection:  # an unreachable store or a collection that cannot take these codes fails now
-        collection.check(n_bits, mid, overwrite, vector_dim, keys=id_column is not None)
+    if target.lite and not Path(target.uri).exists():
+        check_lite_path(target.uri)  # a new file: created below, once the rows have passed the scan
+    else:
+        with target.open() as collection:  # an unreachable store or a collection that cannot take these codes fails now
+            collection.check(n_bits, mid, overwrite, vector_dim, keys=id_column is not None)
     t0 = time.perf_counter()
     init_ray(address)
     check_capacity(workers, use_gpu)

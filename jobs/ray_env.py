@@ -58,7 +58,10 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
     quiet_ray(verbose)
     if ray.is_initialized():
         return
-    kwargs = dict(include_dashboard=False, logging_level=logging.DEBUG if verbose else logging.ERROR,
+    # Without -v Ray says nothing itself: a local start that fails and is retried, or a
+    # dashboard process that does not come up (the CLI needs none), is not the user's news;
+    # what does fail reaches them as this project's one line.
+    kwargs = dict(include_dashboard=False, logging_level=logging.DEBUG if verbose else logging.CRITICAL,
                   log_to_driver=verbose, ignore_reinit_error=True)
     if address:
         if address != "auto":
@@ -116,8 +119,8 @@ def _start_local(num_cpus: int | None, kwargs: dict) -> None:
             return
         except Exception as exc:  # Ray raises bare Exception for a node that timed out
             last = exc
-            logger.warning("starting a local Ray failed (attempt %d of %d): %s", attempt, LOCAL_START_ATTEMPTS,
-                           _first_line(exc))
+            logger.debug("starting a local Ray failed (attempt %d of %d): %s", attempt, LOCAL_START_ATTEMPTS,
+                         _first_line(exc))
             try:
                 ray.shutdown()  # stops the half-started processes of this attempt
             except Exception as cleanup:
@@ -151,9 +154,10 @@ def _check_address(address: str) -> None:
 
 
 def quiet_ray(verbose: bool = False) -> None:
-    """Ray's own loggers at ERROR (or DEBUG with -v)."""
+    """Ray's own loggers silent (or at DEBUG with -v): errors that matter reach the user as
+    exceptions, which the CLI prints in one line."""
     for name in RAY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.ERROR)
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.CRITICAL)
 
 
 @contextlib.contextmanager

@@ -16,9 +16,10 @@ the next request. ``dhim-ray serve`` starts it; ``serve.yaml`` deploys it on a c
 
 import asyncio
 import hashlib
-import hmac
+import ipaddress
 import logging
 import os
+import socket
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -28,11 +29,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ray import serve
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dhim_ray.connectors.milvus import MAX_SEARCH_K, MilvusTarget, is_lite, mask_uri
-from dhim_ray.errors import ConfigError, DataError, DHIMRayError, StoreError
+from dhim_ray.errors import ConfigError, DataError, StoreError
 from dhim_ray.hasher import Hasher, check_texts
 from dhim_ray.search import Searcher
+
+from .http_guard import MAX_BODY_BYTES, RequestGuard, token_matches
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +47,8 @@ MAX_K = 1000
 MAX_RERANK = 16
 #: Seconds a client is told to wait before retrying while Milvus is unreachable.
 RETRY_AFTER_S = 5
+#: Seconds /health waits for Milvus' row count before answering 503 (a hung server).
+HEALTH_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -70,9 +76,13 @@ class ServeOptions:
 
 
 def token_digest(token_env: str | None) -> str:
-    """The sha256 of the bearer token in environment variable ``token_env`` ("" for None)."""
-    if not token_env:
+    """The sha256 of the bearer token in environment variable ``token_env`` ("" for None;
+    an empty name is a mistake, not a request for no token)."""
+    if token_env is None:
         return ""
+    if not token_env.strip():
+        raise ConfigError("api_token_env='': an empty variable name; name the variable holding the token "
+                          "(e.g. DHIM_RAY_API_TOKEN), or leave the option out to serve without one")
     token = os.environ.get(token_env, "")
     if not token:
         raise ConfigError(f"api_token_env={token_env}: the environment variable is not set or empty; "
@@ -111,6 +121,17 @@ def _error(status: int, message: str, field: str | None = None, headers: dict | 
 
 app = FastAPI(title="dhim-ray query service",
               description="Hash texts with a DHIM model and search its Milvus collection by Hamming distance.")
+#: What this process' guard checks: the replica fills it in (QueryService.__init__).
+REPLICA_GUARD: dict[str, Any] = {"api_token_sha256": "", "max_body_bytes": MAX_BODY_BYTES}
+app.add_middleware(RequestGuard, settings=REPLICA_GUARD)
+
+
+@app.exception_handler(StarletteHTTPException)
+async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    detail = exc.detail if isinstance(exc.detail, str) else "bad request"
+    if exc.status_code == 400:
+        detail = "body: not valid JSON in UTF-8; send a JSON object such as {\"texts\": [\"a query\"]}"
+    return _error(exc.status_code, detail, "body" if exc.status_code == 400 else None, headers=exc.headers)
 
 
 @app.exception_handler(RequestValidationError)
@@ -118,10 +139,15 @@ async def _bad_request(_request: Request, exc: RequestValidationError) -> JSONRe
     first = exc.errors()[0]
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     field = ".".join(loc) or "body"
-    if first.get("type") == "json_invalid":
+    if first.get("type") in ("json_invalid", "json_type"):
         return _error(400, "body: not valid JSON; send a JSON object such as {\"texts\": [\"a query\"]}", "body")
     message = first.get("msg", "invalid").removeprefix("Value error, ")
     return _error(422, f"{field}: {message}", field)
+
+
+@app.exception_handler(RecursionError)
+async def _too_deep(_request: Request, _exc: RecursionError) -> JSONResponse:
+    return _error(400, "body: JSON nested too deeply; send a flat object such as {\"texts\": [\"a query\"]}", "body")
 
 
 @app.exception_handler(Exception)
@@ -148,6 +174,9 @@ class QueryService:
 
     def __init__(self, options: dict):
         self.options = ServeOptions(**options)
+        from dhim_ray.jobs import serve as this_module  # the module this process serves from, by name
+
+        this_module.REPLICA_GUARD["api_token_sha256"] = self.options.api_token_sha256
         self.hasher = Hasher.load(self.options.model_dir)
         self.target = MilvusTarget(self.options.uri, self.options.collection, token_env=self.options.token_env)
         self.searcher: Searcher | None = None
@@ -158,11 +187,9 @@ class QueryService:
 
     # ---- plumbing ------------------------------------------------------------------------
     def _authorised(self, request: Request) -> bool:
-        if not self.options.api_token_sha256:
-            return True
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        given = hashlib.sha256(token.strip().encode()).hexdigest()
-        return scheme.lower() == "bearer" and hmac.compare_digest(given, self.options.api_token_sha256)
+        """The guard has checked already; checked again here so a deployment whose guard
+        was left out still refuses."""
+        return token_matches(request.headers.get("authorization", ""), self.options.api_token_sha256)
 
     async def _searcher(self) -> Searcher:
         async with self._lock:
@@ -245,9 +272,11 @@ class QueryService:
     async def health(self):
         """The model and collection served, with its row count; 503 while Milvus is down."""
         try:
-            searcher = await self._searcher()
-            rows = await asyncio.to_thread(searcher.count)
-        except (MilvusDown, StoreError, DHIMRayError) as exc:
+            searcher = await asyncio.wait_for(self._searcher(), HEALTH_TIMEOUT_S)
+            rows = await asyncio.wait_for(asyncio.to_thread(searcher.count), HEALTH_TIMEOUT_S)
+        except TimeoutError:  # a hung server: answer now; the stuck call ends with its own timeout
+            return self._milvus_down(TimeoutError(f"no answer within {HEALTH_TIMEOUT_S:g} s"))
+        except Exception as exc:  # MilvusDown, StoreError, or whatever a broken connection raises
             await self._drop_searcher()
             return self._milvus_down(exc)
         return {"status": "ok", "model": self.hasher.model_id, "n_bits": self.hasher.n_bits,
@@ -283,19 +312,66 @@ def preflight(options: ServeOptions) -> dict[str, Any]:
         return {"model": s.hasher.model_id, "n_bits": s.hasher.n_bits, "rows": s.count()}
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (127.0.0.0/8, ::1, localhost)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except (socket.gaierror, UnicodeError):
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def check_listen(host: str, port: int, open_access: bool, allow_open: bool = False) -> None:
+    """Refuse, before anything starts, what would serve the wrong thing or the wrong people:
+    a port out of range, a host that is not an address of this machine, a port another
+    process already listens on (a second service would share it and split the requests),
+    and a service without a token on a non-loopback address unless ``allow_open``."""
+    if isinstance(port, bool) or not 0 < port < 65536:
+        raise ConfigError(f"port={port}: must be between 1 and 65535")
+    if open_access and not is_loopback(host) and not allow_open:
+        raise ConfigError(f"host={host}: a service without a token on an address other hosts can reach; set "
+                          "--api-token-env VAR (clients send Authorization: Bearer ...), or pass --allow-open")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ConfigError(f"host={host}: not an address of this machine ({exc}); use 127.0.0.1 or 0.0.0.0") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT of an earlier run is fine
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno in (98, 48):  # EADDRINUSE (Linux, macOS)
+                raise ConfigError(f"port={port}: {host}:{port} is in use by another process (another service?); "
+                                  "stop it or pick another --port") from None
+            raise ConfigError(f"host={host}: cannot listen there ({exc.strerror or exc}); use 127.0.0.1 or "
+                              "0.0.0.0") from None
+
+
 def start_service(options: ServeOptions, host: str = "127.0.0.1", port: int = 8000, replicas: int = 1,
-                  address: str | None = None) -> str:
+                  address: str | None = None, allow_open: bool = False) -> str:
     """Start Ray (or join ``address``) and the service; returns its base URL. ``serve.shutdown()``
     stops it. Serve's HTTP address is fixed when Serve first starts in a Ray cluster: a second
-    service in the same cluster listens where the first did."""
-    from .ray_env import init_ray
+    service in the same cluster listens where the first did. The HTTP proxy runs the
+    RequestGuard, so an oversized or unauthorised request stops there."""
+    from starlette.middleware import Middleware
+
+    from .ray_env import cluster_address, init_ray
 
     check_replicas(options.uri, replicas)
-    if not 0 < port < 65536:
+    if cluster_address(address) is None:  # the proxy listens on this machine
+        check_listen(host, port, not options.api_token_sha256, allow_open)
+    elif isinstance(port, bool) or not 0 < port < 65536:
         raise ConfigError(f"port={port}: must be between 1 and 65535")
     preflight(options)
     init_ray(address)
-    serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "WARNING"})
+    guard = Middleware(RequestGuard, api_token_sha256=options.api_token_sha256)
+    serve.start(http_options={"host": host, "port": port, "middlewares": [guard]},
+                logging_config={"log_level": "WARNING"})
     serve.run(QueryService.options(num_replicas=replicas).bind(asdict(options)), name="dhim-ray", route_prefix="/",
               blocking=False)
     url = f"http://{host}:{port}"

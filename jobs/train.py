@@ -6,7 +6,7 @@
 2. Every worker opens only its shard of the store (in memory when it fits its share
    of ``--feature-memory``, else read batch by batch) and runs the library's one
    training loop (``dhim_ray.training.loop.fit``) with a ``ProcessGroup`` collective:
-   ``--batch-size`` stays the global batch (each of N workers takes batch/N documents
+   ``train.batch_size`` stays the global batch (each of N workers takes batch/N documents
    and all-gathers the codes); each rank hashes its share of the selection sample,
    scores its share of the val split and of the held-out objective, one all-reduce
    sums the shares, and rank 0 decides early stopping for all.
@@ -308,7 +308,7 @@ class RayTrain:
     def resume_point(self, out: Path, auto: bool) -> Path:
         if auto:
             if Path(self.opts.resume).resolve() != out:
-                raise ConfigError(f"resume={self.opts.resume}: a --target-transform auto run resumes from its --out "
+                raise ConfigError(f"resume={self.opts.resume}: a model.target_transform=auto run resumes from its --out "
                                   f"folder ({out}), which keeps the targets it finished")
             return out
         return Path(find_resume_checkpoint(self.opts.resume))

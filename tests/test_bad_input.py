@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -69,7 +70,44 @@ def world(tmp_path_factory, toy_folder, tiny_bert, tiny_config):
     write_csv(root / "strlab" / "train.csv", [(["sport", "politics"][i % 2], f"football vote goal {i}")
                                              for i in range(20)], header=True)
     (root / "notadb.db").write_text("this is a text file, not a milvus-lite database\n")
-    return {"root": root, "model": model, "db": db, "toy": toy_folder, "bert": tiny_bert, "truncated": truncated}
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": [["football", "goal"], ["vote"]], "label": [1, 2]}), root / "listtext.parquet")
+    pq.write_table(pa.table({"text": [{"x": 1}, {"x": 2}], "label": [1, 2]}), root / "structtext.parquet")
+    foreign_collections(str(db))
+    busy = socket.socket()  # a port another program listens on
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    yield {"root": root, "model": model, "db": db, "toy": toy_folder, "bert": tiny_bert, "truncated": truncated,
+           "busy_port": busy.getsockname()[1]}
+    busy.close()
+
+
+def foreign_collections(db: str) -> None:
+    """Collections another program made in the same file: one whose description is a JSON
+    list, one with dhim-ray's description but a JACCARD index, one with a VARCHAR id."""
+    from pymilvus import DataType, MilvusClient
+
+    from dhim_ray.connectors.milvus import FORMAT, release
+
+    client = MilvusClient(db)
+    ours = json.dumps({"format": FORMAT, "model": ""})
+    for name, description, id_type, metric in (("foreign_list", "[1, 2]", DataType.INT64, "HAMMING"),
+                                               ("foreign_jaccard", ours, DataType.INT64, "JACCARD"),
+                                               ("foreign_varchar", ours, DataType.VARCHAR, "HAMMING")):
+        schema = client.create_schema(description=description)
+        schema.add_field("id", id_type, is_primary=True, **({"max_length": 64} if id_type == DataType.VARCHAR else {}))
+        schema.add_field("code", DataType.BINARY_VECTOR, dim=16)
+        for field in ("label", "row"):
+            schema.add_field(field, DataType.INT64)
+        for field in ("text", "source"):
+            schema.add_field(field, DataType.VARCHAR, max_length=256)
+        index = client.prepare_index_params()
+        index.add_index("code", index_type="BIN_FLAT", metric_type=metric)
+        client.create_collection(name, schema=schema, index_params=index)
+    client.close()
+    release(db)
 
 
 def T(*args):  # train on the toy corpus with the tiny BERT
@@ -94,33 +132,54 @@ CASES = [
     (T("--bits", "abc"), 2, "Invalid value for '--bits'"),
     (T("--bits", ""), 2, "Invalid value for '--bits'"),
     (T("--bits", "2048"), 2, "--bits 2048: must be a multiple of 8"),
-    (T("--epochs", "0"), 2, "--epochs 0: must be >= 1"),
+    (T("--epochs", "0"), 2, "--epochs 0: must be between 1 and 100000"),
     (T("--epochs", "x"), 2, "Invalid value for '--epochs'"),
-    (T("--patience", "0"), 2, "--patience 0: must be >= 1"),
-    (T("--batch-size", "1"), 2, "--batch-size 1: must be >= 2"),
-    (T("--lr", "0"), 2, "--lr 0.0: must be in (0, 1)"),
-    (T("--lr", "fast"), 2, "Invalid value for '--lr'"),
-    (T("--alpha", "0"), 2, "--alpha 0.0: must be > 0"),
-    (T("--beta", "-1"), 2, "--beta -1.0: must be >= 0"),
-    (T("--regulariser", "x"), 2, "--regulariser 'x': choose cls, mean or none"),
+    (T("--patience", "0"), 2, "--patience 0: must be between 1 and 100000"),
+    (T("--set", "train.batch_size=1"), 2, "--set train.batch_size=1: must be between 2"),
+    (T("--set", "train.lr=0"), 2, "--set train.lr=0.0: must be in (0, 1)"),
+    (T("--set", "train.lr=fast"), 2, "--set 'train.lr=fast': expected a float value"),
+    (T("--set", "model.alpha=0"), 2, "--set model.alpha=0.0: must be in (0, 100]"),
+    (T("--set", "train.beta=-1"), 2, "--set train.beta=-1.0: must be between 0 and 1000"),
+    (T("--set", "model.regulariser=x"), 2, "--set model.regulariser='x': choose cls, mean or none"),
     (T("--formulation", "x"), 2, "--formulation 'x': choose shipped or paper"),
-    (T("--neighbours", "-1"), 2, "--neighbours -1: must be between 0 (off) and 1000"),
-    (T("--crop-tokens", "-1"), 2, "--crop-tokens -1: must be 0 (off) or positive"),
-    (T("--filters", "0"), 2, "--filters 0: must be positive"),
-    (T("--init", "pca"), 2, "--init 'pca': choose random or itq"),
-    (T("--cleaning", "latin"), 2, "cleaning 'latin': choose unicode or ascii"),
-    (T("--feature-dropout", "1.5"), 2, "--feature-dropout 1.5: must be in [0, 1)"),
+    (T("--set", "train.neighbours=-1"), 2, "--set train.neighbours=-1: must be between 0 (off) and 1000"),
+    (T("--set", "train.crop_tokens=-1"), 2, "--set train.crop_tokens=-1: must be 0 (off) or up to 100000"),
+    (T("--set", "model.n_filters=0"), 2, "--set model.n_filters=0: must be between 1 and 4096"),
+    (T("--set", "model.init=pca"), 2, "--set model.init='pca': choose random or itq"),
+    (T("--set", "features.cleaning=latin"), 2, "--set features.cleaning='latin': choose unicode or ascii"),
+    (T("--set", "train.feature_dropout=1.5"), 2, "--set train.feature_dropout=1.5: must be in [0, 1)"),
+    # --set and flags: one resolution, every value checked, every number bounded
+    (T("--set", "train.seed=-1"), 2, "--set train.seed=-1: must be an integer between 0 and 4294967295"),
+    (T("--set", "train.feature_dropout=NaN"), 2, "--set train.feature_dropout=nan: must be in [0, 1)"),
+    (T("--set", "train.patience=0"), 2, "--set train.patience=0: must be between 1 and 100000"),
+    (["train", "{toy}", "--encoder", "{bert}", "--out", "{root}/out", "--set", "features.max_words=0"], 2,
+     "--set features.max_words=0: must be between 1 and 100000"),
+    (T("--set", "features.max_words=30"), 2, "--max-words and --set features.max_words: the same setting given twice"),
+    (T("--set", "model.windows=[1.5]"), 2, "--set model.windows=[1.5]: need 1 to 8 odd whole sizes"),
+    (T("--set", "model.windows=[1,3,100001]"), 2, "--set model.windows=[1, 3, 100001]: need 1 to 8 odd whole sizes"),
+    (T("--set", "model.n_filters=1000000"), 2, "--set model.n_filters=1000000: must be between 1 and 4096"),
+    (T("--set", "train.max_epochs=10000000"), 2, "--set train.max_epochs=10000000: must be between 1 and 100000"),
+    (T("--set", "train.batch_size=10000000"), 2, "--set train.batch_size=10000000: must be between 2"),
+    (T("--seed", "3", "--set", "train.seed=5"), 2, "--seed and --set train.seed: the same setting given twice"),
+    (T("--epochs", "3", "--set", "train.max_epochs=5"), 2, "--epochs and --set train.max_epochs: the same setting"),
+    (["train", "{toy}", "--max-words", "12", "--out", "{root}/out", "--set", "features.encoder={root}/nomodel"], 2,
+     "nomodel"),
+    (T("--device", "meta"), 2, "--device meta: dhim-ray runs on cpu, cuda or mps"),
+    (T("--device", "mps"), 2, "--device mps: this machine has no Apple GPU"),
+    (T("--device", "cuda:3"), 2, "--device cuda:3: this machine has no CUDA GPU"),
     (T("--max-words", "0"), 2, "--max-words 0: must be between 1 and 100000"),
     (T("--max-words", "500"), 2, "--max-words 500 needs 501 tokens"),
     (T("--workers", "0"), 2, "--workers 0: must be >= 1"),
     (T("--feature-memory", "-1"), 2, "--feature-memory -1.0: must be a finite number >= 0 GiB"),
     (T("--select", "best"), 2, "--select 'best': choose one of auto, labels, neighbours, objective"),
-    (T("--target-transform", "pca"), 2, "--target-transform 'pca': choose one of none, whitening, flow, auto"),
-    (T("--target-transform", "auto", "--select", "objective"), 2,
-     "--target-transform auto compares the targets' val scores, but --select objective scores each by its own loss"),
-    (T("--neighbour-transform", "zca"), 2, "--neighbour-transform 'zca': choose one of none, whitening, flow"),
-    (T("--target-transform", "flow", "--regulariser", "none"), 2,
-     "--target-transform 'flow' transforms the regulariser target: also set --regulariser mean or cls"),
+    (T("--set", "model.target_transform=pca"), 2,
+     "--set model.target_transform='pca': choose one of none, whitening, flow, auto"),
+    (T("--set", "model.target_transform=auto", "--select", "objective"), 2,
+     "model.target_transform=auto compares the targets' val scores, but --select objective scores each by its own loss"),
+    (T("--set", "model.neighbour_transform=zca"), 2,
+     "--set model.neighbour_transform='zca': choose one of none, whitening, flow"),
+    (T("--set", "model.target_transform=flow", "--set", "model.regulariser=none"), 2,
+     "target_transform='flow' transforms the regulariser target: also set regulariser=mean or cls"),
     # refine
     (["refine", "{toy}", "--out", "{root}/r1", "--method", "simcse"], 2, "--method 'simcse': choose one of sg-opt"),
     (["refine", "{toy}", "--out", "{root}/r1", "--encoder", "{bert}", "--temperature", "0"], 2,
@@ -239,6 +298,7 @@ CASES = [
      "cannot reach Milvus at http://127.0.0.1:1/?***"),
     (T("--workers", "99"), 1, "CPUs and takes at most one worker per CPU; use at most"),
     (T("--seed", "-1"), 2, "--seed -1: must be an integer between 0 and 4294967295"),
+    (T("--cache-dir", "/proc/1/dhim-cache"), 2, "cannot be written; give a writable folder"),
     (["refine", "{toy}", "--out", "{root}/r2", "--encoder", "{bert}", "--seed", "-1"], 2, "--seed -1: must be"),
     (T("--cache-dir", "{root}/afile"), 2, "afile is a file, not a folder"),
     (E("--cache-dir", "{root}/afile/sub"), 2, "afile is a file, not a folder"),
@@ -258,6 +318,34 @@ CASES = [
      "--api-token-env DHIM_RAY_NO_SUCH_VAR: the environment variable is not set"),
     (["serve", "{model}", "--collection", "toy_16", "--uri", "{db}", "--max-batch-size", "0"], 2,
      "--max-batch-size 0: must be between 1 and 1024"),
+    (["serve", "{model}", "--collection", "toy_16", "--uri", "{db}", "--api-token-env", ""], 2,
+     "--api-token-env '': an empty variable name"),
+    (["serve", "{model}", "--collection", "toy_16", "--uri", "{db}", "--host", "0.0.0.0"], 2,
+     "--host 0.0.0.0: a service without a token on an address other hosts can reach"),
+    (["serve", "{model}", "--collection", "toy_16", "--uri", "{db}", "--port", "{busy_port}"], 2,
+     "is in use by another process"),
+    (["serve", "{model}", "--collection", "toy_16", "--uri", "{db}", "--host", "not a host"], 2,
+     "--host not a host: not an address of this machine"),
+    (["serve", "{model}", "--collection", "toy_16", "--uri", "{db}", "--port", "0"], 2,
+     "--port 0: must be between 1 and 65535"),
+    # Milvus addresses that do not parse
+    (S("--uri", "http://127.0.0.1:99999"), 2, "not a Milvus address (Port out of range"),
+    (S("--uri", "abc"), 2, "--uri abc: a milvus-lite file must end in .db"),
+    (S("--uri", "http://[::1"), 2, "not a Milvus address (Invalid IPv6 URL)"),
+    (["ingest", "{toy}", "--model", "{model}", "--uri", "http://127.0.0.1:99999", "--collection", "c"], 2,
+     "not a Milvus address"),
+    # a text column that holds lists or records, a collection dhim-ray did not make
+    (["train", "{root}/listtext.parquet", "--encoder", "{bert}", "--out", "{root}/o5"], 2,
+     "holds list<element: string> values, not text"),
+    (["ingest", "{root}/structtext.parquet", "--model", "{model}", "--uri", "{db}", "--collection", "c2"], 2,
+     "holds struct<x: int64> values, not text"),
+    (["search", "x", "--model", "{model}", "--uri", "{db}", "--collection", "foreign_list"], 2,
+     "it was not made by dhim-ray"),
+    (["search", "x", "--model", "{model}", "--uri", "{db}", "--collection", "foreign_jaccard"], 2,
+     "its metric is JACCARD, not HAMMING"),
+    (["search", "x", "--model", "{model}", "--uri", "{db}", "--collection", "foreign_varchar"], 2,
+     "it was not made by dhim-ray"),
+    (ING("--collection", "foreign_varchar"), 2, "it was not made by dhim-ray"),
     # files broken inside Ray Data's read tasks: the file, the row or line, what was wrong; one line
     (["ingest", "{root}/ragged.csv", "--model", "{model}", "--uri", "{db}", "--collection", "c2"], 2,
      "ragged.csv: cannot be read as csv (CSV parse error: Row #3: Expected 2 columns, got 3"),
@@ -302,13 +390,14 @@ def snapshot(world) -> str:
     finally:
         client.close()
         release(str(world["db"]))
-    return digest.hexdigest() + json.dumps(sorted((r["id"], r["text"]) for r in rows))
+    files = sorted(str(p.relative_to(world["root"])) for p in world["root"].rglob("*") if not p.name.endswith(".lock"))
+    return digest.hexdigest() + json.dumps(sorted((r["id"], r["text"]) for r in rows)) + json.dumps(files)
 
 
 @pytest.mark.parametrize("args, code, message", CASES, ids=[" ".join(a)[:80] for a, _, _ in CASES])
 def test_bad_input_is_one_line_and_changes_nothing(world, args, code, message):
     before = snapshot(world)
-    argv = [a.format(**world) for a in args]
+    argv = [a.format(**{k: str(v) for k, v in world.items()}) for a in args]
     env = dict(os.environ, COLUMNS="100", HF_HUB_OFFLINE="1", RAY_AUTH_MODE="disabled")
     run = subprocess.run([sys.executable, "-m", "dhim_ray.cli", *argv], capture_output=True, text=True, env=env,
                          timeout=300, stdin=subprocess.DEVNULL)

@@ -24,7 +24,7 @@ def test_help_keeps_bracketed_defaults():
 def trained(tmp_path_factory, toy_folder, tiny_bert):
     out = tmp_path_factory.mktemp("cli") / "model"
     r = run("train", toy_folder, "--bits", 16, "--out", out, "--encoder", tiny_bert, "--max-words", 12,
-            "--epochs", 2, "--batch-size", 32, "--json")
+            "--epochs", 2, "--set", "train.batch_size=32", "--json")
     assert r.exit_code == 0, r.output
     summary = json.loads(r.output.strip().splitlines()[-1])
     assert summary["n_bits"] == 16 and summary["epochs_run"] == 2

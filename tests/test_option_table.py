@@ -74,3 +74,60 @@ def test_every_option_refuses_a_bad_value_in_one_line(command, flag, value, monk
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert flag in err, (flag, err)
     assert list(tmp_path.iterdir()) == [], "a refused command wrote files"
+
+
+# ---- every config field through --set -------------------------------------------------------
+def set_cases():
+    """Each config field given, through --set, a value of the wrong type and values past its
+    range on both sides: every one must be refused naming the field, none silently kept."""
+    import dataclasses
+
+    from dhim_ray.config import FeatureConfig, ModelConfig, TrainConfig
+
+    out = []
+    for section, kind in (("features", FeatureConfig), ("model", ModelConfig), ("train", TrainConfig)):
+        for f in dataclasses.fields(kind):
+            default = f.default if f.default is not dataclasses.MISSING else None
+            if isinstance(default, bool):
+                bad = ["maybe", "2"]
+            elif isinstance(default, int):
+                bad = ["-1", "1000000000000", "1.5", "abc", "true"]
+            elif isinstance(default, float):
+                bad = ["-1", "1e30", "NaN", "Infinity", "abc"]
+            elif isinstance(default, tuple):
+                bad = ["[1.5]", "[]", "[100001]", "[2]", "[1,3,5,7,9,11,13,15,17]", "3"]
+            elif f.name == "encoder":
+                bad = ['""', "7"]
+            else:  # a choice among names
+                bad = ["nonsense", "1"]
+            out += [(section, f.name, value) for value in bad]
+    return out
+
+
+SET_CASES = set_cases()
+
+
+def test_the_set_table_covers_every_config_field():
+    import dataclasses
+
+    from dhim_ray.config import FeatureConfig, ModelConfig, TrainConfig
+
+    fields = {(s, f.name) for s, k in (("features", FeatureConfig), ("model", ModelConfig), ("train", TrainConfig))
+              for f in dataclasses.fields(k)}
+    assert {(s, f) for s, f, _ in SET_CASES} == fields and len(fields) >= 30
+
+
+@pytest.mark.parametrize("section, field, value", SET_CASES, ids=[f"{s}.{f}={v}" for s, f, v in SET_CASES])
+def test_every_set_field_refuses_a_bad_value_in_one_line(section, field, value, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    args = ["train", *PREFIX["train"], "--set", f"{section}.{field}={value}"]
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert exit_.value.code == 2, (args, out, err)
+    assert "Traceback" not in out + err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "--set" in err and f"{section}.{field}" in err, err
+    assert list(tmp_path.iterdir()) == [], "a refused command wrote files"

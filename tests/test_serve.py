@@ -215,3 +215,154 @@ def test_the_serve_config_file_builds_the_application(service):
     assert build_app({**args, "replicas": 1}) is not None
     assert np.all([a in ("model_dir", "uri", "collection", "token_env", "replicas", "api_token_env",
                          "max_batch_size") for a in app.args])
+
+
+# ---- hostile and careless clients: the front door ------------------------------------------
+BIG = 17 * 1024 * 1024  # past the 16 MiB body limit
+
+
+def _chunks(total: int, size: int = 1 << 20):
+    sent = 0
+    while sent < total:
+        yield b" " * min(size, total - sent)
+        sent += size
+
+
+def nested(depth: int) -> bytes:
+    return b'{"texts": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+#: (method, path, token, headers, body, status, field): every answer is {"error", "field"}.
+ABUSE = [
+    ("GET", "/nope", TOKEN, {}, None, 404, "path"),
+    ("POST", "/admin", None, {}, b"{}", 404, "path"),
+    ("GET", "/search", TOKEN, {}, None, 405, "method"),
+    ("DELETE", "/search", TOKEN, {}, None, 405, "method"),
+    ("PUT", "/hash", TOKEN, {}, b"{}", 405, "method"),
+    ("POST", "/health", None, {}, b"{}", 405, "method"),
+    ("POST", "/search", None, {}, b"x" * BIG, 401, "authorization"),  # the token before the body
+    ("POST", "/search", "wrong", {}, b'{"texts": ["q"]}', 401, "authorization"),
+    ("POST", "/search", TOKEN, {}, b"x" * BIG, 413, "body"),  # by its Content-Length
+    ("POST", "/hash", TOKEN, {}, "chunked", 413, "body"),  # streamed, no length
+    ("POST", "/search", TOKEN, {"Content-Encoding": "gzip"}, b"\x1f\x8b\x08\x00", 415, "content-encoding"),
+    ("POST", "/search", TOKEN, {}, b"\xff\xfe\x00{", 400, "body"),  # not UTF-8
+    ("POST", "/search", TOKEN, {}, "\ufeff".encode() + b'{"texts": ["q"]', 400, "body"),
+    ("POST", "/search", TOKEN, {}, nested(1000), 400, "body"),
+    ("POST", "/search", TOKEN, {}, nested(50), 422, "texts.0"),
+    ("POST", "/search", TOKEN, {}, b"[]", 422, "body"),
+    ("POST", "/search", TOKEN, {}, b"null", 422, "body"),
+]
+
+
+@pytest.mark.parametrize("method, path, token, headers, body, status, field", ABUSE,
+                         ids=[f"{m} {p} {s} {f}" for m, p, _, _, _, s, f in ABUSE])
+def test_abuse_gets_one_json_error_with_the_right_status(service, method, path, token, headers, body, status, field):
+    headers = {**headers, **({"Authorization": f"Bearer {token}"} if token else {})}
+    if body is not None:
+        headers.setdefault("Content-Type", "application/json")
+    content = _chunks(BIG) if body == "chunked" else body
+    r = httpx.request(method, service["url"] + path, content=content, headers=headers, timeout=120)
+    assert r.status_code == status, r.text[:300]
+    err = r.json()
+    assert set(err) == {"error", "field"} and err["field"] == field, err
+    assert "detail" not in err and TOKEN not in r.text
+    if status == 405:
+        assert r.headers["Allow"]
+    assert post(service, "/hash", {"texts": ["still answering"]}).status_code == 200
+
+
+def test_a_second_service_on_a_port_in_use_is_refused(service):
+    from dhim_ray.jobs.serve import ServeOptions, start_service
+
+    port = int(service["url"].rsplit(":", 1)[1])
+    options = ServeOptions(str(service["model"]), service["target"].uri, service["target"].collection)
+    with pytest.raises(ConfigError, match=f"port={port}: 127.0.0.1:{port} is in use"):
+        start_service(options, port=port)
+    # the first service still answers alone, and still wants its token
+    assert post(service, "/search", {"texts": ["q"]}, token=None).status_code == 401
+
+
+def test_an_open_service_beyond_loopback_needs_allow_open():
+    from dhim_ray.jobs.serve import check_listen, is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0")
+    with pytest.raises(ConfigError, match="--allow-open"):
+        check_listen("0.0.0.0", free_port(), open_access=True)
+    check_listen("0.0.0.0", free_port(), open_access=True, allow_open=True)
+    check_listen("0.0.0.0", free_port(), open_access=False)
+    with pytest.raises(ConfigError, match="empty variable name"):
+        from dhim_ray.jobs.serve import token_digest
+
+        token_digest("")
+
+
+def test_a_refused_open_keeps_the_holders_lock_and_the_next_writer_is_refused(service, tmp_path):
+    """While the service holds the file, a search is refused, the lock stays, and an ingest
+    into the same file is refused too (it used to run beside the service)."""
+    db = service["target"].uri
+    lock = os.path.join(os.path.dirname(db), f".{os.path.basename(db)}.lock")
+    assert os.path.exists(lock)
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    base = [sys.executable, "-m", "dhim_ray.cli"]
+    search = subprocess.run([*base, "search", "oil", "--model", str(service["model"]), "--uri", db,
+                             "--collection", "bbc16"], capture_output=True, text=True, timeout=300, env=env)
+    assert search.returncode == 1 and "open in another process" in search.stderr
+    assert len([x for x in search.stderr.splitlines() if x.strip()]) == 1, search.stderr
+    assert os.path.exists(lock), "a refused open deleted the service's lock"
+    ingest = subprocess.run([*base, "ingest", "bbc", "--limit", "20", "--model", str(service["model"]), "--uri", db,
+                             "--collection", "bbc16_more"], capture_output=True, text=True, timeout=300, env=env)
+    assert ingest.returncode == 1 and "open in another process" in ingest.stderr, ingest.stderr[-1000:]
+    assert os.path.exists(lock)
+    assert httpx.get(service["url"] + "/health", timeout=30).json()["rows"] == N
+
+
+def test_health_answers_503_at_once_while_milvus_hangs(service):
+    pids = lite_servers(service["target"].uri)
+    assert pids, "the service's milvus-lite server process was not found"
+    assert httpx.get(service["url"] + "/health", timeout=30).status_code == 200
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        r = httpx.get(service["url"] + "/health", timeout=60)
+        assert r.status_code == 503 and "not answering" in r.json()["error"] and r.headers["Retry-After"]
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    deadline = time.time() + 60
+    while (r := httpx.get(service["url"] + "/health", timeout=60)).status_code != 200 and time.time() < deadline:
+        time.sleep(1)
+    assert r.status_code == 200 and r.json()["rows"] == N
+
+
+def test_sigterm_stops_serve_cleanly_and_frees_the_file(service, tmp_path):
+    """What systemd and container runtimes send: the service stops as Ctrl-C stops it, exit 0,
+    no stack, and the milvus-lite file is free for the next process."""
+    from dhim_ray.jobs.ingest import ingest
+
+    target = MilvusTarget(str(tmp_path / "term.db"), "term16")
+    ingest(CorpusSpec("bbc", "train", limit=40), service["model"], target, workers=1, progress=False)
+    port = free_port()
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.Popen([sys.executable, "-m", "dhim_ray.cli", "serve", str(service["model"]), "--collection",
+                             "term16", "--uri", target.uri, "--port", str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline, up = time.time() + 300, False
+        while not up and time.time() < deadline and proc.poll() is None:
+            try:
+                up = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
+            except httpx.HTTPError:
+                time.sleep(1)
+        assert up, "the service did not come up"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert "Traceback" not in err and "***" not in err and "SIGTERM" not in err, err[-2000:]
+    assert "serving term16" in out
+    assert [line for line in err.splitlines() if line.strip()] == ["stopped serving term16"], err[-2000:]
+    with MilvusTarget(target.uri, "term16").open(create=False) as collection:  # the file is free again
+        assert collection.count() == 40

@@ -146,7 +146,7 @@ def test_the_cli_says_which_target_auto_chose(tmp_path, toy_folder, tiny_bert):
 
     out = tmp_path / "model"
     r = CliRunner().invoke(app, ["train", str(toy_folder), "--encoder", tiny_bert, "--max-words", "12", "--bits", "16",
-                                 "--epochs", "2", "--target-transform", "auto", "--out", str(out)],
+                                 "--epochs", "2", "--set", "model.target_transform=auto", "--out", str(out)],
                            terminal_width=200)
     assert r.exit_code == 0, r.output
     choice = read_checkpoint(out).summary["target_transform"]

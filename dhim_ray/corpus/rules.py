@@ -43,6 +43,33 @@ def label_names(values) -> list[str]:
     return sorted({str(v) for v in values if not _no_label(v)})
 
 
+#: Integer labels beyond this are not class numbers a float or a database keeps exactly.
+MAX_LABEL_NUMBER = 2**53
+
+
+def labels_are_numbers(label) -> bool:
+    """Whether a label column holds class numbers: integers (or whole floats, as a CSV
+    column with a gap reads) of at most MAX_LABEL_NUMBER. Anything else (1.2, True, 2**70,
+    text) is kept as label names, never truncated."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = label.type
+    if pa.types.is_null(kind):
+        return True
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        return False
+    valid = pc.drop_null(label)
+    if pa.types.is_floating(kind):
+        valid = pc.filter(valid, pc.invert(pc.is_nan(valid)))
+        if len(valid) and not pc.all(pc.equal(pc.floor(valid), valid)).as_py():
+            return False
+    if not len(valid):
+        return True
+    bounds = pc.min_max(valid)
+    return bounds["min"].as_py() >= -MAX_LABEL_NUMBER and bounds["max"].as_py() <= MAX_LABEL_NUMBER
+
+
 def findings(block, cleaning: str = "unicode", key_max: int | None = None) -> dict:
     """What one block holds and what is wrong with it, by the block's ``row`` numbers:
     rows whose text is empty after cleaning (or not a string), rows with no label, the
@@ -58,8 +85,12 @@ def findings(block, cleaning: str = "unicode", key_max: int | None = None) -> di
         label = block.column("label")
         values = label.to_pylist()
         out["unlabelled"] = [int(rows[j]) for j, v in enumerate(values) if _no_label(v)]
-        if not (pa.types.is_integer(label.type) or pa.types.is_floating(label.type) or pa.types.is_null(label.type)):
+        if not labels_are_numbers(label):
             out["string_labels"] = True
+            out["names"] = label_names(values)
+        elif pa.types.is_floating(label.type):
+            # whole floats here, maybe not in the next block: their names too, so a split that
+            # turns out to hold 1.5 somewhere numbers every block in one vocabulary
             out["names"] = label_names(values)
     if "key" in block.column_names:
         keys = block.column("key").to_pylist()

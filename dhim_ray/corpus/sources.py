@@ -395,6 +395,9 @@ def read_shard(shard: Shard, text_column: str | None, label_column: str | None,
             if text_column:
                 text = part.column(text_column)
                 if not pa.types.is_string(text.type) and not pa.types.is_large_string(text.type):
+                    if pa.types.is_nested(text.type) or pa.types.is_binary(text.type):
+                        raise DataError(f"{shard.path or 'the table'}: text column {text_column!r} holds {text.type} values, not "
+                                        "text; name a column of strings with --text-column")
                     text = text.cast(pa.string())
                 cols["text"] = text
             if label_column:
@@ -502,7 +505,12 @@ def _json_batch(rows: list[dict], columns: list[str], strings: tuple[str, ...], 
             return None
         return str(v) if c in strings and v is not None and not isinstance(v, str) else v
 
-    return pa.RecordBatch.from_pylist([{c: value(r, c) for c in columns} for r in rows])
+    table = [{c: value(r, c) for c in columns} for r in rows]
+    for c in columns:  # an integer past int64 (a label of 2**70): the column is read as names, never cut
+        if any(isinstance(r[c], int) and not -2**63 <= r[c] < 2**63 for r in table):
+            for r in table:
+                r[c] = None if r[c] is None else str(r[c])
+    return pa.RecordBatch.from_pylist(table)
 
 
 def _read_json_array(path: str):

@@ -355,9 +355,14 @@ def check_cache_dir(folder: str | Path | None) -> None:
 
     if folder is None:
         return
+    import os
+
     for part in (Path(folder), *Path(folder).parents):
         if part.exists():
             if not part.is_dir():
                 raise ConfigError(f"cache_dir={folder}: {part} is a file, not a folder; give a folder for the "
+                                  "feature cache")
+            if not os.access(part, os.W_OK | os.X_OK):
+                raise ConfigError(f"cache_dir={folder}: {part} cannot be written; give a writable folder for the "
                                   "feature cache")
             return

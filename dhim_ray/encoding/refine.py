@@ -45,6 +45,7 @@ from dhim_ray.config import DEFAULT_ENCODER, check_seed
 from dhim_ray.corpus.text import CLEANINGS, clean_and_truncate
 from dhim_ray.encoding.encoder import _load, resolve_encoder
 from dhim_ray.errors import CheckpointError, ConfigError, DataError, TrainingInterrupted
+from dhim_ray.folders import removed_unless_kept
 
 logger = logging.getLogger(__name__)
 
@@ -226,10 +227,16 @@ def refine_encoder(texts: list[str], out: str | Path, config: RefineConfig, *, d
     docs = [d for d in docs if d]
     if len(docs) < config.batch_size:
         raise DataError(f"{len(docs)} non-empty documents: SG-OPT needs at least batch_size={config.batch_size}")
-    partial.mkdir(parents=True, exist_ok=True)
-
     torch.manual_seed(config.seed)
-    model, tokenizer = _load(resolve_encoder(config.encoder), config.encoder)
+    model, tokenizer = _load(resolve_encoder(config.encoder), config.encoder)  # a bad encoder fails before any folder
+    with removed_unless_kept(partial, lambda folder: (folder / STATE_DIR / "progress.json").exists()):
+        partial.mkdir(parents=True, exist_ok=True)
+        return _refine(model, tokenizer, docs, out, partial, config, device, resume, progress, context)
+
+
+def _refine(model, tokenizer, docs: list[str], out: Path, partial: Path, config: RefineConfig, device: str,
+            resume: bool, progress: bool, context: dict | None) -> dict:
+    state_dir = partial / STATE_DIR
     sg = SGOPT(model, config.head_hidden).to(device)
     sg.student.train()  # dropout on, as in fine-tuning
     params = [*sg.student.parameters(), *sg.head.parameters()]

@@ -1,5 +1,5 @@
 """Training, orchestrated once: read the corpus, compute features, resume, the
-``--target-transform auto`` choice, the summary and the save (no Ray, no Milvus). Where
+``model.target_transform=auto`` choice, the summary and the save (no Ray, no Milvus). Where
 the epochs run is a ``TrainBackend``: this process (``InProcess``) or Ray Train workers
 (dhim_ray.jobs.train.RayTrain). Also the encoder refinement's entry point."""
 
@@ -20,6 +20,7 @@ from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.encoding.encoder import Features, FrozenEncoder
 from dhim_ray.encoding.refine import RefineConfig, refine_encoder
 from dhim_ray.errors import CheckpointError, TrainingFailed, TrainingInterrupted
+from dhim_ray.folders import removed_unless_kept
 from dhim_ray.model.checkpoint import (
     CONFIG_FILE,
     check_checkpoint_folder,
@@ -219,6 +220,17 @@ def train(corpus: CorpusSpec, config: DHIMConfig, out: str | Path, backend: Trai
     checkpoint).
     """
     out = Path(out)
+    with removed_unless_kept(out, _worth_keeping):
+        return _train(corpus, config, out, backend, resume)
+
+
+def _worth_keeping(out: Path) -> bool:
+    """A failed run's folder is kept when it holds something to resume or a finished model."""
+    return has_training_state(out) or any(out.rglob(CONFIG_FILE))
+
+
+def _train(corpus: CorpusSpec, config: DHIMConfig, out: Path, backend: TrainBackend,
+           resume: bool) -> tuple[FitResult, dict[str, Any]]:
     auto = target_choice.is_auto(config) or (resume and target_choice.unfinished(out))
     point = backend.resume_point(out, auto) if resume else None
     if auto:

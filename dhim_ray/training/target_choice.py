@@ -41,7 +41,7 @@ def is_auto(config: DHIMConfig) -> bool:
 def check_auto(config: DHIMConfig) -> None:
     """Refuse a selection that cannot compare the candidates, before any work."""
     if config.train.select == "objective":
-        raise ConfigError("--target-transform auto compares the targets' val scores, but --select objective scores "
+        raise ConfigError("model.target_transform=auto compares the targets' val scores, but --select objective scores "
                           "each by its own loss: select by labels or neighbours, or name the target")
 
 
@@ -62,7 +62,7 @@ def slice_score(summary: dict[str, Any]) -> float:
     """The validation slice's score of a run's chosen epoch, under the run's criterion."""
     key = SLICE_SCORE.get(summary.get("criterion") or "")
     if key is None or summary.get(key) is None:
-        raise ConfigError(f"--target-transform auto needs a val score to compare targets; this run was selected by "
+        raise ConfigError(f"model.target_transform=auto needs a val score to compare targets; this run was selected by "
                           f"{summary.get('selected_by')!r}: name the target instead")
     return float(summary[key])
 
@@ -105,5 +105,5 @@ def check_resume(out: str | Path, resume: bool) -> None:
     if resume and not unfinished(out):
         raise CheckpointError(f"resume={out}: no unfinished run there (it finished, or never started)")
     if not resume and unfinished(out):
-        raise CheckpointError(f"out={out} holds an unfinished --target-transform auto run; continue it with --resume "
+        raise CheckpointError(f"out={out} holds an unfinished model.target_transform=auto run; continue it with --resume "
                               "or pick another --out")

@@ -1,0 +1,139 @@
+"""The query service's front door: a plain ASGI middleware that answers what must never
+reach the application, before a byte of the body is read.
+
+Unknown routes (404), wrong methods (405), a missing or wrong bearer token (401), a
+compressed or otherwise encoded body (415) and a body over the limit (413: by its
+Content-Length, or counted as it streams in) get the service's one JSON error shape,
+``{"error": ..., "field": ...}``. It imports nothing heavy, so Ray Serve's HTTP proxy can
+run it (``http_options.middlewares``) as well as each replica's app.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+#: Bytes in one request body: 256 texts of 100,000 characters would need more, but a text
+#: that long is a document to ingest, not a query.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+#: Route -> (methods, whether it needs the token).
+ROUTES: dict[str, tuple[tuple[str, ...], bool]] = {
+    "/search": (("POST",), True),
+    "/hash": (("POST",), True),
+    "/health": (("GET",), False),
+    "/docs": (("GET",), False),
+    "/openapi.json": (("GET",), False),
+}
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+def token_matches(header: str, api_token_sha256: str) -> bool:
+    """Whether an Authorization header carries the bearer token whose sha256 is given
+    ("" accepts anything: a service without a token). Compared in constant time."""
+    if not api_token_sha256:
+        return True
+    scheme, _, token = header.partition(" ")
+    given = hashlib.sha256(token.strip().encode()).hexdigest()
+    return scheme.lower() == "bearer" and hmac.compare_digest(given, api_token_sha256)
+
+
+async def send_error(send: Send, status: int, message: str, field: str | None = None,
+                     headers: dict[str, str] | None = None) -> None:
+    body = json.dumps({"error": message, **({"field": field} if field else {})}).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+           *((k.lower().encode(), v.encode()) for k, v in (headers or {}).items())]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class RequestGuard:
+    """ASGI middleware: ``RequestGuard(app, api_token_sha256=..., max_body_bytes=...)``.
+    ``settings``, when given, is read at each request instead (a replica fills it in once
+    it knows its token)."""
+
+    def __init__(self, app, api_token_sha256: str = "", max_body_bytes: int = MAX_BODY_BYTES,
+                 settings: dict[str, Any] | None = None):
+        self.app = app
+        self.settings = settings if settings is not None else {"api_token_sha256": api_token_sha256,
+                                                               "max_body_bytes": max_body_bytes}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        route = ROUTES.get(path.rstrip("/") or path)
+        if route is None:
+            await send_error(send, 404, f"{path}: no such route; the service has POST /search, POST /hash, "
+                                        "GET /health and GET /docs", "path")
+            return
+        methods, protected = route
+        if scope["method"] not in methods:
+            await send_error(send, 405, f"{scope['method']} {path}: use {' or '.join(methods)}", "method",
+                             {"Allow": ", ".join(methods)})
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if protected and not token_matches(headers.get("authorization", ""),
+                                           self.settings.get("api_token_sha256", "")):
+            await send_error(send, 401, "authorization: missing or wrong bearer token", "authorization",
+                             {"WWW-Authenticate": "Bearer"})
+            return
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            await send_error(send, 415, f"content-encoding: {encoding!r} is not accepted; send plain JSON",
+                             "content-encoding")
+            return
+        limit = int(self.settings.get("max_body_bytes", MAX_BODY_BYTES))
+        declared = headers.get("content-length")
+        if declared is not None:
+            if not declared.strip().isdigit():
+                await send_error(send, 400, f"content-length: {declared!r} is not a number of bytes", "content-length")
+                return
+            if int(declared) > limit:
+                await send_error(send, 413, f"body: {int(declared)} bytes; at most {limit}", "body")
+                return
+        await self._counted(scope, receive, send, limit)
+
+    async def _counted(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        """The app with a receive that stops a body (chunked, or longer than it said) at the
+        limit; whatever the app answers then, the client gets the 413."""
+        seen, started, too_large = 0, False, False
+        too_large_error = (413, f"body: more than {limit} bytes", "body")
+
+        async def counted_receive() -> Message:
+            nonlocal seen, too_large
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    too_large = True
+                    raise _TooLarge
+            return message
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            if too_large:  # the app's own answer to the cut-off body is replaced by the 413
+                if message["type"] == "http.response.start" and not started:
+                    started = True
+                    await send_error(send, *too_large_error)
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, watched_send)
+        except _TooLarge:
+            if not started:
+                await send_error(send, *too_large_error)

@@ -1,0 +1,202 @@
+"""Careless and hostile use that needs no cluster: labels of odd types kept as names (never
+truncated), the service's front door (a plain ASGI middleware) on a small app, a refused run
+leaving the disk as it was, --set and flags resolved by one rule, and milvus-lite's lock
+left to the process that holds it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import httpx
+import pytest
+from fastapi import Request
+from typer.testing import CliRunner
+
+from dhim_ray.cli import app
+from dhim_ray.corpus.spec import CorpusSpec
+from dhim_ray.errors import ConfigError
+
+
+# ---- labels ---------------------------------------------------------------------------------
+def _corpus(tmp_path, name: str, labels: list, fmt: str = "csv"):
+    folder = tmp_path / name
+    folder.mkdir()
+    texts = [f"story {i} about football and votes" for i in range(len(labels))]
+    if fmt == "csv":
+        lines = ["label,text"] + [f"{lab},{text}" for lab, text in zip(labels, texts)]
+        (folder / "train.csv").write_text("\n".join(lines) + "\n")
+    else:
+        (folder / "train.jsonl").write_text("".join(json.dumps({"label": lab, "text": t}) + "\n"
+                                                    for lab, t in zip(labels, texts)))
+    return CorpusSpec(str(folder)).load().split("train")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_fractional_labels_are_kept_as_names_not_truncated(tmp_path, fmt):
+    split = _corpus(tmp_path, f"frac_{fmt}", [1.2, 1.7, 1.2, 2.5], fmt)
+    assert split.label_names == ["1.2", "1.7", "2.5"]
+    assert split.labels.tolist() == [0, 1, 0, 2]  # three classes, not 1, 1, 1, 2
+
+
+def test_whole_float_labels_stay_class_numbers(tmp_path):
+    split = _corpus(tmp_path, "whole", ["1.0", "2.0", "", "2.0"][:2] + ["1.0", "2.0"])
+    assert split.label_names is None and split.labels.tolist() == [1, 2, 1, 2]
+
+
+@pytest.mark.parametrize("labels, names", [
+    ([True, False, True], ["False", "True"]),
+    ([2**70, 1, 2**70], ["1", str(2**70)]),
+])
+def test_boolean_and_huge_labels_are_names(tmp_path, labels, names):
+    split = _corpus(tmp_path, f"odd{len(names)}{labels[0]}", labels, "jsonl")
+    assert sorted(split.label_names) == sorted(names)
+    assert len(set(split.labels.tolist())) == 2 and split.labels[0] == split.labels[2]
+
+
+# ---- the service's front door ----------------------------------------------------------------
+def _guarded(token_sha256: str = "", limit: int = 64):
+    from fastapi import FastAPI
+
+    from dhim_ray.jobs.http_guard import RequestGuard
+
+    inner = FastAPI()
+    seen = {"bodies": 0}
+
+    @inner.post("/search")
+    async def search(request: Request):
+        seen["bodies"] += 1
+        return {"n": len(await request.body())}
+
+    @inner.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    return RequestGuard(inner, api_token_sha256=token_sha256, max_body_bytes=limit), seen
+
+
+async def _two_chunks():
+    for _ in range(2):
+        yield b"x" * 40
+
+
+def _call(app, method: str, path: str, **kw) -> httpx.Response:
+    if kw.get("content") == "chunked":
+        kw["content"] = _two_chunks()
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            return await client.request(method, path, **kw)
+
+    return asyncio.run(go())
+
+
+def test_the_guard_checks_route_method_token_and_size_before_the_body():
+    import hashlib
+
+    guard, seen = _guarded(hashlib.sha256(b"secret").hexdigest(), limit=64)
+    ok = {"Authorization": "Bearer secret"}
+    assert _call(guard, "POST", "/search", content=b"{}", headers=ok).json() == {"n": 2}
+    cases = [
+        (("GET", "/nowhere"), {}, 404, "path"),
+        (("GET", "/search"), {}, 405, "method"),
+        (("POST", "/search"), {"content": b"x" * 65}, 401, "authorization"),  # token first, body unread
+        (("POST", "/search"), {"content": b"x" * 65, "headers": ok}, 413, "body"),
+        (("POST", "/search"), {"content": "chunked", "headers": ok}, 413, "body"),  # no length, streamed
+        (("POST", "/search"), {"content": b"{}", "headers": {**ok, "Content-Encoding": "gzip"}}, 415,
+         "content-encoding"),
+    ]
+    for (method, path), kw, status, field in cases:
+        r = _call(guard, method, path, **kw)
+        assert r.status_code == status and r.json()["field"] == field and set(r.json()) == {"error", "field"}, r.text
+    assert seen["bodies"] == 2  # the handler ran for the good request and the chunked one (cut off at 64)
+    assert _call(guard, "GET", "/health").json() == {"status": "ok"}  # no token needed
+
+
+# ---- a refused command leaves the disk as it was ------------------------------------------------
+def test_a_failed_block_removes_only_the_folders_it_created(tmp_path):
+    from dhim_ray.folders import removed_unless_kept
+
+    target = tmp_path / "a" / "b" / "c"
+    with pytest.raises(RuntimeError), removed_unless_kept(target, lambda p: False):
+        target.mkdir(parents=True)
+        (target / "half.bin").write_bytes(b"x")
+        raise RuntimeError("refused")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(RuntimeError), removed_unless_kept(tmp_path / "kept", lambda p: False):
+        raise RuntimeError("refused")
+    assert (tmp_path / "kept").is_dir()  # it existed before
+    with pytest.raises(RuntimeError), removed_unless_kept(tmp_path / "state", lambda p: True):
+        (tmp_path / "state").mkdir()
+        raise RuntimeError("interrupted with something to resume")
+    assert (tmp_path / "state").is_dir()
+
+
+# ---- --set and flags --------------------------------------------------------------------------
+def test_set_values_are_used_and_recorded(tmp_path, toy_folder, tiny_bert):
+    out = tmp_path / "run" / "model"
+    r = CliRunner().invoke(app, ["train", str(toy_folder), "--bits", "16", "--out", str(out), "--encoder", tiny_bert,
+                                 "--epochs", "1", "--set", "features.max_words=12", "--set", "train.seed=5",
+                                 "--set", "train.patience=3", "--set", "train.feature_dropout=0.25",
+                                 "--set", "train.batch_size=32", "--json"])
+    assert r.exit_code == 0, r.output
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert config["train"]["seed"] == 5 and config["train"]["patience"] == 3
+    assert config["train"]["feature_dropout"] == 0.25 and config["features"]["max_words"] == 12
+    assert config["train"]["max_epochs"] == 1  # the flag, given once
+
+
+def test_a_refused_train_leaves_no_out_folder(tmp_path, toy_folder):
+    out = tmp_path / "runs" / "nope"
+    r = CliRunner().invoke(app, ["train", str(toy_folder), "--out", str(out), "--encoder", str(tmp_path / "nomodel")])
+    assert r.exit_code == 2 and not (tmp_path / "runs").exists()
+
+
+def test_window_and_bounds_are_checked_by_the_config_itself():
+    from dhim_ray.config import ModelConfig, TrainConfig
+
+    with pytest.raises(ConfigError, match="windows"):
+        ModelConfig(windows=(1.5,))
+    with pytest.raises(ConfigError, match="windows"):
+        ModelConfig(windows=(1, 3, 100001))
+    with pytest.raises(ConfigError, match="batch_size"):
+        TrainConfig(batch_size=10**9)
+    assert ModelConfig(windows=[1, 3]).windows == (1, 3)
+
+
+# ---- milvus-lite's lock ----------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_refused_open_leaves_the_holders_lock(tmp_path):
+    from dhim_ray.connectors.milvus import connect
+    from dhim_ray.errors import StoreBusyError
+
+    db = tmp_path / "k.db"
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from dhim_ray.connectors.milvus import connect
+        client = connect({str(db)!r})
+        print("held", flush=True)
+        sys.stdin.read()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        lock = tmp_path / ".k.db.lock"
+        assert lock.exists()
+        for _ in range(2):  # a refused open, and its retry
+            with pytest.raises(StoreBusyError, match="open in another process"):
+                connect(str(db))
+            import gc
+
+            gc.collect()  # milvus-lite's refused server object is gone: its cleanup ran
+            assert lock.exists(), "a refused open deleted the holder's lock"
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert not (tmp_path / ".k.db.lock").exists()  # the holder removed its own lock
+    connect(str(db)).close()  # and the file is free
+    assert os.path.exists(db)
