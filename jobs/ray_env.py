@@ -176,7 +176,10 @@ def task_errors():
             cause, seen = getattr(cause, "cause", None) or cause.__cause__, seen + 1
         if cause is exc or not isinstance(cause, DHIMRayError):
             raise
-        raise type(cause)(str(cause)) from None
+        # Ray Data appends its retry advice to the message ("\nFailed to apply UDF transform
+        # after 1/1 attempts ... configure ray.data.DataContext"): the error is the user's data, not
+        # a transient fault, so the line stays ours alone.
+        raise type(cause)(str(cause).split("\nFailed to ")[0]) from None
 
 
 def quiet_ray_data(verbose: bool = False) -> None:

@@ -332,13 +332,13 @@ def check_listen(host: str, port: int, open_access: bool, allow_open: bool = Fal
     and a service without a token on a non-loopback address unless ``allow_open``."""
     if isinstance(port, bool) or not 0 < port < 65536:
         raise ConfigError(f"port={port}: must be between 1 and 65535")
-    if open_access and not is_loopback(host) and not allow_open:
-        raise ConfigError(f"host={host}: a service without a token on an address other hosts can reach; set "
-                          "--api-token-env VAR (clients send Authorization: Bearer ...), or pass --allow-open")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
         raise ConfigError(f"host={host}: not an address of this machine ({exc}); use 127.0.0.1 or 0.0.0.0") from None
+    if open_access and not is_loopback(host) and not allow_open:
+        raise ConfigError(f"host={host}: a service without a token on an address other hosts can reach; set "
+                          "--api-token-env VAR (clients send Authorization: Bearer ...), or pass --allow-open")
     family, _, _, _, address = infos[0]
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT of an earlier run is fine

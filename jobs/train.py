@@ -40,7 +40,6 @@ from dhim_ray.encoding.feature_store import FeatureStore, StoreWriter
 from dhim_ray.errors import CheckpointError, ConfigError, TrainingFailed, TrainingInterrupted
 from dhim_ray.model.checkpoint import (
     STATE_META,
-    check_checkpoint_folder,
     load_checkpoint,
     save_training_state,
 )
@@ -435,6 +434,6 @@ def train_distributed(
     run summary written into the checkpoint. Raises TrainingInterrupted (Ctrl-C) or
     TrainingFailed, both naming the run folder to ``--resume``.
     """
-    out_dir = check_checkpoint_folder(Path(out_dir).resolve())
+    out_dir = Path(out_dir).resolve()  # checked (and removed again if the run is refused) by train()
     backend = RayTrain(opts, tuple(callbacks), cache_dir, feature_memory_gb, progress)
     return train(corpus, config, out_dir, backend, resume=opts.resume is not None)[1]

@@ -211,7 +211,7 @@ def init_from_itq(model: DHIM, feats: Features, seed: int = 0) -> None:
     if model.config.n_bits > min(x.shape):
         raise ConfigError(
             f"init=itq: {len(x)} training documents are too few for an ITQ start of {model.config.n_bits} bits; "
-            "give more documents or use init=random"
+            "give more documents or set model.init=random"
         )
     itq = ITQ(model.config.n_bits, seed).fit(x)
     w = itq.w @ itq.rotation  # (H, bits)
