@@ -724,6 +724,20 @@ class CodeCollection:
                                 timeout=self.timeout)
         return int(res[0]["count(*)"])
 
+    def ids(self, batch_size: int = 16384) -> np.ndarray:
+        """Every row's id, sorted (for one source: in the source's row order), int64."""
+        self.count()  # flushes
+        try:
+            it = self.client.query_iterator(self.name, batch_size=batch_size, filter="", output_fields=["id"],
+                                            timeout=self.timeout)
+            found = []
+            while rows := it.next():
+                found.extend(int(r["id"]) for r in rows)
+            it.close()
+        except Exception as exc:
+            raise StoreError(_failed(f"collection {self.name!r}: listing ids failed", exc)) from exc
+        return np.sort(np.asarray(found, dtype=np.int64))
+
     def count(self) -> int:
         """Exact row count (strong consistency), after a flush where the server supports it."""
         self.client.flush(self.name, timeout=self.timeout)

@@ -55,7 +55,7 @@ FLAGS = {
                                       "rerank", "method", "temperature", "lam", "epochs")},
     "max_steps": "--max-steps", "save_every": "--save-every",
     "replicas": "--replicas", "cache_dir": "--cache-dir", "seed": "--seed", "port": "--port", "api_token_env": "--api-token-env", "max_batch_size": "--max-batch-size",
-    "host": "--host",
+    "host": "--host", "window_words": "--window-words", "n_windows": "--windows",
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
@@ -435,15 +435,29 @@ def eval_(
     drop_empty: DropEmpty = False,
     limit: Limit = None,
     cache_dir: CacheDir = None,
+    task: Annotated[str, typer.Option(rich_help_panel="Task", help=(
+        "topic: precision@k by labels (without labels: cosine-neighbour recall@k); known-item: each query is a "
+        "window of words cut from a document, the one relevant result that document (recall@1/10/100, MRR); "
+        "with --queries the windows come from its documents, added to the database."))] = "topic",
+    window_words: Annotated[int, typer.Option(rich_help_panel="Task", help="Words per known-item window.")] = 8,
+    windows: Annotated[int, typer.Option(rich_help_panel="Task", help="Known-item windows (queries) cut.")] = 1000,
+    seed: Annotated[int, typer.Option(rich_help_panel="Task", help="Seed of the known-item windows.")] = 0,
     as_json: AsJson = False,
 ):
     """Precision@k by Hamming distance of a model (or a baseline): database vs queries.
     Without labels: how many of each query's k nearest documents by cosine of the frozen
-    encoder's sentence vectors it finds (cosine-neighbour recall@k)."""
+    encoder's sentence vectors it finds (cosine-neighbour recall@k). --task known-item: how
+    often a window of a document's words finds that document."""
     from dhim_ray.errors import ConfigError
     from dhim_ray.retrieval.rerank import check_rerank
 
     check_rerank(rerank)
+    if task not in ("topic", "known-item"):
+        raise ConfigError(f"--task {task!r}: choose topic or known-item")
+    if task == "known-item":
+        return _eval_known_item(model_dir, queries, database, baseline, bits, encoder, max_words, collection, uri,
+                                token_env, nprobe, rerank, text_column, drop_empty, limit, cache_dir, window_words,
+                                windows, seed, as_json)
     if rerank > 1 and baseline is not None:
         raise ConfigError(f"--rerank {rerank} with --baseline: re-ranking needs a DHIM model's scores; drop one")
 
@@ -497,6 +511,58 @@ def eval_(
                                          rerank=rerank)
     print_result(result, as_json, title=f"precision@{k}" if "precision_at_k" in result else
                  f"cosine-neighbour recall@{k} (no labels)")
+
+
+def _eval_known_item(model_dir, queries, database, baseline, bits, encoder, max_words, collection, uri, token_env,
+                     nprobe, rerank, text_column, drop_empty, limit, cache_dir, window_words, windows, seed,
+                     as_json) -> None:
+    from dhim_ray.config import check_seed
+    from dhim_ray.errors import ConfigError
+    from dhim_ray.retrieval.evaluate import WindowSpec
+
+    if (model_dir is None) == (baseline is None):
+        raise ConfigError("eval: give a model folder (dhim-ray eval DIR ...) or --baseline NAME, not both or neither")
+    if rerank > 1 and baseline is not None:
+        raise ConfigError(f"--rerank {rerank} with --baseline: re-ranking needs a DHIM model's scores; drop one")
+    spec = WindowSpec(windows, window_words, check_seed(seed))
+    q = corpus_spec(queries, text_column, None, drop_empty, limit) if queries else None
+    if collection is not None:
+        if database is not None or model_dir is None:
+            raise ConfigError("eval --collection: the collection is the database; give the model it was ingested "
+                              "with and no --database")
+        from dhim_ray.connectors.milvus import MilvusTarget
+        from dhim_ray.search import known_item_in_milvus
+
+        if q is not None:
+            raise ConfigError("eval --task known-item --collection cuts its windows from the collection's own "
+                              "texts; drop --queries")
+        result = known_item_in_milvus(model_dir, MilvusTarget(uri, collection, token_env=token_env), spec,
+                                      nprobe=nprobe, rerank=rerank)
+    else:
+        if database is None:
+            raise ConfigError("eval --task known-item needs --database CORPUS:SPLIT (or --collection NAME)")
+        if nprobe is not None:
+            raise ConfigError(f"--nprobe {nprobe}: applies to a Milvus --collection only; drop it")
+        db = corpus_spec(database, text_column, None, drop_empty, limit)
+        if baseline is not None:
+            from dhim_ray.config import FeatureConfig
+            from dhim_ray.retrieval.baselines import FLOAT_BASELINES
+            from dhim_ray.retrieval.evaluate import known_item_baseline
+
+            if baseline in FLOAT_BASELINES and bits is not None:
+                raise ConfigError(f"--bits {bits}: --baseline {baseline} searches the float vectors; drop --bits")
+            features = FeatureConfig("all-MiniLM-L6-v2" if encoder is None else encoder,
+                                     50 if max_words is None else max_words)
+            result = known_item_baseline(baseline, bits if bits is not None or baseline == "ubinary" else 64, db, q,
+                                         spec, features, progress=not as_json, cache_dir=cache_dir)
+        else:
+            for flag, value in (("--bits", bits), ("--encoder", encoder), ("--max-words", max_words)):
+                if value is not None:
+                    raise ConfigError(f"{flag} {value}: applies to --baseline only; drop {flag}")
+            from dhim_ray.retrieval.evaluate import known_item_checkpoint
+
+            result = known_item_checkpoint(model_dir, db, q, spec, rerank, progress=not as_json, cache_dir=cache_dir)
+    print_result(result, as_json, title=f"known-item retrieval ({window_words}-word windows)")
 
 
 @app.command()

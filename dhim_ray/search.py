@@ -32,7 +32,8 @@ from dhim_ray.corpus.data import require_labels
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError, ConfigError, StoreError
 from dhim_ray.hasher import Hasher, check_texts
-from dhim_ray.retrieval.evaluate import evaluate_codes
+from dhim_ray.retrieval import known_item
+from dhim_ray.retrieval.evaluate import WindowSpec, evaluate_codes
 from dhim_ray.retrieval.metrics import PrecisionResult, tie_aware_hits
 from dhim_ray.retrieval.rerank import BY_BITS, BY_COSINE, check_rerank, rerank, rescore_cosine
 
@@ -197,6 +198,64 @@ def evaluate_in_milvus(
         out = {"method": "dhim", "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
                "n_bits": searcher.hasher.n_bits, **result}
     return {**out, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+#: Collections up to this size give their windows from every stored text (the same windows
+#: an in-memory eval of the same split cuts); larger ones from a seeded sample of rows.
+KNOWN_ITEM_ALL_TEXTS = 100_000
+
+
+def known_item_in_milvus(model_dir: str | Path, target: MilvusTarget, windows: WindowSpec = WindowSpec(),
+                         nprobe: int | None = None, rerank: int = 1) -> dict[str, Any]:
+    """Known-item retrieval with the search done by Milvus: windows cut from the stored texts
+    (rows in id order, i.e. source order), hashed, searched; each target's rank from the hits
+    (see ``known_item_ranks``). ``rerank`` m > 1 also scores the re-ranked top 100."""
+    check_rerank(rerank)
+    t0 = time.perf_counter()
+    with Searcher(model_dir, target, nprobe=nprobe) as searcher:
+        ids = searcher.collection.ids()
+        if len(ids) > KNOWN_ITEM_ALL_TEXTS:
+            rng = np.random.default_rng([windows.seed, 1])
+            ids = np.sort(rng.choice(ids, size=min(len(ids), 4 * windows.n_queries), replace=False))
+        texts = searcher.collection.get(ids, ["text"])
+        cut = known_item.cut_windows([texts[int(i)]["text"] for i in ids], windows.n_queries, windows.words,
+                                     windows.seed, cleaning=searcher.hasher.config.features.cleaning)
+        target_ids = ids[cut.targets]
+        codes, scores = searcher.hasher.encode_scores(cut.texts)
+        n_db = searcher.count()
+        better, tied = known_item_ranks(searcher, codes, target_ids, n_db)
+        out = {"task": known_item.TASK, "method": "dhim", "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
+               "n_bits": searcher.hasher.n_bits, "bytes_per_doc": searcher.hasher.n_bytes,
+               **known_item.known_item_scores(better, tied), "primary_metric": known_item.PRIMARY,
+               "window_words": windows.words, "n_queries": len(cut.texts), "n_database": n_db, "seed": windows.seed}
+        if rerank > 1:
+            hits = searcher.search_reranked(codes, scores, max(known_item.RECALL_KS), rerank, output_fields=())
+            ranked = np.array([[h["id"] for h in row] for row in hits])
+            reranked = known_item.known_item_scores(*known_item.list_ranks(ranked, target_ids, n_db))
+            out.update(rerank=rerank, **{f"{k}_reranked": v for k, v in reranked.items()})
+    return {**out, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def known_item_ranks(searcher: Searcher, codes: np.ndarray, target_ids: np.ndarray,
+                     n_database: int) -> tuple[np.ndarray, np.ndarray]:
+    """(better, tied) per query from the store's own search: the target's stored code gives
+    its distance d; the hits (up to Milvus' 16384 cap) count the codes nearer than d and at
+    d. Exact while better + tied fits under the cap (every collection of 16384 rows or
+    fewer); past it the counts are lower bounds, and such a target is far outside any
+    recall@k reported."""
+    stored = searcher.collection.fetch_codes(target_ids, searcher.hasher.n_bits)
+    own = np.bitwise_count(stored ^ codes).sum(1)
+    limit = min(MAX_SEARCH_K, n_database)
+    better = np.empty(len(codes), dtype=np.int64)
+    tied = np.empty(len(codes), dtype=np.int64)
+    for start in range(0, len(codes), 64):
+        hits = searcher.search_codes(codes[start : start + 64], limit, output_fields=())
+        for j, row in enumerate(hits):
+            dist = np.array([h["distance"] for h in row])
+            d = own[start + j]
+            better[start + j] = int((dist < d).sum())
+            tied[start + j] = max(1, int((dist == d).sum()))
+    return better, tied
 
 
 class MilvusCodes:

@@ -4,8 +4,8 @@ reach the application, before a byte of the body is read.
 Unknown routes (404), wrong methods (405), a missing or wrong bearer token (401), a
 compressed or otherwise encoded body (415) and a body over the limit (413: by its
 Content-Length, or counted as it streams in) get the service's one JSON error shape,
-``{"error": ..., "field": ...}``. It imports nothing heavy, so Ray Serve's HTTP proxy can
-run it (``http_options.middlewares``) as well as each replica's app.
+``{"error": ..., "field": ...}``. Each replica's app runs it first (Ray Serve 2.60 takes no
+middleware in its HTTP proxy); it imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -60,14 +60,26 @@ class _TooLarge(Exception):
 
 class RequestGuard:
     """ASGI middleware: ``RequestGuard(app, api_token_sha256=..., max_body_bytes=...)``.
-    ``settings``, when given, is read at each request instead (a replica fills it in once
-    it knows its token)."""
+
+    ``settings_from`` ("module:NAME"), when given, names a dict read at each request
+    instead: a replica fills it in once it knows its token. (Serve ships the app to its
+    replicas by value, so a dict handed over here would be a copy the replica never sees;
+    the module, imported by name, is the same object in the replica's process.)"""
 
     def __init__(self, app, api_token_sha256: str = "", max_body_bytes: int = MAX_BODY_BYTES,
-                 settings: dict[str, Any] | None = None):
+                 settings_from: str | None = None):
         self.app = app
-        self.settings = settings if settings is not None else {"api_token_sha256": api_token_sha256,
-                                                               "max_body_bytes": max_body_bytes}
+        self._fixed = {"api_token_sha256": api_token_sha256, "max_body_bytes": max_body_bytes}
+        self.settings_from = settings_from
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        if self.settings_from is None:
+            return self._fixed
+        import importlib
+
+        module, _, name = self.settings_from.partition(":")
+        return getattr(importlib.import_module(module), name)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

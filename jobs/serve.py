@@ -123,7 +123,7 @@ app = FastAPI(title="dhim-ray query service",
               description="Hash texts with a DHIM model and search its Milvus collection by Hamming distance.")
 #: What this process' guard checks: the replica fills it in (QueryService.__init__).
 REPLICA_GUARD: dict[str, Any] = {"api_token_sha256": "", "max_body_bytes": MAX_BODY_BYTES}
-app.add_middleware(RequestGuard, settings=REPLICA_GUARD)
+app.add_middleware(RequestGuard, settings_from="dhim_ray.jobs.serve:REPLICA_GUARD")
 
 
 @app.exception_handler(StarletteHTTPException)
@@ -356,10 +356,7 @@ def start_service(options: ServeOptions, host: str = "127.0.0.1", port: int = 80
                   address: str | None = None, allow_open: bool = False) -> str:
     """Start Ray (or join ``address``) and the service; returns its base URL. ``serve.shutdown()``
     stops it. Serve's HTTP address is fixed when Serve first starts in a Ray cluster: a second
-    service in the same cluster listens where the first did. The HTTP proxy runs the
-    RequestGuard, so an oversized or unauthorised request stops there."""
-    from starlette.middleware import Middleware
-
+    service in the same cluster listens where the first did."""
     from .ray_env import cluster_address, init_ray
 
     check_replicas(options.uri, replicas)
@@ -369,9 +366,7 @@ def start_service(options: ServeOptions, host: str = "127.0.0.1", port: int = 80
         raise ConfigError(f"port={port}: must be between 1 and 65535")
     preflight(options)
     init_ray(address)
-    guard = Middleware(RequestGuard, api_token_sha256=options.api_token_sha256)
-    serve.start(http_options={"host": host, "port": port, "middlewares": [guard]},
-                logging_config={"log_level": "WARNING"})
+    serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "WARNING"})
     serve.run(QueryService.options(num_replicas=replicas).bind(asdict(options)), name="dhim-ray", route_prefix="/",
               blocking=False)
     url = f"http://{host}:{port}"

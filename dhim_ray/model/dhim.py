@@ -113,6 +113,8 @@ class DHIM(nn.Module):
         beta: float,
         gather=None,
         pairs: torch.Tensor | None = None,
+        views: tuple[torch.Tensor, torch.Tensor] | None = None,
+        view_weight: float = 0.0,
     ) -> DHIMOutput:
         """Training loss for a batch.
 
@@ -126,6 +128,10 @@ class DHIM(nn.Module):
                 negatives span the whole global batch. None: this batch only.
             pairs: optional (n, n) bool over this batch: extra positives (e.g. a
                 document and one of its nearest neighbours) besides its own codes.
+            views: optional (tokens (n, W, H), mask (n, W)): a window of each document.
+                Its code (the mean of its local logits, as a document's) is scored
+                against the batch's global codes like a local code, with only its own
+                document as the positive: instance discrimination, weight ``view_weight``.
         """
         cfg = self.config
         positions = self._positions(mask)
@@ -151,5 +157,14 @@ class DHIM(nn.Module):
             reg_scores = bilinear_scores(target_codes[:, None, :], all_global, self.disc_target)  # (n, N, 1)
             ones = torch.ones(len(tokens), 1, dtype=torch.bool, device=tokens.device)
             mi_reg = jsd_mi(reg_scores, positive, ones, cfg.score_sigmoid)
-        loss = -(mi_local + beta * mi_reg)
+        mi_view = torch.zeros((), device=tokens.device)
+        if views is not None and view_weight > 0:
+            view_tokens, view_mask = views
+            view_codes = bernoulli_straight_through(self.global_logits(view_tokens, view_mask), cfg.alpha)  # (n, bits)
+            own_only = torch.zeros_like(positive)
+            own_only[torch.arange(len(tokens), device=tokens.device), own] = True
+            view_scores = bilinear_scores(view_codes[:, None, :], all_global, self.disc_local)  # (n, N, 1)
+            ones = torch.ones(len(tokens), 1, dtype=torch.bool, device=tokens.device)
+            mi_view = jsd_mi(view_scores, own_only, ones, cfg.score_sigmoid)
+        loss = -(mi_local + beta * mi_reg + view_weight * mi_view)
         return DHIMOutput(loss=loss, mi_local=mi_local.detach(), mi_regulariser=mi_reg.detach())

@@ -25,6 +25,7 @@ from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.encoding.encoder import FrozenEncoder
 from dhim_ray.encoding.transforms import fit_transform, transform
 from dhim_ray.hasher import Hasher
+from dhim_ray.retrieval import known_item
 from dhim_ray.retrieval.baselines import FLOAT_BASELINES, check_baseline, make_baseline
 from dhim_ray.retrieval.metrics import (
     PrecisionResult,
@@ -205,3 +206,85 @@ def _float_baseline(name: str, database, database_labels, queries, query_labels,
     # distances are continuous: no ties to break, so both tie rules give the same figure
     return {"method": name, "dims": x.shape[1], "bytes_per_doc": 4 * x.shape[1], "k": k, "precision_at_k": p,
             "precision_at_k_tie_aware": p, "n_queries": len(qv), "n_database": len(x)}
+
+
+# ---- known-item retrieval ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class WindowSpec:
+    """How known-item queries are cut (dhim_ray.retrieval.known_item.cut_windows)."""
+
+    n_queries: int = 1000
+    words: int = 8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        known_item.check_window(self.words, self.n_queries)
+
+
+def known_item_corpus(database: CorpusSpec, queries: CorpusSpec | None) -> tuple[list[str], np.ndarray | None, str]:
+    """(database texts, indices of the documents windows are cut from or None for all, what
+    they are). With ``queries`` the query split's documents join the database and windows are
+    cut from them alone: held-out documents, never trained on, among the training ones."""
+    db = database.with_split(database.split or "train").load_split()
+    if queries is None:
+        return db.texts, None, f"windows of {database.display}"
+    q = queries.with_split(queries.split or "val").load_split()
+    return db.texts + q.texts, np.arange(len(db.texts), len(db.texts) + len(q.texts)), \
+        f"windows of {queries.display} among {database.display} + it"
+
+
+def _known_item_result(method: str, better, tied, windows: known_item.KnownItemQueries, n_database: int,
+                       where: str, **extra) -> dict[str, Any]:
+    return {"task": known_item.TASK, "method": method, **extra, **known_item.known_item_scores(better, tied),
+            "primary_metric": known_item.PRIMARY, "window_words": windows.words, "n_queries": len(windows.texts),
+            "n_database": n_database, "seed": windows.seed, "queries": where}
+
+
+def known_item_checkpoint(model_dir: str | Path, database: CorpusSpec, queries: CorpusSpec | None = None,
+                          windows: WindowSpec = WindowSpec(), rerank: int = 1, progress: bool = True,
+                          cache_dir: str | Path | None = None, device: str = "cpu") -> dict[str, Any]:
+    """Known-item retrieval of a trained model: each query is a window of words cut from a
+    document, the one relevant result that document (dhim_ray.retrieval.known_item). With
+    ``rerank`` m > 1 also the re-ranked list's figures (suffix ``_reranked``)."""
+    rerank = check_rerank(rerank)
+    hasher = Hasher.load(model_dir, device=device)
+    texts, candidates, where = known_item_corpus(database, queries)
+    cut = known_item.cut_windows(texts, windows.n_queries, windows.words, windows.seed, candidates,
+                                 hasher.config.features.cleaning)
+    t0 = time.perf_counter()
+    db_codes = hasher.hash_features(hasher.encoder.features(texts, progress=progress, cache_dir=cache_dir))
+    q_codes, q_scores = hasher.encode_scores(cut.texts)
+    better, tied = known_item.hamming_ranks(db_codes, q_codes, cut.targets)
+    out = _known_item_result("dhim", better, tied, cut, len(texts), where, model=str(model_dir),
+                             n_bits=hasher.n_bits, bytes_per_doc=hasher.n_bytes)
+    if rerank > 1:
+        idx, _ = rerank_topk(db_codes, q_codes, q_scores, max(known_item.RECALL_KS), rerank)
+        reranked = known_item.known_item_scores(*known_item.list_ranks(idx, cut.targets, len(texts)))
+        out.update(rerank=rerank, rerank_by=BY_BITS, **{f"{k}_reranked": v for k, v in reranked.items()})
+    return {**out, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def known_item_baseline(baseline: str, n_bits: int | None, database: CorpusSpec, queries: CorpusSpec | None = None,
+                        windows: WindowSpec = WindowSpec(), features: FeatureConfig | None = None, seed: int = 0,
+                        progress: bool = True, cache_dir: str | Path | None = None) -> dict[str, Any]:
+    """Known-item retrieval of a hashing baseline (fitted on the database's vectors) or of a
+    float baseline (cosine on the vectors, after its transform)."""
+    check_baseline(baseline)
+    model = None if baseline in FLOAT_BASELINES else make_baseline(baseline, n_bits, seed)
+    enc = FrozenEncoder(features or FeatureConfig(encoder=DEFAULT_ENCODER))
+    texts, candidates, where = known_item_corpus(database, queries)
+    cut = known_item.cut_windows(texts, windows.n_queries, windows.words, windows.seed, candidates,
+                                 enc.config.cleaning)
+    x = enc.features(texts, progress=progress, cache_dir=cache_dir).mean
+    qv = enc.encode(cut.texts).mean
+    if model is None:
+        if FLOAT_BASELINES[baseline] is not None:
+            fitted = fit_transform(FLOAT_BASELINES[baseline], np.asarray(x, np.float32), seed)
+            x, qv = transform(fitted, np.asarray(x, np.float32)), transform(fitted, np.asarray(qv, np.float32))
+        better, tied = known_item.cosine_ranks(x, qv, cut.targets)
+        return _known_item_result(baseline, better, tied, cut, len(texts), where, dims=x.shape[1],
+                                  bytes_per_doc=4 * x.shape[1])
+    model.fit(x)
+    better, tied = known_item.hamming_ranks(model.hash(x), model.hash(qv), cut.targets)
+    return _known_item_result(baseline, better, tied, cut, len(texts), where, n_bits=model.n_bits,
+                              bytes_per_doc=model.n_bits // 8)

@@ -1,0 +1,132 @@
+"""Both tasks side by side: "same topic" (tie-aware P@100, val queries against the train
+database) and known-item retrieval (1,000 windows of 8 words cut from val documents, searched
+among train + val: the one relevant result is the window's own document; recall@10, MRR).
+
+DHIM variants are trained by the quality protocol (bench/protocol.py: model selection on a
+slice of train, never on val); the baselines are fitted on the train vectors. Features are
+cached in bench/.cache/features.
+
+    python -m bench.item_level --corpora dbpedia --bits 64 --variants shipped views
+    python -m bench.item_level --baselines           # ITQ, LSH, PCA-sign, ubinary, cosine
+
+Results accumulate in bench/item_level.jsonl (a rerun skips what is there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from bench.harness import HERE, append_row, read_rows
+from bench.protocol import corpus_features, done, fit_carved, training_fields
+from dhim_ray.config import config_for_bits, parse_overrides
+from dhim_ray.retrieval import known_item
+from dhim_ray.retrieval.baselines import make_baseline
+from dhim_ray.retrieval.metrics import precision_at_k
+from dhim_ray.training.loop import hash_features, score_features
+
+RESULTS = HERE / "item_level.jsonl"
+CORPORA = ("dbpedia", "agnews", "r8", "20ng")
+#: Variants of the training, as --set pairs over the shipped configuration.
+VARIANTS = {
+    "shipped": [],
+    "no-neighbours": ["train.neighbours=0"],
+    "views": ["train.view_weight=1.0"],
+    "views-2": ["train.view_weight=2.0"],
+    "views-no-neighbours": ["train.view_weight=1.0", "train.neighbours=0"],
+    "views-8": ["train.view_weight=1.0", "train.view_words=8"],
+}
+
+
+def windows_of(train, val, seed: int = 0, words: int = 8, n: int = 1000):
+    texts = train.texts + val.texts
+    return known_item.cut_windows(texts, n, words, seed, np.arange(len(train.texts), len(texts)))
+
+
+def evaluate_codes(db_train, db_val, q_val, train, val, window_codes, windows) -> dict:
+    p = precision_at_k(db_train, train.labels, q_val, val.labels, 100)
+    better, tied = known_item.hamming_ranks(np.concatenate([db_train, db_val]), window_codes, windows.targets)
+    return {"p_tie": round(p.precision_at_k_tie_aware, 5),
+            **{k: round(v, 5) for k, v in known_item.known_item_scores(better, tied).items()}}
+
+
+def run_variant(name: str, bits: int, variant: str, cache_dir: str, max_epochs: int) -> dict:
+    encoder, train, val, tr, va = corpus_features(name, cache_dir)
+    windows = windows_of(train, val)
+    wf = encoder.encode(windows.texts)
+    over = parse_overrides(VARIANTS[variant])
+    cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size, **over["model"]},
+                          train={"max_epochs": max_epochs, **over["train"]})
+    t0 = time.perf_counter()
+    res = fit_carved(cfg, tr, train)
+    row = evaluate_codes(hash_features(res.model, tr), hash_features(res.model, va), hash_features(res.model, va),
+                         train, val, hash_features(res.model, wf), windows)
+    # the asymmetric re-rank of the top 100 x 4 by the windows' own bit scores
+    from dhim_ray.retrieval.rerank import rerank_topk
+
+    db = np.concatenate([hash_features(res.model, tr), hash_features(res.model, va)])
+    codes, scores = score_features(res.model, wf)
+    idx, _ = rerank_topk(db, codes, scores, 100, 4)
+    reranked = known_item.known_item_scores(*known_item.list_ranks(idx, windows.targets, len(db)))
+    return {**row, "recall_at_10_reranked": round(reranked["recall_at_10"], 5), **training_fields(res),
+            "seconds_total": round(time.perf_counter() - t0, 1)}
+
+
+def run_baseline(name: str, bits: int, method: str, cache_dir: str) -> dict:
+    encoder, train, val, tr, va = corpus_features(name, cache_dir)
+    windows = windows_of(train, val)
+    wm = encoder.encode(windows.texts).mean
+    if method == "cosine":
+        p = _cosine_p(tr.mean, train.labels, va.mean, val.labels)
+        better, tied = known_item.cosine_ranks(np.concatenate([tr.mean, va.mean]), wm, windows.targets)
+        return {"p_tie": round(p, 5), "bytes_per_doc": 4 * tr.mean.shape[1],
+                **{k: round(v, 5) for k, v in known_item.known_item_scores(better, tied).items()}}
+    model = make_baseline(method, None if method == "ubinary" else bits, 0)
+    model.fit(tr.mean)
+    row = evaluate_codes(model.hash(tr.mean), model.hash(va.mean), model.hash(va.mean), train, val,
+                         model.hash(wm), windows)
+    return {**row, "bytes_per_doc": model.n_bits // 8, "n_bits": model.n_bits}
+
+
+def _cosine_p(x, xl, q, ql) -> float:
+    from dhim_ray.retrieval.metrics import cosine_precision_at_k
+
+    return float(cosine_precision_at_k(np.asarray(x, np.float32), xl, np.asarray(q, np.float32), ql, 100))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpora", nargs="+", default=list(CORPORA))
+    ap.add_argument("--bits", nargs="+", type=int, default=[64])
+    ap.add_argument("--variants", nargs="*", default=["shipped"], choices=sorted(VARIANTS))
+    ap.add_argument("--baselines", nargs="*", default=None,
+                    help="itq lsh pca-sign ubinary cosine (no names: all of them)")
+    ap.add_argument("--max-epochs", type=int, default=100)
+    ap.add_argument("--cache-dir", default=str(HERE / ".cache" / "features"))
+    args = ap.parse_args()
+    rows = read_rows(RESULTS)
+    for name in args.corpora:
+        for bits in args.bits:
+            if args.baselines is not None:
+                for method in args.baselines or ["itq", "lsh", "pca-sign", "ubinary", "cosine"]:
+                    b = None if method in ("ubinary", "cosine") else bits
+                    if done(rows, corpus=name, bits=b, method=method):
+                        continue
+                    row = {"corpus": name, "bits": b, "method": method, **run_baseline(name, bits, method,
+                                                                                        args.cache_dir)}
+                    print(row, flush=True)
+                    append_row(RESULTS, row)
+                continue
+            for variant in args.variants:
+                if done(rows, corpus=name, bits=bits, method=f"dhim {variant}", max_epochs=args.max_epochs):
+                    continue
+                row = {"corpus": name, "bits": bits, "method": f"dhim {variant}", "max_epochs": args.max_epochs,
+                       **run_variant(name, bits, variant, args.cache_dir, args.max_epochs)}
+                print(row, flush=True)
+                append_row(RESULTS, row)
+
+
+if __name__ == "__main__":
+    main()
