@@ -114,14 +114,24 @@ def handle_errors(fn):
             fail(as_flags(str(exc)), 130 if interrupted else 1 if exc.retriable else 2)
         except KeyboardInterrupt:
             fail("interrupted", 130)
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC:
+        except Exception as exc:  # a full disk, whichever library met it (OSError, safetensors, Arrow, ...)
+            if not _no_space(exc):
                 raise
-            where = f" writing {exc.filename}" if exc.filename else ""
+            where = f" writing {exc.filename}" if getattr(exc, "filename", None) else ""
             fail(f"no space left on the device{where}; free some space or point --out/--uri/--cache-dir elsewhere, "
                  "then rerun (a rerun resumes or repairs)", 1)
 
     return wrapper
+
+
+def _no_space(exc: BaseException) -> bool:
+    seen = 0
+    while exc is not None and seen < 8:
+        if getattr(exc, "errno", None) == errno.ENOSPC or "No space left on device" in str(exc) \
+                or "os error 28" in str(exc):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 class _StderrHandler(logging.StreamHandler):

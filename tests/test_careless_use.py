@@ -200,3 +200,28 @@ def test_a_refused_open_leaves_the_holders_lock(tmp_path):
     assert not (tmp_path / ".k.db.lock").exists()  # the holder removed its own lock
     connect(str(db)).close()  # and the file is free
     assert os.path.exists(db)
+
+
+# ---- a full disk ------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_full_disk_is_one_line_naming_it(tmp_path, toy_folder, tiny_bert):
+    """Saving the model into a 64 KB filesystem (a tmpfs this test mounts: the machines and CI
+    run as root) ends in one line saying the disk is full, exit 1, and leaves no folder."""
+    full = tmp_path / "full"
+    full.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], capture_output=True,
+                             text=True)
+    assert mounted.returncode == 0, f"this test mounts a small tmpfs and needs root: {mounted.stderr.strip()}"
+    try:
+        run = subprocess.run([sys.executable, "-m", "dhim_ray.cli", "train", str(toy_folder), "--encoder", tiny_bert,
+                              "--max-words", "12", "--bits", "16", "--epochs", "1", "--out", str(full / "m"),
+                              "--json"], capture_output=True, text=True, timeout=300,
+                             env=dict(os.environ, HF_HUB_OFFLINE="1"))
+        assert run.returncode == 1, run.stderr[-2000:]
+        assert "Traceback" not in run.stderr
+        errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+        assert errors == [errors[-1]] and "no space left on the device" in errors[0]
+        assert run.stderr.strip().splitlines()[-1] == errors[0]
+        assert list(full.iterdir()) == []  # the half-written run is gone
+    finally:
+        subprocess.run(["umount", str(full)], check=False)
