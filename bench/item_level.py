@@ -37,6 +37,13 @@ VARIANTS = {
     "views-2": ["train.view_weight=2.0"],
     "views-no-neighbours": ["train.view_weight=1.0", "train.neighbours=0"],
     "views-8": ["train.view_weight=1.0", "train.view_words=8"],
+    "itq-init": ["model.init=itq"],
+    "distill-1": ["train.distill_weight=1.0"],
+    "distill-10": ["train.distill_weight=10.0"],
+    "distill-10-no-neighbours": ["train.distill_weight=10.0", "train.neighbours=0"],
+    "distill-30": ["train.distill_weight=30.0"],
+    "distill-100": ["train.distill_weight=100.0"],
+    "distill-30-views": ["train.distill_weight=30.0", "train.view_weight=1.0"],
 }
 
 
@@ -61,17 +68,47 @@ def run_variant(name: str, bits: int, variant: str, cache_dir: str, max_epochs: 
                           train={"max_epochs": max_epochs, **over["train"]})
     t0 = time.perf_counter()
     res = fit_carved(cfg, tr, train)
-    row = evaluate_codes(hash_features(res.model, tr), hash_features(res.model, va), hash_features(res.model, va),
-                         train, val, hash_features(res.model, wf), windows)
-    # the asymmetric re-rank of the top 100 x 4 by the windows' own bit scores
-    from dhim_ray.retrieval.rerank import rerank_topk
-
-    db = np.concatenate([hash_features(res.model, tr), hash_features(res.model, va)])
-    codes, scores = score_features(res.model, wf)
-    idx, _ = rerank_topk(db, codes, scores, 100, 4)
-    reranked = known_item.known_item_scores(*known_item.list_ranks(idx, windows.targets, len(db)))
-    return {**row, "recall_at_10_reranked": round(reranked["recall_at_10"], 5), **training_fields(res),
+    db_train, db_val = hash_features(res.model, tr), hash_features(res.model, va)
+    row = evaluate_codes(db_train, db_val, db_val, train, val, hash_features(res.model, wf), windows)
+    return {**row, **two_stage(res.model, tr, va, wf, train, val, windows), **training_fields(res),
             "seconds_total": round(time.perf_counter() - t0, 1)}
+
+
+def two_stage(model, tr, va, wf, train, val, windows, k: int = 100, m: int = 4) -> dict:
+    """Both tasks for the second stages a collection can hold: the top k x m Hamming candidates
+    re-ranked by the query's own bit scores (no extra bytes), by the Hamming distance of a
+    second, 384-bit ubinary code (+48 B a document), or by cosine of stored float16 vectors
+    (+768 B). P@100 of the re-ranked list (val queries against train), known-item recall@10
+    (windows against train + val)."""
+    from dhim_ray.retrieval.baselines import make_baseline
+    from dhim_ray.retrieval.metrics import hamming_distances, hamming_topk
+    from dhim_ray.retrieval.rerank import rerank, rescore_cosine
+
+    ub = make_baseline("ubinary", None, 0)
+    ub.fit(tr.mean)
+    out = {}
+    for task, q_f in {"topic": va, "item": wf}.items():
+        db_codes = hash_features(model, tr) if task == "topic" else np.concatenate(
+            [hash_features(model, tr), hash_features(model, va)])
+        db_mean = tr.mean if task == "topic" else np.concatenate([tr.mean, va.mean])
+        q_codes, q_scores = score_features(model, q_f)
+        cand, _ = hamming_topk(db_codes, q_codes, k * m)
+        lists = {}
+        order, _ = rerank(q_scores, db_codes[cand], k)
+        lists["bits"] = np.take_along_axis(cand, order, axis=1)
+        db_ub, q_ub = ub.hash(db_mean), ub.hash(q_f.mean)
+        d = np.stack([hamming_distances(db_ub[c], q_ub[i : i + 1])[0] for i, c in enumerate(cand)])
+        lists["ubinary"] = np.take_along_axis(cand, np.argsort(d, axis=1, kind="stable")[:, :k], axis=1)
+        unit = db_mean / np.linalg.norm(db_mean, axis=1, keepdims=True)
+        order, _ = rescore_cosine(q_f.mean, unit[cand].astype(np.float16).astype(np.float32), k)
+        lists["cosine"] = np.take_along_axis(cand, order, axis=1)
+        for how, ranked in lists.items():
+            if task == "topic":
+                out[f"p_{how}"] = round(float((train.labels[ranked] == val.labels[:, None]).mean()), 5)
+            else:
+                scores = known_item.known_item_scores(*known_item.list_ranks(ranked, windows.targets, len(db_codes)))
+                out[f"recall_at_10_{how}"] = round(scores["recall_at_10"], 5)
+    return out
 
 
 def run_baseline(name: str, bits: int, method: str, cache_dir: str) -> dict:

@@ -148,6 +148,11 @@ class TrainConfig:
     # teaches the code the document, not only its topic (known-item retrieval).
     view_weight: float = 0.0
     view_words: int = 16
+    # >0: similarity distillation. The batch's relaxed codes (tanh(logit / 2 alpha)) are pulled to
+    # keep the cosine similarities of the documents' centred mean-pooled vectors (weight
+    # distill_weight): the codes keep how near two documents are, not only whether they share
+    # a topic.
+    distill_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if not _is_int(self.batch_size) or not 2 <= self.batch_size <= 65536:
@@ -181,6 +186,8 @@ class TrainConfig:
                               "and at most 100000000")
         if not 0 <= self.view_weight <= 1000:
             raise ConfigError(f"view_weight={self.view_weight}: must be between 0 (off) and 1000, e.g. 1.0")
+        if not 0 <= self.distill_weight <= 1000:
+            raise ConfigError(f"distill_weight={self.distill_weight}: must be between 0 (off) and 1000, e.g. 1.0")
         if not _is_int(self.view_words) or not 4 <= self.view_words <= 512:
             raise ConfigError(f"view_words={self.view_words}: must be between 4 and 512, e.g. 16")
         if not 0 <= self.feature_dropout < 1:

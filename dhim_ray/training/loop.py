@@ -388,8 +388,12 @@ def train_step(
     views = cut_views(tokens, mask, config.view_words) if config.view_weight > 0 else None
     if config.feature_dropout:
         tokens = F.dropout(tokens, config.feature_dropout)
+    similar = None
+    if config.distill_weight > 0:  # the documents' mean-pooled vectors, before any dropout
+        w = mask.to(tokens.dtype)[:, :, None]
+        similar = (tokens * w).sum(1) / w.sum(1).clamp_min(1)
     out = model(tokens, mask, target, config.beta, gather=gather, pairs=pairs, views=views,
-                view_weight=config.view_weight)
+                view_weight=config.view_weight, similar=similar, distill_weight=config.distill_weight)
     optimizer.zero_grad(set_to_none=True)
     out.loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
