@@ -1,4 +1,4 @@
-"""--target-transform auto: one training per candidate regulariser target on shared
+"""model.target_transform=auto: one training per candidate regulariser target on shared
 features, the validation slice keeps the better one (real training on the tiny BERT and
 a generated toy corpus; Ray Train for the distributed path)."""
 
@@ -92,7 +92,7 @@ def test_an_interrupted_auto_run_resumes_without_training_a_finished_target_agai
     with pytest.raises(TrainingInterrupted, match=r"interrupted after epoch 0.*targets finished in .*targets are kept"):
         train_corpus(corpus, cfg, out, progress=False, callbacks=(CtrlCAt(5),))
     assert (out / "targets" / "none" / "config.json").is_file()
-    with pytest.raises(CheckpointError, match="holds an unfinished --target-transform auto run; continue it with "
+    with pytest.raises(CheckpointError, match="holds an unfinished model.target_transform=auto run; continue it with "
                                               "--resume"):
         train_corpus(corpus, cfg, out, progress=False)
     _, summary = train_corpus(corpus, cfg, out, progress=False, resume=True, callbacks=(CtrlCAt(-1),))
