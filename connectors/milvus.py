@@ -523,6 +523,38 @@ def collections_of_model(client, model: str, n_bits: int, timeout: float = DEFAU
     return found
 
 
+def check_max_distance(max_distance: int, n_bits: int) -> int:
+    if isinstance(max_distance, bool) or not isinstance(max_distance, (int, np.integer)) \
+            or not 0 <= max_distance <= n_bits:
+        raise ConfigError(f"max_distance={max_distance!r}: must be a whole number of bits between 0 and {n_bits}")
+    return int(max_distance)
+
+
+#: Characters in a filter expression: Milvus parses longer ones, but a query needs no more.
+MAX_FILTER_CHARS = 4096
+
+
+def check_filter(expr: str | None) -> str | None:
+    """A filter expression as given (None or blank: no filter), bounded in length."""
+    if expr is None or not str(expr).strip():
+        return None
+    if not isinstance(expr, str) or len(expr) > MAX_FILTER_CHARS or "\x00" in expr:
+        raise ConfigError(f"filter: must be a boolean expression of at most {MAX_FILTER_CHARS} characters, "
+                          "e.g. 'label == 3'")
+    return expr.strip()
+
+
+def _milvus_message(exc: Exception) -> str:
+    return str(getattr(exc, "message", None) or exc).splitlines()[0][:200]
+
+
+def _refused_expression(exc: Exception) -> bool:
+    """Whether Milvus refused a search for its filter expression (not for being down)."""
+    code = getattr(exc, "code", None)
+    text = str(exc).lower()
+    return code == 1100 or "invalid expr" in text or "cannot parse expression" in text or "field not exist" in text
+
+
 def _failed(what: str, exc: Exception) -> str:
     return f"{what} ({str(exc).splitlines()[0][:200]})"
 
@@ -746,24 +778,50 @@ class CodeCollection:
         return int(res[0]["count(*)"])
 
     def search(self, codes: np.ndarray, n_bits: int, k: int, index: IndexSpec | None = None,
-               output_fields: Iterable[str] = OUTPUT_FIELDS, batch_size: int = 1000) -> list[list[dict[str, Any]]]:
+               output_fields: Iterable[str] = OUTPUT_FIELDS, batch_size: int = 1000, filter: str | None = None,
+               max_distance: int | None = None) -> list[list[dict[str, Any]]]:
         """Top-k rows by Hamming distance for each packed query code: one list per query of
-        {"id", "distance" (int), and the output fields}."""
+        {"id", "distance" (int), and the output fields}, nearest first (ties by id).
+
+        ``filter``: a Milvus boolean expression over the stored fields (``label == 3``,
+        ``source like "news%"``): only rows it holds for are searched; one Milvus refuses is a
+        ConfigError naming it. ``max_distance`` R: only rows within R bits (Milvus' range
+        search: radius R + 1, range_filter 0), at most ``k`` of them."""
         codes = check_codes(codes, n_bits)
         check_search_k(k)
         params = (index or IndexSpec()).search_params()
+        if max_distance is not None:
+            check_max_distance(max_distance, n_bits)
+            params = {**params, "params": {**params["params"], "radius": int(max_distance) + 1, "range_filter": 0}}
+        expr = check_filter(filter)
         out: list[list[dict[str, Any]]] = []
         for start in range(0, len(codes), batch_size):
             data = [c.tobytes() for c in codes[start : start + batch_size]]
             try:
                 res = self.client.search(self.name, data=data, anns_field=CODE_FIELD, search_params=params,
-                                         limit=int(k), output_fields=list(output_fields), timeout=self.timeout)
+                                         limit=int(k), output_fields=list(output_fields), timeout=self.timeout,
+                                         **({"filter": expr} if expr else {}))
             except Exception as exc:
+                if expr and _refused_expression(exc):
+                    raise ConfigError(f"filter={expr!r}: Milvus cannot use it ({_milvus_message(exc)}); write a "
+                                      f"boolean expression over the collection's fields, e.g. 'label == 3'") from None
                 raise StoreError(_failed(f"collection {self.name!r}: search failed", exc)) from exc
             for hits in res:
-                out.append([{"id": h["id"], "distance": int(round(h["distance"])), **h.get("entity", {})}
-                            for h in hits])
+                rows = [{"id": h["id"], "distance": int(round(h["distance"])), **h.get("entity", {})} for h in hits]
+                rows.sort(key=lambda h: (h["distance"], h["id"]))  # the store's own tie order is unspecified
+                out.append(rows)
         return out
+
+    def ids_of_keys(self, keys: Sequence[str]) -> dict[str, int]:
+        """The row id of each document id (``key``, ingest --id-column) that the collection holds."""
+        if not keys:
+            return {}
+        expr = f"{KEY_FIELD} in [{', '.join(quote(k) for k in keys)}]"
+        try:
+            rows = self.client.query(self.name, filter=expr, output_fields=["id", KEY_FIELD], timeout=self.timeout)
+        except Exception as exc:
+            raise StoreError(_failed(f"collection {self.name!r}: looking up keys failed", exc)) from exc
+        return {r[KEY_FIELD]: int(r["id"]) for r in rows}
 
     def _field_of(self, ids: Sequence[int], field_name: str) -> list[Any]:
         """Field ``field_name`` of rows ``ids``, in that order (read by id: milvus-lite 2.5.1

@@ -56,6 +56,7 @@ FLAGS = {
     "max_steps": "--max-steps", "save_every": "--save-every",
     "replicas": "--replicas", "cache_dir": "--cache-dir", "seed": "--seed", "port": "--port", "api_token_env": "--api-token-env", "max_batch_size": "--max-batch-size",
     "host": "--host", "window_words": "--window-words", "n_windows": "--windows",
+    "filter": "--filter", "max_distance": "--max-distance",
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
@@ -640,8 +641,8 @@ def _default_collection(name: str, n_bits: int) -> str:
 @app.command()
 @handle_errors
 def search(
-    text: Annotated[list[str], typer.Argument(help="Query text(s).")],
     model_dir: Annotated[Path, typer.Option("--model", "-m", parser=folder, help="Checkpoint folder the collection was ingested with.")],
+    text: Annotated[list[str] | None, typer.Argument(help="Query text(s) (none with --like).")] = None,
     collection: Annotated[str | None, typer.Option(
         help="Collection to search [default: the one collection at --uri ingested with --model].")] = None,
     uri: Uri = DEFAULT_DB,
@@ -649,19 +650,37 @@ def search(
     k: Annotated[int, typer.Option("-k", "--k", help="Hits per query (at most 16384).")] = 10,
     nprobe: Nprobe = None,
     rerank: Rerank = 1,
+    filter_: Annotated[str | None, typer.Option("--filter", help=(
+        "Only rows this Milvus expression holds for, e.g. 'label == 3' or 'key in [\"a\", \"b\"]'."))] = None,
+    max_distance: Annotated[int | None, typer.Option(
+        help="Every row within this many bits (up to -k of them), nearest first.")] = None,
+    like: Annotated[list[str] | None, typer.Option(help=(
+        "More like this: search with a stored row's code, by its id (a hit's 'id') or its own id "
+        "(ingest --id-column); repeatable. The row itself is left out."))] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
 ):
     """Hash query texts with the model and search the collection by Hamming distance."""
     from dhim_ray.connectors.milvus import MilvusTarget, check_search_k
+    from dhim_ray.errors import ConfigError
     from dhim_ray.retrieval.rerank import check_rerank
     from dhim_ray.search import Searcher
 
     check_search_k(k)
     check_rerank(rerank)
+    if bool(text) == bool(like):
+        raise ConfigError("search: give query texts or --like ID, not both or neither")
+    if like and rerank > 1:
+        raise ConfigError(f"--rerank {rerank} with --like: a stored row has no query scores to re-rank by; drop one")
     if collection is not None:
         MilvusTarget(uri, collection, token_env=token_env)  # a malformed name fails before the model loads
     with Searcher.open(model_dir, uri, collection, token_env=token_env, nprobe=nprobe) as searcher:
-        hits = searcher.search(text, k, rerank=rerank)
+        if like:
+            numeric = all(x.lstrip("-").isdigit() for x in like) and not searcher.info.keys
+            hits = searcher.like(ids=[int(x) for x in like] if numeric else None, keys=None if numeric else like,
+                                 k=k, filter=filter_, max_distance=max_distance)
+            text = [f"like {x}" for x in like]
+        else:
+            hits = searcher.search(text, k, rerank=rerank, filter=filter_, max_distance=max_distance)
     if as_json:
         typer.echo(json.dumps([{"query": q, "hits": h} for q, h in zip(text, hits)], default=_json_default))
         return

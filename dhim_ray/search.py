@@ -114,23 +114,62 @@ class Searcher:
         """Whether re-ranking uses the stored float vectors (ingest --store-vectors)."""
         return self.info.vector_dim > 0
 
-    def search(self, texts: list[str] | str, k: int = 10, rerank: int = 1) -> list[list[dict[str, Any]]]:
+    def search(self, texts: list[str] | str, k: int = 10, rerank: int = 1, filter: str | None = None,
+               max_distance: int | None = None) -> list[list[dict[str, Any]]]:
         """The k best rows per text: by Hamming distance, or (``rerank`` m > 1) the k x m
         nearest re-ranked: by cosine against the query's float vector where the collection
         keeps float vectors, else by agreement with the query's pre-threshold scores. Each
-        hit then carries its ``rerank_score``."""
+        hit then carries its ``rerank_score``.
+
+        ``filter``: a Milvus boolean expression over the stored fields (``label == 3``,
+        ``key in ["a", "b"]``); only rows it holds for are searched. ``max_distance`` R:
+        every row within R bits, nearest first, at most k of them (a radius search)."""
         if isinstance(texts, str):
             texts = [texts]
         check_search_k(k)  # before encoding: fail fast
         texts = check_texts(texts, self.hasher.config.features.cleaning)
         if check_rerank(rerank) == 1:
-            return self.search_codes(self.hasher.encode(texts), k)
+            return self.search_codes(self.hasher.encode(texts), k, filter=filter, max_distance=max_distance)
         codes, scores, vectors = self.hasher.encode_scores(texts, vectors=True)
-        return self.search_reranked(codes, scores, k, rerank, vectors=vectors)
+        return self.search_reranked(codes, scores, k, rerank, vectors=vectors, filter=filter,
+                                    max_distance=max_distance)
+
+    def like(self, ids: list[int] | None = None, keys: list[str] | None = None, k: int = 10,
+             filter: str | None = None, max_distance: int | None = None,
+             include_self: bool = False) -> list[list[dict[str, Any]]]:
+        """More like these: search with the stored codes of rows ``ids`` (or of the documents
+        whose own ids, ``ingest --id-column``, are ``keys``), no re-encoding. Each row itself
+        is left out of its hits unless ``include_self``. One list of hits per row asked for;
+        an id or key the collection does not hold is a DataError naming it."""
+        from dhim_ray.errors import DataError
+
+        check_search_k(k)
+        if (ids is None) == (keys is None):
+            raise ConfigError("like: give ids or keys (the rows whose codes to search with), not both or neither")
+        if keys is not None:
+            found = self.collection.ids_of_keys(list(keys))
+            missing = [key for key in keys if key not in found]
+            if missing:
+                raise DataError(f"like: collection {self.target.collection!r} holds no document with id "
+                                f"{', '.join(map(repr, missing[:5]))}; check the ids (ingest --id-column)")
+            ids = [found[key] for key in keys]
+        ids = [int(i) for i in ids]
+        held = self.collection.get(ids, ["id"])
+        missing = [i for i in ids if i not in held]
+        if missing:
+            raise DataError(f"like: collection {self.target.collection!r} holds no row with id "
+                            f"{', '.join(map(str, missing[:5]))}; take ids from a search's hits")
+        codes = self.collection.fetch_codes(ids, self.hasher.n_bits)
+        limit = k if include_self else min(k + 1, MAX_SEARCH_K)
+        hits = self.search_codes(codes, limit, filter=filter, max_distance=max_distance)
+        if not include_self:
+            hits = [[h for h in row if h["id"] != own][:k] for row, own in zip(hits, ids)]
+        return hits
 
     def search_reranked(self, codes: np.ndarray, scores: np.ndarray, k: int, m: int,
                         output_fields: tuple[str, ...] | None = None,
-                        vectors: np.ndarray | None = None) -> list[list[dict[str, Any]]]:
+                        vectors: np.ndarray | None = None, filter: str | None = None,
+                        max_distance: int | None = None) -> list[list[dict[str, Any]]]:
         """Fetch min(k x m, 16384) Hamming candidates per query and keep the k best: by
         cosine of the stored float vectors against ``vectors`` (the queries' sentence
         vectors) where the collection keeps them, else by agreement of their codes with
@@ -138,8 +177,11 @@ class Searcher:
         fetch = min(k * check_rerank(m), MAX_SEARCH_K)
         by_cosine = self.rescores_by_cosine and vectors is not None
         out = []
-        for i, hits in enumerate(self.search_codes(codes, fetch, output_fields)):
-            hits.sort(key=lambda h: (h["distance"], h["id"]))  # the store's own tie order is unspecified
+        for i, hits in enumerate(self.search_codes(codes, fetch, output_fields, filter=filter,
+                                                   max_distance=max_distance)):
+            if not hits:
+                out.append([])
+                continue
             ids = [h["id"] for h in hits]
             if by_cosine:
                 cand = self.collection.fetch_vectors(ids, self.info.vector_dim)
@@ -150,11 +192,13 @@ class Searcher:
             out.append([{**hits[j], "rerank_score": round(float(a), 4)} for j, a in zip(order[0], score[0])])
         return out
 
-    def search_codes(self, codes: np.ndarray, k: int, output_fields: tuple[str, ...] | None = None):
+    def search_codes(self, codes: np.ndarray, k: int, output_fields: tuple[str, ...] | None = None,
+                     filter: str | None = None, max_distance: int | None = None):
         """Top-k rows by Hamming distance per packed code; ``output_fields`` default to all the
         collection has (label_name where its rows carry label names)."""
         return self.collection.search(codes, self.hasher.n_bits, k, self.index,
-                                      self.info.output_fields if output_fields is None else output_fields)
+                                      self.info.output_fields if output_fields is None else output_fields,
+                                      filter=filter, max_distance=max_distance)
 
     def count(self) -> int:
         return self.collection.count()

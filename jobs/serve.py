@@ -27,7 +27,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -109,9 +109,29 @@ class HashRequest(BaseModel):
 
 
 class SearchRequest(HashRequest):
+    texts: list[str] | None = Field(None, min_length=1, max_length=MAX_TEXTS,
+                                    description=f"1 to {MAX_TEXTS} texts, each 1 to {MAX_TEXT_CHARS} characters "
+                                                "(or like)")
     k: int = Field(10, ge=1, le=MAX_K, description=f"hits per text, 1 to {MAX_K}")
     rerank: int = Field(1, ge=1, le=MAX_RERANK,
                         description=f"re-rank k x rerank Hamming candidates (1 = off), at most {MAX_RERANK}")
+    filter: str | None = Field(None, max_length=4096,
+                               description="a Milvus boolean expression over the stored fields, e.g. label == 3")
+    max_distance: int | None = Field(None, ge=0, le=1024, description="every row within this many bits (up to k)")
+    like: list[int | str] | None = Field(None, min_length=1, max_length=MAX_TEXTS, description=(
+        "more like these stored rows: their ids (a hit's id) or their own ids (ingest --id-column), instead of "
+        "texts; each row itself is left out"))
+
+    @field_validator("texts")
+    @classmethod
+    def _each_text(cls, texts: list[str] | None) -> list[str] | None:
+        return None if texts is None else HashRequest._each_text(texts)
+
+    @model_validator(mode="after")
+    def _texts_or_like(self):
+        if (self.texts is None) == (self.like is None):
+            raise ValueError("give texts or like, not both or neither")
+        return self
 
 
 def _error(status: int, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
@@ -239,18 +259,34 @@ class QueryService:
             return _error(401, "authorization: missing or wrong bearer token", "authorization")
         if body.k * body.rerank > MAX_SEARCH_K:
             return _error(422, f"k x rerank = {body.k * body.rerank}: at most {MAX_SEARCH_K}", "rerank")
-        try:
-            codes, scores, vectors = await self._encode(body.texts)
-        except DataError as exc:
-            return _error(422, f"texts: {exc}", "texts")
+        if body.like is not None and body.rerank > 1:
+            return _error(422, "rerank: a stored row has no query scores to re-rank by; drop rerank or like", "rerank")
+        if body.max_distance is not None and body.max_distance > self.hasher.n_bits:
+            return _error(422, f"max_distance: at most the code's {self.hasher.n_bits} bits", "max_distance")
+        options = {"filter": body.filter, "max_distance": body.max_distance}
+        codes = scores = vectors = None
+        if body.texts is not None:
+            try:
+                codes, scores, vectors = await self._encode(body.texts)
+            except DataError as exc:
+                return _error(422, f"texts: {exc}", "texts")
         t0 = time.perf_counter()
         try:
             searcher = await self._searcher()
-            if body.rerank == 1:
-                hits = await asyncio.to_thread(searcher.search_codes, codes, body.k)
+            if body.like is not None:
+                numeric = all(isinstance(x, int) for x in body.like)
+                hits = await asyncio.to_thread(searcher.like, body.like if numeric else None,
+                                               None if numeric else [str(x) for x in body.like], body.k, **options)
+            elif body.rerank == 1:
+                hits = await asyncio.to_thread(searcher.search_codes, codes, body.k, None, **options)
             else:
                 hits = await asyncio.to_thread(searcher.search_reranked, codes, scores, body.k, body.rerank,
-                                               None, vectors)
+                                               None, vectors, **options)
+        except ConfigError as exc:  # a filter Milvus refuses, like without texts' scores
+            field = "filter" if str(exc).startswith("filter") else "like"
+            return _error(422, str(exc), field)
+        except DataError as exc:  # like: an id the collection does not hold
+            return _error(422, str(exc), "like")
         except (MilvusDown, StoreError) as exc:
             await self._drop_searcher()
             return self._milvus_down(exc)

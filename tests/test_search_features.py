@@ -1,0 +1,92 @@
+"""What applications do with a collection beyond k-nearest, on real milvus-lite: filtered
+search equal to a brute-force filter, radius search equal to an exact scan, more-like-this
+by a stored row's id or its own id."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dhim_ray.errors import ConfigError, DataError
+
+pytestmark = pytest.mark.slow  # real milvus-lite
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, toy_folder, tiny_config):
+    from dhim_ray.connectors.milvus import MilvusTarget, document_ids, make_rows
+    from dhim_ray.corpus.spec import CorpusSpec
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.search import Searcher
+    from dhim_ray.training.pipeline import train_corpus
+
+    root = tmp_path_factory.mktemp("features")
+    model = root / "model"
+    train_corpus(CorpusSpec(str(toy_folder)), tiny_config.replace(train={"max_epochs": 1}), model, progress=False)
+    split = CorpusSpec(str(toy_folder), "train").load_split()
+    hasher = Hasher.load(model)
+    codes = hasher.encode(split.texts)
+    rows = np.arange(len(split.texts))
+    ids = document_ids("toy@1", rows)
+    target = MilvusTarget(str(root / "f.db"), "toy16")
+    with target.open() as collection:
+        collection.ensure(16, hasher.model_id, keys=True)
+        collection.upsert(make_rows(ids, codes, 16, split.labels, split.texts, "toy@1", rows,
+                                    keys=[f"doc-{r}" for r in rows]))
+    searcher = Searcher(model, target)
+    yield {"searcher": searcher, "codes": codes, "ids": ids, "labels": split.labels, "texts": split.texts,
+           "hasher": hasher}
+    searcher.close()
+
+
+def exact(store, code: np.ndarray, keep: np.ndarray) -> list[tuple[int, int]]:
+    """(distance, id) of every kept row, nearest first, ties by id: a brute-force scan."""
+    d = np.bitwise_count(store["codes"] ^ code).sum(1)
+    return sorted((int(d[i]), int(store["ids"][i])) for i in np.flatnonzero(keep))
+
+
+def test_a_filtered_search_equals_a_brute_force_filter(store):
+    searcher, labels = store["searcher"], store["labels"]
+    label = int(labels[0])
+    query = store["texts"][3]
+    hits = searcher.search([query], k=10, filter=f"label == {label}")[0]
+    want = exact(store, store["hasher"].encode([query])[0], labels == label)
+    assert [h["distance"] for h in hits] == [d for d, _ in want[:10]]
+    kth = want[9][0]
+    assert {h["id"] for h in hits if h["distance"] < kth} == {i for d, i in want if d < kth}
+    assert all(h["label"] == label for h in hits)
+    assert searcher.search([query], k=10, filter="label in [-5]") == [[]]
+
+
+@pytest.mark.parametrize("expr", ["lable == 3", "label ==", "label == 'x' and", "nosuch > 1"])
+def test_a_filter_milvus_cannot_use_is_one_clear_error(store, expr):
+    with pytest.raises(ConfigError, match="filter="):
+        store["searcher"].search(["football"], k=5, filter=expr)
+
+
+def test_a_radius_search_returns_every_row_within_the_radius(store):
+    searcher = store["searcher"]
+    code = store["codes"][5]
+    for radius in (0, 2, 4):
+        hits = searcher.search_codes(code[None], 1000, max_distance=radius)[0]
+        want = exact(store, code, np.ones(len(store["codes"]), bool))
+        assert [(h["distance"], h["id"]) for h in hits] == [w for w in want if w[0] <= radius]
+    capped = searcher.search_codes(code[None], 3, max_distance=16)[0]
+    assert len(capped) == 3 and [h["distance"] for h in capped] == sorted(h["distance"] for h in capped)
+    with pytest.raises(ConfigError, match="max_distance=17"):
+        searcher.search(["football"], k=5, max_distance=17)
+
+
+def test_more_like_a_stored_row_by_id_or_key_leaves_the_row_out(store):
+    searcher, ids = store["searcher"], store["ids"]
+    by_id = searcher.like(ids=[int(ids[7])], k=5)[0]
+    by_key = searcher.like(keys=["doc-7"], k=5)[0]
+    assert by_id == by_key and len(by_id) == 5 and int(ids[7]) not in {h["id"] for h in by_id}
+    with_self = searcher.like(ids=[int(ids[7])], k=5, include_self=True)[0]
+    assert with_self[0]["distance"] == 0 and int(ids[7]) in {h["id"] for h in with_self}
+    want = [w for w in exact(store, store["codes"][7], np.ones(len(ids), bool)) if w[1] != int(ids[7])]
+    assert [h["distance"] for h in by_id] == [d for d, _ in want[:5]]
+    with pytest.raises(DataError, match="holds no document with id 'nope'"):
+        searcher.like(keys=["nope"])
+    with pytest.raises(DataError, match="holds no row with id 12345"):
+        searcher.like(ids=[12345])
