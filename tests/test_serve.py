@@ -374,3 +374,21 @@ def test_sigterm_stops_serve_cleanly_and_frees_the_file(service, tmp_path):
     assert lines[-1] == "stopped serving term16" and all(x.startswith("serving term16") for x in lines[:-1]), err
     with MilvusTarget(target.uri, "term16").open(create=False) as collection:  # the file is free again
         assert collection.count() == 40
+
+
+def test_filters_radius_and_like_through_the_service(service):
+    first = post(service, "/search", {"texts": QUERIES[:1], "k": 5}).json()["results"][0]
+    label = first[0]["label"]
+    r = post(service, "/search", {"texts": QUERIES[:1], "k": 5, "filter": f"label == {label}"})
+    assert r.status_code == 200 and all(h["label"] == label for h in r.json()["results"][0])
+    bad = post(service, "/search", {"texts": QUERIES[:1], "filter": "lable == 1"})
+    assert bad.status_code == 422 and bad.json()["field"] == "filter" and "lable" in bad.json()["error"]
+    near = post(service, "/search", {"texts": QUERIES[:1], "k": 1000, "max_distance": 3}).json()["results"][0]
+    assert all(h["distance"] <= 3 for h in near)
+    assert post(service, "/search", {"texts": QUERIES[:1], "max_distance": 17}).status_code == 422
+    like = post(service, "/search", {"like": [first[0]["id"]], "k": 3})
+    assert like.status_code == 200 and first[0]["id"] not in {h["id"] for h in like.json()["results"][0]}
+    missing = post(service, "/search", {"like": [123], "k": 3})
+    assert missing.status_code == 422 and missing.json()["field"] == "like"
+    both = post(service, "/search", {"texts": ["q"], "like": [1]})
+    assert both.status_code == 422 and "texts or like" in both.json()["error"]
