@@ -28,6 +28,7 @@ import logging
 import os
 import re
 import socket
+import tempfile
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -238,6 +239,15 @@ def _check_reachable(uri: str, timeout: float) -> None:
         ) from exc
 
 
+def _quiet_pymilvus() -> None:
+    """pymilvus logs every refused call with its whole stack at ERROR, then raises; the
+    connector turns the exception into one message, so the log stays quiet unless dhim-ray's
+    logger is at DEBUG. (Set after pymilvus is imported: its import configures its loggers.)"""
+    level = logging.DEBUG if logging.getLogger("dhim_ray").isEnabledFor(logging.DEBUG) else logging.CRITICAL
+    for name in ("pymilvus.decorators", "pymilvus.client.abstract"):
+        logging.getLogger(name).setLevel(level)
+
+
 def check_lite_path(uri: str, create: bool = True) -> None:
     """What a milvus-lite URI must be before a server opens it (creating nothing): a .db
     name milvus-lite takes, in a folder that exists; ``create=False``: the file exists."""
@@ -269,6 +279,8 @@ def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS
     milvus-lite file must exist already (searching a mistyped path must not create one)."""
     warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
     from pymilvus import MilvusClient
+
+    _quiet_pymilvus()
 
     kwargs: dict[str, Any] = {}
     if is_lite(uri):
@@ -307,6 +319,31 @@ def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS
     raise AssertionError("unreachable")
 
 
+#: Where milvus-lite's server process writes its own log (its C++ errors: a refused filter
+#: expression, a missing file), unless dhim-ray's logger is at DEBUG (``-v``).
+LITE_SERVER_LOG = os.path.join(tempfile.gettempdir(), "dhim-ray-milvus-lite.log")
+
+
+def _with_server_log(start):
+    """Run ``start`` (which launches milvus-lite's server) with file descriptor 2 pointed at
+    LITE_SERVER_LOG, so the server inherits the file as its stderr and the terminal keeps
+    to dhim-ray's own lines; the caller's stderr is put back at once."""
+    if logging.getLogger("dhim_ray").isEnabledFor(logging.DEBUG):
+        return start()
+    try:
+        log = os.open(LITE_SERVER_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:
+        return start()
+    saved = os.dup(2)
+    try:
+        os.dup2(log, 2)
+        return start()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log)
+
+
 def guard_lite_locks() -> None:
     """Only the process that took a milvus-lite file's lock removes it.
 
@@ -322,7 +359,7 @@ def guard_lite_locks() -> None:
     start, stop = Server.start, Server.stop
 
     def guarded_start(self) -> bool:
-        ok = start(self)
+        ok = _with_server_log(lambda: start(self))
         # the lock is held once the server process was launched (whether or not it then stayed up)
         self._dhim_ray_holds_lock = self._p is not None
         return ok

@@ -158,8 +158,9 @@ def setup_logging(verbose: bool, quiet: bool) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
-    for noisy in ("transformers", "datasets", "urllib3", "filelock", "pymilvus"):
+    for noisy in ("transformers", "datasets", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.ERROR)
+    # (pymilvus' own stack logs are quieted by the connector: pymilvus configures them on import)
 
 
 @app.callback()
@@ -675,9 +676,7 @@ def search(
         MilvusTarget(uri, collection, token_env=token_env)  # a malformed name fails before the model loads
     with Searcher.open(model_dir, uri, collection, token_env=token_env, nprobe=nprobe) as searcher:
         if like:
-            numeric = all(x.lstrip("-").isdigit() for x in like) and not searcher.info.keys
-            hits = searcher.like(ids=[int(x) for x in like] if numeric else None, keys=None if numeric else like,
-                                 k=k, filter=filter_, max_distance=max_distance)
+            hits = searcher.like(**searcher.like_targets(like), k=k, filter=filter_, max_distance=max_distance)
             text = [f"like {x}" for x in like]
         else:
             hits = searcher.search(text, k, rerank=rerank, filter=filter_, max_distance=max_distance)

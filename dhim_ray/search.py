@@ -166,6 +166,15 @@ class Searcher:
             hits = [[h for h in row if h["id"] != own][:k] for row, own in zip(hits, ids)]
         return hits
 
+    def like_targets(self, values: list[int | str]) -> dict[str, list]:
+        """``like``'s arguments for values as a user gives them: row ids (a hit's ``id``) where
+        they are numbers the collection holds, else the documents' own ids (``key``)."""
+        if all(isinstance(v, int) or str(v).lstrip("-").isdigit() for v in values):
+            ids = [int(v) for v in values]
+            if not self.info.keys or len(self.collection.get(ids, ["id"])) == len(set(ids)):
+                return {"ids": ids}
+        return {"keys": [str(v) for v in values]}
+
     def search_reranked(self, codes: np.ndarray, scores: np.ndarray, k: int, m: int,
                         output_fields: tuple[str, ...] | None = None,
                         vectors: np.ndarray | None = None, filter: str | None = None,

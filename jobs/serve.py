@@ -274,9 +274,8 @@ class QueryService:
         try:
             searcher = await self._searcher()
             if body.like is not None:
-                numeric = all(isinstance(x, int) for x in body.like)
-                hits = await asyncio.to_thread(searcher.like, body.like if numeric else None,
-                                               None if numeric else [str(x) for x in body.like], body.k, **options)
+                targets = await asyncio.to_thread(searcher.like_targets, body.like)
+                hits = await asyncio.to_thread(lambda: searcher.like(**targets, k=body.k, **options))
             elif body.rerank == 1:
                 hits = await asyncio.to_thread(searcher.search_codes, codes, body.k, None, **options)
             else:
