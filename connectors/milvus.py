@@ -52,6 +52,7 @@ logger = logging.getLogger(__name__)
 FORMAT = "dhim-ray/codes"
 CODE_FIELD = "code"
 VECTOR_FIELD = "vector"  # optional (ingest --store-vectors): the unit-norm sentence vector, float16
+SIGN_FIELD = "sign"  # optional (ingest --store-signs): the sign bits of the sentence vector, packed
 LABEL_NAME_FIELD = "label_name"
 LABEL_NAME_MAX = 256  # characters kept of a label's name
 KEY_FIELD = "key"
@@ -446,6 +447,7 @@ def make_rows(
     name_field: bool = True,
     keys: Sequence[str] | None = None,
     key_field: bool = True,
+    signs: np.ndarray | None = None,
 ) -> list[dict[str, Any]]:
     """Validated insert rows. Every code is checked for dtype and length first:
     Milvus stores wrong-length codes silently and shifts the rest of the batch.
@@ -453,9 +455,14 @@ def make_rows(
     each row's label name (None: "" for every row). ``name_field``: the collection has the
     label_name field (CollectionInfo.label_names; False for one made before it existed).
     ``keys``: each document's own id (None: "" for every row), at most KEY_MAX characters;
-    ``key_field``: the collection has the key field (CollectionInfo.keys)."""
+    ``key_field``: the collection has the key field (CollectionInfo.keys). ``signs``: packed
+    sign bits of each document's sentence vector (uint8 (n, width // 8))."""
     codes = check_codes(codes, n_bits)
     n = len(codes)
+    if signs is not None:
+        signs = check_codes(np.asarray(signs, dtype=np.uint8))
+        if len(signs) != n:
+            raise CodeFormatError(f"signs has {len(signs)} rows for {n} codes: expected one per code")
     if vectors is not None:
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or len(vectors) != n or not np.isfinite(vectors).all():
@@ -485,6 +492,7 @@ def make_rows(
             "source": source[:256],
             "row": int(rows[i]),
             **({VECTOR_FIELD: vectors[i]} if vectors is not None else {}),
+            **({SIGN_FIELD: signs[i].tobytes()} if signs is not None else {}),
             **({LABEL_NAME_FIELD: _cut(str(label_names[i]), LABEL_NAME_MAX) if label_names is not None else ""}
                if name_field else {}),
             **({KEY_FIELD: keys[i] if keys is not None else ""} if key_field else {}),
@@ -516,6 +524,7 @@ class CollectionInfo:
     nlist: int = 0  # BIN_IVF_FLAT clusters, 0 for other index types
     meta: dict[str, Any] = field(default_factory=dict)
     vector_dim: int = 0  # width of the stored float16 sentence vectors; 0: codes only
+    sign_bits: int = 0  # width of the stored sign codes of the sentence vectors; 0: none
     label_names: bool = False  # rows carry their label's name (the label_name field)
     keys: bool = False  # rows carry their document's own id (the key field)
 
@@ -532,7 +541,7 @@ class CollectionInfo:
         return IndexSpec("BIN_IVF_FLAT", nlist=nlist, nprobe=min(nprobe or IndexSpec().nprobe, nlist))
 
 
-def _schema(n_bits: int, meta: dict[str, Any], vector_dim: int = 0):
+def _schema(n_bits: int, meta: dict[str, Any], vector_dim: int = 0, sign_bits: int = 0):
     from pymilvus import DataType, MilvusClient
 
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False, description=json.dumps(meta))
@@ -546,6 +555,8 @@ def _schema(n_bits: int, meta: dict[str, Any], vector_dim: int = 0):
     schema.add_field(KEY_FIELD, DataType.VARCHAR, max_length=KEY_MAX * 4)
     if vector_dim:
         schema.add_field(VECTOR_FIELD, DataType.FLOAT16_VECTOR, dim=vector_dim)
+    if sign_bits:
+        schema.add_field(SIGN_FIELD, DataType.BINARY_VECTOR, dim=sign_bits)
     return schema
 
 
@@ -603,7 +614,8 @@ def _fields_are_ours(fields: list[dict]) -> bool:
 
     expected = {"id": DataType.INT64, CODE_FIELD: DataType.BINARY_VECTOR, "label": DataType.INT64,
                 "text": DataType.VARCHAR, "source": DataType.VARCHAR, "row": DataType.INT64,
-                LABEL_NAME_FIELD: DataType.VARCHAR, KEY_FIELD: DataType.VARCHAR, VECTOR_FIELD: DataType.FLOAT16_VECTOR}
+                LABEL_NAME_FIELD: DataType.VARCHAR, KEY_FIELD: DataType.VARCHAR, VECTOR_FIELD: DataType.FLOAT16_VECTOR,
+                SIGN_FIELD: DataType.BINARY_VECTOR}
     types = {f["name"]: f.get("type") for f in fields}
     return all(types.get(name, kind) == kind for name, kind in expected.items()) and all(
         name in types for name in ("id", CODE_FIELD, "label", "text", "source", "row"))
@@ -649,10 +661,11 @@ class CodeCollection:
         fields = {f["name"] for f in desc["fields"]}
         return CollectionInfo(name, int(code["params"].get("dim", 0)), metric, index_type, meta.get("model", ""),
                               nlist=nlist, meta=meta, vector_dim=int(meta.get("vector_dim", 0)),
+                              sign_bits=int(meta.get("sign_bits", 0)),
                               label_names=LABEL_NAME_FIELD in fields, keys=KEY_FIELD in fields)
 
     def check(self, n_bits: int, model: str, overwrite: bool = False, vector_dim: int | None = None,
-              keys: bool = False) -> CollectionInfo | None:
+              keys: bool = False, sign_bits: int | None = None) -> CollectionInfo | None:
         """The existing collection (None if there is none), refused with
         CollectionMismatchError when it cannot take these codes: another code width,
         metric or model, not made by dhim-ray, (``vector_dim`` given) float vectors kept
@@ -678,6 +691,9 @@ class CodeCollection:
                                 "it keeps float vectors and this ingest has none (add --store-vectors)"
                                 if info.vector_dim else
                                 "it keeps codes only and this ingest adds float vectors (drop --store-vectors)")
+            if sign_bits is not None and info.sign_bits != sign_bits:
+                problems.append("it keeps sign codes and this ingest has none (add --store-signs)" if info.sign_bits
+                                else "it keeps no sign codes and this ingest adds them (drop --store-signs)")
             if keys and not info.keys:
                 problems.append("it was made before rows kept their own ids (drop --id-column)")
         if problems:
@@ -687,30 +703,33 @@ class CodeCollection:
         return info
 
     def ensure(self, n_bits: int, model: str, index: IndexSpec = IndexSpec(), overwrite: bool = False,
-               vector_dim: int = 0, keys: bool = False) -> CollectionInfo:
+               vector_dim: int = 0, keys: bool = False, sign_bits: int = 0) -> CollectionInfo:
         """Create the collection, or check an existing one matches (see ``check``);
         ``overwrite`` drops and recreates one that does not."""
         client, name, timeout = self.client, self.name, self.timeout
-        info = self.check(n_bits, model, overwrite, vector_dim, keys)
+        info = self.check(n_bits, model, overwrite, vector_dim, keys, sign_bits)
         if info is not None and not overwrite:
             client.load_collection(name, timeout=timeout)
             return info
         if info is not None:
             client.drop_collection(name, timeout=timeout)
-        meta = {"format": FORMAT, "n_bits": n_bits, "model": model, **({"vector_dim": vector_dim} if vector_dim else {})}
+        meta = {"format": FORMAT, "n_bits": n_bits, "model": model, **({"vector_dim": vector_dim} if vector_dim else {}),
+                **({"sign_bits": sign_bits} if sign_bits else {})}
         index_params = client.prepare_index_params()
         index_params.add_index(field_name=CODE_FIELD, index_type=index.index_type, metric_type="HAMMING",
                                params=index.params())
         if vector_dim:  # every vector field needs an index to load; the vectors are read by id, never searched
             index_params.add_index(field_name=VECTOR_FIELD, index_type="FLAT", metric_type="COSINE")
+        if sign_bits:  # likewise: read by id to re-rank, never searched
+            index_params.add_index(field_name=SIGN_FIELD, index_type="BIN_FLAT", metric_type="HAMMING")
         try:
-            client.create_collection(name, schema=_schema(n_bits, meta, vector_dim), index_params=index_params,
+            client.create_collection(name, schema=_schema(n_bits, meta, vector_dim, sign_bits), index_params=index_params,
                                      timeout=timeout)
         except Exception as exc:
             raise StoreError(_failed(f"collection {name!r}: Milvus refused to create it", exc)) from exc
         client.load_collection(name, timeout=timeout)
         return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, vector_dim=vector_dim,
-                              label_names=True, keys=True)
+                              label_names=True, keys=True, sign_bits=sign_bits)
 
     def upsert(self, rows: list[dict[str, Any]]) -> int:
         """Upsert validated rows (see make_rows); returns how many were written."""
@@ -874,6 +893,12 @@ class CodeCollection:
     def fetch_codes(self, ids: Sequence[int], n_bits: int) -> np.ndarray:
         """The stored packed codes of rows ``ids``, in that order: uint8 (len(ids), n_bits // 8)."""
         return bytes_to_codes([bytes(c) for c in self._field_of(ids, CODE_FIELD)], n_bits)
+
+    def fetch_signs(self, ids: Sequence[int], sign_bits: int) -> np.ndarray:
+        """The stored sign codes of rows ``ids`` (ingest --store-signs), in that order:
+        uint8 (len(ids), sign_bits // 8)."""
+        return bytes_to_codes([bytes(c[0] if isinstance(c, list) else c) for c in self._field_of(ids, SIGN_FIELD)],
+                              sign_bits)
 
     def fetch_vectors(self, ids: Sequence[int], dim: int) -> np.ndarray:
         """The stored unit-norm sentence vectors of rows ``ids`` (ingest --store-vectors), in

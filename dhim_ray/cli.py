@@ -56,7 +56,8 @@ FLAGS = {
     "max_steps": "--max-steps", "save_every": "--save-every",
     "replicas": "--replicas", "cache_dir": "--cache-dir", "seed": "--seed", "port": "--port", "api_token_env": "--api-token-env", "max_batch_size": "--max-batch-size",
     "host": "--host", "window_words": "--window-words", "n_windows": "--windows",
-    "filter": "--filter", "max_distance": "--max-distance",
+    "filter": "--filter", "max_distance": "--max-distance", "store_vectors": "--store-vectors",
+    "store_signs": "--store-signs",
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
@@ -597,6 +598,9 @@ def ingest(
     store_vectors: Annotated[bool, typer.Option(
         help="Also keep each document's sentence vector (float16, 2 x encoder width bytes) so search --rerank "
              "re-scores candidates by cosine.")] = False,
+    store_signs: Annotated[bool, typer.Option(
+        help="Also keep the sign bits of each document's sentence vector (1 bit per encoder dimension: 48 B with "
+             "MiniLM) so search --rerank orders candidates by both codes: finds specific documents, keeps topics.")] = False,
     text_column: TextColumn = None,
     label_column: LabelColumn = None,
     id_column: Annotated[str | None, typer.Option(
@@ -628,7 +632,7 @@ def ingest(
     index_spec = IndexSpec(index, nlist=nlist, nprobe=min(16, nlist)) if index else default_index(uri, nlist)
     result = run_ingest(spec, model_dir, target, workers=workers, batch_size=batch_size, overwrite=overwrite,
                         index=index_spec, address=address, progress=not as_json, use_gpu=use_gpu,
-                        store_vectors=store_vectors, id_column=id_column)
+                        store_vectors=store_vectors, id_column=id_column, store_signs=store_signs)
     print_result(result.as_dict(), as_json, title=f"ingested into {collection}")
 
 

@@ -35,7 +35,16 @@ from dhim_ray.hasher import Hasher, check_texts
 from dhim_ray.retrieval import known_item
 from dhim_ray.retrieval.evaluate import WindowSpec, evaluate_codes
 from dhim_ray.retrieval.metrics import PrecisionResult, tie_aware_hits
-from dhim_ray.retrieval.rerank import BY_BITS, BY_COSINE, check_rerank, rerank, rescore_cosine
+from dhim_ray.retrieval.rerank import (
+    BY_BITS,
+    BY_BOTH_CODES,
+    BY_COSINE,
+    check_rerank,
+    rerank,
+    rerank_by_both_codes,
+    rescore_cosine,
+    sign_codes,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -185,6 +194,7 @@ class Searcher:
         the query's ``scores``. Equal scores keep Hamming order."""
         fetch = min(k * check_rerank(m), MAX_SEARCH_K)
         by_cosine = self.rescores_by_cosine and vectors is not None
+        by_signs = self.info.sign_bits > 0 and vectors is not None
         out = []
         for i, hits in enumerate(self.search_codes(codes, fetch, output_fields, filter=filter,
                                                    max_distance=max_distance)):
@@ -195,6 +205,10 @@ class Searcher:
             if by_cosine:
                 cand = self.collection.fetch_vectors(ids, self.info.vector_dim)
                 order, score = rescore_cosine(vectors[i : i + 1], cand[None], k)
+            elif by_signs:
+                cand = self.collection.fetch_signs(ids, self.info.sign_bits)
+                order, score = rerank_by_both_codes(np.array([h["distance"] for h in hits]), self.hasher.n_bits,
+                                                    sign_codes(vectors[i : i + 1]), cand, k)
             else:
                 cand = self.collection.fetch_codes(ids, self.hasher.n_bits)
                 order, score = rerank(scores[i : i + 1], cand[None], k)
@@ -317,7 +331,7 @@ class MilvusCodes:
 
     def __init__(self, searcher: Searcher, label_of: HitLabels, n_database: int):
         self.searcher, self.label_of, self.n_database = searcher, label_of, n_database
-        self.rerank_by = BY_COSINE if searcher.rescores_by_cosine else BY_BITS
+        self.rerank_by = BY_COSINE if searcher.rescores_by_cosine else BY_BOTH_CODES if searcher.info.sign_bits else BY_BITS
 
     def precision(self, codes: np.ndarray, labels: np.ndarray, k: int) -> PrecisionResult:
         """Both precisions from store results: the k nearest, then every code tied at the

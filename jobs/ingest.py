@@ -54,26 +54,33 @@ class CodeEncoder:
     (and, with ``vectors``, each document's mean-pooled sentence vector, float16)."""
 
     def __init__(self, model_dir: str, threads: int = 1, device: str = "cpu", vectors: bool = False,
-                 batch_size: int = 64):
+                 batch_size: int = 64, signs: bool = False):
         import torch
 
         torch.set_num_threads(max(1, threads))
         self.hasher = Hasher.load(model_dir, device=device)
         self.vectors = vectors
+        self.signs = signs
         self.batch_size = batch_size
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         texts = [str(t) for t in batch["text"]]
         codes = np.empty((len(texts), self.hasher.n_bytes), dtype=np.uint8)  # uint8 (n, n_bytes)
-        vectors = np.empty((len(texts), self.hasher.encoder.hidden_size), dtype=np.float16) if self.vectors else None
+        width = self.hasher.encoder.hidden_size
+        vectors = np.empty((len(texts), width), dtype=np.float16) if self.vectors else None
+        signs = np.empty((len(texts), width // 8), dtype=np.uint8) if self.signs else None
         # A Ray batch holds SORTED_BATCHES encoder batches: sorted by length, each as wide as its longest.
         for rows, feats in self.hasher.encoder.iter_batches(texts, self.batch_size):
             codes[rows] = self.hasher.hash_features(feats)
             if vectors is not None:
                 vectors[rows] = feats.mean
+            if signs is not None:  # the sign of each dimension: sentence-transformers' "ubinary"
+                signs[rows] = np.packbits(np.asarray(feats.mean) > 0, axis=1)
         batch["code"] = codes
         if vectors is not None:
             batch["vector"] = vectors
+        if signs is not None:
+            batch["sign"] = signs
         return batch
 
 
@@ -128,6 +135,7 @@ def ingest(
     use_gpu: bool = False,
     store_vectors: bool = False,
     id_column: str | None = None,
+    store_signs: bool = False,
 ) -> IngestResult:
     """Encode one split of a corpus with a trained model and upsert it into Milvus.
 
@@ -141,6 +149,8 @@ def ingest(
         write_batch: rows per upsert from the driver (milvus-lite).
         store_vectors: also keep each document's sentence vector (the encoder's mean-pooled
             vector, unit-norm float16: 2 x width bytes a document) for float re-scoring.
+        store_signs: also keep the sign bits of each document's sentence vector (one bit per
+            encoder dimension: 48 bytes with MiniLM) to re-rank Hamming candidates by both codes.
         id_column: the source's column of the documents' own ids, kept in each row's
             ``key`` field and returned with every hit (every row must have one).
     Returns:
@@ -166,7 +176,12 @@ def ingest(
     # collection is created: the model, the columns, then (in Ray) every row's text.
     hasher = Hasher.load(model_dir)
     n_bits, mid, cleaning = hasher.n_bits, hasher.model_id, hasher.config.features.cleaning
+    if store_vectors and store_signs:
+        raise ConfigError("store_vectors and store_signs: a collection keeps one of them to re-rank by; pick one")
     vector_dim = hasher.encoder.hidden_size if store_vectors else 0
+    sign_bits = hasher.encoder.hidden_size if store_signs else 0
+    if sign_bits % 8:
+        raise ConfigError(f"store_signs: the encoder's width {sign_bits} is not a multiple of 8")
     del hasher
     plan = with_key_column(plan_split(corpus), id_column)
     source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")
@@ -174,7 +189,7 @@ def ingest(
         check_lite_path(target.uri)  # a new file: created below, once the rows have passed the scan
     else:
         with target.open() as collection:  # an unreachable store or a collection that cannot take these codes fails now
-            collection.check(n_bits, mid, overwrite, vector_dim, keys=id_column is not None)
+            collection.check(n_bits, mid, overwrite, vector_dim, keys=id_column is not None, sign_bits=sign_bits)
     t0 = time.perf_counter()
     init_ray(address)
     check_capacity(workers, use_gpu)
@@ -185,7 +200,8 @@ def ingest(
     logger.debug("%s: %d documents in %d shards", plan.where, n_documents, len(plan.shards))
 
     with target.open() as collection:
-        info = collection.ensure(n_bits, mid, index, overwrite, vector_dim, keys=id_column is not None)
+        info = collection.ensure(n_bits, mid, index, overwrite, vector_dim, keys=id_column is not None,
+                                 sign_bits=sign_bits)
         first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
         collection.refuse_foreign_rows(document_ids(source, first), source)
         if id_column is None:
@@ -198,7 +214,7 @@ def ingest(
         CodeEncoder,
         fn_constructor_kwargs={"model_dir": str(Path(model_dir).resolve()), "threads": threads,
                                "device": "cuda" if use_gpu else "cpu", "vectors": store_vectors,
-                               "batch_size": batch_size},
+                               "batch_size": batch_size, "signs": store_signs},
         batch_size=batch_size * SORTED_BATCHES,
         # One block at a time per actor: otherwise the first actor up takes several blocks
         # while the others are still loading the model.
@@ -218,7 +234,7 @@ def ingest(
                 from dhim_ray.connectors.milvus_sink import MilvusDatasink
 
                 sink = MilvusDatasink(target, n_bits, source, mid, index, overwrite=False, vector_dim=vector_dim,
-                                      keys=id_column is not None)
+                                      keys=id_column is not None, sign_bits=sign_bits)
                 # Upserts wait on the network, not the CPU: a quarter CPU each lets them run beside the encoders.
                 ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0.25})
                 written, writers, parallel = sink.rows_written, sink.writers, sink.max_parallel_writes
@@ -266,7 +282,7 @@ def write_from_driver(ds, target: MilvusTarget, n_bits: int, source: str, total:
             rows = make_rows(batch["id"], np.asarray(batch["code"], dtype=np.uint8), n_bits, batch["label"],
                              [str(t) for t in batch["text"]], source, batch["row"], batch.get("vector"),
                              batch.get("label_name"), name_field=name_field, keys=batch.get("key"),
-                             key_field=key_field)
+                             key_field=key_field, signs=batch.get("sign"))
             written += collection.upsert(rows)
             bar.update(len(rows))
     return written

@@ -456,6 +456,44 @@ def test_store_vectors_keeps_unit_float16_vectors_and_rerank_rescores_by_cosine(
         ingest(small, model_dir, target, workers=1, progress=False)
 
 
+def test_store_signs_keeps_the_sign_codes_and_rerank_uses_both_codes(ray_session, model_dir, tmp_path):
+    """ingest --store-signs: each row also keeps the sign bits of its sentence vector (48 B
+    with MiniLM), through Ray Data's encoders, equal to the hasher's; --rerank then orders by
+    both codes; a collection of the other kind is refused."""
+    from dhim_ray.connectors.milvus import CodeCollection
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.retrieval.rerank import BY_BOTH_CODES, sign_codes
+    from dhim_ray.search import Searcher, evaluate_in_milvus
+
+    small = CorpusSpec("bbc", "train", limit=80)
+    target = MilvusTarget(str(tmp_path / "signs.db"), "bbc16s")
+    assert ingest(small, model_dir, target, workers=1, progress=False, store_signs=True).verified
+    rows, _ = stored(target)
+    hasher = Hasher.load(model_dir)
+    texts = small.load_split().texts
+    position = {int(r): i for i, r in enumerate(small.load_split().rows)}
+    want = sign_codes(hasher.encode_scores(texts, vectors=True)[2])
+    client = target.connect()
+    try:
+        collection = CodeCollection(client, target.collection)
+        assert collection.describe().sign_bits == 384
+        got = collection.fetch_signs([r["id"] for r in rows], 384)
+    finally:
+        client.close()
+        release(target.uri)
+    assert np.array_equal(got, want[[position[r["row"]] for r in rows]])
+    with Searcher(model_dir, target) as s:
+        hits = s.search([texts[3]], k=5, rerank=4)[0]
+    assert hits[0]["row"] == small.load_split().rows[3]  # its own document: both distances 0
+    evaluated = evaluate_in_milvus(model_dir, CorpusSpec("bbc", "val", limit=20), target, k=10, rerank=2)
+    assert evaluated["rerank_by"] == BY_BOTH_CODES
+    with pytest.raises(CollectionMismatchError, match="keeps sign codes and this ingest has none"):
+        ingest(small, model_dir, target, workers=1, progress=False)
+    with pytest.raises(ConfigError, match="pick one"):
+        ingest(small, model_dir, target, workers=1, progress=False, store_signs=True, store_vectors=True)
+
+
 def test_ingest_keeps_ray_and_grpc_chatter_out_of_the_terminal(model_dir, tmp_path):
     """Without -v the terminal shows our own lines only: not Ray's C++ core (every Ray Data
     actor pool of Ray 2.60 logs a false 'constructor arguments in the object store' ERROR),

@@ -35,7 +35,7 @@ def store(tmp_path_factory, toy_folder, tiny_config):
                                     keys=[f"doc-{r}" for r in rows]))
     searcher = Searcher(model, target)
     yield {"searcher": searcher, "codes": codes, "ids": ids, "labels": split.labels, "texts": split.texts,
-           "hasher": hasher}
+           "hasher": hasher, "model": model}
     searcher.close()
 
 
@@ -90,3 +90,35 @@ def test_more_like_a_stored_row_by_id_or_key_leaves_the_row_out(store):
         searcher.like(keys=["nope"])
     with pytest.raises(DataError, match="holds no row with id 12345"):
         searcher.like(ids=[12345])
+
+
+def test_a_collection_with_sign_codes_reranks_by_both_codes(store, tmp_path):
+    """ingest --store-signs keeps each document's sign code; --rerank M then orders the k x M
+    Hamming candidates by d_code / bits + d_sign / sign bits, as this brute force does."""
+    from dhim_ray.connectors.milvus import MilvusTarget, document_ids, make_rows
+    from dhim_ray.errors import CollectionMismatchError
+    from dhim_ray.retrieval.rerank import sign_codes
+    from dhim_ray.search import Searcher
+
+    hasher, texts = store["hasher"], store["texts"]
+    codes, _, vectors = hasher.encode_scores(texts, vectors=True)
+    signs = sign_codes(vectors)
+    rows = np.arange(len(texts))
+    ids = document_ids("toy@2", rows)
+    target = MilvusTarget(str(tmp_path / "s.db"), "toy16s")
+    with target.open() as collection:
+        info = collection.ensure(16, hasher.model_id, sign_bits=8 * signs.shape[1])
+        assert info.sign_bits == 32
+        collection.upsert(make_rows(ids, codes, 16, None, texts, "toy@2", rows, signs=signs))
+        with pytest.raises(CollectionMismatchError, match="keeps sign codes and this ingest has none"):
+            collection.check(16, hasher.model_id, sign_bits=0)
+    query = ["football match goal"]
+    q_code, _, q_vec = hasher.encode_scores(query, vectors=True)
+    d_code = np.bitwise_count(codes ^ q_code[0]).sum(1)
+    d_sign = np.bitwise_count(signs ^ sign_codes(q_vec)[0]).sum(1)
+    candidates = sorted(range(len(texts)), key=lambda i: (d_code[i], ids[i]))[:5 * 4]
+    want = sorted(candidates, key=lambda i: (d_code[i] / 16 + d_sign[i] / 32, candidates.index(i)))[:5]
+    with Searcher(store["model"], target) as searcher:
+        assert searcher.rescores_by_cosine is False and searcher.info.sign_bits == 32
+        hits = searcher.search(query, k=5, rerank=4)[0]
+    assert [h["id"] for h in hits] == [int(ids[i]) for i in want]
