@@ -406,7 +406,53 @@ def target_choice(suffix: str, score: str) -> list[str] | None:
     return out
 
 
+def _item_rows() -> list[dict]:
+    path = HERE / "item_level.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def known_item() -> list[str] | None:
+    """Both tasks per method and bytes: P@100 (tie-aware; re-ranked lists: their precision) and
+    known-item recall@10 (8-word windows of val documents among train + val)."""
+    rows = _item_rows()
+    if not rows:
+        return None
+
+    def get(corpus: str, method: str) -> dict | None:
+        found = [r for r in rows if r["corpus"] == corpus and r["method"] == method
+                 and r.get("bits") in (64, None) and r.get("max_epochs", 100) == 100]
+        return found[-1] if found else None
+
+    out = _table(["corpus", "DHIM 64 (8 B)", "DHIM 64, re-ranked by both codes (8 + 48 B)", "ITQ 64 (8 B)",
+                  "ubinary 384 (48 B)", "float cosine (1,536 B)", "DHIM recall@10 / ITQ's"], [])
+    for corpus in ("dbpedia", "agnews", "r8", "20ng"):
+        d, itq, ub, cos = (get(corpus, m) for m in ("dhim shipped", "itq", "ubinary", "cosine"))
+
+        def cell(r: dict | None, p: str = "p_tie", rec: str = "recall_at_10") -> str:
+            return f"{r[p]:.3f} / {r[rec]:.3f}" if r and p in r and rec in r else ""
+
+        ratio = f"{d['recall_at_10'] / itq['recall_at_10']:.2f}x" if d and itq else ""
+        out.append(f"| {corpus} | {cell(d)} | {cell(d, 'p_mixed', 'recall_at_10_mixed')} | {cell(itq)} | "
+                   f"{cell(ub)} | {cell(cos)} | {ratio} |")
+    return out
+
+
+def item_level_training() -> list[str] | None:
+    """DHIM 64 variants on dbpedia: both tasks, and the two-stage re-rankings where measured."""
+    rows = [r for r in _item_rows() if r["method"].startswith("dhim") and r["corpus"] in ("dbpedia", "agnews")]
+    if not rows:
+        return None
+    body = []
+    for r in rows:
+        extra = (f"{r['p_ubinary']:.3f} / {r['recall_at_10_ubinary']:.3f}" if "p_ubinary" in r else "")
+        body.append([r["corpus"], r["method"].removeprefix("dhim "), f"{r['p_tie']:.3f}", f"{r['recall_at_10']:.3f}",
+                     f"{r['mrr']:.3f}", str(r["best_epoch"]), extra])
+    return _table(["corpus", "variant (--set)", "P@100", "known-item recall@10", "MRR", "best epoch",
+                   "re-ranked by signs: P@100 / recall@10"], body)
+
+
 TABLES: dict[str, Callable[[], list[str] | None]] = {
+    "known-item": known_item, "item-level-training": item_level_training,
     "headline": headline, "encode-speed": encode_speed, "ingest-speed": ingest_speed, "service": service,
     "quality": quality, "search-speed": search_speed, "million-search": million_search,
     "million-ingest": million_ingest, "ivf-generated": partial(ivf_curve, "generated"), "ivf-val": partial(ivf_curve, "val"),
