@@ -360,6 +360,13 @@ def is_loopback(host: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
 
 
+def check_open(host: str, open_access: bool, allow_open: bool) -> None:
+    """A service without a token listens on loopback only, unless ``allow_open``."""
+    if open_access and not is_loopback(host) and not allow_open:
+        raise ConfigError(f"host={host}: a service without a token on an address other hosts can reach; set "
+                          "--api-token-env VAR (clients send Authorization: Bearer ...), or pass --allow-open")
+
+
 def check_listen(host: str, port: int, open_access: bool, allow_open: bool = False) -> None:
     """Refuse, before anything starts, what would serve the wrong thing or the wrong people:
     a port out of range, a host that is not an address of this machine, a port another
@@ -371,9 +378,7 @@ def check_listen(host: str, port: int, open_access: bool, allow_open: bool = Fal
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
         raise ConfigError(f"host={host}: not an address of this machine ({exc}); use 127.0.0.1 or 0.0.0.0") from None
-    if open_access and not is_loopback(host) and not allow_open:
-        raise ConfigError(f"host={host}: a service without a token on an address other hosts can reach; set "
-                          "--api-token-env VAR (clients send Authorization: Bearer ...), or pass --allow-open")
+    check_open(host, open_access, allow_open)
     family, _, _, _, address = infos[0]
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT of an earlier run is fine
@@ -397,8 +402,10 @@ def start_service(options: ServeOptions, host: str = "127.0.0.1", port: int = 80
     check_replicas(options.uri, replicas)
     if cluster_address(address) is None:  # the proxy listens on this machine
         check_listen(host, port, not options.api_token_sha256, allow_open)
-    elif isinstance(port, bool) or not 0 < port < 65536:
-        raise ConfigError(f"port={port}: must be between 1 and 65535")
+    else:  # on the cluster's nodes: the port cannot be probed from here, the rest still holds
+        if isinstance(port, bool) or not 0 < port < 65536:
+            raise ConfigError(f"port={port}: must be between 1 and 65535")
+        check_open(host, not options.api_token_sha256, allow_open)
     preflight(options)
     init_ray(address)
     serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "WARNING"})
