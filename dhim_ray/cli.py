@@ -734,7 +734,7 @@ def serve(
 
         ray_serve.shutdown()
         ray.shutdown()
-    logger.info("stopped serving %s", collection)
+    typer.echo(f"stopped serving {collection}", err=True)  # printed, not logged: ray.shutdown() has reset the loggers
 
 
 def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import socket
+import tempfile
 import time
 from urllib.parse import urlparse
 
@@ -109,13 +110,42 @@ def _absorb_actor_restart_warning() -> None:
     ray.kill(actor, no_restart=True)
 
 
+#: Where a local Ray's own processes (GCS, raylet, the workers they start) write their C++
+#: stderr without -v: their stack dumps on shutdown ("*** SIGTERM received ...") are not news.
+RAY_STDERR_LOG = os.path.join(tempfile.gettempdir(), "dhim-ray-ray-processes.log")
+
+
+@contextlib.contextmanager
+def _stderr_to(path: str | None):
+    """File descriptor 2 pointed at ``path`` while the block runs (the processes it starts
+    inherit it), then put back; None leaves it alone."""
+    if path is None:
+        yield
+        return
+    try:
+        log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:
+        yield
+        return
+    saved = os.dup(2)
+    try:
+        os.dup2(log, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log)
+
+
 def _start_local(num_cpus: int | None, kwargs: dict) -> None:
     import ray
 
     last: Exception | None = None
+    quiet = kwargs.get("logging_level", logging.ERROR) > logging.DEBUG
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
-            ray.init(num_cpus=num_cpus, **kwargs)
+            with _stderr_to(RAY_STDERR_LOG if quiet else None):
+                ray.init(num_cpus=num_cpus, **kwargs)
             return
         except Exception as exc:  # Ray raises bare Exception for a node that timed out
             last = exc

@@ -354,16 +354,22 @@ def test_sigterm_stops_serve_cleanly_and_frees_the_file(service, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "dhim_ray.cli", "serve", str(service["model"]), "--collection",
                              "term16", "--uri", target.uri, "--port", str(port)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
+    import threading
+
+    printed: list[str] = []  # stdout, read as it comes: "serving ..." once the command is up and listening
+    reader = threading.Thread(target=lambda: printed.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
     try:
         deadline, up = time.time() + 300, False
         while not up and time.time() < deadline and proc.poll() is None:
-            try:
-                up = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
-            except httpx.HTTPError:
-                time.sleep(1)
+            up = any(line.startswith("serving term16") for line in printed)
+            time.sleep(0.5)
         assert up, "the service did not come up"
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).status_code == 200
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=180)
+        err = proc.communicate(timeout=180)[1]
+        reader.join(timeout=10)
+        out = "".join(printed)
     finally:
         if proc.poll() is None:
             proc.kill()
