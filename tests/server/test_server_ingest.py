@@ -197,3 +197,31 @@ def test_wrong_or_missing_credentials_fail_clearly_without_echoing_them(milvus_u
     assert "$MILVUS_TOKEN" in out.stdout
     assert "not-the-password" not in out.stdout + out.stderr
     assert "REFUSED cannot" in out.stdout  # a StoreUnreachableError: the CLI's one line, exit 1
+
+
+def test_filter_and_radius_on_the_server_equal_a_brute_force_scan(ingested, model_dir):
+    """On the server's IVF collection, probing every cluster: a filtered search gives the
+    filtered brute force's distances, a radius search every row within the radius."""
+    from dhim_ray.retrieval.codes import bytes_to_codes
+    from dhim_ray.search import Searcher
+
+    target, _ = ingested
+    client = target.connect()
+    try:
+        rows = client.query(target.collection, filter="id >= 0", output_fields=["code", "label"], limit=16384,
+                            consistency_level="Strong", timeout=30)
+    finally:
+        client.close()
+    ids = np.array([r["id"] for r in rows])
+    labels = np.array([r["label"] for r in rows])
+    codes = bytes_to_codes([bytes(r["code"][0] if isinstance(r["code"], list) else r["code"]) for r in rows], 16)
+    with Searcher(model_dir, target, nprobe=NLIST) as searcher:  # every cluster probed: exact
+        query = searcher.hasher.encode(["oil prices rise as markets fall"])
+        d = np.bitwise_count(codes ^ query[0]).sum(1)
+        label = int(labels[0])
+        hits = searcher.search_codes(query, 10, filter=f"label == {label}")[0]
+        want = sorted((int(d[i]), int(ids[i])) for i in np.flatnonzero(labels == label))
+        assert [h["distance"] for h in hits] == [x for x, _ in want[:10]]
+        assert all(h["label"] == label for h in hits)
+        near = searcher.search_codes(query, 1000, max_distance=3)[0]
+        assert sorted(h["id"] for h in near) == sorted(int(i) for i in ids[d <= 3])
