@@ -243,7 +243,8 @@ def _train(corpus: CorpusSpec, config: DHIMConfig, out: Path, backend: TrainBack
     elif resume:
         config = resume_config(point, config, corpus.display)
     elif has_training_state(out):
-        raise CheckpointError(f"out={out} holds an unfinished run; continue it with --resume or pick another --out")
+        raise CheckpointError(f"out={out} holds an unfinished run; continue it with --resume {out} or pick another "
+                              "--out")
     check_checkpoint_folder(out)
     prepared = backend.prepare(corpus, config, out)
     results: dict[Path, FitResult] = {}
@@ -315,7 +316,7 @@ class InProcess:
             raise TrainingInterrupted(_interrupted_message(folder)) from None
 
     def resume_hint(self, out: Path) -> str:
-        return "--resume"
+        return f"--resume {out}"
 
     def finish(self, prepared: Prepared) -> None:
         scratch = prepared.features[1]
@@ -348,7 +349,7 @@ def _interrupted_message(out: Path) -> str:
         return f"interrupted before the first epoch finished; nothing was saved in {out}"
     info = read_checkpoint(out)
     return (f"interrupted after epoch {info.summary.get('epochs_run', 0) - 1}; {out} holds the best epoch so far "
-            f"({info.summary.get('best_epoch')}); continue with the same command and --resume")
+            f"({info.summary.get('best_epoch')}); continue with the same command and --resume {out}")
 
 
 def refine_corpus(corpus: CorpusSpec, config: RefineConfig, out: str | Path, device: str = "cpu",
