@@ -51,18 +51,24 @@ def ingested(ray_session, milvus_uri, model_dir):
     return target, result
 
 
-def stored_codes(target: MilvusTarget) -> tuple[list[int], np.ndarray]:
+def stored_rows(target: MilvusTarget, fields: list[str]) -> tuple[list[dict], np.ndarray]:
+    """Every row of the collection (its ``fields`` and id), sorted by source row, and their codes."""
     from dhim_ray.retrieval.codes import bytes_to_codes
 
     client = target.connect()
     try:
-        rows = client.query(target.collection, filter="id >= 0", output_fields=["code", "row"], limit=16384,
-                            consistency_level="Strong", timeout=30)
+        rows = client.query(target.collection, filter="id >= 0", output_fields=["code", "row", *fields],
+                            limit=16384, consistency_level="Strong", timeout=30)
     finally:
         client.close()
     rows = sorted(rows, key=lambda r: r["row"])
     codes = [bytes(r["code"][0] if isinstance(r["code"], list) else r["code"]) for r in rows]
-    return [r["row"] for r in rows], bytes_to_codes(codes, 16)
+    return rows, bytes_to_codes(codes, 16)
+
+
+def stored_codes(target: MilvusTarget) -> tuple[list[int], np.ndarray]:
+    rows, codes = stored_rows(target, [])
+    return [r["row"] for r in rows], codes
 
 
 def test_parallel_writers_fill_an_ivf_collection_exactly(ingested, model_dir):
@@ -202,19 +208,12 @@ def test_wrong_or_missing_credentials_fail_clearly_without_echoing_them(milvus_u
 def test_filter_and_radius_on_the_server_equal_a_brute_force_scan(ingested, model_dir):
     """On the server's IVF collection, probing every cluster: a filtered search gives the
     filtered brute force's distances, a radius search every row within the radius."""
-    from dhim_ray.retrieval.codes import bytes_to_codes
     from dhim_ray.search import Searcher
 
     target, _ = ingested
-    client = target.connect()
-    try:
-        rows = client.query(target.collection, filter="id >= 0", output_fields=["code", "label"], limit=16384,
-                            consistency_level="Strong", timeout=30)
-    finally:
-        client.close()
+    rows, codes = stored_rows(target, ["label"])
     ids = np.array([r["id"] for r in rows])
     labels = np.array([r["label"] for r in rows])
-    codes = bytes_to_codes([bytes(r["code"][0] if isinstance(r["code"], list) else r["code"]) for r in rows], 16)
     with Searcher(model_dir, target, nprobe=NLIST) as searcher:  # every cluster probed: exact
         query = searcher.hasher.encode(["oil prices rise as markets fall"])
         d = np.bitwise_count(codes ^ query[0]).sum(1)
