@@ -766,6 +766,23 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
 
 @app.command()
 @handle_errors
+def export(
+    model_dir: Annotated[Path, typer.Argument(parser=folder, help="Checkpoint folder to export.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The .onnx file to write; the tokenizer and "
+                                      "<name>.json go beside it.")] = Path("model.onnx"),
+    as_json: AsJson = False,
+):
+    """Write one ONNX graph from token ids to packed codes (encoder, head, threshold, packing),
+    to hash with ONNX Runtime in any language: docs/serve.md shows how."""
+    from dhim_ray.export import export_codes_graph
+
+    path = export_codes_graph(model_dir, out)
+    print_result({"graph": str(path), "spec": str(path.with_suffix(".json")), "tokenizer": str(path.parent)},
+                 as_json, title=f"exported {model_dir}")
+
+
+@app.command()
+@handle_errors
 def demo(
     out_dir: Annotated[Path, typer.Option("--out", parser=folder, help="Where the demo writes its model and database.")] = Path("runs/demo"),
     bits: Annotated[int, typer.Option(help="Code length.")] = 64,

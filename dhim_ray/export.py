@@ -1,0 +1,101 @@
+"""One ONNX graph from token ids to packed codes: ``dhim-ray export MODEL --out model.onnx``.
+
+The graph holds the frozen encoder, the DHIM head, the threshold and the bit packing;
+inputs ``input_ids`` and ``attention_mask`` (int64, (batch, tokens), as the tokenizer
+beside it pads them), output ``codes`` (uint8, (batch, n_bits / 8), most significant bit
+first): the same codes as ``Hasher.encode``. An application in any language with ONNX
+Runtime and a WordPiece tokenizer hashes its own queries with it and searches Milvus.
+Beside the graph: the tokenizer's files and ``<name>.json``, the text rules (the cleaning
+and word limit the tokenizer's input gets) and the code width.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from dhim_ray.corpus import text as text_rules
+from dhim_ray.encoding.onnx_runtime import OPSET, eager_attention, optimise
+from dhim_ray.errors import ConfigError
+from dhim_ray.hasher import Hasher
+
+log = logging.getLogger(__name__)
+
+
+class TokensToCodes(nn.Module):
+    """Token ids and mask -> packed codes, as ``Hasher.encode`` computes them: the batch is
+    padded by the head's reach (cut at the model's token limit), the encoder's last layer
+    rounded through fp16 as the feature cache keeps it, [CLS]/[SEP]/[PAD] masked out."""
+
+    def __init__(self, hasher: Hasher):
+        super().__init__()
+        enc = hasher.encoder
+        self.encoder = enc.model
+        self.head = hasher.model
+        self.n_tokens = enc.config.n_tokens
+        self.reach = self.n_tokens if enc.reach is None else enc.reach
+        tok = enc.tokenizer
+        self.pad_id = int(tok.pad_token_id or 0)
+        special = sorted({i for i in (tok.sep_token_id, tok.pad_token_id, tok.cls_token_id) if i is not None})
+        self.register_buffer("special", torch.tensor(special, dtype=torch.long))
+        self.register_buffer("place", 2 ** torch.arange(7, -1, -1, dtype=torch.int32))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        rows = input_ids.shape[0]
+        pad_ids = torch.full((rows, self.reach), self.pad_id, dtype=input_ids.dtype)
+        ids = torch.cat([input_ids, pad_ids], 1)[:, : self.n_tokens]
+        mask = torch.cat([attention_mask, torch.zeros_like(pad_ids)], 1)[:, : self.n_tokens]
+        hidden = self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        words = mask.bool() & ~(ids[:, :, None] == self.special[None, None, :]).any(-1)
+        tokens = hidden[:, 1:].to(torch.float16).to(torch.float32)
+        bits = (self.head.global_logits(tokens, words[:, 1:]) > 0).to(torch.int32)
+        packed = (bits.reshape(rows, -1, 8) * self.place).sum(-1)
+        return packed.to(torch.uint8)
+
+
+def text_spec(hasher: Hasher) -> dict:
+    """What a caller does to a text before the tokenizer, and what comes out: enough to hash
+    with the graph and nothing else (see docs/serve.md)."""
+    cfg = hasher.config.features
+    return {
+        "n_bits": hasher.n_bits,
+        "model_id": hasher.model_id,
+        "inputs": ["input_ids", "attention_mask"],
+        "output": "codes",
+        "max_tokens": cfg.n_tokens,
+        "max_words": cfg.max_words,
+        "cleaning": {
+            "name": cfg.cleaning,
+            "normalize": "NFC" if cfg.cleaning == "unicode" else None,
+            "drop": (text_rules._KEEP_UNICODE if cfg.cleaning == "unicode" else text_rules._KEEP).pattern,
+            "then": [[p.pattern, r] for p, r in text_rules._RULES],
+            "finally": "collapse whitespace, strip, lowercase, keep the first max_words words",
+        },
+    }
+
+
+def export_codes_graph(model_dir: str | Path, out: str | Path) -> Path:
+    """Write ``out`` (an .onnx file) and, beside it, the tokenizer and ``<stem>.json``."""
+    out = Path(out)
+    if out.suffix != ".onnx":
+        raise ConfigError(f"--out {out}: give a file name ending in .onnx, e.g. {out.with_suffix('.onnx').name}")
+    if out.is_dir():
+        raise ConfigError(f"--out {out}: is a folder; give a file name ending in .onnx")
+    hasher = Hasher.load(model_dir, backend="torch")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    graph = TokensToCodes(hasher).eval()
+    ids = torch.ones(2, 8, dtype=torch.long)
+    axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}, "codes": {0: "batch"}}
+    with eager_attention(hasher.encoder.model), warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(graph, (ids, torch.ones_like(ids)), str(out), input_names=["input_ids", "attention_mask"],
+                          output_names=["codes"], dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+    optimise(out, hasher.encoder.model.config)
+    hasher.encoder.tokenizer.save_pretrained(str(out.parent))
+    out.with_suffix(".json").write_text(json.dumps(text_spec(hasher), indent=2) + "\n")
+    return out

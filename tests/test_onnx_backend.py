@@ -1,0 +1,179 @@
+"""The ONNX Runtime encode path and the exported token-ids-to-codes graph: the same codes as
+torch, on the tiny BERT and on the packaged encoder; the graph cache; int8; refusals."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dhim_ray.config import FeatureConfig, config_for_bits
+from dhim_ray.encoding.encoder import FrozenEncoder
+from dhim_ray.errors import ConfigError, EncoderError
+from dhim_ray.hasher import Hasher
+from dhim_ray.model.checkpoint import save_checkpoint
+from dhim_ray.training.loop import build_model
+from tests.conftest import make_toy_corpus
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def bits_changed(a: np.ndarray, b: np.ndarray) -> int:
+    return int((np.unpackbits(a) != np.unpackbits(b)).sum())
+
+
+def random_checkpoint(folder: Path, features: FeatureConfig, n_bits: int = 64, hidden: int = 384) -> Path:
+    """A checkpoint whose head is freshly initialised (seeded): its codes depend on every
+    feature as a trained head's do, without a training run."""
+    torch.manual_seed(0)
+    cfg = config_for_bits(n_bits, features={**features.__dict__}, model={"hidden_size": hidden})
+    return save_checkpoint(folder, build_model(cfg), cfg, FrozenEncoder(cfg.features, backend="torch").fingerprint)
+
+
+def test_auto_runs_onnx_on_the_cpu_and_torch_where_asked(tiny_bert):
+    cfg = FeatureConfig(encoder=tiny_bert, max_words=12)
+    assert FrozenEncoder(cfg).backend == "onnx"
+    assert FrozenEncoder(cfg, backend="torch").backend == "torch"
+    assert FrozenEncoder(replace(cfg, backend="torch")).backend == "torch"
+    assert FrozenEncoder(cfg, precision="bf16").backend == "torch"  # ONNX Runtime runs fp32 and int8
+
+
+def test_tiny_bert_codes_equal_across_backends(tiny_bert, tmp_path):
+    texts = [t for _, t in make_toy_corpus(60, seed=3)]
+    ck = random_checkpoint(tmp_path / "ck", FeatureConfig(encoder=tiny_bert, max_words=12), n_bits=32, hidden=32)
+    by_torch = Hasher.load(ck, backend="torch").encode(texts)
+    onnx = Hasher.load(ck)
+    assert onnx.encoder.backend == "onnx"
+    assert bits_changed(by_torch, onnx.encode(texts)) == 0
+    a = FrozenEncoder(FeatureConfig(encoder=tiny_bert, max_words=12), backend="torch").encode(texts)
+    b = FrozenEncoder(FeatureConfig(encoder=tiny_bert, max_words=12), backend="onnx").encode(texts)
+    np.testing.assert_array_equal(a.mask, b.mask)
+    np.testing.assert_allclose(a.mean, b.mean, atol=1e-4)
+    np.testing.assert_allclose(a.tokens.astype(np.float32), b.tokens.astype(np.float32), atol=2e-3)
+
+
+def test_the_graph_is_exported_once_and_keyed_by_the_weights(tiny_bert, tmp_path, monkeypatch):
+    monkeypatch.setenv("DHIM_RAY_CACHE", str(tmp_path / "cache"))
+    cfg = FeatureConfig(encoder=tiny_bert, max_words=12)
+    first = FrozenEncoder(cfg)
+    first.encode(["goal striker league"])
+    graphs = list((tmp_path / "cache" / "onnx").glob("*.onnx"))
+    assert len(graphs) == 1 and first.onnx_session().graph == graphs[0]
+    stamp = graphs[0].stat().st_mtime_ns
+    again = FrozenEncoder(cfg)
+    again.encode(["vote parliament"])
+    assert again.onnx_session().graph == graphs[0] and graphs[0].stat().st_mtime_ns == stamp
+    assert not [p for p in (tmp_path / "cache" / "onnx").iterdir() if p.name.startswith(".export")]
+    changed = FrozenEncoder(cfg)
+    with torch.no_grad():
+        next(changed.model.parameters()).add_(0.5)  # the same name and folder, other weights in memory
+    changed.encode(["vote parliament"])
+    assert changed.onnx_session().graph != graphs[0]
+    assert len(list((tmp_path / "cache" / "onnx").glob("*.onnx"))) == 2
+
+
+def test_a_cache_that_cannot_be_written_exports_to_a_temporary_folder(tiny_bert, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("DHIM_RAY_CACHE", str(blocker))
+    enc = FrozenEncoder(FeatureConfig(encoder=tiny_bert, max_words=12), backend="onnx")
+    assert enc.encode(["goal striker"]).mask.any()
+    assert not str(enc.onnx_session().graph).startswith(str(blocker))
+
+
+def test_int8_changes_features_and_keeps_its_own_cache_key(tiny_bert, tmp_path):
+    texts = [t for _, t in make_toy_corpus(20, seed=1)]
+    fp32 = FrozenEncoder(FeatureConfig(encoder=tiny_bert, max_words=12))
+    int8 = FrozenEncoder(FeatureConfig(encoder=tiny_bert, max_words=12, precision="int8"))
+    assert int8.backend == "onnx"
+    a, b = fp32.encode(texts), int8.encode(texts)
+    np.testing.assert_array_equal(a.mask, b.mask)
+    assert not np.array_equal(a.tokens, b.tokens)
+    cos = (a.mean * b.mean).sum(1) / np.linalg.norm(a.mean, axis=1) / np.linalg.norm(b.mean, axis=1)
+    assert cos.min() > 0.9  # an approximation of the same encoder, not another one
+    assert fp32.store_path(texts, tmp_path) != int8.store_path(texts, tmp_path)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"precision": "int8", "backend": "torch"}, "precision='int8' runs on the ONNX backend"),
+    ({"backend": "tensorrt"}, "backend='tensorrt': choose one of auto, torch, onnx"),
+    ({"precision": "fp8"}, "precision='fp8': choose one of fp32, fp16, bf16, int8"),
+])
+def test_feature_settings_are_checked(settings, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        FeatureConfig(**settings)
+
+
+def test_the_onnx_backend_refuses_a_gpu_or_half_precision(tiny_bert):
+    cfg = FeatureConfig(encoder=tiny_bert, max_words=12)
+    with pytest.raises(EncoderError, match="backend='onnx' runs fp32 or int8 on the CPU, not bf16"):
+        FrozenEncoder(cfg, backend="onnx", precision="bf16")
+    with pytest.raises(EncoderError, match="precision='int8' runs on ONNX Runtime on the CPU, not on meta"):
+        FrozenEncoder(replace(cfg, precision="int8"), device="meta")
+
+
+def run_exported_graph(path: Path, hasher: Hasher, texts: list[str]) -> np.ndarray:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    out = np.empty((len(texts), hasher.n_bytes), dtype=np.uint8)
+    ids = hasher.encoder.token_ids(texts)
+    for rows, input_ids, mask in hasher.encoder.length_batches(ids, 16, reach=0):  # padded as a tokenizer pads
+        out[rows] = session.run(None, {"input_ids": input_ids.numpy(), "attention_mask": mask.numpy()})[0]
+    return out
+
+
+def test_the_exported_graph_gives_the_hashers_codes(tiny_bert, tmp_path):
+    from dhim_ray.cli import main
+
+    texts = [t for _, t in make_toy_corpus(40, seed=5)] + ["goal " * 30]  # one cut at the token limit
+    ck = random_checkpoint(tmp_path / "ck", FeatureConfig(encoder=tiny_bert, max_words=12), n_bits=32, hidden=32)
+    with pytest.raises(SystemExit) as done:
+        main(["export", str(ck), "--out", str(tmp_path / "out" / "tiny.onnx"), "--json"])
+    assert done.value.code in (0, None)
+    hasher = Hasher.load(ck)
+    codes = run_exported_graph(tmp_path / "out" / "tiny.onnx", hasher, texts)
+    assert codes.dtype == np.uint8 and codes.shape == (len(texts), 4)
+    assert bits_changed(codes, hasher.encode(texts)) == 0
+    spec = json.loads((tmp_path / "out" / "tiny.json").read_text())
+    assert spec["n_bits"] == 32 and spec["max_tokens"] == 13 and (tmp_path / "out" / "tokenizer.json").is_file()
+
+
+def test_export_refuses_a_name_that_is_not_an_onnx_file(tiny_bert, tmp_path, capsys):
+    from dhim_ray.cli import main
+
+    ck = random_checkpoint(tmp_path / "ck", FeatureConfig(encoder=tiny_bert, max_words=12), n_bits=32, hidden=32)
+    with pytest.raises(SystemExit) as done:
+        main(["export", str(ck), "--out", str(tmp_path / "model.txt")])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: --out {tmp_path / 'model.txt'}: give a file name ending in .onnx, e.g. model.onnx"]
+
+
+@pytest.mark.slow
+def test_packaged_encoder_codes_equal_across_backends_and_the_docs_example(tmp_path, monkeypatch):
+    """The packaged all-MiniLM-L6-v2 on the packaged BBC corpus: ONNX Runtime, torch and the
+    exported graph run by docs/serve.md's own example (tokenizers + onnxruntime only) give
+    the same 64-bit codes."""
+    from dhim_ray.corpus.spec import CorpusSpec
+
+    texts = CorpusSpec("bbc").load_split().texts
+    ck = random_checkpoint(tmp_path / "ck", FeatureConfig())
+    torch_codes = Hasher.load(ck, backend="torch").encode(texts)
+    onnx = Hasher.load(ck)
+    assert onnx.encoder.backend == "onnx"
+    assert bits_changed(torch_codes, onnx.encode(texts)) == 0
+    from dhim_ray.export import export_codes_graph
+
+    export_codes_graph(ck, tmp_path / "out" / "dbpedia-64.onnx")
+    block = re.findall(r"```python\n(.*?)```", (DOCS / "serve.md").read_text(), re.S)[-2]
+    assert "import dhim_ray" not in block and "torch" not in block
+    monkeypatch.chdir(tmp_path / "out")
+    scope: dict = {}
+    exec(block, scope)  # noqa: S102 - the documented example, run as written
+    assert bits_changed(scope["hash_texts"](texts[:300]), torch_codes[:300]) == 0
