@@ -1,7 +1,8 @@
 """The hot path against the library a user would otherwise call: ``Hasher.encode`` (clean,
 tokenise, frozen encoder, DHIM head, pack) against ``SentenceTransformer.encode`` of the same
 encoder (the packaged all-MiniLM-L6-v2), on the same texts, with the same token budget and
-threads, in one process, alternated round by round. The old path (every document padded to
+threads, in one process, alternated round by round, on the torch backend (the ONNX Runtime
+and int8 paths: bench.onnx_speed). The old path (every document padded to
 max_words in input order) runs beside them, and so does bf16 autocast with its share of
 flipped bits.
 
@@ -28,8 +29,8 @@ from dhim_ray.retrieval.codes import unpack_codes
 
 
 def hasher_for(max_words: int, device: str, reach: int | None, precision: str = "fp32",
-               encoder: FrozenEncoder | None = None) -> Hasher:
-    feats = FeatureConfig(max_words=max_words)
+               encoder: FrozenEncoder | None = None, backend: str = "torch") -> Hasher:
+    feats = FeatureConfig(max_words=max_words, backend=backend, precision=precision)
     enc = FrozenEncoder(feats, device=device, reach=reach, precision=precision,
                         model=encoder.model if encoder else None, tokenizer=encoder.tokenizer if encoder else None)
     torch.manual_seed(0)

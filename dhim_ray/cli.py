@@ -181,6 +181,13 @@ def folder(value: str) -> Path:
     return Path(value)
 
 
+def onnx_file(value: str) -> Path:
+    """An .onnx file to write."""
+    if not str(value).strip() or not str(value).endswith(".onnx"):
+        raise typer.BadParameter(f"{value!r}: give a file name ending in .onnx, e.g. model.onnx")
+    return Path(value)
+
+
 TextColumn = Annotated[str | None, typer.Option(rich_help_panel="Data", help="Text column name [default: the preset's, else text].")]
 LabelColumn = Annotated[str | None, typer.Option(rich_help_panel="Data",
     help="Label column name [default: the preset's, else label if present]; a name given must exist.")]
@@ -768,7 +775,7 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
 @handle_errors
 def export(
     model_dir: Annotated[Path, typer.Argument(parser=folder, help="Checkpoint folder to export.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="The .onnx file to write; the tokenizer and "
+    out: Annotated[Path, typer.Option("--out", "-o", parser=onnx_file, help="The .onnx file to write; the tokenizer and "
                                       "<name>.json go beside it.")] = Path("model.onnx"),
     as_json: AsJson = False,
 ):

@@ -151,8 +151,8 @@ def test_export_refuses_a_name_that_is_not_an_onnx_file(tiny_bert, tmp_path, cap
     with pytest.raises(SystemExit) as done:
         main(["export", str(ck), "--out", str(tmp_path / "model.txt")])
     assert done.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines() == [
-        f"error: --out {tmp_path / 'model.txt'}: give a file name ending in .onnx, e.g. model.onnx"]
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "--out" in line and "give a file name ending in .onnx" in line
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ PREFIX = {
     "search": ["query", "--model", "model-dir"],
     "serve": ["model-dir", "--collection", "c"],
     "demo": [],
+    "export": ["model-dir"],
 }
 
 
