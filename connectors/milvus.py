@@ -37,6 +37,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from dhim_ray.corpus.columns import PREFIX, string_bound, wider
 from dhim_ray.errors import (
     CodeFormatError,
     CollectionMismatchError,
@@ -65,6 +66,9 @@ DEFAULT_TIMEOUT = 30.0
 # which gRPC prints to the terminal. pymilvus pings every 10 s by default; lite needs none.
 LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 2**31 - 1, "grpc.keepalive_permit_without_calls": 0}
 OUTPUT_FIELDS = ["label", "text", "source", "row"]
+#: Every field name dhim-ray itself writes: a kept metadata column cannot take one.
+RESERVED_FIELDS = ("id", CODE_FIELD, "label", LABEL_NAME_FIELD, "text", "source", "row", KEY_FIELD, VECTOR_FIELD,
+                   SIGN_FIELD)
 INDEX_TYPES = ("BIN_FLAT", "BIN_IVF_FLAT")
 
 
@@ -448,6 +452,7 @@ def make_rows(
     keys: Sequence[str] | None = None,
     key_field: bool = True,
     signs: np.ndarray | None = None,
+    columns: dict[str, Sequence] | None = None,
 ) -> list[dict[str, Any]]:
     """Validated insert rows. Every code is checked for dtype and length first:
     Milvus stores wrong-length codes silently and shifts the rest of the batch.
@@ -456,7 +461,8 @@ def make_rows(
     label_name field (CollectionInfo.label_names; False for one made before it existed).
     ``keys``: each document's own id (None: "" for every row), at most KEY_MAX characters;
     ``key_field``: the collection has the key field (CollectionInfo.keys). ``signs``: packed
-    sign bits of each document's sentence vector (uint8 (n, width // 8))."""
+    sign bits of each document's sentence vector (uint8 (n, width // 8)). ``columns``: kept
+    metadata, name -> one value per row (of the kind its field has)."""
     codes = check_codes(codes, n_bits)
     n = len(codes)
     if signs is not None:
@@ -471,7 +477,8 @@ def make_rows(
     for name, col in (("ids", ids), ("texts", texts), ("rows", rows)):
         if len(col) != n:
             raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
-    for name, col in (("labels", labels), ("label_names", label_names), ("keys", keys)):
+    columns = {name: [v.item() if hasattr(v, "item") else v for v in values] for name, values in (columns or {}).items()}
+    for name, col in (("labels", labels), ("label_names", label_names), ("keys", keys), *columns.items()):
         if col is not None and len(col) != n:
             raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
     if keys is not None:
@@ -496,8 +503,14 @@ def make_rows(
             **({LABEL_NAME_FIELD: _cut(str(label_names[i]), LABEL_NAME_MAX) if label_names is not None else ""}
                if name_field else {}),
             **({KEY_FIELD: keys[i] if keys is not None else ""} if key_field else {}),
+            **{name: values[i] for name, values in columns.items()},
         })
     return out
+
+
+def kept_columns(batch) -> dict[str, Any]:
+    """The kept metadata columns of a block or batch (``col:NAME``), by their field names."""
+    return {name[len(PREFIX):]: values for name, values in batch.items() if name.startswith(PREFIX)}
 
 
 def _preview(text: str) -> str:
@@ -527,11 +540,13 @@ class CollectionInfo:
     sign_bits: int = 0  # width of the stored sign codes of the sentence vectors; 0: none
     label_names: bool = False  # rows carry their label's name (the label_name field)
     keys: bool = False  # rows carry their document's own id (the key field)
+    columns: dict[str, tuple[str, int]] = field(default_factory=dict)  # kept metadata: name -> (kind, string bound)
 
     @property
     def output_fields(self) -> list[str]:
         """The fields a search returns beside id and distance."""
-        return OUTPUT_FIELDS + ([LABEL_NAME_FIELD] if self.label_names else []) + ([KEY_FIELD] if self.keys else [])
+        return (OUTPUT_FIELDS + ([LABEL_NAME_FIELD] if self.label_names else []) + ([KEY_FIELD] if self.keys else [])
+                + list(self.columns))
 
     def search_index(self, nprobe: int | None = None) -> IndexSpec:
         """How to search this collection: exact BIN_FLAT, or IVF probing ``nprobe`` clusters."""
@@ -541,7 +556,8 @@ class CollectionInfo:
         return IndexSpec("BIN_IVF_FLAT", nlist=nlist, nprobe=min(nprobe or IndexSpec().nprobe, nlist))
 
 
-def _schema(n_bits: int, meta: dict[str, Any], vector_dim: int = 0, sign_bits: int = 0):
+def _schema(n_bits: int, meta: dict[str, Any], vector_dim: int = 0, sign_bits: int = 0,
+            columns: dict[str, tuple[str, int]] | None = None):
     from pymilvus import DataType, MilvusClient
 
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False, description=json.dumps(meta))
@@ -557,7 +573,14 @@ def _schema(n_bits: int, meta: dict[str, Any], vector_dim: int = 0, sign_bits: i
         schema.add_field(VECTOR_FIELD, DataType.FLOAT16_VECTOR, dim=vector_dim)
     if sign_bits:
         schema.add_field(SIGN_FIELD, DataType.BINARY_VECTOR, dim=sign_bits)
+    kinds = {"bool": DataType.BOOL, "int": DataType.INT64, "float": DataType.DOUBLE, "string": DataType.VARCHAR}
+    for name, (kind, bound) in (columns or {}).items():
+        schema.add_field(name, kinds[kind], **({"max_length": bound} if kind == "string" else {}))
     return schema
+
+
+def describe_columns(columns: dict[str, tuple[str, int]]) -> str:
+    return ", ".join(f"{name} ({kind})" for name, (kind, _) in columns.items()) or "none"
 
 
 def collections_of_model(client, model: str, n_bits: int, timeout: float = DEFAULT_TIMEOUT) -> list[str]:
@@ -605,6 +628,19 @@ def _refused_expression(exc: Exception) -> bool:
 
 def _failed(what: str, exc: Exception) -> str:
     return f"{what} ({str(exc).splitlines()[0][:200]})"
+
+
+def _column_problems(have: dict[str, tuple[str, int]], want: dict[str, tuple[str | None, int]]) -> list[str]:
+    """Why a collection keeping columns ``have`` cannot take this ingest's ``want``: other names,
+    a kind its field cannot hold (an int column takes ints only; a string one anything), or
+    strings longer than its field."""
+    known = all(k is not None for k, _ in want.values())
+    if set(have) != set(want) or (known and any(wider(k, have[n][0]) != have[n][0] for n, (k, _) in want.items())):
+        shown = (describe_columns(have), describe_columns(want)) if known else (
+            ", ".join(have) or "none", ", ".join(want) or "none")
+        return [f"it keeps columns {shown[0]}, this ingest {shown[1]} (--keep-columns)"]
+    return [f"column {n!r} has values of {longest:,} bytes and its field takes {have[n][1]:,}"
+            for n, (_, longest) in want.items() if have[n][0] == "string" and longest > have[n][1]]
 
 
 def _fields_are_ours(fields: list[dict]) -> bool:
@@ -662,10 +698,12 @@ class CodeCollection:
         return CollectionInfo(name, int(code["params"].get("dim", 0)), metric, index_type, meta.get("model", ""),
                               nlist=nlist, meta=meta, vector_dim=int(meta.get("vector_dim", 0)),
                               sign_bits=int(meta.get("sign_bits", 0)),
-                              label_names=LABEL_NAME_FIELD in fields, keys=KEY_FIELD in fields)
+                              label_names=LABEL_NAME_FIELD in fields, keys=KEY_FIELD in fields,
+                              columns={n: (str(k), int(b)) for n, (k, b) in dict(meta.get("columns") or {}).items()})
 
     def check(self, n_bits: int, model: str, overwrite: bool = False, vector_dim: int | None = None,
-              keys: bool = False, sign_bits: int | None = None) -> CollectionInfo | None:
+              keys: bool = False, sign_bits: int | None = None,
+              columns: dict[str, tuple[str | None, int]] | None = None) -> CollectionInfo | None:
         """The existing collection (None if there is none), refused with
         CollectionMismatchError when it cannot take these codes: another code width,
         metric or model, not made by dhim-ray, (``vector_dim`` given) float vectors kept
@@ -696,6 +734,8 @@ class CodeCollection:
                                 else "it keeps no sign codes and this ingest adds them (drop --store-signs)")
             if keys and not info.keys:
                 problems.append("it was made before rows kept their own ids (drop --id-column)")
+            if columns is not None:
+                problems += _column_problems(info.columns, columns)
         if problems:
             raise CollectionMismatchError(
                 f"collection {self.name!r}: {'; '.join(problems)}; pick another --collection or pass --overwrite"
@@ -703,18 +743,23 @@ class CodeCollection:
         return info
 
     def ensure(self, n_bits: int, model: str, index: IndexSpec = IndexSpec(), overwrite: bool = False,
-               vector_dim: int = 0, keys: bool = False, sign_bits: int = 0) -> CollectionInfo:
+               vector_dim: int = 0, keys: bool = False, sign_bits: int = 0,
+               columns: dict[str, tuple[str, int]] | None = None) -> CollectionInfo:
         """Create the collection, or check an existing one matches (see ``check``);
-        ``overwrite`` drops and recreates one that does not."""
+        ``overwrite`` drops and recreates one that does not. ``columns``: metadata fields,
+        name -> (kind: bool, int, float or string; the longest string value in bytes)."""
         client, name, timeout = self.client, self.name, self.timeout
-        info = self.check(n_bits, model, overwrite, vector_dim, keys, sign_bits)
+        columns = columns or {}
+        info = self.check(n_bits, model, overwrite, vector_dim, keys, sign_bits, columns)
         if info is not None and not overwrite:
             client.load_collection(name, timeout=timeout)
             return info
         if info is not None:
             client.drop_collection(name, timeout=timeout)
+        fields = {n: (kind, string_bound(longest) if kind == "string" else 0) for n, (kind, longest) in columns.items()}
         meta = {"format": FORMAT, "n_bits": n_bits, "model": model, **({"vector_dim": vector_dim} if vector_dim else {}),
-                **({"sign_bits": sign_bits} if sign_bits else {})}
+                **({"sign_bits": sign_bits} if sign_bits else {}),
+                **({"columns": {n: list(v) for n, v in fields.items()}} if fields else {})}
         index_params = client.prepare_index_params()
         index_params.add_index(field_name=CODE_FIELD, index_type=index.index_type, metric_type="HAMMING",
                                params=index.params())
@@ -723,13 +768,13 @@ class CodeCollection:
         if sign_bits:  # likewise: read by id to re-rank, never searched
             index_params.add_index(field_name=SIGN_FIELD, index_type="BIN_FLAT", metric_type="HAMMING")
         try:
-            client.create_collection(name, schema=_schema(n_bits, meta, vector_dim, sign_bits), index_params=index_params,
-                                     timeout=timeout)
+            client.create_collection(name, schema=_schema(n_bits, meta, vector_dim, sign_bits, fields),
+                                     index_params=index_params, timeout=timeout)
         except Exception as exc:
             raise StoreError(_failed(f"collection {name!r}: Milvus refused to create it", exc)) from exc
         client.load_collection(name, timeout=timeout)
         return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, vector_dim=vector_dim,
-                              label_names=True, keys=True, sign_bits=sign_bits)
+                              label_names=True, keys=True, sign_bits=sign_bits, columns=fields)
 
     def upsert(self, rows: list[dict[str, Any]]) -> int:
         """Upsert validated rows (see make_rows); returns how many were written."""

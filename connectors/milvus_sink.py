@@ -27,6 +27,7 @@ from .milvus import (
     LABEL_NAME_FIELD,
     IndexSpec,
     MilvusTarget,
+    kept_columns,
     make_rows,
 )
 
@@ -65,13 +66,14 @@ def block_to_rows(table, n_bits: int, source: str, name_field: bool = True,
     signs = np.stack(cols["sign"]).astype(np.uint8) if "sign" in cols and len(cols["sign"]) else None
     return make_rows(cols["id"], codes, n_bits, labels, [str(t) for t in cols["text"]], source, cols["row"], vectors,
                      cols.get(LABEL_NAME_FIELD), name_field=name_field, keys=cols.get(KEY_FIELD),
-                     key_field=key_field, signs=signs)
+                     key_field=key_field, signs=signs, columns=kept_columns(cols))
+
 
 
 class MilvusDatasink(Datasink[WriteStats]):
     def __init__(self, target: MilvusTarget, n_bits: int, source: str, model: str,
                  index: IndexSpec = IndexSpec(), overwrite: bool = False, vector_dim: int = 0, keys: bool = False,
-                 sign_bits: int = 0):
+                 sign_bits: int = 0, columns: dict[str, tuple[str, int]] | None = None):
         if target.lite:
             raise ConfigError(
                 f"uri={target.uri}: MilvusDatasink writes from many processes but a milvus-lite file takes one; "
@@ -79,14 +81,14 @@ class MilvusDatasink(Datasink[WriteStats]):
             )
         self.target, self.n_bits, self.source, self.model = target, n_bits, source, model
         self.index, self.overwrite, self.vector_dim, self.keys = index, overwrite, vector_dim, keys
-        self.sign_bits = sign_bits
+        self.sign_bits, self.columns = sign_bits, columns
         self.rows_written = 0
         self.stats: list[WriteStats] = []
 
     def on_write_start(self, schema=None) -> None:
         with self.target.open() as collection:
             collection.ensure(self.n_bits, self.model, self.index, self.overwrite, self.vector_dim, self.keys,
-                              self.sign_bits)
+                              self.sign_bits, self.columns)
 
     def write(self, blocks: Iterable, ctx) -> WriteStats:
         started = time.time()

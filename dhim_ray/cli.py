@@ -57,7 +57,7 @@ FLAGS = {
     "replicas": "--replicas", "cache_dir": "--cache-dir", "seed": "--seed", "port": "--port", "api_token_env": "--api-token-env", "max_batch_size": "--max-batch-size",
     "host": "--host", "window_words": "--window-words", "n_windows": "--windows",
     "filter": "--filter", "max_distance": "--max-distance", "store_vectors": "--store-vectors",
-    "store_signs": "--store-signs",
+    "store_signs": "--store-signs", "keep_columns": "--keep-columns",
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
@@ -612,6 +612,9 @@ def ingest(
     label_column: LabelColumn = None,
     id_column: Annotated[str | None, typer.Option(
         help="Column of the documents' own ids (kept as each row's key, returned with every hit).")] = None,
+    keep_columns: Annotated[str | None, typer.Option(rich_help_panel="Data", help=(
+        "Comma-separated metadata columns to keep as fields (bool, int, float or string, as the values fit): "
+        "returned with every hit, usable in --filter, e.g. title,year,url."))] = None,
     drop_empty: DropEmpty = False,
     as_json: AsJson = False,
 ):
@@ -639,8 +642,20 @@ def ingest(
     index_spec = IndexSpec(index, nlist=nlist, nprobe=min(16, nlist)) if index else default_index(uri, nlist)
     result = run_ingest(spec, model_dir, target, workers=workers, batch_size=batch_size, overwrite=overwrite,
                         index=index_spec, address=address, progress=not as_json, use_gpu=use_gpu,
-                        store_vectors=store_vectors, id_column=id_column, store_signs=store_signs)
+                        store_vectors=store_vectors, id_column=id_column, store_signs=store_signs,
+                        keep_columns=column_names(keep_columns))
     print_result(result.as_dict(), as_json, title=f"ingested into {collection}")
+
+
+def column_names(value: str | None) -> tuple[str, ...]:
+    """--keep-columns a,b,c -> ("a", "b", "c"); an empty name is refused."""
+    if value is None:
+        return ()
+    names = tuple(n.strip() for n in value.split(","))
+    if not all(names):
+        raise typer.BadParameter(f"{value!r}: an empty column name; give names separated by commas, e.g. title,year",
+                                 param_hint="--keep-columns")
+    return names
 
 
 def _default_collection(name: str, n_bits: int) -> str:
@@ -744,6 +759,9 @@ def serve(
     typer.echo(f"stopped serving {collection}", err=True)  # printed, not logged: ray.shutdown() has reset the loggers
 
 
+_HIT_FIELDS = {"id", "distance", "label", "label_name", "text", "source", "row", "key", "rerank_score"}
+
+
 def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
     """A table per query; rank, distance, label (its name where the corpus names its
     labels, else its number) and row (the document's own id where it was ingested with
@@ -757,7 +775,8 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
         table = Table(title=Text(repr(query)), show_header=True, expand=True)
         reranked = bool(rows) and "rerank_score" in rows[0]
         keyed = any(h.get("key") for h in rows)
-        cols = ("rank", "distance", *(("score",) if reranked else ()), "label", "id" if keyed else "row")
+        kept = [c for c in (rows[0] if rows else {}) if c not in _HIT_FIELDS][:3]  # --keep-columns, the first three
+        cols = ("rank", "distance", *(("score",) if reranked else ()), "label", "id" if keyed else "row", *kept)
         for col in cols:
             table.add_column(col, no_wrap=True, justify="right", min_width=len(col))
         table.add_column("text", overflow="ellipsis", no_wrap=True, ratio=1)
@@ -767,7 +786,7 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
             label = h.get("label_name") or ("-" if h.get("label", -1) == -1 else str(h.get("label")))
             where = str(h.get("key") or "") if keyed else str(h.get("row"))
             table.add_row(str(rank), str(h["distance"]), *score, label[:40], where[:40],
-                          Text(" ".join(str(h.get("text", "")).split())[:300]))
+                          *(str(h.get(c, ""))[:30] for c in kept), Text(" ".join(str(h.get("text", "")).split())[:300]))
         console.print(table)
 
 

@@ -24,17 +24,19 @@ from typing import Any
 import numpy as np
 
 from dhim_ray.connectors.milvus import (
+    RESERVED_FIELDS,
     IndexSpec,
     MilvusTarget,
     check_index_for,
     check_lite_path,
     default_index,
     document_ids,
+    kept_columns,
     make_rows,
     mask_uri,
     source_label,
 )
-from dhim_ray.corpus.sources import label_vocabulary, plan_split, with_key_column
+from dhim_ray.corpus.sources import label_vocabulary, plan_split, with_kept_columns, with_key_column
 from dhim_ray.corpus.spec import CorpusSpec, canonical_split
 from dhim_ray.errors import ConfigError, IngestInterrupted, StoreError
 from dhim_ray.hasher import Hasher
@@ -136,6 +138,7 @@ def ingest(
     store_vectors: bool = False,
     id_column: str | None = None,
     store_signs: bool = False,
+    keep_columns: tuple[str, ...] = (),
 ) -> IngestResult:
     """Encode one split of a corpus with a trained model and upsert it into Milvus.
 
@@ -153,6 +156,9 @@ def ingest(
             encoder dimension: 48 bytes with MiniLM) to re-rank Hamming candidates by both codes.
         id_column: the source's column of the documents' own ids, kept in each row's
             ``key`` field and returned with every hit (every row must have one).
+        keep_columns: metadata columns of the source kept as fields of their own (bool, int,
+            float or string, as the values fit: dhim_ray.corpus.columns), returned with every
+            hit and usable in filters; every row must have a value.
     Returns:
         IngestResult with the verified row count.
     Raises:
@@ -183,13 +189,14 @@ def ingest(
     if sign_bits % 8:
         raise ConfigError(f"store_signs: the encoder's width {sign_bits} is not a multiple of 8")
     del hasher
-    plan = with_key_column(plan_split(corpus), id_column)
+    plan = with_kept_columns(with_key_column(plan_split(corpus), id_column), tuple(keep_columns), RESERVED_FIELDS)
     source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")
     if target.lite and not Path(target.uri).exists():
         check_lite_path(target.uri)  # a new file: created below, once the rows have passed the scan
     else:
         with target.open() as collection:  # an unreachable store or a collection that cannot take these codes fails now
-            collection.check(n_bits, mid, overwrite, vector_dim, keys=id_column is not None, sign_bits=sign_bits)
+            collection.check(n_bits, mid, overwrite, vector_dim, keys=id_column is not None, sign_bits=sign_bits,
+                             columns={name: (None, 0) for name in plan.kept_columns})
     t0 = time.perf_counter()
     init_ray(address)
     check_capacity(workers, use_gpu)
@@ -199,15 +206,17 @@ def ingest(
     n_documents = n_rows - n_dropped
     logger.debug("%s: %d documents in %d shards", plan.where, n_documents, len(plan.shards))
 
+    columns = {name: scanned.columns[name] for name in plan.kept_columns}
     with target.open() as collection:
         info = collection.ensure(n_bits, mid, index, overwrite, vector_dim, keys=id_column is not None,
-                                 sign_bits=sign_bits)
+                                 sign_bits=sign_bits, columns=columns)
         first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
         collection.refuse_foreign_rows(document_ids(source, first), source)
         if id_column is None:
             collection.refuse_dropping_keys(info, source)
+    # the collection's kinds: an existing string field takes this ingest's numbers as text
     prepare = Prepare(source, tuple(scanned.offsets), n_rows, tuple(names) if names else None, corpus.drop_empty,
-                      plan.label_names)
+                      plan.label_names, tuple((name, info.columns[name][0]) for name in plan.kept_columns))
     ds = read_documents(plan, cleaning, prepare)
     actor_cpus, threads = actor_resources(workers)
     ds = ds.map_batches(
@@ -234,7 +243,7 @@ def ingest(
                 from dhim_ray.connectors.milvus_sink import MilvusDatasink
 
                 sink = MilvusDatasink(target, n_bits, source, mid, index, overwrite=False, vector_dim=vector_dim,
-                                      keys=id_column is not None, sign_bits=sign_bits)
+                                      keys=id_column is not None, sign_bits=sign_bits, columns=columns)
                 # Upserts wait on the network, not the CPU: a quarter CPU each lets them run beside the encoders.
                 ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0.25})
                 written, writers, parallel = sink.rows_written, sink.writers, sink.max_parallel_writes
@@ -282,7 +291,7 @@ def write_from_driver(ds, target: MilvusTarget, n_bits: int, source: str, total:
             rows = make_rows(batch["id"], np.asarray(batch["code"], dtype=np.uint8), n_bits, batch["label"],
                              [str(t) for t in batch["text"]], source, batch["row"], batch.get("vector"),
                              batch.get("label_name"), name_field=name_field, keys=batch.get("key"),
-                             key_field=key_field, signs=batch.get("sign"))
+                             key_field=key_field, signs=batch.get("sign"), columns=kept_columns(batch))
             written += collection.upsert(rows)
             bar.update(len(rows))
     return written

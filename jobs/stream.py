@@ -13,12 +13,14 @@ Two passes over the source, both in parallel read tasks, neither through the dri
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from dhim_ray.corpus import rules
+from dhim_ray.corpus.columns import PREFIX, convert
 from dhim_ray.corpus.rules import ScanResult
 from dhim_ray.corpus.sources import SourcePlan, read_shard
 from dhim_ray.corpus.text import has_text
@@ -30,6 +32,12 @@ logger = logging.getLogger(__name__)
 # encoder actor takes, so even a few thousand documents from one file keep every actor
 # busy (a real encoder needs seconds per block); at 1M documents that is ~1,500 blocks.
 BLOCK_BYTES = 256 << 10
+
+
+def _arrow_types() -> dict:
+    import pyarrow as pa
+
+    return {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64(), "string": pa.string()}
 
 
 class ShardSource:
@@ -79,7 +87,7 @@ class ShardSource:
             if isinstance(shard.table, ray.ObjectRef):  # put there by datasource()
                 shard = replace(shard, table=ray.get(shard.table))
         for block in read_shard(shard, self.plan.text_column, self.plan.label_column,
-                                key_column=self.plan.key_column):
+                                key_column=self.plan.key_column, kept=self.plan.kept_columns):
             if self.prepare is None:
                 yield summarise(block, i, self.cleaning)
             else:
@@ -114,7 +122,7 @@ def summarise(block, shard: int, cleaning: str):
     return pa.table({"shard": [shard], **{k: pa.array([found[k]], rows) for k in
                                           ("blank", "unlabelled", "unkeyed", "long_keys")},
                      "rows": [found["rows"]], "names": pa.array([found["names"]], pa.list_(pa.string())),
-                     "string_labels": [found["string_labels"]]})
+                     "string_labels": [found["string_labels"]], "columns": [json.dumps(found["columns"])]})
 
 
 def scan(plan: SourcePlan, cleaning: str) -> ScanResult:
@@ -126,7 +134,8 @@ def scan(plan: SourcePlan, cleaning: str) -> ScanResult:
     ds = ray.data.read_datasource(ShardSource(plan, cleaning).datasource(), override_num_blocks=len(plan.shards))
     with task_errors():
         summaries = ds.take_all()
-    return ScanResult.collect(len(plan.shards), ((int(s["shard"]), s) for s in summaries))
+    return ScanResult.collect(len(plan.shards), ((int(s["shard"]), {**s, "columns": json.loads(s["columns"])})
+                                                 for s in summaries))
 
 
 def check_scan(plan: SourcePlan, result: ScanResult, drop_empty: bool, limit: int | None) -> tuple[int, int]:
@@ -149,6 +158,7 @@ class Prepare:
     label_names: tuple[str, ...] | None  # the vocabulary of string labels
     drop_empty: bool
     names_of_numbers: tuple[str, ...] | None = None  # names of integer labels (SourcePlan.label_names)
+    kept: tuple[tuple[str, str], ...] = ()  # (name, kind) of each kept column (the scan's kinds)
 
     def wants(self, shard: int) -> bool:
         return self.offsets[shard] < self.limit
@@ -180,4 +190,6 @@ class Prepare:
             "row": rows,
             **({"label_name": pa.array(names, pa.string())} if names is not None else {}),
             **({"key": block.column("key").take(pa.array(idx))} if "key" in block.column_names else {}),
+            **{PREFIX + name: pa.array(convert(block.column(PREFIX + name).take(pa.array(idx)).to_pylist(), kind),
+                                       _arrow_types()[kind]) for name, kind in self.kept},
         })

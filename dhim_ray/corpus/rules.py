@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dhim_ray.corpus import columns as kept_columns
 from dhim_ray.corpus.text import has_text
 from dhim_ray.errors import DataError
 
@@ -96,6 +97,11 @@ def findings(block, cleaning: str = "unicode", key_max: int | None = None) -> di
         keys = block.column("key").to_pylist()
         out["unkeyed"] = [int(rows[j]) for j, v in enumerate(keys) if v is None or not v.strip()]
         out["long_keys"] = [int(rows[j]) for j, v in enumerate(keys) if key_max and v is not None and len(v) > key_max]
+    out["columns"] = {}
+    for name in block.column_names:
+        if name.startswith(kept_columns.PREFIX):
+            kind, longest, missing = kept_columns.block_findings(block.column(name))
+            out["columns"][name[len(kept_columns.PREFIX):]] = [kind, longest, [int(rows[j]) for j in missing]]
     return out
 
 
@@ -109,6 +115,9 @@ class ScanResult:
     unlabelled_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     unkeyed_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # empty id (--id-column)
     long_key_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # id too long
+    # kept columns (ingest --keep-columns): name -> (kind, longest value in bytes), and rows missing a value
+    columns: dict[str, tuple[str | None, int]] = field(default_factory=dict)
+    missing_values: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def offsets(self) -> list[int]:
@@ -126,7 +135,12 @@ class ScanResult:
         lists: dict[str, list[tuple[int, int]]] = {k: [] for k in ("blank", "unlabelled", "unkeyed", "long_keys")}
         names: set[str] = set()
         string_labels = False
+        missing: dict[str, list[tuple[int, int]]] = {}
         for shard, f in found:
+            for name, (kind, longest, absent) in f.get("columns", {}).items():
+                was, was_longest = result.columns.get(name, (None, 0))
+                result.columns[name] = (kept_columns.wider(was, kind), max(was_longest, longest))
+                missing.setdefault(name, []).extend((shard, int(r)) for r in absent)
             result.shard_rows[shard] += int(f["rows"])
             for key, rows in lists.items():
                 rows += [(shard, int(r)) for r in f[key]]
@@ -140,6 +154,7 @@ class ScanResult:
         result.blank_rows, result.unlabelled_rows = split_wide(lists["blank"]), split_wide(lists["unlabelled"])
         result.unkeyed_rows, result.long_key_rows = split_wide(lists["unkeyed"]), split_wide(lists["long_keys"])
         result.label_names = sorted(names) if string_labels else None
+        result.missing_values = {name: split_wide(pairs) for name, pairs in missing.items()}
         return result
 
 
@@ -163,6 +178,15 @@ def check(where: str, result: ScanResult, drop_empty: bool, limit: int | None, k
     if len(long_keys):
         raise DataError(f"{where}: {len(long_keys)} ids in column {key_column!r} are longer than "
                         f"{key_max} characters (rows {shown(long_keys)}); shorten them, or drop --id-column")
+    for name, rows in result.missing_values.items():
+        rows = rows[rows < n]
+        if len(rows):
+            raise DataError(f"{where}: column {name!r} has no value in {len(rows)} rows (rows {shown(rows)}); fill "
+                            "them in, or leave it out of --keep-columns")
+    for name, (_, longest) in result.columns.items():
+        if longest > kept_columns.STRING_MAX_BYTES:
+            raise DataError(f"{where}: column {name!r} has a value of {longest:,} bytes; Milvus keeps at most "
+                            f"{kept_columns.STRING_MAX_BYTES:,} in a field; shorten it, or leave it out of --keep-columns")
     if len(blank) and not drop_empty:
         raise DataError(f"{where}: {len(blank)} of {n} rows have empty or non-string text "
                         f"(rows {shown(blank)}); fix the data or pass --drop-empty to skip them")

@@ -22,7 +22,7 @@ import csv
 import functools
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -75,6 +75,7 @@ class SourcePlan:
     label_column: str | None  # None: the source has no labels
     label_names: tuple[str, ...] | None = None  # names of integer labels (packaged corpus, hub ClassLabel)
     key_column: str | None = None  # the documents' own ids (ingest --id-column), read as strings
+    kept_columns: tuple[str, ...] = ()  # metadata kept beside the codes (ingest --keep-columns)
 
     @property
     def counted(self) -> bool:
@@ -275,6 +276,32 @@ def with_key_column(plan: SourcePlan, column: str | None) -> SourcePlan:
     return replace(plan, key_column=column)
 
 
+def with_kept_columns(plan: SourcePlan, names: Sequence[str], reserved: Sequence[str] = ()) -> SourcePlan:
+    """``plan`` reading also the metadata columns ``names``; one the source lacks, one that is
+    the text, label or id column, one named like a ``reserved`` field, or a name Milvus cannot
+    take is a DataError naming it."""
+    from dhim_ray.corpus.columns import check_name
+
+    if not names:
+        return plan
+    have = _schema_names(plan.shards[0])
+    for name in names:
+        if name not in have:
+            raise DataError(f"{plan.where}: no column {name!r} to keep; columns are {have}; fix --keep-columns")
+        if name in (plan.text_column, plan.label_column, plan.key_column):
+            raise DataError(f"--keep-columns {name!r} is already kept (the text, label or id column); leave it out")
+        if name in reserved:
+            raise DataError(f"--keep-columns {name!r}: a collection's own field has that name "
+                            f"({', '.join(reserved)}); rename the column in the source")
+        try:
+            check_name(name)
+        except ValueError as exc:
+            raise DataError(f"--keep-columns {exc}") from None
+    if len(set(names)) != len(names):
+        raise DataError(f"--keep-columns {','.join(names)}: a column is named twice")
+    return replace(plan, kept_columns=tuple(names))
+
+
 def _plan_file(path: Path) -> list[Shard]:
     fmt = FILE_SUFFIXES.get(path.suffix.lower())
     if fmt is None:
@@ -378,17 +405,21 @@ def _pick_columns(names: list[str], spec: CorpusSpec, where: str) -> tuple[str, 
 
 # ---- reading ------------------------------------------------------------------------
 def read_shard(shard: Shard, text_column: str | None, label_column: str | None,
-               block_rows: int = BLOCK_ROWS, key_column: str | None = None) -> Iterator:
+               block_rows: int = BLOCK_ROWS, key_column: str | None = None, kept: Sequence[str] = ()) -> Iterator:
     """Yield pyarrow tables of ``text`` (string; left out when text_column is None),
     ``label`` (when there is one), ``key`` (the ``key_column``'s values as strings, null
-    where missing; when one is named) and ``row`` (int64, the row's number inside the
-    shard), at most ``block_rows`` each."""
+    where missing; when one is named), each ``kept`` column as ``col:NAME`` (as stored; CSV
+    and JSON as strings) and ``row`` (int64, the row's number inside the shard), at most
+    ``block_rows`` each."""
     import pyarrow as pa
 
+    from dhim_ray.corpus.columns import PREFIX
+
     columns = ([text_column] if text_column else []) + ([label_column] if label_column else [])
-    columns += [key_column] if key_column else []
+    columns += ([key_column] if key_column else []) + list(kept)
+    strings = ((key_column,) if key_column else ()) + tuple(kept)
     start = 0
-    for batch in _batches(shard, columns, block_rows, strings=(key_column,) if key_column else (), text=text_column):
+    for batch in _batches(shard, columns, block_rows, strings=strings, text=text_column):
         for offset in range(0, batch.num_rows, block_rows):
             part = batch.slice(offset, block_rows)
             cols = {}
@@ -405,6 +436,8 @@ def read_shard(shard: Shard, text_column: str | None, label_column: str | None,
             if key_column:
                 key = part.column(key_column)
                 cols["key"] = key if pa.types.is_string(key.type) else key.cast(pa.string())
+            for name in kept:
+                cols[PREFIX + name] = part.column(name)
             cols["row"] = pa.array(np.arange(start, start + part.num_rows, dtype=np.int64))
             if "source_row" in part.schema.names:
                 cols["source_row"] = part.column("source_row")

@@ -1,0 +1,120 @@
+"""A corpus' metadata columns kept beside its codes (``ingest --keep-columns``): the type each
+column's values fit, found block by block while the source is scanned, and the values
+converted to it.
+
+Kinds, narrowest first: ``bool``, ``int`` (64-bit), ``float`` (64-bit), ``string``. Typed sources
+(Parquet, Arrow, tables) give a column's kind by its type; text formats (CSV, JSON Lines) are
+read as strings and a column is the narrowest kind every value parses as ("true"/"false",
+whole numbers, numbers), else a string: "2024-05-01" stays a string, which Milvus compares in
+order. Blocks of one column that disagree settle on the wider kind (int and float: float;
+anything else: string). A missing value (null) is refused by the scan, never stored as a guess.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+#: The kinds a kept column can have.
+KINDS = ("bool", "int", "float", "string")
+#: The longest string value a column may hold, in UTF-8 bytes (Milvus' VARCHAR limit).
+STRING_MAX_BYTES = 65_535
+#: Where a kept column travels in a block of rows (beside text, label, key, ...).
+PREFIX = "col:"
+
+_INT = re.compile(r"[+-]?\d{1,19}")
+_BOOLS = {"true": True, "false": False}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
+
+
+def check_name(name: str) -> str:
+    """A column name a Milvus field can have (letters, digits, underscores; not starting with a digit)."""
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"{name!r} cannot name a Milvus field: use letters, digits and underscores, not starting "
+                         "with a digit (rename the column)")
+    return name
+
+
+def _parses_int(text: str) -> bool:
+    return bool(_INT.fullmatch(text)) and -(2**63) <= int(text) < 2**63
+
+
+def _parses_float(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+def kind_of_strings(values: Sequence[str]) -> str:
+    """The narrowest kind every string parses as."""
+    stripped = [v.strip() for v in values]
+    if stripped and all(v.lower() in _BOOLS for v in stripped):
+        return "bool"
+    if stripped and all(_parses_int(v) for v in stripped):
+        return "int"
+    if stripped and all(_parses_float(v) for v in stripped):
+        return "float"
+    return "string"
+
+
+def kind_of_type(arrow_type) -> str | None:
+    """A typed column's kind; None for strings (their values decide)."""
+    import pyarrow as pa
+
+    if pa.types.is_boolean(arrow_type):
+        return "bool"
+    if pa.types.is_integer(arrow_type):
+        return "int" if not pa.types.is_uint64(arrow_type) else "string"
+    if pa.types.is_floating(arrow_type):
+        return "float"
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or pa.types.is_null(arrow_type):
+        return None
+    return "string"  # dates, timestamps, decimals, ...: kept as their text
+
+
+def wider(a: str | None, b: str | None) -> str | None:
+    """The kind both blocks' values fit (None: a block with no values yet)."""
+    if a is None or a == b:
+        return b
+    if b is None:
+        return a
+    return "float" if {a, b} == {"int", "float"} else "string"
+
+
+def block_findings(column) -> tuple[str | None, int, list[int]]:
+    """(kind, longest value in UTF-8 bytes as text, positions of missing values) of one block's column."""
+    values = column.to_pylist()
+    present = [v for v in values if v is not None]
+    missing = [i for i, v in enumerate(values) if v is None]
+    kind = kind_of_type(column.type)
+    if kind is None and present:
+        kind = kind_of_strings([str(v) for v in present])
+    longest = max((len(_text(v).encode("utf-8")) for v in present), default=0)
+    return kind, longest, missing
+
+
+def _text(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def convert(values: Sequence, kind: str) -> list:
+    """A column's values as its kind (the scan found each one fits)."""
+    if kind == "string":
+        return [_text(v) for v in values]
+    if kind == "bool":
+        return [v if isinstance(v, bool) else _BOOLS[str(v).strip().lower()] for v in values]
+    if kind == "int":
+        return [int(v) if not isinstance(v, str) else int(v.strip()) for v in values]
+    return [float(v) for v in values]
+
+
+def string_bound(longest: int) -> int:
+    """The VARCHAR length a string column gets: room to grow, in powers of two from 256 bytes."""
+    bound = 256
+    while bound < longest:
+        bound *= 2
+    return min(bound, STRING_MAX_BYTES)
