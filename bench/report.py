@@ -91,6 +91,42 @@ def encode_speed() -> list[str] | None:
     return out
 
 
+def onnx_speed() -> list[str] | None:
+    r = _json("onnx_speed")
+    if r is None:
+        return None
+    names = [("hasher_torch", "`Hasher.encode`, torch"), ("hasher_onnx", "`Hasher.encode`, ONNX Runtime fp32 (default)"),
+             ("hasher_onnx_int8", "`Hasher.encode`, ONNX Runtime int8 (`features.precision=int8`)"),
+             ("st_torch", "sentence-transformers, torch backend"), ("st_onnx", "sentence-transformers, ONNX backend"),
+             ("st_onnx_int8", "sentence-transformers, ONNX int8 (avx512_vnni)")]
+    short, long_ = r["throughput"]
+    changed = {"hasher_torch": "0 (the reference)", "hasher_onnx": short["code_bits_changed_vs_torch"]["onnx"],
+               "hasher_onnx_int8": short["code_bits_changed_vs_torch"]["int8"],
+               "st_torch": "0 (the reference)", "st_onnx": short["st_sign_bits_changed_vs_torch"]["st_onnx"],
+               "st_onnx_int8": short["st_sign_bits_changed_vs_torch"]["st_onnx_int8"]}
+
+    def pct(v) -> str:
+        return v if isinstance(v, str) else f"{100 * v:.2f}%"
+
+    rows = [[label, f"{short['docs_per_s'][k]:.1f}", f"{long_['docs_per_s'][k]:.1f}", pct(changed[k])]
+            for k, label in names]
+    rows.append(["ours / theirs, fp32", f"{short['onnx_vs_st_onnx']:.2f}", f"{long_['onnx_vs_st_onnx']:.2f}", ""])
+    rows.append(["ours / theirs, int8", f"{short['int8_vs_st_int8']:.2f}", f"{long_['int8_vs_st_int8']:.2f}", ""])
+    return _table([f"backend ({r['threads']} threads)", f"{short['corpus']} ({short['documents']}) docs/s",
+                   f"{long_['corpus']} ({long_['documents']}) docs/s",
+                   "bits changed vs torch (codes; theirs: sign bits)"], rows)
+
+
+def int8_quality() -> list[str] | None:
+    path = HERE / "int8_quality.jsonl"
+    if not path.exists():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    body = [[r["corpus"], r["trained_on"], r["hashed_on"], f"{r['p_tie']:.3f}", f"{r['recall_at_10']:.3f}",
+             "" if "bits_changed" not in r else f"{100 * r['bits_changed']:.1f}%"] for r in rows]
+    return _table(["corpus", "head trained on", "hashed with", "P@100", "known-item recall@10", "bits changed"], body)
+
+
 def ingest_speed() -> list[str] | None:
     i, m = _json("ingest_speed"), _json("million") or {}
     if i is None:
@@ -454,6 +490,7 @@ def item_level_training() -> list[str] | None:
 TABLES: dict[str, Callable[[], list[str] | None]] = {
     "known-item": known_item, "item-level-training": item_level_training,
     "headline": headline, "encode-speed": encode_speed, "ingest-speed": ingest_speed, "service": service,
+    "onnx-speed": onnx_speed, "int8-quality": int8_quality,
     "quality": quality, "search-speed": search_speed, "million-search": million_search,
     "million-ingest": million_ingest, "ivf-generated": partial(ivf_curve, "generated"), "ivf-val": partial(ivf_curve, "val"),
     "ray-train": ray_train, "ray-train-gc": ray_train_gc, "worker-priority": worker_priority,

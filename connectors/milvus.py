@@ -594,6 +594,19 @@ def collections_of_model(client, model: str, n_bits: int, timeout: float = DEFAU
     return found
 
 
+def check_alias_support(uri: str, alias: str | None) -> None:
+    """Aliases need a Milvus server: milvus-lite 2.5.1 answers their calls UNIMPLEMENTED."""
+    if alias is None:
+        return
+    try:
+        check_collection_name(alias)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("collection=", "alias=", 1).replace("dbpedia_64", "news")) from None
+    if is_lite(uri):
+        raise ConfigError(f"--alias {alias}: a milvus-lite file has no aliases; ingest into a Milvus server "
+                          "(--uri http://host:19530), or search the new collection by its name")
+
+
 def check_max_distance(max_distance: int, n_bits: int) -> int:
     if isinstance(max_distance, bool) or not isinstance(max_distance, (int, np.integer)) \
             or not 0 <= max_distance <= n_bits:
@@ -685,6 +698,7 @@ class CodeCollection:
             meta = {}
         if not isinstance(meta, dict):  # a foreign description that is JSON but not an object
             meta = {}
+        name = desc.get("collection_name") or name  # the collection an alias points at
         if code is None or meta.get("format") != FORMAT or not _fields_are_ours(desc["fields"]):
             return CollectionInfo(name, 0, "", "", "", meta=meta if meta.get("format") != FORMAT else {})
         metric = index_type = ""
@@ -744,10 +758,12 @@ class CodeCollection:
 
     def ensure(self, n_bits: int, model: str, index: IndexSpec = IndexSpec(), overwrite: bool = False,
                vector_dim: int = 0, keys: bool = False, sign_bits: int = 0,
-               columns: dict[str, tuple[str, int]] | None = None) -> CollectionInfo:
+               columns: dict[str, tuple[str, int]] | None = None, model_dir: str = "") -> CollectionInfo:
         """Create the collection, or check an existing one matches (see ``check``);
         ``overwrite`` drops and recreates one that does not. ``columns``: metadata fields,
-        name -> (kind: bool, int, float or string; the longest string value in bytes)."""
+        name -> (kind: bool, int, float or string; the longest string value in bytes).
+        ``model_dir``: the checkpoint folder, stamped beside the model's id so that a service
+        following an alias can load the model a new collection names."""
         client, name, timeout = self.client, self.name, self.timeout
         columns = columns or {}
         info = self.check(n_bits, model, overwrite, vector_dim, keys, sign_bits, columns)
@@ -759,7 +775,8 @@ class CodeCollection:
         fields = {n: (kind, string_bound(longest) if kind == "string" else 0) for n, (kind, longest) in columns.items()}
         meta = {"format": FORMAT, "n_bits": n_bits, "model": model, **({"vector_dim": vector_dim} if vector_dim else {}),
                 **({"sign_bits": sign_bits} if sign_bits else {}),
-                **({"columns": {n: list(v) for n, v in fields.items()}} if fields else {})}
+                **({"columns": {n: list(v) for n, v in fields.items()}} if fields else {}),
+                **({"model_dir": model_dir} if model_dir else {})}
         index_params = client.prepare_index_params()
         index_params.add_index(field_name=CODE_FIELD, index_type=index.index_type, metric_type="HAMMING",
                                params=index.params())
@@ -912,6 +929,29 @@ class CodeCollection:
                 rows.sort(key=lambda h: (h["distance"], h["id"]))  # the store's own tie order is unspecified
                 out.append(rows)
         return out
+
+    def point_alias(self, alias: str) -> str | None:
+        """Point ``alias`` at this collection, atomically (Milvus' alter_alias): a search by the
+        alias sees the old collection or this one, never neither. Returns the collection it
+        pointed at before (None: a new alias). A milvus-lite file has no aliases."""
+        check_collection_name(alias)
+        client, timeout = self.client, self.timeout
+        try:
+            before = client.describe_alias(alias, timeout=timeout).get("collection_name")
+        except Exception:  # no such alias
+            before = None
+        try:
+            if before is None:
+                if client.has_collection(alias, timeout=timeout):
+                    raise ConfigError(f"--alias {alias}: a collection has that name; an alias needs a name of its own")
+                client.create_alias(self.name, alias, timeout=timeout)
+            elif before != self.name:
+                client.alter_alias(self.name, alias, timeout=timeout)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise StoreError(_failed(f"alias {alias!r}: Milvus refused to point it at {self.name!r}", exc)) from exc
+        return before
 
     def ids_of_keys(self, keys: Sequence[str]) -> dict[str, int]:
         """The row id of each document id (``key``, ingest --id-column) that the collection holds."""

@@ -57,7 +57,7 @@ FLAGS = {
     "replicas": "--replicas", "cache_dir": "--cache-dir", "seed": "--seed", "port": "--port", "api_token_env": "--api-token-env", "max_batch_size": "--max-batch-size",
     "host": "--host", "window_words": "--window-words", "n_windows": "--windows",
     "filter": "--filter", "max_distance": "--max-distance", "store_vectors": "--store-vectors",
-    "store_signs": "--store-signs", "keep_columns": "--keep-columns",
+    "store_signs": "--store-signs", "keep_columns": "--keep-columns", "alias": "--alias",
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
@@ -615,6 +615,9 @@ def ingest(
     keep_columns: Annotated[str | None, typer.Option(rich_help_panel="Data", help=(
         "Comma-separated metadata columns to keep as fields (bool, int, float or string, as the values fit): "
         "returned with every hit, usable in --filter, e.g. title,year,url."))] = None,
+    alias: Annotated[str | None, typer.Option(rich_help_panel="Milvus", help=(
+        "Once verified, point this alias at the collection (a server only): applications and services searching "
+        "the alias move to the new model's codes [collection default: ALIAS_<model id>]."))] = None,
     drop_empty: DropEmpty = False,
     as_json: AsJson = False,
 ):
@@ -636,14 +639,17 @@ def ingest(
         raise ConfigError(f"--nlist {nlist}: applies to BIN_IVF_FLAT on a Milvus server; a milvus-lite file is "
                           "searched exactly (BIN_FLAT), drop --nlist")
     nlist = 128 if nlist is None else nlist
-    n_bits = read_checkpoint(model_dir).n_bits
+    checkpoint = read_checkpoint(model_dir)
+    n_bits = checkpoint.n_bits
+    if alias is not None and collection is None:  # a version of its own per model
+        collection = f"{alias}_{checkpoint.model_id.split(':')[-1][:8]}"
     collection = collection or _default_collection(spec.name, n_bits)
     target = MilvusTarget(uri, collection, token_env=token_env)
     index_spec = IndexSpec(index, nlist=nlist, nprobe=min(16, nlist)) if index else default_index(uri, nlist)
     result = run_ingest(spec, model_dir, target, workers=workers, batch_size=batch_size, overwrite=overwrite,
                         index=index_spec, address=address, progress=not as_json, use_gpu=use_gpu,
                         store_vectors=store_vectors, id_column=id_column, store_signs=store_signs,
-                        keep_columns=column_names(keep_columns))
+                        keep_columns=column_names(keep_columns), alias=alias)
     print_result(result.as_dict(), as_json, title=f"ingested into {collection}")
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from dhim_ray.connectors.milvus import (
     MAX_SEARCH_K,
+    CodeCollection,
     IndexSpec,
     MilvusTarget,
     check_search_k,
@@ -105,6 +106,8 @@ class Searcher:
             raise CollectionMismatchError(f"{str(exc).split('; pick another')[0]}; search with the model it was "
                                           f"ingested with ({model_dir} is {self.hasher.model_id}), or re-ingest") from None
         self.info = info
+        if info.name != target.collection:  # an alias: search the collection it points at now
+            self.collection = CodeCollection(self.client, info.name, target.timeout)
         if index is None:
             self.index = info.search_index(nprobe)
 
@@ -117,6 +120,11 @@ class Searcher:
         if collection is None:
             collection = find_collection(model_dir, uri, token_env, hasher)
         return cls(model_dir, MilvusTarget(uri, collection, token_env=token_env), hasher=hasher, nprobe=nprobe)
+
+    def pointed_at(self) -> str:
+        """The collection the target's name points at now: itself, or where its alias moved."""
+        info = self.target.bind(self.client).describe()
+        return self.info.name if info is None else info.name
 
     @property
     def rescores_by_cosine(self) -> bool:

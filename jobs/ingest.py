@@ -27,6 +27,7 @@ from dhim_ray.connectors.milvus import (
     RESERVED_FIELDS,
     IndexSpec,
     MilvusTarget,
+    check_alias_support,
     check_index_for,
     check_lite_path,
     default_index,
@@ -109,6 +110,8 @@ class IngestResult:
     writers: int = 1  # processes that upserted (the driver alone on milvus-lite)
     max_parallel_writes: int = 1  # write tasks running at the same moment
     stale_rows_removed: int = 0  # rows of an earlier version of the source that it no longer has
+    alias: str = ""  # the alias now pointing at the collection (ingest --alias)
+    alias_was: str = ""  # the collection the alias pointed at before ("" for a new alias)
 
     @property
     def docs_per_second(self) -> float:
@@ -139,6 +142,7 @@ def ingest(
     id_column: str | None = None,
     store_signs: bool = False,
     keep_columns: tuple[str, ...] = (),
+    alias: str | None = None,
 ) -> IngestResult:
     """Encode one split of a corpus with a trained model and upsert it into Milvus.
 
@@ -159,6 +163,9 @@ def ingest(
         keep_columns: metadata columns of the source kept as fields of their own (bool, int,
             float or string, as the values fit: dhim_ray.corpus.columns), returned with every
             hit and usable in filters; every row must have a value.
+        alias: once the collection is verified, point this alias at it (atomically; a Milvus
+            server only): applications searching the alias move to the new collection, and a
+            service following it loads the model the collection names.
     Returns:
         IngestResult with the verified row count.
     Raises:
@@ -177,6 +184,9 @@ def ingest(
 
         check_gpus(workers, True, available=torch.cuda.device_count())
     corpus = corpus.with_split(corpus.split or "train")
+    check_alias_support(target.uri, alias)
+    if alias is not None and alias == target.collection:
+        raise ConfigError(f"--alias {alias}: the alias and the collection need two names (the collection: a version)")
     index = check_index_for(target.uri, index or default_index(target.uri))
     # Everything that can be wrong with the model or the data fails here, before a
     # collection is created: the model, the columns, then (in Ray) every row's text.
@@ -209,7 +219,7 @@ def ingest(
     columns = {name: scanned.columns[name] for name in plan.kept_columns}
     with target.open() as collection:
         info = collection.ensure(n_bits, mid, index, overwrite, vector_dim, keys=id_column is not None,
-                                 sign_bits=sign_bits, columns=columns)
+                                 sign_bits=sign_bits, columns=columns, model_dir=str(Path(model_dir).resolve()))
         first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
         collection.refuse_foreign_rows(document_ids(source, first), source)
         if id_column is None:
@@ -272,6 +282,11 @@ def ingest(
             f"collection {target.collection!r} holds {stored} rows of {source} up to row {last_row} but "
             f"{n_documents} were ingested; rerun the same ingest (it upserts) to repair it"
         )
+    if alias is not None:  # verified: now the applications move
+        with target.open() as collection:
+            result.alias, result.alias_was = alias, collection.point_alias(alias) or ""
+        logger.info("alias %s now points at %s%s", alias, target.collection,
+                    f" (was {result.alias_was})" if result.alias_was else "")
     logger.info("ingested %d documents into %s at %s (%.0f docs/s)", n_documents, target.collection,
                 mask_uri(target.uri), result.docs_per_second)
     return result

@@ -32,7 +32,7 @@ from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dhim_ray.connectors.milvus import MAX_SEARCH_K, MilvusTarget, is_lite, mask_uri
-from dhim_ray.errors import ConfigError, DataError, StoreError
+from dhim_ray.errors import ConfigError, DataError, DHIMRayError, StoreError
 from dhim_ray.hasher import Hasher, check_texts
 from dhim_ray.search import Searcher
 
@@ -184,6 +184,8 @@ class MilvusDown(Exception):
 #: hold the rest back and retry them with growing back-off, and under 32 clients throughput fell
 #: to a fifth of 8 clients'.
 MAX_ONGOING_REQUESTS = 256
+#: Seconds between asking which collection a served alias points at (ingest --alias).
+ALIAS_CHECK_S = 2.0
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=MAX_ONGOING_REQUESTS)
@@ -200,6 +202,7 @@ class QueryService:
         self.hasher = Hasher.load(self.options.model_dir)
         self.target = MilvusTarget(self.options.uri, self.options.collection, token_env=self.options.token_env)
         self.searcher: Searcher | None = None
+        self._checked = 0.0  # when the served name was last resolved (aliases)
         self._lock = asyncio.Lock()
         self.passes = self.requests = 0  # encoder passes, and the requests they served
         self._encode_batch.set_max_batch_size(self.options.max_batch_size)
@@ -212,14 +215,50 @@ class QueryService:
         return token_matches(request.headers.get("authorization", ""), self.options.api_token_sha256)
 
     async def _searcher(self) -> Searcher:
+        """The open Searcher, (re)opened when there is none. Every ALIAS_CHECK_S it asks which
+        collection the served name points at: where an alias moved (ingest --alias), the new
+        collection's Searcher, with the model that collection names, replaces the old one once
+        it is ready; requests meanwhile are answered by the old pair, never by a mix."""
         async with self._lock:
-            if self.searcher is None:
-                try:
-                    self.searcher = await asyncio.to_thread(
-                        Searcher, self.options.model_dir, self.target, hasher=self.hasher, nprobe=self.options.nprobe)
-                except StoreError as exc:
-                    raise MilvusDown(str(exc)) from exc
+            try:
+                if self.searcher is None:
+                    self.searcher = await asyncio.to_thread(self._open_searcher)
+                    self._checked = time.monotonic()
+                elif time.monotonic() - self._checked > ALIAS_CHECK_S:
+                    self._checked = time.monotonic()
+                    try:
+                        moved = await asyncio.to_thread(self._follow_alias, self.searcher)
+                    except DHIMRayError as exc:  # the new collection's model cannot be loaded: keep the old pair
+                        logger.warning("%s moved but cannot be followed (%s); still serving %s",
+                                       self.options.collection, exc, self.searcher.info.name)
+                        moved = None
+                    if moved is not None:
+                        old, self.searcher = self.searcher, moved
+                        await asyncio.to_thread(old.close)
+            except StoreError as exc:
+                raise MilvusDown(str(exc)) from exc
+            self.hasher = self.searcher.hasher
             return self.searcher
+
+    def _open_searcher(self) -> Searcher:
+        """A Searcher of the collection the served name points at, with the model it was ingested
+        with: the replica's, or (an alias moved to a collection of another model) the one whose
+        folder that collection names, loaded now."""
+        hasher, model_dir = self.hasher, self.options.model_dir
+        if not self.target.lite:  # a milvus-lite file has no aliases
+            with self.target.open(create=False) as collection:
+                info = collection.describe()
+            named = info.meta.get("model_dir") if info is not None else None
+            if info is not None and info.model and info.model != hasher.model_id and named:
+                hasher, model_dir = Hasher.load(named), named
+                logger.info("%s now holds codes of %s: loaded %s", self.options.collection, info.model, named)
+        return Searcher(model_dir, self.target, hasher=hasher, nprobe=self.options.nprobe)
+
+    def _follow_alias(self, searcher: Searcher) -> Searcher | None:
+        """A Searcher of the collection the served alias points at now, or None where it did not move."""
+        if self.target.lite or searcher.pointed_at() == searcher.info.name:
+            return None
+        return self._open_searcher()
 
     async def _drop_searcher(self) -> None:
         async with self._lock:
@@ -231,21 +270,29 @@ class QueryService:
                     logger.debug("closing a failed Milvus connection", exc_info=True)
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
-    async def _encode_batch(self, requests: list[list[str]]) -> list[tuple[Any, Any, Any]]:
-        """Every waiting request's texts through one encoder pass; each gets its own rows back."""
-        flat = [t for texts in requests for t in texts]
-        self.passes, self.requests = self.passes + 1, self.requests + len(requests)
-        codes, scores, vectors = await asyncio.to_thread(self.hasher.encode_scores, flat, 64, True)
-        out, start = [], 0
-        for texts in requests:
-            stop = start + len(texts)
-            out.append((codes[start:stop], scores[start:stop], vectors[start:stop]))
-            start = stop
+    async def _encode_batch(self, requests: list[tuple[Hasher, list[str]]]) -> list[tuple[Any, Any, Any]]:
+        """Every waiting request's texts through one encoder pass per model (one, unless an alias
+        moved while they waited); each request gets its own rows back."""
+        out: list[Any] = [None] * len(requests)
+        by_model: dict[int, list[int]] = {}
+        for i, (hasher, _) in enumerate(requests):
+            by_model.setdefault(id(hasher), []).append(i)
+        for members in by_model.values():
+            hasher = requests[members[0]][0]
+            flat = [t for i in members for t in requests[i][1]]
+            self.passes, self.requests = self.passes + 1, self.requests + len(members)
+            codes, scores, vectors = await asyncio.to_thread(hasher.encode_scores, flat, 64, True)
+            start = 0
+            for i in members:
+                stop = start + len(requests[i][1])
+                out[i] = (codes[start:stop], scores[start:stop], vectors[start:stop])
+                start = stop
         return out
 
-    async def _encode(self, texts: list[str]):
-        check_texts(texts, self.hasher.config.features.cleaning)  # empty after cleaning: a 422, alone
-        return await self._encode_batch(texts)
+    async def _encode(self, texts: list[str], hasher: Hasher | None = None):
+        hasher = hasher or self.hasher
+        check_texts(texts, hasher.config.features.cleaning)  # empty after cleaning: a 422, alone
+        return await self._encode_batch((hasher, texts))
 
     def _milvus_down(self, exc: Exception) -> JSONResponse:
         return _error(503, f"Milvus at {mask_uri(self.options.uri)} is not answering ({str(exc)[:200]}); "
@@ -267,12 +314,21 @@ class QueryService:
         codes = scores = vectors = None
         if body.texts is not None:
             try:
-                codes, scores, vectors = await self._encode(body.texts)
+                check_texts(body.texts, self.hasher.config.features.cleaning)
+            except DataError as exc:
+                return _error(422, f"texts: {exc}", "texts")
+        try:
+            searcher = await self._searcher()  # the model comes with the collection (an alias may move)
+        except (MilvusDown, StoreError) as exc:
+            await self._drop_searcher()
+            return self._milvus_down(exc)
+        if body.texts is not None:
+            try:
+                codes, scores, vectors = await self._encode(body.texts, searcher.hasher)
             except DataError as exc:
                 return _error(422, f"texts: {exc}", "texts")
         t0 = time.perf_counter()
         try:
-            searcher = await self._searcher()
             if body.like is not None:
                 targets = await asyncio.to_thread(searcher.like_targets, body.like)
                 hits = await asyncio.to_thread(lambda: searcher.like(**targets, k=body.k, **options))
@@ -289,7 +345,7 @@ class QueryService:
         except (MilvusDown, StoreError) as exc:
             await self._drop_searcher()
             return self._milvus_down(exc)
-        return {"results": hits, "n_bits": self.hasher.n_bits, "collection": self.options.collection,
+        return {"results": hits, "n_bits": searcher.hasher.n_bits, "collection": self.options.collection,
                 "search_ms": round((time.perf_counter() - t0) * 1e3, 2)}
 
     @app.post("/hash")

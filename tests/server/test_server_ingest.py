@@ -224,3 +224,71 @@ def test_filter_and_radius_on_the_server_equal_a_brute_force_scan(ingested, mode
         assert all(h["label"] == label for h in hits)
         near = searcher.search_codes(query, 1000, max_distance=3)[0]
         assert sorted(h["id"] for h in near) == sorted(int(i) for i in ids[d <= 3])
+
+
+def test_a_service_on_an_alias_follows_a_model_upgrade_without_an_error(ray_session, milvus_uri, model_dir,
+                                                                        tmp_path_factory):
+    """ingest --alias on the server: a service answering through the alias keeps answering, with
+    no error, while a new model's ingest completes and the alias moves; then it answers with the
+    new model's codes from the new collection (the replica loads the model the collection names).
+    Metadata columns come back through the service too."""
+    import socket
+    import threading
+    import time
+
+    import httpx
+    from ray import serve
+
+    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.serve import ServeOptions, start_service
+    from dhim_ray.model.checkpoint import read_checkpoint
+    from dhim_ray.search import Searcher
+
+    new_model = train_bbc16(tmp_path_factory.mktemp("upgrade") / "bbc-16-new", 200)
+    old_id, new_id = read_checkpoint(model_dir).model_id, read_checkpoint(new_model).model_id
+    assert old_id != new_id
+    small = CorpusSpec("bbc", "train", limit=120)
+    first = ingest(small, model_dir, MilvusTarget(milvus_uri, "news_v1"), workers=1, progress=False, alias="news",
+                   overwrite=True)
+    assert (first.alias, first.alias_was) == ("news", "")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = start_service(ServeOptions(str(model_dir), milvus_uri, "news"), port=port)
+    failures, served = [], []
+    stop = threading.Event()
+
+    def ask() -> None:
+        with httpx.Client(timeout=120) as client:
+            while not stop.is_set():
+                r = client.post(f"{url}/search", json={"texts": ["oil prices rise"], "k": 3})
+                if r.status_code != 200:
+                    failures.append((r.status_code, r.text[:200]))
+                served.append(client.get(f"{url}/health").json().get("model"))
+
+    try:
+        with httpx.Client(timeout=120) as client:  # the first answer: the old model's
+            assert client.get(f"{url}/health").json()["model"] == old_id
+        asker = threading.Thread(target=ask)
+        asker.start()
+        second = ingest(small, new_model, MilvusTarget(milvus_uri, "news_v2"), workers=1, progress=False,
+                        alias="news", overwrite=True)
+        assert (second.alias, second.alias_was) == ("news", "news_v1")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (not served or served[-1] != new_id):
+            time.sleep(0.5)
+        stop.set()
+        asker.join()
+        assert failures == []
+        assert served[-1] == new_id and old_id in served
+        with httpx.Client(timeout=120) as client:
+            got = client.post(f"{url}/search", json={"texts": ["oil prices rise"], "k": 3}).json()["results"][0]
+        with Searcher(new_model, MilvusTarget(milvus_uri, "news_v2")) as searcher:
+            want = searcher.search(["oil prices rise"], k=3)[0]
+        assert [(h["id"], h["distance"]) for h in got] == [(h["id"], h["distance"]) for h in want]
+        # a CLI search through the alias with the old model is refused: the alias names the new one
+        with pytest.raises(CollectionMismatchError, match=f"holds codes of model {new_id}"):
+            Searcher(model_dir, MilvusTarget(milvus_uri, "news"))
+    finally:
+        stop.set()
+        serve.shutdown()
