@@ -6,7 +6,7 @@ figures mean. Each table in it stands between ``<!-- table: NAME -->`` and
 (a table whose results are missing is left as it is).
 
     python -m bench.report            # rewrite the tables
-    python -m bench.report --check    # exit 1 when a table is out of date
+    python -m bench.report --check    # exit 1 when a table is out of date (BENCHMARKS.md, README.md)
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DOC = HERE.parent / "BENCHMARKS.md"
+#: Every file with generated tables: BENCHMARKS.md, and the README's results.
+DOCS = (DOC, HERE.parent / "README.md")
 BLOCK = re.compile(r"(<!-- table: ([\w-]+) -->\n)(.*?)(<!-- /table -->)", re.S)
 
 
@@ -516,12 +518,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 when a table in BENCHMARKS.md is out of date")
     args = ap.parse_args()
-    text = DOC.read_text()
-    new = refresh(text)
-    if args.check:
-        sys.exit(0 if new == text else 1)
-    DOC.write_text(new)
-    print(f"refreshed {len(BLOCK.findall(new))} tables in {DOC}")
+    stale = []
+    for doc in DOCS:
+        text = doc.read_text()
+        new = refresh(text)
+        if new != text:
+            stale.append(doc.name)
+            if not args.check:
+                doc.write_text(new)
+        if not args.check:
+            print(f"refreshed {len(BLOCK.findall(new))} tables in {doc}")
+    if args.check and stale:
+        print(f"out of date: {', '.join(stale)}; run python -m bench.report", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

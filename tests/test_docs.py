@@ -1,0 +1,35 @@
+"""The docs as a reader meets them: every code fence closed, every generated table (BENCHMARKS.md
+and the README's results) equal to what the result files say, relative links that lead somewhere."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MARKDOWN = sorted([ROOT / "README.md", ROOT / "BENCHMARKS.md", *(ROOT / "docs").glob("*.md")])
+
+
+@pytest.mark.parametrize("path", MARKDOWN, ids=lambda p: p.name)
+def test_every_code_fence_is_closed(path):
+    fences = [i for i, line in enumerate(path.read_text().splitlines(), 1) if line.lstrip().startswith("```")]
+    assert len(fences) % 2 == 0, f"{path.name}: an unpaired code fence (fences at lines {fences})"
+
+
+@pytest.mark.parametrize("path", MARKDOWN, ids=lambda p: p.name)
+def test_every_relative_link_leads_to_a_file(path):
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+        if "://" not in target:
+            assert (path.parent / target).exists(), f"{path.name}: link to {target} leads nowhere"
+
+
+def test_generated_tables_equal_the_results():
+    """bench.report --check: BENCHMARKS.md's and the README's tables are what the result files give."""
+    run = subprocess.run([sys.executable, "-m", "bench.report", "--check"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
