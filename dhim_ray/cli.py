@@ -166,11 +166,30 @@ def setup_logging(verbose: bool, quiet: bool) -> None:
 
 @app.callback()
 def _global(
+    ctx: typer.Context,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More detail, Ray's own logs included.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors (and results).")] = False,
 ):
     """Semantic hashing of documents with DHIM: train, evaluate, ingest into Milvus, search."""
     setup_logging(verbose, quiet)
+    starting(ctx.invoked_subcommand, quiet)
+
+
+#: What each command does first (imports, Ray, the model): said at once on a terminal.
+FIRST_STEPS = {
+    "train": "loading the corpus and the encoder", "eval": "loading the model and the corpora",
+    "ingest": "checking the model and the corpus, then starting Ray", "search": "loading the model, opening the collection",
+    "serve": "starting Ray and the service", "refine": "loading the corpus and the encoder",
+    "demo": "training on the packaged BBC corpus, then evaluating, ingesting and searching",
+    "export": "loading the model and writing the graph",
+}
+
+
+def starting(command: str | None, quiet: bool) -> None:
+    """One line on a terminal before the heavy imports, so a command is never silent while it
+    starts; not written when stderr is a file or a pipe (logs and tests read what follows)."""
+    if command in FIRST_STEPS and not quiet and sys.stderr.isatty() and not {"--help", "-h"} & set(sys.argv):
+        typer.echo(typer.style(f"dhim-ray {command}: ", dim=True) + FIRST_STEPS[command] + " ...", err=True)
 
 
 # ---- shared options ------------------------------------------------------------------
