@@ -32,6 +32,9 @@ logger = logging.getLogger(__name__)
 # encoder actor takes, so even a few thousand documents from one file keep every actor
 # busy (a real encoder needs seconds per block); at 1M documents that is ~1,500 blocks.
 BLOCK_BYTES = 256 << 10
+#: A read task parses and numbers rows, light beside encoding: half a CPU each, so reads still
+#: run where encoding actors and a query service hold all but one CPU.
+READ_TASK = {"num_cpus": 0.5}
 
 
 def _arrow_types() -> dict:
@@ -106,7 +109,7 @@ def read_documents(plan: SourcePlan, cleaning: str, prepare: Prepare):
     ctx.target_max_block_size = BLOCK_BYTES  # the Dataset keeps a copy of the context
     try:
         return ray.data.read_datasource(ShardSource(plan, cleaning, prepare).datasource(),
-                                        override_num_blocks=len(plan.shards))
+                                        override_num_blocks=len(plan.shards), ray_remote_args=READ_TASK)
     finally:
         ctx.target_max_block_size = before
 
@@ -131,7 +134,8 @@ def scan(plan: SourcePlan, cleaning: str) -> ScanResult:
 
     # One block stream per shard: left to itself Ray Data cuts a lone shard's output into
     # ~200 tiny blocks, and the scheduling overhead then outweighs the work.
-    ds = ray.data.read_datasource(ShardSource(plan, cleaning).datasource(), override_num_blocks=len(plan.shards))
+    ds = ray.data.read_datasource(ShardSource(plan, cleaning).datasource(), override_num_blocks=len(plan.shards),
+                                  ray_remote_args=READ_TASK)
     with task_errors():
         summaries = ds.take_all()
     return ScanResult.collect(len(plan.shards), ((int(s["shard"]), {**s, "columns": json.loads(s["columns"])})

@@ -1,0 +1,140 @@
+"""A real multi-node Ray cluster on one machine, for tests: a head and worker nodes started
+with ``ray start``, each in a network namespace of its own (its own address on a bridge, its
+own Ray temporary folder), so Ray sees separate hosts. Traffic goes only to loopback and to
+the addresses given here. Needs root (``ip netns``, ``ip link``); ``NetnsCluster.why_not()``
+says why it cannot run, for a test to fail with.
+
+    with NetnsCluster(workers=2) as cluster:
+        cluster.submit(["dhim-ray", "train", ...])     # ray job submit, runs on the head
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _run(cmd: list[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, check=check, **kw)
+
+
+class NetnsCluster:
+    """Head (no CPUs for tasks: the work goes to the workers) and ``workers`` nodes of ``cpus``
+    logical CPUs each, on the bridge ``<prefix>br`` at ``subnet``.1 (this host)."""
+
+    def __init__(self, workers: int = 2, cpus: int = 2, prefix: str = "drc", subnet: str = "10.77.0"):
+        self.prefix, self.subnet, self.cpus = prefix, subnet, cpus
+        self.nodes = [f"{prefix}-head"] + [f"{prefix}-w{i}" for i in range(1, workers + 1)]
+        self.ips = {n: f"{subnet}.{i + 2}" for i, n in enumerate(self.nodes)}
+        self.bridge = f"{prefix}br"
+        self.root = Path(tempfile.mkdtemp(prefix="dhim-ray-cluster-"))
+        self.head_ip = self.ips[self.nodes[0]]
+
+    @property
+    def dashboard(self) -> str:
+        return f"http://{self.head_ip}:8265"
+
+    @staticmethod
+    def why_not() -> str | None:
+        """Why this machine cannot run the cluster (None: it can)."""
+        if sys.platform != "linux" or shutil.which("ip") is None or shutil.which("ray") is None:
+            return "needs Linux with the ip command and Ray's ray command"
+        probe = _run(["ip", "netns", "add", "drc-probe"], check=False)
+        if probe.returncode != 0:
+            return f"cannot create a network namespace here (ip netns add: {probe.stderr.strip()[:120]}); run as root"
+        _run(["ip", "netns", "del", "drc-probe"], check=False)
+        return None
+
+    def netns(self, node: str, cmd: list[str], **kw) -> subprocess.CompletedProcess:
+        return _run(["ip", "netns", "exec", node, *cmd], **kw)
+
+    def start(self) -> NetnsCluster:
+        self.stop(quiet=True)  # what a killed earlier run left
+        _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+        _run(["ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.bridge])
+        _run(["ip", "link", "set", self.bridge, "up"])
+        for i, node in enumerate(self.nodes):
+            outside, inside = f"{self.prefix}v{i}", f"{self.prefix}p{i}"
+            _run(["ip", "netns", "add", node])
+            _run(["ip", "link", "add", outside, "type", "veth", "peer", "name", inside])
+            _run(["ip", "link", "set", inside, "netns", node])
+            _run(["ip", "link", "set", outside, "master", self.bridge])
+            _run(["ip", "link", "set", outside, "up"])
+            self.netns(node, ["ip", "addr", "add", f"{self.ips[node]}/24", "dev", inside])
+            self.netns(node, ["ip", "link", "set", inside, "up"])
+            self.netns(node, ["ip", "link", "set", "lo", "up"])
+            self.netns(node, ["ip", "route", "add", "default", "via", f"{self.subnet}.1"])
+        env = self.env()
+        head = self.nodes[0]
+        self.netns(head, ["ray", "start", "--head", f"--node-ip-address={self.head_ip}", "--port=6379",
+                          "--num-cpus=0", "--dashboard-host=0.0.0.0", "--disable-usage-stats",
+                          f"--temp-dir={self.root / 'head'}"], env=env, timeout=180)
+        for node in self.nodes[1:]:
+            self.netns(node, ["ray", "start", f"--address={self.head_ip}:6379", f"--node-ip-address={self.ips[node]}",
+                              f"--num-cpus={self.cpus}", "--disable-usage-stats"], env=env, timeout=180)
+        self.wait_for_nodes(len(self.nodes))
+        return self
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+        env.pop("RAY_ADDRESS", None)
+        return env
+
+    def alive_nodes(self) -> list[dict]:
+        code = ("import json, ray; from ray.util.state import list_nodes; "
+                f"print(json.dumps([dict(ip=n.node_ip, state=n.state, id=n.node_id) for n in list_nodes(address='{self.dashboard}')]))")
+        out = _run([sys.executable, "-c", code], check=False, env=self.env(), timeout=60)
+        import json
+
+        try:
+            return [n for n in json.loads(out.stdout.strip().splitlines()[-1]) if n["state"] == "ALIVE"]
+        except (ValueError, IndexError):
+            return []
+
+    def wait_for_nodes(self, n: int, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(self.alive_nodes()) >= n:
+                return
+            time.sleep(2)
+        raise RuntimeError(f"the cluster did not reach {n} nodes in {timeout:.0f} s")
+
+    def submit(self, entrypoint: list[str], timeout: float = 1200) -> subprocess.CompletedProcess:
+        """``ray job submit`` to the head's dashboard; waits for the job and returns its run."""
+        return _run(["ray", "job", "submit", f"--address={self.dashboard}", "--", *entrypoint], check=False,
+                    env=self.env(), timeout=timeout)
+
+    def kill_node(self, node: str) -> None:
+        """Every process of ``node`` (its raylet, workers, ...), as a host that dies."""
+        for pid in _run(["ip", "netns", "pids", node], check=False).stdout.split():
+            subprocess.run(["kill", "-9", pid], capture_output=True)
+
+    def stop(self, quiet: bool = False) -> None:
+        """Ray stopped on every node, every process of the namespaces killed, the links and
+        namespaces removed: also after a failed test."""
+        names = _run(["ip", "netns", "list"], check=False).stdout
+        for node in self.nodes:
+            if node in names:
+                self.netns(node, ["ray", "stop", "--force"], check=False, env=self.env(), timeout=120)
+                self.kill_node(node)
+                _run(["ip", "netns", "del", node], check=False)
+        for i in range(len(self.nodes)):
+            _run(["ip", "link", "del", f"{self.prefix}v{i}"], check=False)
+        _run(["ip", "link", "del", self.bridge], check=False)
+        if not quiet:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> NetnsCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
