@@ -65,6 +65,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
     kwargs = dict(include_dashboard=False, logging_level=logging.DEBUG if verbose else logging.CRITICAL,
                   log_to_driver=verbose, ignore_reinit_error=True)
     if address:
+        # every worker process of the job binds torch.distributed's gloo to its node's address
+        kwargs["runtime_env"] = {"worker_process_setup_hook": "dhim_ray.jobs.ray_env.bind_gloo_to_node"}
         if address != "auto":
             _check_address(address)
         try:
@@ -255,6 +257,28 @@ def check_capacity(workers: int, use_gpu: bool) -> None:
     if workers > max(1, int(cpus)):
         raise ClusterError(f"workers={workers}: the cluster has {cpus:g} CPUs and takes at most one worker per CPU; "
                            f"use at most {max(1, int(cpus))} or add nodes (cluster.yaml)")
+
+
+def bind_gloo_to_node() -> None:
+    """Ray worker start-up hook (a cluster only): point gloo, torch.distributed's CPU transport, at
+    the interface holding this node's Ray address. Left alone it takes the address the host
+    name resolves to, which on many hosts (containers, namespaces) is 127.0.x.x: every other
+    node's worker is then refused and multi-node training stops at its first collective."""
+    if os.environ.get("GLOO_SOCKET_IFNAME"):
+        return
+    try:
+        import socket
+
+        import psutil
+        import ray
+
+        ip = ray.util.get_node_ip_address()
+        for name, addresses in psutil.net_if_addrs().items():
+            if any(a.family == socket.AF_INET and a.address == ip for a in addresses) and not ip.startswith("127."):
+                os.environ["GLOO_SOCKET_IFNAME"] = name
+                return
+    except Exception:  # a start-up hook must never stop a worker; gloo keeps its own choice
+        logging.getLogger(__name__).debug("could not find the interface of this node's address", exc_info=True)
 
 
 def cluster_cpus() -> float:

@@ -39,7 +39,7 @@ def test_train_submitted_as_a_job_spreads_its_workers_over_both_nodes(cluster, t
     from dhim_ray.hasher import Hasher
 
     out = tmp_path / "model"
-    run = cluster.submit(["dhim-ray", "train", str(toy_folder), "--encoder", tiny_bert, "--max-words", "12",
+    run = cluster.submit(["dhim-ray", "-v", "train", str(toy_folder), "--encoder", tiny_bert, "--max-words", "12",
                           "--bits", "16", "--epochs", "2", "--workers", "4", "--address", "auto", "--out", str(out),
                           "--storage-path", str(tmp_path / "ray-storage"), "--json"])
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
