@@ -254,8 +254,9 @@ def ingest(
 
                 sink = MilvusDatasink(target, n_bits, source, mid, index, overwrite=False, vector_dim=vector_dim,
                                       keys=id_column is not None, sign_bits=sign_bits, columns=columns)
-                # Upserts wait on the network, not the CPU: a quarter CPU each lets them run beside the encoders.
-                ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0.25})
+                # Upserts wait on the network, not the CPU, and must run whatever the encoders hold
+                # (after a node dies, its actors restart on the nodes left and can fill them): no CPU.
+                ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0})
                 written, writers, parallel = sink.rows_written, sink.writers, sink.max_parallel_writes
     except KeyboardInterrupt:
         raise IngestInterrupted(

@@ -32,9 +32,11 @@ logger = logging.getLogger(__name__)
 # encoder actor takes, so even a few thousand documents from one file keep every actor
 # busy (a real encoder needs seconds per block); at 1M documents that is ~1,500 blocks.
 BLOCK_BYTES = 256 << 10
-#: A read task parses and numbers rows, light beside encoding: half a CPU each, so reads still
-#: run where encoding actors and a query service hold all but one CPU.
-READ_TASK = {"num_cpus": 0.5}
+#: A read task parses and numbers rows, light beside encoding, and asks for no CPU: reads must
+#: run whatever the encoding actors hold. After a node dies its actors restart on the nodes left
+#: and can fill them; reads that needed a CPU then never ran and the ingest waited forever
+#: (found by killing a node of the multi-node test cluster mid-ingest).
+READ_TASK = {"num_cpus": 0}
 
 
 def _arrow_types() -> dict:
