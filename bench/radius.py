@@ -53,7 +53,7 @@ def inside(args) -> dict:
     server = start_server(HERE / ".cache" / "radius-server", authorization=False)
     out = {"codes": args.codes, "queries": args.queries, "nlist": args.nlist, "cells": []}
     try:
-        target = MilvusTarget(URI, "radius64")
+        target = MilvusTarget(URI, "radius64", timeout=600)
         ids = document_ids("radius", np.arange(len(codes)))
         t0 = time.perf_counter()
         with target.open() as coll:
@@ -71,7 +71,7 @@ def inside(args) -> dict:
                     index = IndexSpec("BIN_IVF_FLAT", nlist=args.nlist, nprobe=min(nprobe, args.nlist))
                     t = time.perf_counter()
                     hits = coll.search(queries, N_BITS, args.limit, index=index, output_fields=(),
-                                       max_distance=radius)
+                                       max_distance=radius, batch_size=10)
                     seconds = time.perf_counter() - t
                     found = want = capped = 0
                     ordered = within = True
@@ -85,7 +85,22 @@ def inside(args) -> dict:
                             continue
                         found += len(exact & set(got))
                         want += len(exact)
+                    strong = 0
+                    params = {"metric_type": "HAMMING", "params": {"nprobe": min(nprobe, args.nlist),
+                                                                   "radius": radius + 1, "range_filter": 0}}
+                    for start in range(0, len(queries), 10):
+                        res = coll.client.search(coll.name, data=[q.tobytes() for q in queries[start:start + 10]],
+                                                 anns_field="code", search_params=params, limit=args.limit,
+                                                 consistency_level="Strong", timeout=600)
+                        for qi, h in enumerate(res, start):
+                            exact = set(ids[distances[qi] <= radius].tolist())
+                            if len(exact) <= args.limit:
+                                strong += len(exact & {x["id"] for x in h})
+                    knn = coll.search(queries, N_BITS, 10, index=index, output_fields=())
+                    knn_found = sum(len({x["id"] for x in h} & set(ids[np.argsort(distances[qi], kind="stable")[:10]].tolist()))
+                                    for qi, h in enumerate(knn)) / (10 * len(queries))
                     cell = {"radius": radius, "nprobe": min(nprobe, args.nlist), "recall": round(found / max(want, 1), 5),
+                            "recall_strong": round(strong / max(want, 1), 5), "knn_recall_at_10": round(knn_found, 4),
                             "rows_within_mean": round(want / max(len(queries) - capped, 1), 1), "capped_queries": capped,
                             "all_within_radius": bool(within), "ordered": bool(ordered),
                             "queries_per_s": round(len(queries) / seconds, 1)}

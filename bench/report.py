@@ -119,6 +119,18 @@ def onnx_speed() -> list[str] | None:
                    "bits changed vs torch (codes; theirs: sign bits)"], rows)
 
 
+def radius() -> list[str] | None:
+    r = _json("radius")
+    if r is None:
+        return None
+    body = [[str(c["radius"]), f"{c['nprobe']} of {r['nlist']}", f"{c['rows_within_mean']:.1f}", f"{c['recall']:.3f}",
+             f"{c.get('recall_strong', float('nan')):.3f}", f"{c.get('knn_recall_at_10', float('nan')):.3f}",
+             "yes" if c["all_within_radius"] and c["ordered"] else "no"] for c in r["cells"]]
+    return _table(["radius (bits)", "lists probed", "rows within the radius (mean)", "recall of those rows",
+                   "recall, Strong consistency", "top-10 recall, the same index", "all returned within R, in order"],
+                  body)
+
+
 def int8_quality() -> list[str] | None:
     path = HERE / "int8_quality.jsonl"
     if not path.exists():
@@ -492,7 +504,7 @@ def item_level_training() -> list[str] | None:
 TABLES: dict[str, Callable[[], list[str] | None]] = {
     "known-item": known_item, "item-level-training": item_level_training,
     "headline": headline, "encode-speed": encode_speed, "ingest-speed": ingest_speed, "service": service,
-    "onnx-speed": onnx_speed, "int8-quality": int8_quality,
+    "onnx-speed": onnx_speed, "int8-quality": int8_quality, "radius": radius,
     "quality": quality, "search-speed": search_speed, "million-search": million_search,
     "million-ingest": million_ingest, "ivf-generated": partial(ivf_curve, "generated"), "ivf-val": partial(ivf_curve, "val"),
     "ray-train": ray_train, "ray-train-gc": ray_train_gc, "worker-priority": worker_priority,
