@@ -109,20 +109,27 @@ class NetnsCluster:
         return _run(["ray", "job", "submit", f"--address={self.dashboard}", "--", *entrypoint], check=False,
                     env=self.env(), timeout=timeout)
 
-    def kill_node(self, node: str) -> None:
+    def kill_node(self, node: str, signal: str = "KILL") -> None:
         """Every process of ``node`` (its raylet, workers, ...), as a host that dies."""
         for pid in _run(["ip", "netns", "pids", node], check=False).stdout.split():
-            subprocess.run(["kill", "-9", pid], capture_output=True)
+            subprocess.run(["kill", f"-{signal}", pid], capture_output=True)
 
     def stop(self, quiet: bool = False) -> None:
         """Ray stopped on every node, every process of the namespaces killed, the links and
         namespaces removed: also after a failed test."""
+        # Not `ray stop`: it finds Ray's processes by name on the whole host and would stop
+        # every other Ray there (a test session's own included); a namespace's processes are its own.
         names = _run(["ip", "netns", "list"], check=False).stdout
-        for node in self.nodes:
-            if node in names:
-                self.netns(node, ["ray", "stop", "--force"], check=False, env=self.env(), timeout=120)
-                self.kill_node(node)
-                _run(["ip", "netns", "del", node], check=False)
+        nodes = [n for n in self.nodes if n in names]
+        for node in nodes:
+            self.kill_node(node, "TERM")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_run(["ip", "netns", "pids", n], check=False).stdout.strip()
+                                                  for n in nodes):
+            time.sleep(0.5)
+        for node in nodes:
+            self.kill_node(node)
+            _run(["ip", "netns", "del", node], check=False)
         for i in range(len(self.nodes)):
             _run(["ip", "link", "del", f"{self.prefix}v{i}"], check=False)
         _run(["ip", "link", "del", self.bridge], check=False)
