@@ -111,7 +111,7 @@ def read_documents(plan: SourcePlan, cleaning: str, prepare: Prepare):
     ctx.target_max_block_size = BLOCK_BYTES  # the Dataset keeps a copy of the context
     try:
         return ray.data.read_datasource(ShardSource(plan, cleaning, prepare).datasource(),
-                                        override_num_blocks=len(plan.shards), ray_remote_args=READ_TASK)
+                                        override_num_blocks=len(plan.shards), **READ_TASK)
     finally:
         ctx.target_max_block_size = before
 
@@ -137,7 +137,7 @@ def scan(plan: SourcePlan, cleaning: str) -> ScanResult:
     # One block stream per shard: left to itself Ray Data cuts a lone shard's output into
     # ~200 tiny blocks, and the scheduling overhead then outweighs the work.
     ds = ray.data.read_datasource(ShardSource(plan, cleaning).datasource(), override_num_blocks=len(plan.shards),
-                                  ray_remote_args=READ_TASK)
+                                  **READ_TASK)
     with task_errors():
         summaries = ds.take_all()
     return ScanResult.collect(len(plan.shards), ((int(s["shard"]), {**s, "columns": json.loads(s["columns"])})
