@@ -69,7 +69,6 @@ def block_to_rows(table, n_bits: int, source: str, name_field: bool = True,
                      key_field=key_field, signs=signs, columns=kept_columns(cols))
 
 
-
 class MilvusDatasink(Datasink[WriteStats]):
     def __init__(self, target: MilvusTarget, n_bits: int, source: str, model: str,
                  index: IndexSpec = IndexSpec(), overwrite: bool = False, vector_dim: int = 0, keys: bool = False,

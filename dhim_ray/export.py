@@ -12,7 +12,6 @@ and word limit the tokenizer's input gets) and the code width.
 from __future__ import annotations
 
 import json
-import logging
 import warnings
 from pathlib import Path
 
@@ -23,8 +22,6 @@ from dhim_ray.corpus import text as text_rules
 from dhim_ray.encoding.onnx_runtime import OPSET, eager_attention, optimise
 from dhim_ray.errors import ConfigError
 from dhim_ray.hasher import Hasher
-
-log = logging.getLogger(__name__)
 
 
 class TokensToCodes(nn.Module):

@@ -16,8 +16,6 @@ import math
 import re
 from collections.abc import Sequence
 
-#: The kinds a kept column can have.
-KINDS = ("bool", "int", "float", "string")
 #: The longest string value a column may hold, in UTF-8 bytes (Milvus' VARCHAR limit).
 STRING_MAX_BYTES = 65_535
 #: Where a kept column travels in a block of rows (beside text, label, key, ...).

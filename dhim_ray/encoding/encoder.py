@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,13 +18,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from dhim_ray.config import DEFAULT_ENCODER, PRECISIONS, FeatureConfig, ModelConfig
+from dhim_ray.config import BACKENDS, DEFAULT_ENCODER, PRECISIONS, FeatureConfig, ModelConfig
 from dhim_ray.corpus.text import clean_and_truncate
 from dhim_ray.encoding import onnx_runtime
 from dhim_ray.encoding.feature_store import FeatureStore, RowFile
 from dhim_ray.errors import EncoderError
-
-log = logging.getLogger(__name__)
 
 #: Positions past a document's end that the shipped DHIM head reads (its widest window's half).
 DEFAULT_REACH = ModelConfig().pad_reach
@@ -387,8 +384,8 @@ class FrozenEncoder:
 def _choose_backend(backend: str, precision: str, device: torch.device) -> str:
     """"torch" or "onnx" for a requested backend: "auto" runs ONNX Runtime on a CPU when it is
     installed and the precision is one it runs (fp32, int8), torch otherwise."""
-    if backend not in onnx_runtime.BACKENDS:
-        raise EncoderError(f"backend={backend!r}: choose one of {', '.join(onnx_runtime.BACKENDS)}")
+    if backend not in BACKENDS:
+        raise EncoderError(f"backend={backend!r}: choose one of {', '.join(BACKENDS)}")
     onnx_fits = device.type == "cpu" and precision in ("fp32", "int8")
     if backend == "auto":
         backend = "onnx" if onnx_fits and onnx_runtime.available() else "torch"

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dhim_ray.config import BACKENDS  # noqa: F401  (re-exported: how the encoder runs)
 from dhim_ray.errors import EncoderError
 
 log = logging.getLogger(__name__)
