@@ -12,14 +12,13 @@ and word limit the tokenizer's input gets) and the code width.
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from dhim_ray.corpus import text as text_rules
-from dhim_ray.encoding.onnx_runtime import OPSET, eager_attention, optimise
+from dhim_ray.encoding.onnx_runtime import export_graph, optimise
 from dhim_ray.errors import ConfigError
 from dhim_ray.hasher import Hasher
 
@@ -85,13 +84,7 @@ def export_codes_graph(model_dir: str | Path, out: str | Path) -> Path:
         raise ConfigError(f"--out {out}: is a folder; give a file name ending in .onnx")
     hasher = Hasher.load(model_dir, backend="torch")
     out.parent.mkdir(parents=True, exist_ok=True)
-    graph = TokensToCodes(hasher).eval()
-    ids = torch.ones(2, 8, dtype=torch.long)
-    axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}, "codes": {0: "batch"}}
-    with eager_attention(hasher.encoder.model), warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(graph, (ids, torch.ones_like(ids)), str(out), input_names=["input_ids", "attention_mask"],
-                          output_names=["codes"], dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+    export_graph(TokensToCodes(hasher), hasher.encoder.model, out, "codes", {0: "batch"})
     optimise(out, hasher.encoder.model.config)
     hasher.encoder.tokenizer.save_pretrained(str(out.parent))
     out.with_suffix(".json").write_text(json.dumps(text_spec(hasher), indent=2) + "\n")

@@ -81,17 +81,21 @@ def eager_attention(model: torch.nn.Module):
             setter(before)
 
 
-def export_encoder(model: torch.nn.Module, path: Path, example_width: int = 16) -> None:
-    """Write ``model`` (input_ids, attention_mask -> last hidden layer) as an ONNX graph,
-    batch and sequence axes dynamic."""
-    ids = torch.ones(2, example_width, dtype=torch.long)
-    mask = torch.ones(2, example_width, dtype=torch.long)
-    axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"},
-            "hidden": {0: "batch", 1: "tokens"}}
-    with eager_attention(model), warnings.catch_warnings(), torch.no_grad():
+def export_graph(module: torch.nn.Module, encoder: torch.nn.Module, path: Path, output: str,
+                 output_axes: dict[int, str]) -> None:
+    """Write ``module`` (input_ids, attention_mask -> ``output``) as an ONNX graph, the batch and
+    token axes dynamic, with ``encoder`` (the transformer inside it) in eager attention."""
+    ids = torch.ones(2, 16, dtype=torch.long)
+    axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}, output: output_axes}
+    with eager_attention(encoder), warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        torch.onnx.export(_LastHidden(model).eval(), (ids, mask), str(path), input_names=["input_ids", "attention_mask"],
-                          output_names=["hidden"], dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+        torch.onnx.export(module.eval(), (ids, torch.ones_like(ids)), str(path), input_names=["input_ids", "attention_mask"],
+                          output_names=[output], dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+
+
+def export_encoder(model: torch.nn.Module, path: Path) -> None:
+    """Write ``model`` (input_ids, attention_mask -> last hidden layer) as an ONNX graph."""
+    export_graph(_LastHidden(model), model, path, "hidden", {0: "batch", 1: "tokens"})
 
 
 def optimise(path: Path, config) -> None:
