@@ -37,7 +37,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from dhim_ray.corpus.columns import PREFIX, string_bound, wider
+from dhim_ray.corpus.columns import MILVUS_NAME, PREFIX, string_bound, wider
 from dhim_ray.errors import (
     CodeFormatError,
     CollectionMismatchError,
@@ -145,17 +145,13 @@ def mask_uri(uri: str) -> str:
     return url.geturl()
 
 
-#: Milvus' rule for collection names: an ASCII letter or underscore, then ASCII letters,
-#: digits and underscores, 255 characters at most.
-_COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
-
-
-def check_collection_name(name: str) -> str:
-    """A name Milvus takes, checked before any connection (Milvus' own refusal is a traceback)."""
-    if not isinstance(name, str) or not _COLLECTION_NAME.fullmatch(name):
+def check_collection_name(name: str, what: str = "collection", example: str = "dbpedia_64") -> str:
+    """A name Milvus takes (for a collection or an alias: ``what``), checked before any
+    connection (Milvus' own refusal is a traceback)."""
+    if not isinstance(name, str) or not MILVUS_NAME.fullmatch(name):
         shown = name if not isinstance(name, str) or len(name) <= 40 else name[:40] + f"... ({len(name)} characters)"
-        raise ConfigError(f"collection={shown!r}: use ASCII letters, digits and underscores, starting with a letter "
-                          "or underscore, at most 255 characters, e.g. dbpedia_64")
+        raise ConfigError(f"{what}={shown!r}: use ASCII letters, digits and underscores, starting with a letter "
+                          f"or underscore, at most 255 characters, e.g. {example}")
     return name
 
 
@@ -598,10 +594,7 @@ def check_alias_support(uri: str, alias: str | None) -> None:
     """Aliases need a Milvus server: milvus-lite 2.5.1 answers their calls UNIMPLEMENTED."""
     if alias is None:
         return
-    try:
-        check_collection_name(alias)
-    except ConfigError as exc:
-        raise ConfigError(str(exc).replace("collection=", "alias=", 1).replace("dbpedia_64", "news")) from None
+    check_collection_name(alias, "alias", "news")
     if is_lite(uri):
         raise ConfigError(f"--alias {alias}: a milvus-lite file has no aliases; ingest into a Milvus server "
                           "(--uri http://host:19530), or search the new collection by its name")
@@ -934,7 +927,7 @@ class CodeCollection:
         """Point ``alias`` at this collection, atomically (Milvus' alter_alias): a search by the
         alias sees the old collection or this one, never neither. Returns the collection it
         pointed at before (None: a new alias). A milvus-lite file has no aliases."""
-        check_collection_name(alias)
+        check_collection_name(alias, "alias", "news")
         client, timeout = self.client, self.timeout
         try:
             before = client.describe_alias(alias, timeout=timeout).get("collection_name")

@@ -23,12 +23,14 @@ PREFIX = "col:"
 
 _INT = re.compile(r"[+-]?\d{1,19}")
 _BOOLS = {"true": True, "false": False}
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
+#: Milvus' rule for the name of a field, a collection or an alias: an ASCII letter or
+#: underscore, then ASCII letters, digits and underscores, 255 characters at most.
+MILVUS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
 
 
 def check_name(name: str) -> str:
     """A column name a Milvus field can have (letters, digits, underscores; not starting with a digit)."""
-    if not _NAME.fullmatch(name):
+    if not MILVUS_NAME.fullmatch(name):
         raise ValueError(f"{name!r} cannot name a Milvus field: use letters, digits and underscores, not starting "
                          "with a digit (rename the column)")
     return name
