@@ -290,15 +290,12 @@ def cluster_cpus() -> float:
 def actor_resources(workers: int) -> tuple[float, int]:
     """(CPUs each encoding actor asks for, torch threads it uses).
 
-    Actors asking 1 CPU each on a small box leave nothing for Ray Data's read tasks
-    and the pipeline hangs; one CPU always stays free, counted from what is free now
-    (a query service or another job on the cluster holds part of it).
+    Actors asking 1 CPU each on a small box leave nothing for Ray Data's other
+    tasks and the pipeline hangs; one CPU always stays free. (Read and write tasks ask
+    for none, jobs/stream.READ_TASK: they run whatever else holds the CPUs.)
     """
-    import ray
-
     cpus = cluster_cpus()
-    free = min(cpus, float(ray.available_resources().get("CPU", cpus)))
-    actor_cpus = max(0.1, min(1.0, (free - 1) / workers)) if free > 1.1 else 0.5 * max(free, 0.2) / workers
+    actor_cpus = max(0.1, min(1.0, (cpus - 1) / workers)) if cpus > 1 else 0.5 / workers
     return round(actor_cpus, 3), max(1, int(cpus // workers))
 
 

@@ -108,7 +108,7 @@ def convert(values: Sequence, kind: str) -> list:
     if kind == "bool":
         return [v if isinstance(v, bool) else _BOOLS[str(v).strip().lower()] for v in values]
     if kind == "int":
-        return [int(v) if not isinstance(v, str) else int(v.strip()) for v in values]
+        return [int(v) for v in values]  # int() and float() take the text's surrounding spaces
     return [float(v) for v in values]
 
 
