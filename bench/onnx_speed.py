@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.encode_speed import hasher_for
-from bench.harness import DATA, device_name, read_texts, write_result
+from bench.encode_speed import hasher_for, text_sets
+from bench.harness import device_name, write_result
 from dhim_ray.encoding.encoder import resolve_encoder
 from dhim_ray.retrieval.codes import unpack_codes
 
@@ -129,12 +129,8 @@ def main() -> None:
     ap.add_argument("--long", type=int, default=200, help="20ng val documents")
     ap.add_argument("--batch-size", type=int, default=64)
     args = ap.parse_args()
-    rows = [
-        throughput("dbpedia val", read_texts(DATA / "dbpedia" / "val.csv", args.short), 50, args.rounds,
-                   args.batch_size, args.anchor_python),
-        throughput("20ng val", read_texts(DATA / "20ng" / "val.csv", args.long), 400, args.rounds,
-                   args.batch_size, args.anchor_python),
-    ]
+    rows = [throughput(name, texts, words, args.rounds, args.batch_size, args.anchor_python)
+            for name, texts, words in text_sets(args.short, args.long)]
     write_result("onnx_speed", {"device": device_name("cpu"), "threads": torch.get_num_threads(), "throughput": rows})
 
 
