@@ -1,6 +1,6 @@
 """The GPU path, and training memory at 100k documents.
 
-    python -m bench.gpu_path features --data DIR            # encoder docs/s: CPU vs GPU, same documents
+    python -m bench.gpu_path encode --model M --data DIR    # docs/s: Hasher.encode, ingest's actor, sentence-transformers
     python -m bench.gpu_path train --data DIR               # epoch time: in-process CPU / GPU, Ray Train 1 GPU worker
     python -m bench.gpu_path memory --corpus GEN --data DIR # peak memory: features on disk vs in memory
 
@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from bench.harness import DATA
+from dhim_ray.corpus.spec import CorpusSpec
 
 
 def _device_names() -> dict:
@@ -33,31 +34,88 @@ def _device_names() -> dict:
             "torch": torch.__version__}
 
 
-def features(args) -> dict:
-    """Docs/s of the frozen encoder over the same documents on the CPU and on the GPU."""
+def _seconds(fn, device: str) -> float:
+    """Seconds of one call, the GPU drained before and after it."""
     import torch
 
-    from dhim_ray.config import FeatureConfig
-    from dhim_ray.corpus.spec import CorpusSpec
-    from dhim_ray.encoding.encoder import FrozenEncoder
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - t0
 
-    texts = CorpusSpec(str(Path(args.data) / args.corpus), "train").load_split().texts
-    out = {"documents": len(texts), "max_words": 50}
-    for device, batch in (("cuda", 512), ("cpu", 64)):
-        if device == "cuda" and not torch.cuda.is_available():
-            continue
-        enc = FrozenEncoder(FeatureConfig(max_words=50), device=device)
-        enc.features(texts[:batch], batch_size=batch)  # warm-up (kernels, allocator)
-        if device == "cuda":
-            torch.cuda.synchronize()
+
+def _encode_calls(st, hasher, actor, texts: list[str], prepared: list[str], step: int) -> dict:
+    """The timed calls of one (precision, batch size): each encodes every text once."""
+    import numpy as np
+
+    batch = actor.batch_size
+    return {
+        "sentence_transformers": lambda: st.encode(texts, batch_size=batch),
+        "sentence_transformers_cleaned_texts": lambda: st.encode(prepared, batch_size=batch),
+        "hasher_encode": lambda: hasher.encode(texts, batch_size=batch),
+        "ingest_actor": lambda: [actor({"text": np.array(texts[i : i + step], dtype=object)})
+                                 for i in range(0, len(texts), step)],
+    }
+
+
+def encode(args) -> dict:
+    """Docs/s on one GPU of ``Hasher.encode``, of ingest's encoding actor (``CodeEncoder``, fed
+    Ray-sized batches as Ray Data feeds it) and of ``SentenceTransformer.encode`` of the same
+    encoder (same weights, same tokens: max_seq_length = the model's token limit), for each
+    precision and batch size, rounds alternated; codes of fp16/bf16 against fp32 (bits changed)."""
+    import numpy as np
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from dhim_ray.encoding.encoder import FrozenEncoder
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.jobs.ingest import SORTED_BATCHES, CodeEncoder
+
+    device = args.device
+    base = Hasher.load(args.model, device=device, backend="torch")
+    features = base.config.features
+    out = {"model": str(args.model), "n_bits": base.n_bits, "max_words": features.max_words,
+           "n_tokens": features.n_tokens, "rounds": args.rounds, "corpora": {}}
+    for name, limit in (("dbpedia", args.docs), ("20ng", args.docs // 2)):
+        texts = CorpusSpec(str(Path(args.data) / name), "train", limit=limit).load_split().texts
+        prepared = base.encoder.prepare(texts)
         t0 = time.perf_counter()
-        enc.features(texts, batch_size=batch)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        out[device] = {"docs_per_s": len(texts) / (time.perf_counter() - t0), "batch_size": batch,
-                       "threads": torch.get_num_threads()}
-    if "cuda" in out:
-        out["gpu_over_cpu"] = out["cuda"]["docs_per_s"] / out["cpu"]["docs_per_s"]
+        base.encoder.token_ids(texts)
+        rows = {"documents": len(texts), "clean_and_tokenise_docs_per_s": len(texts) / (time.perf_counter() - t0),
+                "runs": []}
+        reference = None
+        for precision in args.precisions:
+            dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
+            st = SentenceTransformer(base.encoder.source, device=device).to(dtype)  # rounded once, from fp32
+            st.max_seq_length = features.n_tokens
+            enc = FrozenEncoder(features, device=device, model=base.encoder.model, tokenizer=base.encoder.tokenizer,
+                                reach=base.encoder.reach, precision=precision, backend="torch")
+            hasher = Hasher.load(args.model, device=device, encoder=enc)
+            for batch in args.batch_sizes:
+                actor = CodeEncoder.__new__(CodeEncoder)  # what ingest's actor holds, with this precision
+                actor.hasher, actor.vectors, actor.signs, actor.batch_size = hasher, False, False, batch
+                calls = _encode_calls(st, hasher, actor, texts, prepared, batch * SORTED_BATCHES)
+                for fn in calls.values():  # warm-up: kernels and the allocator for these shapes
+                    fn()
+                seconds = {key: float("inf") for key in calls}
+                for _ in range(args.rounds):  # alternated, so drift hits every path alike
+                    for key, fn in calls.items():
+                        seconds[key] = min(seconds[key], _seconds(fn, device))
+                run = {"precision": precision, "batch_size": batch,
+                       **{f"{key}_docs_per_s": len(texts) / sec for key, sec in seconds.items()}}
+                run["hasher_over_st"] = run["hasher_encode_docs_per_s"] / run["sentence_transformers_docs_per_s"]
+                run["ingest_actor_over_st"] = run["ingest_actor_docs_per_s"] / run["sentence_transformers_docs_per_s"]
+                codes = hasher.encode(texts, batch_size=batch)
+                if reference is None:
+                    reference = codes
+                run["bits_changed_vs_fp32"] = float(np.unpackbits(codes ^ reference).mean())
+                rows["runs"].append(run)
+                print(name, json.dumps(run), flush=True)
+        cpu = Hasher.load(args.model, device="cpu", backend="torch").encode(texts[:500])
+        rows["bits_changed_gpu_fp32_vs_cpu"] = float(np.unpackbits(cpu ^ reference[:500]).mean())
+        out["corpora"][name] = rows
     return out
 
 
@@ -110,13 +168,18 @@ def memory(args) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["features", "train", "memory"])
+    ap.add_argument("what", choices=["encode", "train", "memory"])
     ap.add_argument("--data", default=str(DATA))
     ap.add_argument("--corpus", default="dbpedia")
     ap.add_argument("--bits", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=100)
     ap.add_argument("--cpu-epochs", type=int, default=5)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--model", default=None, help="encode: a checkpoint folder (e.g. dhim-ray train dbpedia's)")
+    ap.add_argument("--docs", type=int, default=4000, help="encode: dbpedia documents (20ng: half as many)")
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256, 1024])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--precisions", nargs="+", default=["fp32", "fp16", "bf16"])
     ap.add_argument("--scratch", default=None, help="Where the memory runs write (default: the system's temp)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()

@@ -103,7 +103,7 @@ class Hasher:
         if isinstance(texts, str):
             texts = [texts]
         texts = check_texts(texts, self.config.features.cleaning)
-        return len(texts), self.encoder.iter_batches(texts, batch_size)
+        return len(texts), self.encoder.iter_batches(texts, batch_size, on_device=True)
 
     def encode(self, texts: list[str] | str, batch_size: int = 64, progress: bool = False) -> np.ndarray:
         """Texts -> packed codes, uint8 (n, n_bits // 8), most significant bit first."""

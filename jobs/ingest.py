@@ -73,7 +73,7 @@ class CodeEncoder:
         vectors = np.empty((len(texts), width), dtype=np.float16) if self.vectors else None
         signs = np.empty((len(texts), width // 8), dtype=np.uint8) if self.signs else None
         # A Ray batch holds SORTED_BATCHES encoder batches: sorted by length, each as wide as its longest.
-        for rows, feats in self.hasher.encoder.iter_batches(texts, self.batch_size):
+        for rows, feats in self.hasher.encoder.iter_batches(texts, self.batch_size, on_device=True):
             codes[rows] = self.hasher.hash_features(feats)
             if vectors is not None:
                 vectors[rows] = feats.mean

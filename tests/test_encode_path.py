@@ -78,15 +78,19 @@ def test_input_order_is_kept_and_a_batch_of_one_works(tiny_bert):
         np.testing.assert_array_equal(alone.mask[0], together.mask[i])
 
 
-def test_hasher_encode_equals_the_padded_path_on_very_long_and_one_word_texts(tiny_bert, tiny_config, tmp_path):
+@pytest.mark.parametrize("backend", ["onnx", "torch"])
+def test_hasher_encode_equals_the_padded_path_on_very_long_and_one_word_texts(tiny_bert, tiny_config, tmp_path,
+                                                                            backend):
+    """On the torch backend the head hashes the encoder's batch where it lies (a GPU's memory):
+    the same codes as the cached-features path, which copies the token states to the host."""
     from dhim_ray.model.checkpoint import save_checkpoint
 
     enc = FrozenEncoder(tiny_config.features, reach=None)
     cfg = tiny_config.replace(model={"hidden_size": enc.hidden_size})
     torch.manual_seed(1)
     save_checkpoint(tmp_path / "m", DHIM(cfg.model), cfg, encoder_fingerprint=enc.fingerprint)
-    hasher = Hasher.load(tmp_path / "m")
-    assert hasher.encoder.reach == 2
+    hasher = Hasher.load(tmp_path / "m", backend=backend)
+    assert hasher.encoder.reach == 2 and hasher.encoder.backend == backend
     texts = ["goal", "vote " * 5000, *mixed_lengths(30, seed=9, longest=30)]  # 5,000 words: truncated to max_words
     expected = hash_features(hasher.model, enc.features(texts, batch_size=7))
     for batch_size in (1, 7, 64):

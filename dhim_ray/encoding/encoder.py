@@ -299,15 +299,20 @@ class FrozenEncoder:
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
     @torch.inference_mode()
-    def iter_batches(self, texts: list[str], batch_size: int = 64) -> Iterator[tuple[np.ndarray, Features]]:
+    def iter_batches(self, texts: list[str], batch_size: int = 64,
+                     on_device: bool = False) -> Iterator[tuple[np.ndarray, Features]]:
         """(row indices into ``texts``, their Features) one encoder pass at a time, longest
         documents first (SORT_CHUNK texts sorted together), each batch's features only as
-        wide as its longest document plus ``reach``: what the DHIM head needs, and no more."""
+        wide as its longest document plus ``reach``: what the DHIM head needs, and no more.
+
+        ``on_device`` (the torch backend): tokens and mask stay torch tensors on the encoder's
+        device, for a head on the same device (hashing on a GPU never copies the token states
+        to the host and back); cls and mean are numpy either way."""
         step = max(batch_size, SORT_CHUNK)
         for start in range(0, len(texts), step):
             ids = self.token_ids(texts[start : start + step])
             for rows, input_ids, attention in self.length_batches(ids, batch_size):
-                yield rows + start, self._forward(input_ids, attention)
+                yield rows + start, self._forward(input_ids, attention, on_device and not self.runs_onnx)
 
     def iter_features(self, texts: list[str], batch_size: int = 64) -> Iterator[tuple[int, Features]]:
         """(start, Features of texts[start : start + m]) in input order, SORT_CHUNK texts at a time."""
@@ -357,8 +362,9 @@ class FrozenEncoder:
                 bar.update(len(rows))
         return out
 
-    def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Features:
-        """One encoder pass over padded ids (B, W) -> Features of width W - 1."""
+    def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, on_device: bool = False) -> Features:
+        """One encoder pass over padded ids (B, W) -> Features of width W - 1 (tokens and mask
+        as tensors on the encoder's device with ``on_device``)."""
         if self.runs_onnx:
             hidden = torch.from_numpy(self.onnx_session()(input_ids.numpy(), attention_mask.numpy()))
         else:
@@ -373,9 +379,10 @@ class FrozenEncoder:
         words = attn & ~special
         w = attn.to(hidden.dtype)[:, :, None]
         mean = (hidden * w).sum(1) / w.sum(1).clamp_min(1)
+        tokens, words = hidden[:, 1:].to(torch.float16), words[:, 1:]  # float16: as a FeatureStore keeps them
         return Features(
-            tokens=hidden[:, 1:].to(torch.float16).cpu().numpy(),
-            mask=words[:, 1:].cpu().numpy(),
+            tokens=tokens if on_device else tokens.cpu().numpy(),
+            mask=words if on_device else words.cpu().numpy(),
             cls=hidden[:, 0].cpu().numpy(),
             mean=mean.cpu().numpy(),
         )

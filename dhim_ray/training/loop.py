@@ -406,6 +406,9 @@ def _global_logits(model: DHIM, feats: Features, batch_size: int,
                    device: torch.device) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
     """(document indices, their global logits) a batch at a time, in eval mode."""
     model.eval()
+    if isinstance(feats.tokens, torch.Tensor):  # one encoder batch, still on the encoder's device
+        yield np.arange(len(feats)), model.global_logits(feats.tokens.to(device).float(), feats.mask.to(device))
+        return
     trim = trim_margin(model.config)
     # Shortest documents first, so trimmed batches carry little padding.
     order = np.argsort(feats.mask.sum(1), kind="stable") if trim is not None else np.arange(len(feats))
