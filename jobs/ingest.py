@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from dhim_ray.config import FeatureConfig
 from dhim_ray.connectors.milvus import (
     RESERVED_FIELDS,
     IndexSpec,
@@ -39,10 +40,19 @@ from dhim_ray.connectors.milvus import (
 )
 from dhim_ray.corpus.sources import label_vocabulary, plan_split, with_kept_columns, with_key_column
 from dhim_ray.corpus.spec import CorpusSpec, canonical_split
+from dhim_ray.encoding.encoder import load_tokenizer, token_ids
 from dhim_ray.errors import ConfigError, IngestInterrupted, StoreError
 from dhim_ray.hasher import Hasher
 
-from .ray_env import actor_resources, check_capacity, check_gpus, cluster_address, init_ray, task_errors
+from .ray_env import (
+    actor_resources,
+    check_capacity,
+    check_gpus,
+    cluster_address,
+    init_ray,
+    task_errors,
+    tokeniser_resources,
+)
 from .stream import Prepare, check_scan, read_documents, scan
 
 logger = logging.getLogger(__name__)
@@ -50,6 +60,24 @@ logger = logging.getLogger(__name__)
 
 #: Encoder batches in one Ray batch of an encoding actor, sorted by length together.
 SORTED_BATCHES = 8
+
+
+class TokenIds:
+    """Ray Data callable class of the GPU path: CPU actors clean and tokenise ahead of the GPU
+    actors (on a GPU, tokenising in the encoding actor leaves the GPU idle most of the time).
+    Adds ``ids`` (n, n_tokens) int32, padded, and ``n_ids`` (n,): what CodeEncoder encodes."""
+
+    def __init__(self, features: FeatureConfig):
+        self.features = features
+        self.tokenizer = load_tokenizer(features)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        ids = token_ids(self.tokenizer, self.features, [str(t) for t in batch["text"]])
+        padded = np.zeros((len(ids), self.features.n_tokens), dtype=np.int32)
+        for row, seq in enumerate(ids):
+            padded[row, : len(seq)] = seq
+        batch["ids"], batch["n_ids"] = padded, np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
+        return batch
 
 
 class CodeEncoder:
@@ -67,13 +95,18 @@ class CodeEncoder:
         self.batch_size = batch_size
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        texts = [str(t) for t in batch["text"]]
+        tokenised = "ids" in batch  # TokenIds ran before (the GPU path)
+        if tokenised:
+            texts = [row[:n] for row, n in zip(batch.pop("ids"), batch.pop("n_ids"))]
+        else:
+            texts = [str(t) for t in batch["text"]]
         codes = np.empty((len(texts), self.hasher.n_bytes), dtype=np.uint8)  # uint8 (n, n_bytes)
         width = self.hasher.encoder.hidden_size
         vectors = np.empty((len(texts), width), dtype=np.float16) if self.vectors else None
         signs = np.empty((len(texts), width // 8), dtype=np.uint8) if self.signs else None
         # A Ray batch holds SORTED_BATCHES encoder batches: sorted by length, each as wide as its longest.
-        for rows, feats in self.hasher.encoder.iter_batches(texts, self.batch_size, on_device=True):
+        for rows, feats in self.hasher.encoder.iter_batches(texts, self.batch_size, on_device=True,
+                                                                 tokenised=tokenised):
             codes[rows] = self.hasher.hash_features(feats)
             if vectors is not None:
                 vectors[rows] = feats.mean
@@ -143,6 +176,7 @@ def ingest(
     store_signs: bool = False,
     keep_columns: tuple[str, ...] = (),
     alias: str | None = None,
+    tokenise_apart: bool | None = None,
 ) -> IngestResult:
     """Encode one split of a corpus with a trained model and upsert it into Milvus.
 
@@ -163,6 +197,8 @@ def ingest(
         keep_columns: metadata columns of the source kept as fields of their own (bool, int,
             float or string, as the values fit: dhim_ray.corpus.columns), returned with every
             hit and usable in filters; every row must have a value.
+        tokenise_apart: clean and tokenise on CPU actors ahead of the encoding actors
+            (default: with ``use_gpu``), so a GPU actor only encodes.
         alias: once the collection is verified, point this alias at it (atomically; a Milvus
             server only): applications searching the alias move to the new collection, and a
             service following it loads the model the collection names.
@@ -191,7 +227,8 @@ def ingest(
     # Everything that can be wrong with the model or the data fails here, before a
     # collection is created: the model, the columns, then (in Ray) every row's text.
     hasher = Hasher.load(model_dir)
-    n_bits, mid, cleaning = hasher.n_bits, hasher.model_id, hasher.config.features.cleaning
+    n_bits, mid, features = hasher.n_bits, hasher.model_id, hasher.config.features
+    cleaning = features.cleaning
     if store_vectors and store_signs:
         raise ConfigError("store_vectors and store_signs: a collection keeps one of them to re-rank by; pick one")
     vector_dim = hasher.encoder.hidden_size if store_vectors else 0
@@ -229,6 +266,12 @@ def ingest(
                       plan.label_names, tuple((name, info.columns[name][0]) for name in plan.kept_columns))
     ds = read_documents(plan, cleaning, prepare)
     actor_cpus, threads = actor_resources(workers)
+    if use_gpu if tokenise_apart is None else tokenise_apart:
+        # As many tokenising actors as the CPUs the encoders leave allow (Ray Data scales the pool).
+        tok_cpus, most = tokeniser_resources(workers, actor_cpus)
+        ds = ds.map_batches(TokenIds, fn_constructor_kwargs={"features": features},
+                            batch_size=batch_size * SORTED_BATCHES, batch_format="numpy", num_cpus=tok_cpus,
+                            compute=ray.data.ActorPoolStrategy(min_size=1, max_size=most))
     ds = ds.map_batches(
         CodeEncoder,
         fn_constructor_kwargs={"model_dir": str(Path(model_dir).resolve()), "threads": threads,

@@ -299,6 +299,14 @@ def actor_resources(workers: int) -> tuple[float, int]:
     return round(actor_cpus, 3), max(1, int(cpus // workers))
 
 
+def tokeniser_resources(workers: int, actor_cpus: float) -> tuple[float, int]:
+    """(CPUs each tokenising actor asks for, most such actors): the CPUs the encoding actors
+    leave, at most one an actor, so the first one always fits."""
+    free = cluster_cpus() - workers * actor_cpus
+    cpus = round(min(1.0, max(0.1, free)), 3)
+    return cpus, max(1, int(free // cpus))
+
+
 def split_table(table, n_blocks: int) -> list:
     """Slices of a pyarrow table, one Ray Data block each (no repartition task needed)."""
     n_blocks = max(1, min(n_blocks, table.num_rows))

@@ -67,6 +67,21 @@ def test_ingest_stores_exactly_the_encoded_codes(ingested, model_dir):
     assert np.array_equal(codes, Hasher.load(model_dir).encode(BBC.load_split().texts))
 
 
+def test_tokenising_apart_from_the_encoders_stores_the_same_codes(ray_session, ingested, model_dir, tmp_path):
+    """The GPU path's pipeline (CPU actors clean and tokenise, the encoding actors only
+    encode), run here on the CPU: row for row the codes of the one-stage ingest."""
+    from dhim_ray.jobs.ingest import ingest
+
+    target = MilvusTarget(str(tmp_path / "apart.db"), "bbc16")
+    result = ingest(BBC, model_dir, target, workers=2, progress=False, tokenise_apart=True)
+    assert result.rows_in_collection == N
+    rows, codes = stored(target)
+    one_stage_rows, one_stage = stored(ingested[0])
+    assert [r["row"] for r in rows] == [r["row"] for r in one_stage_rows]
+    assert [r["text"] for r in rows] == [r["text"] for r in one_stage_rows]
+    assert np.array_equal(codes, one_stage)
+
+
 def test_search_own_text_returns_it_at_distance_zero(ingested, model_dir):
     from dhim_ray.search import Searcher
 

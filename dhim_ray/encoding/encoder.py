@@ -269,8 +269,7 @@ class FrozenEncoder:
 
     def token_ids(self, texts: list[str]) -> list[list[int]]:
         """Cleaned, truncated texts -> token ids with [CLS]/[SEP], unpadded (one fast-tokenizer call)."""
-        return self.tokenizer(self.prepare(texts), truncation=True, max_length=self.config.n_tokens,
-                              padding=False, return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        return token_ids(self.tokenizer, self.config, texts)
 
     def length_batches(self, ids: list[list[int]], batch_size: int, reach: int | None = -1):
         """(row indices, input_ids (B, W), attention_mask (B, W)) over ``ids`` sorted longest
@@ -299,18 +298,21 @@ class FrozenEncoder:
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
     @torch.inference_mode()
-    def iter_batches(self, texts: list[str], batch_size: int = 64,
-                     on_device: bool = False) -> Iterator[tuple[np.ndarray, Features]]:
+    def iter_batches(self, texts: list[str], batch_size: int = 64, on_device: bool = False,
+                     tokenised: bool = False) -> Iterator[tuple[np.ndarray, Features]]:
         """(row indices into ``texts``, their Features) one encoder pass at a time, longest
         documents first (SORT_CHUNK texts sorted together), each batch's features only as
         wide as its longest document plus ``reach``: what the DHIM head needs, and no more.
 
         ``on_device`` (the torch backend): tokens and mask stay torch tensors on the encoder's
         device, for a head on the same device (hashing on a GPU never copies the token states
-        to the host and back); cls and mean are numpy either way."""
+        to the host and back); cls and mean are numpy either way. ``tokenised``: ``texts``
+        are already ``token_ids`` (cleaned and tokenised elsewhere, e.g. on CPU tasks feeding
+        a GPU)."""
         step = max(batch_size, SORT_CHUNK)
         for start in range(0, len(texts), step):
-            ids = self.token_ids(texts[start : start + step])
+            chunk = texts[start : start + step]
+            ids = chunk if tokenised else self.token_ids(chunk)
             for rows, input_ids, attention in self.length_batches(ids, batch_size):
                 yield rows + start, self._forward(input_ids, attention, on_device and not self.runs_onnx)
 
@@ -404,6 +406,27 @@ def _choose_backend(backend: str, precision: str, device: torch.device) -> str:
     if precision == "int8" and backend != "onnx":
         raise EncoderError(f"precision='int8' runs on ONNX Runtime on the CPU, not on {device}; use fp16 or bf16 there")
     return backend
+
+
+def token_ids(tokenizer, config: FeatureConfig, texts: list[str]) -> list[list[int]]:
+    """Texts cleaned and cut to ``config.max_words`` -> token ids with [CLS]/[SEP], unpadded,
+    at most ``config.n_tokens`` each (one fast-tokenizer call)."""
+    prepared = [clean_and_truncate(t, config.max_words, config.cleaning) for t in texts]
+    return tokenizer(prepared, truncation=True, max_length=config.n_tokens, padding=False,
+                     return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+
+
+def load_tokenizer(config: FeatureConfig):
+    """The encoder's tokenizer alone (no weights): what a tokenising task needs."""
+    from transformers import AutoTokenizer
+
+    from dhim_ray.corpus.hub import offline_unless_reachable
+
+    try:
+        with offline_unless_reachable():
+            return AutoTokenizer.from_pretrained(resolve_encoder(config.encoder))
+    except Exception as exc:
+        raise EncoderError(f"encoder={config.encoder!r}: its tokenizer cannot be loaded ({exc})") from exc
 
 
 def _load(source: str, name: str):
