@@ -337,8 +337,28 @@ def gpu_memory() -> list[str] | None:
             f"{m['mean_epoch_seconds']:.1f} |"]
 
 
+def gpu_encode() -> list[str] | None:
+    r = _json("gpu_encode")
+    if r is None:
+        return None
+    out = ["| corpus | precision | batch | sentence-transformers docs/s | `Hasher.encode` | ingest's actor, "
+           "tokenising itself | ingest's actor, fed token ids | bits changed vs fp32 |", "|---|---|---|---|---|---|---|---|"]
+    for name, c in r["corpora"].items():
+        for x in c["runs"]:
+            st = x["sentence_transformers_docs_per_s"]
+            out.append(f"| {name} | {x['precision']} | {x['batch_size']} | {st:,.0f} | "
+                       f"{x['hasher_over_st']:.2f}x | {x['ingest_actor_over_st']:.2f}x | "
+                       f"{x['ingest_actor_tokenised_apart_over_st']:.2f}x ({x['ingest_actor_tokenised_apart_docs_per_s']:,.0f}/s) | "
+                       f"{x['bits_changed_vs_fp32']:.2%} |")
+    out += ["", "| corpus | clean + tokenise, one CPU core, docs/s | bits changed, GPU fp32 vs CPU (500 docs) |",
+            "|---|---|---|",
+            *(f"| {name} | {c['clean_and_tokenise_docs_per_s']:,.0f} | {c['bits_changed_gpu_fp32_vs_cpu']:.2%} |"
+              for name, c in r["corpora"].items())]
+    return out
+
+
 def gpu_train() -> list[str] | None:
-    r, f = _json("gpu_train"), _json("gpu_features")
+    r = _json("gpu_train")
     if r is None:
         return None
     out = ["| run | best val P@100 | best/run epochs | features s | mean epoch s | wall s | peak RSS |",
@@ -355,10 +375,6 @@ def gpu_train() -> list[str] | None:
             f"| epoch time, CPU over GPU | {r['epoch_time_cpu_over_gpu']:.1f}x |",
             f"| epoch time, Ray Train's GPU worker over in-process GPU | "
             f"{r['epoch_time_ray_gpu_over_in_process_gpu']:.2f}x |"]
-    if f is not None:
-        out.append(f"| frozen-encoder docs/s, {f['device']['gpu']} (batch {f['cuda']['batch_size']}) over "
-                   f"{f['device']['cpu_cores']} CPU cores (batch {f['cpu']['batch_size']}): "
-                   f"{f['cuda']['docs_per_s']:,.0f} vs {f['cpu']['docs_per_s']:,.0f} | {f['gpu_over_cpu']:.1f}x |")
     return out
 
 
@@ -508,7 +524,7 @@ TABLES: dict[str, Callable[[], list[str] | None]] = {
     "quality": quality, "search-speed": search_speed, "million-search": million_search,
     "million-ingest": million_ingest, "ivf-generated": partial(ivf_curve, "generated"), "ivf-val": partial(ivf_curve, "val"),
     "ray-train": ray_train, "ray-train-gc": ray_train_gc, "worker-priority": worker_priority,
-    "gpu-memory": gpu_memory, "gpu-train": gpu_train, "time-to-quality-gpu": partial(time_to_quality, "gpu"),
+    "gpu-memory": gpu_memory, "gpu-train": gpu_train, "gpu-encode": gpu_encode, "time-to-quality-gpu": partial(time_to_quality, "gpu"),
     "time-to-quality-cpu": partial(time_to_quality, "cpu"), "selection": selection, "label-free-eval": label_free_eval,
     "representations": representations, "target-choice": partial(target_choice, "", "slice_p"),
     "target-choice-label-free": partial(target_choice, ":label-free", "slice_neighbour_recall"),
