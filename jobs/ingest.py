@@ -48,6 +48,7 @@ from .ray_env import (
     actor_resources,
     check_capacity,
     check_gpus,
+    check_shared_paths,
     cluster_address,
     init_ray,
     task_errors,
@@ -247,6 +248,11 @@ def ingest(
     t0 = time.perf_counter()
     init_ray(address)
     check_capacity(workers, use_gpu)
+    # read tasks open the corpus and encoder actors the model on every node
+    shared = {"--model": (Path(model_dir).resolve(), False)}
+    if Path(corpus.name).exists():
+        shared["corpus"] = (Path(corpus.name).resolve(), False)
+    check_shared_paths(shared)
     scanned = scan(plan, cleaning)
     n_rows, n_dropped = check_scan(plan, scanned, corpus.drop_empty, corpus.limit)
     names = label_vocabulary(corpus, {canonical_split(corpus.split): scanned.label_names})

@@ -9,9 +9,10 @@ import os
 import socket
 import tempfile
 import time
+from pathlib import Path
 from urllib.parse import urlparse
 
-from dhim_ray.errors import ClusterError, DHIMRayError
+from dhim_ray.errors import ClusterError, ConfigError, DHIMRayError
 
 logger = logging.getLogger(__name__)
 
@@ -297,6 +298,60 @@ def actor_resources(workers: int) -> tuple[float, int]:
     cpus = cluster_cpus()
     actor_cpus = max(0.1, min(1.0, (cpus - 1) / workers)) if cpus > 1 else 0.5 / workers
     return round(actor_cpus, 3), max(1, int(cpus // workers))
+
+
+def _path_view(path: str, probe: str | None) -> str:
+    """What this node sees at ``path``: its top-level names and sizes (and whether ``probe``,
+    a file the driver just wrote there, is among them)."""
+    folder = Path(path)
+    if not folder.exists():
+        return "missing"
+    if folder.is_file():
+        return f"file {folder.stat().st_size}"
+    if probe is not None:
+        return "probe seen" if (folder / probe).exists() else "probe not seen"
+    return ";".join(sorted(f"{p.name}:{p.stat().st_size if p.is_file() else 'dir'}" for p in folder.iterdir()))
+
+
+def check_shared_paths(paths: dict[str, tuple[str | Path, bool]]) -> None:
+    """Refuse at once a path that another node of the cluster does not see as the driver does.
+
+    ``paths``: {what the user named it: (path, written)}. A path that jobs write (a storage
+    path) gets a probe file from the driver, which every node must then see; a path they only
+    read (a corpus folder, a model folder) must list the same files at the same sizes there.
+    On one node (a local Ray) there is nothing to check. Raises ConfigError naming the node.
+    """
+    import uuid
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    others = [n for n in ray.nodes() if n.get("Alive") and n["NodeID"] != here]
+    if not others or not paths:
+        return
+    view = ray.remote(num_cpus=0, max_retries=0)(_path_view)
+    probes = {}
+    for label, (path, written) in paths.items():
+        if written:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            probes[label] = f".dhim-ray-probe-{uuid.uuid4().hex[:12]}"
+            (Path(path) / probes[label]).touch()
+    try:
+        for label, (path, _) in paths.items():
+            probe = probes.get(label)
+            want = "probe seen" if probe else _path_view(str(path), None)
+            seen = ray.get([view.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))
+                            .remote(str(path), probe) for node in others], timeout=120)
+            for node, got in zip(others, seen):
+                if got != want:
+                    raise ConfigError(
+                        f"{label} {path}: node {node['NodeManagerAddress']} does not see it as this machine does "
+                        f"({'it sees no file written here' if probe else got if got == 'missing' else 'other files'}); "
+                        "on a cluster every path must be on a file system all nodes mount (NFS, EFS): docs/cluster.md")
+    finally:
+        for label, probe in probes.items():
+            (Path(paths[label][0]) / probe).unlink(missing_ok=True)
 
 
 def tokeniser_resources(workers: int, actor_cpus: float) -> tuple[float, int]:

@@ -50,6 +50,7 @@ from dhim_ray.training.pipeline import DEFAULT_FEATURE_MEMORY_GB, Prepared, load
 from .ray_env import (
     actor_resources,
     check_capacity,
+    check_shared_paths,
     cluster_address,
     cluster_cpus,
     init_ray,
@@ -331,6 +332,12 @@ class RayTrain:
             stores = target_choice.candidates_folder(out) / "features"
         else:
             stores = self.storage(out) / self._run_name(out, None) / "features"
+        # Encoder actors write the stores and every worker reads them and writes checkpoints:
+        # on a cluster a folder only this machine sees fails here, not at the first epoch.
+        shared = {"--storage-path": (self.storage(out), True)}
+        if self.cache_dir is not None or target_choice.is_auto(config):
+            shared["--cache-dir" if self.cache_dir is not None else "--out"] = (stores, True)
+        check_shared_paths(shared)
         t_ray = time.perf_counter()
         train_store, val_store = (
             build_feature_store(split.texts, encoder.store_path(split.texts, stores), config.features,
@@ -355,9 +362,11 @@ class RayTrain:
 
     def fit(self, prepared: Prepared, config: DHIMConfig, folder: Path,
             resume_from: Path | None) -> tuple[FitResult, dict[str, Any]]:
+        import ray
         from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
         from ray.train.torch import TorchTrainer
         from ray.util.queue import Queue
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         out = prepared.features["out"]
         storage, name = self.storage(out), self._run_name(out, folder)
@@ -369,7 +378,9 @@ class RayTrain:
         per_worker_cpu = 1.0 if opts.use_gpu else max(0.1, min(1.0, (cpus - 0.5) / opts.workers))
         # A local Ray shares this machine's cores among the workers; on a cluster Ray's default stands.
         threads = max(1, int(cpus // opts.workers)) if cluster_address(opts.address) is None else None
-        events = Queue(maxsize=10_000, actor_options={"num_cpus": 0})
+        # On the driver's node: a worker node that dies must not take the epoch log with it.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        events = Queue(maxsize=10_000, actor_options={"num_cpus": 0, "scheduling_strategy": here})
         features = {k: v for k, v in prepared.features.items() if k not in ("stores", "out")}
         trainer = TorchTrainer(
             train_loop_per_worker,

@@ -30,3 +30,12 @@ def start_server(base_dir: str | Path, authorization: bool = True):
     server.config.set("authorization_enabled", authorization)
     server.start()
     return server
+
+
+if __name__ == "__main__":  # python tests/milvus_server.py DIR: a server until SIGTERM (a namespace's host)
+    import signal
+    import sys
+
+    server = start_server(sys.argv[1], authorization=False)
+    signal.signal(signal.SIGTERM, lambda *_: (server.stop(), sys.exit(0)))
+    signal.pause()

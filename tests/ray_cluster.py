@@ -6,6 +6,7 @@ says why it cannot run, for a test to fail with.
 
     with NetnsCluster(workers=2) as cluster:
         cluster.submit(["dhim-ray", "train", ...])     # ray job submit, runs on the head
+        uri = cluster.start_milvus()                     # a Milvus server on a host of its own
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ class NetnsCluster:
     def __init__(self, workers: int = 2, cpus: int = 2, prefix: str = "drc", subnet: str = "10.77.0"):
         self.prefix, self.subnet, self.cpus = prefix, subnet, cpus
         self.nodes = [f"{prefix}-head"] + [f"{prefix}-w{i}" for i in range(1, workers + 1)]
-        self.ips = {n: f"{subnet}.{i + 2}" for i, n in enumerate(self.nodes)}
+        self.hosts = [*self.nodes, f"{prefix}-milvus"]  # Ray's nodes, then the Milvus server's host
+        self.ips = {n: f"{subnet}.{i + 2}" for i, n in enumerate(self.hosts)}
         self.bridge = f"{prefix}br"
         self.root = Path(tempfile.mkdtemp(prefix="dhim-ray-cluster-"))
         self.head_ip = self.ips[self.nodes[0]]
+        self.driver_only = self.root / "driver-only"
 
     @property
     def dashboard(self) -> str:
@@ -53,32 +56,71 @@ class NetnsCluster:
     def netns(self, node: str, cmd: list[str], **kw) -> subprocess.CompletedProcess:
         return _run(["ip", "netns", "exec", node, *cmd], **kw)
 
+    def _host(self, node: str) -> None:
+        """A namespace on the bridge with its address: a host of its own."""
+        i = self.hosts.index(node)
+        outside, inside = f"{self.prefix}v{i}", f"{self.prefix}p{i}"
+        _run(["ip", "netns", "add", node])
+        _run(["ip", "link", "add", outside, "type", "veth", "peer", "name", inside])
+        _run(["ip", "link", "set", inside, "netns", node])
+        _run(["ip", "link", "set", outside, "master", self.bridge])
+        _run(["ip", "link", "set", outside, "up"])
+        self.netns(node, ["ip", "addr", "add", f"{self.ips[node]}/24", "dev", inside])
+        self.netns(node, ["ip", "link", "set", inside, "up"])
+        self.netns(node, ["ip", "link", "set", "lo", "up"])
+        self.netns(node, ["ip", "route", "add", "default", "via", f"{self.subnet}.1"])
+
+    def start_milvus(self, timeout: float = 240) -> str:
+        """A Milvus server (tests/milvus_server.py) on a host of its own; returns its URI."""
+        import socket
+
+        node = self.hosts[-1]
+        self._host(node)
+        with open(self.root / "milvus.log", "w") as log:  # the child keeps its own copy of the file
+            subprocess.Popen(["ip", "netns", "exec", node, sys.executable,
+                              str(Path(__file__).with_name("milvus_server.py")), str(self.root / "milvus")],
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((self.ips[node], 19530), timeout=2).close()
+                return f"http://{self.ips[node]}:19530"
+            except OSError:
+                time.sleep(2)
+        raise RuntimeError(f"Milvus did not start on {self.ips[node]} in {timeout:.0f} s: see {self.root / 'milvus.log'}")
+
     def start(self) -> NetnsCluster:
         self.stop(quiet=True)  # what a killed earlier run left
         _run(["ip", "link", "add", self.bridge, "type", "bridge"])
         _run(["ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.bridge])
         _run(["ip", "link", "set", self.bridge, "up"])
-        for i, node in enumerate(self.nodes):
-            outside, inside = f"{self.prefix}v{i}", f"{self.prefix}p{i}"
-            _run(["ip", "netns", "add", node])
-            _run(["ip", "link", "add", outside, "type", "veth", "peer", "name", inside])
-            _run(["ip", "link", "set", inside, "netns", node])
-            _run(["ip", "link", "set", outside, "master", self.bridge])
-            _run(["ip", "link", "set", outside, "up"])
-            self.netns(node, ["ip", "addr", "add", f"{self.ips[node]}/24", "dev", inside])
-            self.netns(node, ["ip", "link", "set", inside, "up"])
-            self.netns(node, ["ip", "link", "set", "lo", "up"])
-            self.netns(node, ["ip", "route", "add", "default", "via", f"{self.subnet}.1"])
+        for node in self.nodes:
+            self._host(node)
         env = self.env()
         head = self.nodes[0]
-        self.netns(head, ["ray", "start", "--head", f"--node-ip-address={self.head_ip}", "--port=6379",
-                          "--num-cpus=0", "--dashboard-host=0.0.0.0", "--disable-usage-stats",
-                          f"--temp-dir={self.root / 'head'}"], env=env, timeout=180)
+        # The head (where submitted jobs' drivers run) has a folder of its own, driver_only: a
+        # tmpfs in a mount namespace of its own, which the worker nodes see as an empty folder.
+        self.driver_only.mkdir(parents=True, exist_ok=True)
+        start_head = " ".join(["ray", "start", "--head", f"--node-ip-address={self.head_ip}", "--port=6379",
+                               "--num-cpus=0", "--dashboard-host=0.0.0.0", "--disable-usage-stats",
+                               f"--temp-dir={self.root / 'head'}"])
+        self.netns(head, ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                          f"mount -t tmpfs dhim-ray-driver-only {self.driver_only} && exec {start_head}"],
+                   env=env, timeout=180)
         for node in self.nodes[1:]:
-            self.netns(node, ["ray", "start", f"--address={self.head_ip}:6379", f"--node-ip-address={self.ips[node]}",
-                              f"--num-cpus={self.cpus}", "--disable-usage-stats"], env=env, timeout=180)
+            self._start_worker(node)
         self.wait_for_nodes(len(self.nodes))
         return self
+
+    def _start_worker(self, node: str) -> None:
+        self.netns(node, ["ray", "start", f"--address={self.head_ip}:6379", f"--node-ip-address={self.ips[node]}",
+                          f"--num-cpus={self.cpus}", "--disable-usage-stats"], env=self.env(), timeout=180)
+
+    def revive_node(self, node: str) -> None:
+        """A killed worker node back: a new raylet on the same host joins the cluster."""
+        self.kill_node(node)
+        self._start_worker(node)
+        self.wait_for_nodes(len(self.nodes))
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
@@ -120,7 +162,7 @@ class NetnsCluster:
         # Not `ray stop`: it finds Ray's processes by name on the whole host and would stop
         # every other Ray there (a test session's own included); a namespace's processes are its own.
         names = _run(["ip", "netns", "list"], check=False).stdout
-        nodes = [n for n in self.nodes if n in names]
+        nodes = [n for n in self.hosts if n in names]
         for node in nodes:
             self.kill_node(node, "TERM")
         deadline = time.monotonic() + 10
@@ -130,7 +172,7 @@ class NetnsCluster:
         for node in nodes:
             self.kill_node(node)
             _run(["ip", "netns", "del", node], check=False)
-        for i in range(len(self.nodes)):
+        for i in range(len(self.hosts)):
             _run(["ip", "link", "del", f"{self.prefix}v{i}"], check=False)
         _run(["ip", "link", "del", self.bridge], check=False)
         if not quiet:
