@@ -55,9 +55,12 @@ def test_train_submitted_as_a_job_spreads_its_workers_over_both_nodes(cluster, t
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     workers = actor_nodes(cluster, "TrainWorker")
     assert workers == {cluster.ips[n] for n in cluster.nodes[1:]}, workers
-    one_node = subprocess.run([sys.executable, "-m", "dhim_ray.cli", *args, "--out", str(tmp_path / "one-node"),
-                               "--storage-path", str(tmp_path / "one-node-runs")], capture_output=True, text=True,
-                              env=cluster.env(), timeout=900)
+    # the same command on one node: a local Ray of 4 logical CPUs, which the CLI then joins
+    argv = ["dhim-ray", *args, "--out", str(tmp_path / "one-node"), "--storage-path", str(tmp_path / "one-node-runs")]
+    code = ("import sys, ray; ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False); "
+            f"from dhim_ray.cli import main; sys.argv = {argv!r}; main()")
+    one_node = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cluster.env(),
+                              timeout=900)
     assert one_node.returncode == 0, one_node.stderr[-3000:]
     a, b = train_summary(run), train_summary(one_node)
     print(json.dumps({"two_nodes_val_p": a["best_val_precision_at_k_tie_aware"], "best_epoch": a["best_epoch"],
