@@ -22,10 +22,10 @@ import torch
 
 from bench.harness import DATA, device_name, read_texts, write_result
 from dhim_ray import Hasher
+from dhim_ray.codes import unpack_codes
 from dhim_ray.config import DHIMConfig, FeatureConfig, ModelConfig
 from dhim_ray.encoding.encoder import FrozenEncoder, resolve_encoder
 from dhim_ray.model.dhim import DHIM
-from dhim_ray.retrieval.codes import unpack_codes
 
 
 def hasher_for(max_words: int, device: str, reach: int | None, precision: str = "fp32",

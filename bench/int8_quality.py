@@ -21,7 +21,7 @@ from bench.item_level import evaluate_codes, windows_of
 from bench.protocol import LONG, corpus_features, done, fit_carved, training_fields
 from dhim_ray.config import FeatureConfig, config_for_bits
 from dhim_ray.encoding.encoder import FrozenEncoder
-from dhim_ray.training.loop import hash_features
+from dhim_ray.model.inference import hash_features
 
 RESULTS = HERE / "int8_quality.jsonl"
 CORPORA = ("dbpedia", "agnews", "r8", "20ng")

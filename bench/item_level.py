@@ -22,10 +22,10 @@ import numpy as np
 from bench.harness import HERE, append_row, read_rows
 from bench.protocol import corpus_features, done, fit_carved, training_fields
 from dhim_ray.config import config_for_bits, parse_overrides
+from dhim_ray.model.inference import hash_features, score_features
 from dhim_ray.retrieval import known_item
 from dhim_ray.retrieval.baselines import make_baseline
 from dhim_ray.retrieval.metrics import precision_at_k
-from dhim_ray.training.loop import hash_features, score_features
 
 RESULTS = HERE / "item_level.jsonl"
 CORPORA = ("dbpedia", "agnews", "r8", "20ng")

@@ -29,8 +29,8 @@ import torch
 
 from bench.encode_speed import hasher_for, text_sets
 from bench.harness import device_name, write_result
+from dhim_ray.codes import unpack_codes
 from dhim_ray.encoding.encoder import resolve_encoder
-from dhim_ray.retrieval.codes import unpack_codes
 
 ANCHOR = Path(__file__).resolve().parent / "anchor_worker.py"
 

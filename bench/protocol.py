@@ -19,8 +19,9 @@ from bench.harness import DATA, append_row, read_rows
 from dhim_ray.config import FeatureConfig, TrainConfig
 from dhim_ray.corpus.data import load_corpus
 from dhim_ray.encoding.encoder import FrozenEncoder
+from dhim_ray.model.inference import hash_features
 from dhim_ray.retrieval.metrics import precision_at_k
-from dhim_ray.training.loop import carve_validation, fit, hash_features
+from dhim_ray.training.loop import carve_validation, fit
 
 RESULTS = Path(__file__).resolve().parent / "quality.jsonl"
 LONG = {"20ng", "r8"}  # long-document corpora: 400 words, like the paper's NYT

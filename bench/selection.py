@@ -35,15 +35,10 @@ import numpy as np
 
 from dhim_ray.config import TrainConfig, config_for_bits
 from dhim_ray.model.checkpoint import save_checkpoint
+from dhim_ray.model.inference import hash_features, score_features
 from dhim_ray.retrieval.metrics import cosine_topk, hamming_topk, precision_at_k
 from dhim_ray.retrieval.rerank import rerank_topk, rescore_cosine
-from dhim_ray.training.loop import (
-    EarlyStopping,
-    TrainCallback,
-    hash_features,
-    score_features,
-    selection_warmup,
-)
+from dhim_ray.training.loop import EarlyStopping, TrainCallback, selection_warmup
 
 from .protocol import (
     LONG,

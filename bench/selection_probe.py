@@ -57,8 +57,9 @@ import numpy as np
 
 from bench.protocol import corpus_features, fit_carved
 from dhim_ray.config import config_for_bits
+from dhim_ray.model.inference import hash_features
 from dhim_ray.retrieval.metrics import cosine_topk, neighbour_recall_at_k, precision_at_k
-from dhim_ray.training.loop import TrainCallback, carve_validation, hash_features, selection_database
+from dhim_ray.training.loop import TrainCallback, carve_validation, selection_database
 
 logger = logging.getLogger("bench.selection_probe")
 HERE = Path(__file__).resolve().parent
@@ -151,7 +152,7 @@ class Probe(TrainCallback):
         for c, (a, b) in self.pseudo.items():
             row[f"pseudo P@100 C={c}"] = precision_at_k(dbc, a, qc, b, self.k).precision_at_k_tie_aware
         if self.intrinsic:
-            from dhim_ray.training.loop import score_features
+            from dhim_ray.model.inference import score_features
 
             row.update(intrinsic_signals(dbc, qc, score_features(model, self.q)[1], self.k))
         if self.objective_terms:

@@ -26,8 +26,8 @@ from pathlib import Path
 from bench.protocol import corpus_features, fit_carved
 from bench.representations import VARIANTS, load_rows
 from dhim_ray.config import config_for_bits
+from dhim_ray.model.inference import hash_features
 from dhim_ray.retrieval.metrics import precision_at_k
-from dhim_ray.training.loop import hash_features
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "target_choice.json"

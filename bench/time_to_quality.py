@@ -38,8 +38,9 @@ def reference_loop(corpus, bits: int, device: str, max_epochs: int, patience: in
 
     from dhim_ray.config import as_published, config_for_bits
     from dhim_ray.encoding.encoder import FrozenEncoder
+    from dhim_ray.model.inference import hash_features, to_tensors
     from dhim_ray.retrieval.metrics import precision_at_k
-    from dhim_ray.training.loop import EarlyStopping, build_model, hash_features, to_tensors, train_step
+    from dhim_ray.training.loop import EarlyStopping, build_model, train_step
     from dhim_ray.training.pipeline import load_train_val
 
     t0 = time.perf_counter()

@@ -37,6 +37,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from dhim_ray.codes import bytes_to_codes, check_codes, check_n_bits
 from dhim_ray.corpus.columns import MILVUS_NAME, PREFIX, string_bound, wider
 from dhim_ray.errors import (
     CodeFormatError,
@@ -46,7 +47,6 @@ from dhim_ray.errors import (
     StoreError,
     StoreUnreachableError,
 )
-from dhim_ray.retrieval.codes import bytes_to_codes, check_codes, check_n_bits
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ Layers, each importing only those before it:
     >>> with Searcher.open("runs/bbc-64", "dhim_ray.db", "bbc_64") as s:
     ...     hits = s.search(["oil prices rise"], k=10)
 
-Names are imported lazily so that ``import dhim_ray.retrieval.codes`` (used by the Milvus
+Names are imported lazily so that ``import dhim_ray.codes`` (used by the Milvus
 connector) does not load torch, and ``import dhim_ray`` loads neither.
 """
 
@@ -41,9 +41,9 @@ _LAZY = {
     "save_checkpoint": "dhim_ray.model.checkpoint",
     "fit": "dhim_ray.training.loop",
     "train_corpus": "dhim_ray.training.pipeline",
-    "pack_codes": "dhim_ray.retrieval.codes",
-    "unpack_codes": "dhim_ray.retrieval.codes",
-    "check_codes": "dhim_ray.retrieval.codes",
+    "pack_codes": "dhim_ray.codes",
+    "unpack_codes": "dhim_ray.codes",
+    "check_codes": "dhim_ray.codes",
     "hamming_topk": "dhim_ray.retrieval.metrics",
     "precision_at_k": "dhim_ray.retrieval.metrics",
     "make_baseline": "dhim_ray.retrieval.baselines",

@@ -287,9 +287,9 @@ def build_config(bits: int, formulation: str, overrides: dict[str, dict[str, Any
     flags and ``--set`` pairs arrive here as one dict, the one path into a config, and the
     config's own checks judge both. ``flagged``: the (section, field)s a flag set; an error
     in any other names its ``--set`` pair."""
+    from dhim_ray.codes import check_n_bits
     from dhim_ray.config import as_published, config_for_bits
     from dhim_ray.errors import ConfigError
-    from dhim_ray.retrieval.codes import check_n_bits
 
     check_n_bits(bits)
     if formulation not in ("shipped", "paper"):
@@ -365,7 +365,7 @@ def train(
         if ctx.get_parameter_source("bits") not in (None, ParameterSource.DEFAULT):
             raise ConfigError("--bits and --set model.n_bits: the same setting given twice; give it once")
         bits = overrides["model"].pop("n_bits")
-        from dhim_ray.retrieval.codes import check_n_bits
+        from dhim_ray.codes import check_n_bits
 
         try:
             check_n_bits(bits)
@@ -536,7 +536,7 @@ def eval_(
         db = corpus_spec(database, text_column, label_column, drop_empty, limit)
         if baseline is not None:
             from dhim_ray.config import FeatureConfig
-            from dhim_ray.retrieval.evaluate import evaluate_baseline
+            from dhim_ray.evaluate import evaluate_baseline
 
             features = FeatureConfig("all-MiniLM-L6-v2" if encoder is None else encoder,
                                      50 if max_words is None else max_words)
@@ -544,7 +544,7 @@ def eval_(
                                        features=features,
                                        progress=not as_json, cache_dir=cache_dir)
         else:
-            from dhim_ray.retrieval.evaluate import evaluate_checkpoint
+            from dhim_ray.evaluate import evaluate_checkpoint
 
             result = evaluate_checkpoint(model_dir, db, q, k, progress=not as_json, cache_dir=cache_dir,
                                          rerank=rerank)
@@ -557,7 +557,7 @@ def _eval_known_item(model_dir, queries, database, baseline, bits, encoder, max_
                      as_json) -> None:
     from dhim_ray.config import check_seed
     from dhim_ray.errors import ConfigError
-    from dhim_ray.retrieval.evaluate import WindowSpec
+    from dhim_ray.evaluate import WindowSpec
 
     if (model_dir is None) == (baseline is None):
         raise ConfigError("eval: give a model folder (dhim-ray eval DIR ...) or --baseline NAME, not both or neither")
@@ -585,8 +585,8 @@ def _eval_known_item(model_dir, queries, database, baseline, bits, encoder, max_
         db = corpus_spec(database, text_column, None, drop_empty, limit)
         if baseline is not None:
             from dhim_ray.config import FeatureConfig
+            from dhim_ray.evaluate import known_item_baseline
             from dhim_ray.retrieval.baselines import FLOAT_BASELINES
-            from dhim_ray.retrieval.evaluate import known_item_baseline
 
             if baseline in FLOAT_BASELINES and bits is not None:
                 raise ConfigError(f"--bits {bits}: --baseline {baseline} searches the float vectors; drop --bits")
@@ -598,7 +598,7 @@ def _eval_known_item(model_dir, queries, database, baseline, bits, encoder, max_
             for flag, value in (("--bits", bits), ("--encoder", encoder), ("--max-words", max_words)):
                 if value is not None:
                     raise ConfigError(f"{flag} {value}: applies to --baseline only; drop {flag}")
-            from dhim_ray.retrieval.evaluate import known_item_checkpoint
+            from dhim_ray.evaluate import known_item_checkpoint
 
             result = known_item_checkpoint(model_dir, db, q, spec, rerank, progress=not as_json, cache_dir=cache_dir)
     print_result(result, as_json, title=f"known-item retrieval ({window_words}-word windows)")
@@ -842,8 +842,8 @@ def demo(
 ):
     """End to end on the embedded defaults: train on the packaged BBC corpus with the
     packaged encoder, evaluate against baselines, ingest into a milvus-lite file and search."""
+    from dhim_ray.codes import check_n_bits
     from dhim_ray.jobs.demo import run_demo
-    from dhim_ray.retrieval.codes import check_n_bits
 
     check_n_bits(bits)
     result = run_demo(out_dir, bits=bits, epochs=epochs, progress=not as_json)

@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dhim_ray.codes import check_n_bits
 from dhim_ray.corpus.text import CLEANINGS
 from dhim_ray.errors import ConfigError
-from dhim_ray.retrieval.codes import check_n_bits
 
 #: Sentence-vector transforms (dhim_ray.encoding.transforms builds them; listed here so configs need no torch).
 TRANSFORMS = ("none", "whitening", "flow")

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from dhim_ray.codes import codes_to_bytes
 from dhim_ray.config import DHIMConfig
 from dhim_ray.encoding.encoder import DIGEST_FIELD, Features, FrozenEncoder
 from dhim_ray.errors import DataError, EncoderMismatchError
 from dhim_ray.model.checkpoint import CheckpointInfo, load_checkpoint
 from dhim_ray.model.dhim import DHIM
-from dhim_ray.retrieval.codes import codes_to_bytes
-from dhim_ray.training.loop import hash_features, score_features
+from dhim_ray.model.inference import hash_features, score_features
 
 log = logging.getLogger(__name__)
 

@@ -32,9 +32,9 @@ from dhim_ray.connectors.milvus import (
 from dhim_ray.corpus.data import require_labels
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError, ConfigError, StoreError
+from dhim_ray.evaluate import WindowSpec, evaluate_codes
 from dhim_ray.hasher import Hasher, check_texts
 from dhim_ray.retrieval import known_item
-from dhim_ray.retrieval.evaluate import WindowSpec, evaluate_codes
 from dhim_ray.retrieval.metrics import PrecisionResult, tie_aware_hits
 from dhim_ray.retrieval.rerank import (
     BY_BITS,
@@ -255,7 +255,7 @@ def evaluate_in_milvus(
     rerank: int = 1,
 ) -> dict[str, Any]:
     """Precision@k with the search done by Milvus: the one evaluator
-    (dhim_ray.retrieval.evaluate.evaluate_codes) over a ``MilvusCodes`` database.
+    (dhim_ray.evaluate.evaluate_codes) over a ``MilvusCodes`` database.
     Tie-aware precision needs every database code at the k-th distance, so the search
     asks for k plus the ties. ``rerank`` m > 1 also reports the precision of the k x m
     candidates re-ranked."""
@@ -334,7 +334,7 @@ def known_item_ranks(searcher: Searcher, codes: np.ndarray, target_ids: np.ndarr
 
 
 class MilvusCodes:
-    """The evaluator's database (dhim_ray.retrieval.evaluate.CodeDatabase) as a Milvus
+    """The evaluator's database (dhim_ray.evaluate.CodeDatabase) as a Milvus
     collection: precision from the store's own search, ties fetched in full."""
 
     def __init__(self, searcher: Searcher, label_of: HitLabels, n_database: int):

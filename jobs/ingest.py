@@ -299,7 +299,7 @@ def ingest(
                 written = write_from_driver(ds, target, n_bits, source, n_documents, progress, write_batch,
                                             name_field=info.label_names, key_field=info.keys)
             else:
-                from dhim_ray.connectors.milvus_sink import MilvusDatasink
+                from dhim_ray.jobs.milvus_sink import MilvusDatasink
 
                 sink = MilvusDatasink(target, n_bits, source, mid, index, overwrite=False, vector_dim=vector_dim,
                                       keys=id_column is not None, sign_bits=sign_bits, columns=columns)

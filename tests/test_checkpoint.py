@@ -24,7 +24,7 @@ def test_round_trip_gives_identical_codes(saved, tiny_config):
     path, model = saved
     texts = [t for _, t in make_toy_corpus(5)]
     enc = FrozenEncoder(tiny_config.features)
-    from dhim_ray.training.loop import hash_features
+    from dhim_ray.model.inference import hash_features
 
     before = hash_features(model, enc.features(texts))
     hasher = Hasher.load(path)

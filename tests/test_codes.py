@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
+from dhim_ray.codes import bytes_to_codes, check_codes, check_n_bits, codes_to_bytes, pack_codes, unpack_codes
 from dhim_ray.errors import CodeFormatError, ConfigError
-from dhim_ray.retrieval.codes import bytes_to_codes, check_codes, check_n_bits, codes_to_bytes, pack_codes, unpack_codes
 
 
 def test_pack_unpack_round_trip_msb_first():

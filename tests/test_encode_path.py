@@ -10,13 +10,13 @@ import pytest
 import torch
 from conftest import TOPICS
 
+from dhim_ray.codes import unpack_codes
 from dhim_ray.config import FeatureConfig, ModelConfig
 from dhim_ray.encoding.encoder import FrozenEncoder
 from dhim_ray.errors import DataError, EncoderError
 from dhim_ray.hasher import Hasher
 from dhim_ray.model.dhim import DHIM
-from dhim_ray.retrieval.codes import unpack_codes
-from dhim_ray.training.loop import hash_features
+from dhim_ray.model.inference import hash_features
 
 
 def mixed_lengths(n: int, seed: int = 0, longest: int = 500) -> list[str]:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import train_bbc16, write_csv
 
+from dhim_ray.codes import bytes_to_codes
 from dhim_ray.connectors.milvus import CodeCollection, IndexSpec, MilvusTarget, document_ids, make_rows, release
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import (
@@ -22,7 +23,6 @@ from dhim_ray.errors import (
     StoreError,
     StoreUnreachableError,
 )
-from dhim_ray.retrieval.codes import bytes_to_codes
 
 pytestmark = pytest.mark.slow  # real Ray, real Milvus, the packaged encoder: minutes
 
@@ -97,7 +97,7 @@ def test_search_own_text_returns_it_at_distance_zero(ingested, model_dir):
 
 
 def test_milvus_precision_equals_in_memory(ingested, model_dir):
-    from dhim_ray.retrieval.evaluate import evaluate_checkpoint
+    from dhim_ray.evaluate import evaluate_checkpoint
     from dhim_ray.search import evaluate_in_milvus
 
     target, _ = ingested
@@ -111,7 +111,7 @@ def test_milvus_precision_equals_in_memory(ingested, model_dir):
 def test_queries_naming_some_of_the_classes_are_matched_by_name(ray_session, model_dir, tmp_path):
     """A query file holding two of the collection's five classes numbers its labels 0..1 by
     itself; through Milvus they must be matched by name, as the in-memory eval does."""
-    from dhim_ray.retrieval.evaluate import evaluate_checkpoint
+    from dhim_ray.evaluate import evaluate_checkpoint
     from dhim_ray.search import evaluate_in_milvus
 
     bbc = CorpusSpec("bbc").load_split("train")
@@ -373,8 +373,8 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
     """search --rerank M: the k x M nearest in the collection, re-ranked by agreement with the
     query's scores. Which codes tied at the (k x M)-th distance the store returns is its own
     choice, so the check re-ranks exactly the candidates the store returned."""
+    from dhim_ray.evaluate import evaluate_checkpoint
     from dhim_ray.hasher import Hasher
-    from dhim_ray.retrieval.evaluate import evaluate_checkpoint
     from dhim_ray.retrieval.rerank import agreement, rerank_topk
     from dhim_ray.search import Searcher, evaluate_in_milvus
 

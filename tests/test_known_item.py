@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dhim_ray.codes import pack_codes
 from dhim_ray.errors import DataError
 from dhim_ray.retrieval import known_item
-from dhim_ray.retrieval.codes import pack_codes
 from dhim_ray.retrieval.metrics import hamming_distances
 
 
@@ -76,7 +76,7 @@ def test_windows_find_their_document_under_float_cosine(tmp_path):
     packaged encoder's vectors: the task's answer is known."""
     from dhim_ray.config import FeatureConfig
     from dhim_ray.corpus.spec import CorpusSpec
-    from dhim_ray.retrieval.evaluate import WindowSpec, known_item_baseline
+    from dhim_ray.evaluate import WindowSpec, known_item_baseline
 
     vocab = ["apple", "river", "engine", "violin", "glacier", "senate", "protein", "harbour", "comet", "tractor",
              "opera", "volcano", "bishop", "satellite", "orchard", "copper", "tennis", "lantern", "desert", "fabric"]
@@ -97,8 +97,8 @@ def test_windows_find_their_document_under_float_cosine(tmp_path):
 def test_the_same_figures_in_memory_and_through_milvus(tmp_path, toy_folder, tiny_config):
     from dhim_ray.connectors.milvus import MilvusTarget, document_ids, make_rows
     from dhim_ray.corpus.spec import CorpusSpec
+    from dhim_ray.evaluate import WindowSpec, known_item_checkpoint
     from dhim_ray.hasher import Hasher
-    from dhim_ray.retrieval.evaluate import WindowSpec, known_item_checkpoint
     from dhim_ray.search import known_item_in_milvus
     from dhim_ray.training.pipeline import train_corpus
 

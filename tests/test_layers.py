@@ -3,7 +3,7 @@ the source (module level and inside functions), and on what importing really loa
 
     core        dhim_ray/{corpus,encoding,model,training,retrieval}/, config, errors, hasher
                                         torch, numpy, transformers; never Ray, pymilvus
-    connectors  connectors/ (dhim_ray.connectors)   pymilvus, numpy; never torch
+    connectors  connectors/ (dhim_ray.connectors)   pymilvus, numpy; never torch or Ray
     search      dhim_ray/search.py      core + connectors; never Ray
     jobs        jobs/ (dhim_ray.jobs)   Ray programs joining them
     cli         dhim_ray/cli.py         on top; imported by nothing
@@ -64,7 +64,7 @@ SOURCES = [p for folder in ("dhim_ray", "connectors", "jobs") for p in sorted((R
 FORBIDDEN = {
     "core": ("ray", "pymilvus", "milvus_lite", "dhim_ray.connectors", "dhim_ray.jobs", "dhim_ray.search",
              "dhim_ray.cli"),
-    "connectors": ("torch", "transformers", "dhim_ray.model", "dhim_ray.encoding", "dhim_ray.training",
+    "connectors": ("ray", "torch", "transformers", "dhim_ray.model", "dhim_ray.encoding", "dhim_ray.training",
                    "dhim_ray.hasher", "dhim_ray.jobs", "dhim_ray.search", "dhim_ray.cli"),
     "search": ("ray", "dhim_ray.jobs", "dhim_ray.cli"),
     "jobs": ("dhim_ray.cli",),
@@ -82,6 +82,39 @@ def test_layers_only_point_down(path):
     layer = layer_of(path)
     bad = sorted(m for m in imports_of(path) for f in FORBIDDEN[layer] if m == f or m.startswith(f + "."))
     assert not bad, f"{layer} module {path.relative_to(ROOT)} imports {bad}"
+
+
+#: The rooms of the core, lowest first: a module imports only from its own room and lower ones.
+#: (errors, folders and the code format are vocabulary every room shares.)
+ROOMS = ("shared", "corpus", "config", "encoding", "model", "retrieval", "training", "application")
+SHARED = {"errors", "folders", "codes"}
+
+
+def room_of(module: str) -> str | None:
+    """The core room of a dhim_ray module (None: not in the core, or the package itself)."""
+    parts = module.split(".")
+    if parts[0] != "dhim_ray" or len(parts) < 2 or parts[1] in ("connectors", "jobs", *TOP):
+        return None
+    if parts[1] in SHARED:
+        return "shared"
+    return parts[1] if parts[1] in ROOMS else "application"  # hasher, evaluate, embedding, export
+
+
+CORE = [p for p in SOURCES if layer_of(p) == "core" and p.name != "__init__.py"]
+
+
+@pytest.mark.parametrize("path", CORE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_rooms_of_the_core_only_point_down(path):
+    """corpus < config < encoding < model < retrieval < training < application (hasher,
+    evaluate, embedding, export): inference lives with the model, not in training."""
+    mine = room_of(module_name(path))
+    up = sorted(m for m in imports_of(path) if room_of(m) and ROOMS.index(room_of(m)) > ROOMS.index(mine))
+    assert not up, f"{path.relative_to(ROOT)} ({mine}) imports from higher rooms: {up}"
+
+
+def test_the_room_checker_knows_every_room():
+    assert {room_of(module_name(p)) for p in CORE} == set(ROOMS)
+    assert room_of("dhim_ray.model.inference") == "model" and room_of("dhim_ray.hasher") == "application"
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))

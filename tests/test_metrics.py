@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
+from dhim_ray.codes import pack_codes
 from dhim_ray.errors import ConfigError, DataError
-from dhim_ray.retrieval.codes import pack_codes
 from dhim_ray.retrieval.metrics import cosine_precision_at_k, hamming_distances, hamming_topk, precision_at_k
 
 

@@ -32,7 +32,7 @@ def test_wheel_imports_cleanly_next_to_an_unrelated_jobs_package(tmp_path):
     code = (
         "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
         "import jobs, connectors\n"
-        "import dhim_ray.jobs.ray_env, dhim_ray.connectors.milvus, dhim_ray.retrieval.codes\n"
+        "import dhim_ray.jobs.ray_env, dhim_ray.connectors.milvus, dhim_ray.codes\n"
         "assert jobs.OWNER.endswith('jobs') and connectors.OWNER.endswith('connectors')\n"
         "assert dhim_ray.jobs.ray_env.__file__.startswith(sys.argv[1]), dhim_ray.jobs.ray_env.__file__\n"
         "assert dhim_ray.connectors.milvus.__file__.startswith(sys.argv[1])\n"

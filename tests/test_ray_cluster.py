@@ -185,8 +185,8 @@ def tiny_model(tmp_path_factory, toy_folder, tiny_config):
 
 
 def stored_codes(db, collection: str, rows: list[int]):
+    from dhim_ray.codes import bytes_to_codes
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.retrieval.codes import bytes_to_codes
 
     target = MilvusTarget(str(db), collection)
     with target.open(create=False) as c:

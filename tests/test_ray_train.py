@@ -28,7 +28,7 @@ def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_pat
     from dhim_ray.encoding.encoder import FrozenEncoder
     from dhim_ray.hasher import Hasher
     from dhim_ray.jobs.train import RayTrainOptions, build_feature_store, open_features, train_distributed
-    from dhim_ray.training.loop import hash_features
+    from dhim_ray.model.inference import hash_features
 
     out = tmp_path / "model"
     summary = train_distributed(corpus, config(tiny_config, 2), out,

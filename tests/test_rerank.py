@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import torch
 
+from dhim_ray.codes import pack_codes
 from dhim_ray.errors import ConfigError
-from dhim_ray.retrieval.codes import pack_codes
-from dhim_ray.retrieval.rerank import agreement, check_rerank, query_scores, rerank_topk
+from dhim_ray.model.inference import query_scores
+from dhim_ray.retrieval.rerank import agreement, check_rerank, rerank_topk
 
 
 def brute_force_rerank(db_bits, q_bits, scores, k, m):
@@ -53,7 +54,8 @@ def test_scores_are_the_models_bernoulli_probabilities_and_sign_is_the_code(tiny
     from conftest import make_toy_corpus
 
     from dhim_ray.encoding.encoder import FrozenEncoder
-    from dhim_ray.training.loop import build_model, hash_features, score_features
+    from dhim_ray.model.inference import hash_features, score_features
+    from dhim_ray.training.loop import build_model
 
     feats = FrozenEncoder(tiny_config.features).features([t for _, t in make_toy_corpus(5)], progress=False)
     model = build_model(tiny_config)

@@ -83,7 +83,8 @@ def test_dhim_with_transforms_fits_them_and_saves_them_with_the_model(tmp_path, 
     from test_model import toy_features
 
     from dhim_ray.model.checkpoint import load_checkpoint, save_checkpoint
-    from dhim_ray.training.loop import fit, hash_features, neighbour_table, neighbour_vectors
+    from dhim_ray.model.inference import hash_features
+    from dhim_ray.training.loop import fit, neighbour_table, neighbour_vectors
 
     feats, _ = toy_features(n=120, h=32)
     feats.mean[:] = feats.mean * np.linspace(4, 0.2, 32)[None, :] + 3.0  # anisotropic, off-centre

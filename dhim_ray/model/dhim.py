@@ -81,11 +81,6 @@ class DHIM(nn.Module):
         """tokens (B, T, H), mask (B, T) -> global logits (B, bits). 1[logit > 0] is the code."""
         return self._readout(self.local_logits(tokens), self._positions(mask))
 
-    @torch.no_grad()
-    def hash(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Deterministic codes for inference: (B, bits) uint8 in {0, 1}."""
-        return (self.global_logits(tokens, mask) > 0).to(torch.uint8)
-
     def _target_logits(self, target: torch.Tensor) -> torch.Tensor:
         if self.target_transform is not None:
             target = self.target_transform(target)

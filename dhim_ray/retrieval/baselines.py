@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dhim_ray.codes import check_n_bits, pack_codes
 from dhim_ray.errors import ConfigError
-from dhim_ray.retrieval.codes import check_n_bits, pack_codes
 
 BASELINES = ("lsh", "pca-sign", "pca-median", "itq", "whitening-sign", "flow-sign", "ubinary")
 FLOAT_BASELINES = {"cosine": None, "whitening-cosine": "whitening", "flow-cosine": "flow"}

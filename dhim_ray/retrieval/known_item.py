@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dhim_ray.codes import check_codes
 from dhim_ray.errors import ConfigError, DataError
-from dhim_ray.retrieval.codes import check_codes
 
 #: The ks recall is reported at, and the one that is the task's primary metric.
 RECALL_KS = (1, 10, 100)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dhim_ray.codes import check_codes
 from dhim_ray.errors import ConfigError, DataError
-from dhim_ray.retrieval.codes import check_codes
 
 DEFAULT_MEMORY_MB = 256
 

@@ -32,11 +32,6 @@ def check_rerank(m: int) -> int:
     return int(m)
 
 
-def query_scores(logits: np.ndarray, alpha: float) -> np.ndarray:
-    """Pre-threshold global logits (n, bits) -> scores in (-1, 1): 2 sigmoid(logit / alpha) - 1."""
-    return np.tanh(np.asarray(logits, dtype=np.float32) / (2 * alpha))
-
-
 def agreement(scores: np.ndarray, codes: np.ndarray) -> np.ndarray:
     """scores (n, bits) float, packed candidate codes (n, c, n_bytes) -> (n, c) sum_b s_b (2 c_b - 1)."""
     bits = np.unpackbits(codes, axis=-1).astype(np.float32)  # (n, c, bits), most significant bit first

@@ -23,12 +23,12 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from dhim_ray.config import AUTO_TARGET, DHIMConfig, ModelConfig, TrainConfig
+from dhim_ray.config import AUTO_TARGET, DHIMConfig, TrainConfig
 from dhim_ray.encoding.encoder import Features
 from dhim_ray.encoding.transforms import fit_transform, fitting_sample, transform
 from dhim_ray.errors import ConfigError, DataError
 from dhim_ray.model.dhim import DHIM
-from dhim_ray.retrieval.codes import pack_codes
+from dhim_ray.model.inference import hash_features, to_tensors, trim_margin
 from dhim_ray.retrieval.metrics import cosine_topk, neighbour_recall_at_k, precision_at_k
 from dhim_ray.training.distributed import Collective
 
@@ -149,20 +149,13 @@ class Selection:
         return (p_sum / n if labelled else None), recall_sum / n, loss_sum / max(n_loss, 1)
 
 
-def held_out_objective(model: DHIM, feats: Features, config: DHIMConfig, device: torch.device,
-                       pairs: np.ndarray | None = None) -> float:
-    """The training loss on held-out documents, per document: the same batches, crops and
-    Bernoulli draws every call (seeded per batch, the caller's RNG streams untouched), so
-    epochs compare. ``pairs``: a neighbour table over ``feats`` (see neighbour_table)."""
-    total, n = held_out_sums(model, feats, config, device, pairs)
-    return total / max(n, 1)
-
-
 def held_out_sums(model: DHIM, feats: Features, config: DHIMConfig, device: torch.device,
                   pairs: np.ndarray | None = None, collective: Collective | None = None) -> tuple[float, int]:
     """(summed loss x batch size, documents) of this rank's share of the held-out batches:
-    batch i is rank i % world's. Each batch's crops and draws are seeded by its index, so
-    the sums over ranks equal one process computing every batch."""
+    batch i is rank i % world's. The training loss on held-out documents: the same batches,
+    crops and Bernoulli draws every call (each batch seeded by its index, the caller's RNG
+    streams untouched), so epochs compare, and the sums over ranks equal one process
+    computing every batch. ``pairs``: a neighbour table over ``feats`` (see neighbour_table)."""
     total, n = 0.0, 0
     for out, size in held_out_outputs(model, feats, config, device, pairs, collective):
         total += out.loss.item() * size
@@ -281,49 +274,6 @@ def batch_indices(n: int, batch_size: int, rng: np.random.Generator) -> Iterator
             yield np.sort(idx)  # sorted: contiguous reads from the feature arrays
 
 
-def trim_margin(config: ModelConfig) -> int | None:
-    """Positions past the last word that the convolutions read (None: do not trim,
-    because the paper's formulation counts padding positions as words)."""
-    return max(config.windows) // 2 if config.mask_padding else None
-
-
-def to_tensors(
-    feats: Features,
-    idx: np.ndarray,
-    regulariser: str,
-    device: torch.device,
-    trim: int | None = None,
-    crop: int = 0,
-    rng: np.random.Generator | None = None,
-):
-    """Batch of cached features -> (tokens (B,T,H) float32, mask (B,T), target (B,H) or None).
-
-    trim: if not None, cut trailing positions that are padding in every document of
-        the batch, keeping ``trim`` positions past the last word (the convolutions'
-        reach), so codes do not change; only valid when padding is masked out (the
-        paper's code counts padding as words).
-    crop: if > 0, keep a random window of ``crop`` word positions per document
-        (training augmentation for long documents; needs ``rng``).
-    """
-    mask_np = feats.mask[idx]
-    tok_np = feats.tokens[idx]  # a numpy array, or the batch's rows read from a FeatureStore
-    if crop:
-        lengths = mask_np.sum(1)
-        starts = (rng.random(len(idx)) * np.maximum(lengths - crop + 1, 1)).astype(np.int64)
-        cols = np.minimum(starts[:, None] + np.arange(crop)[None, :], mask_np.shape[1] - 1)
-        rows = np.arange(len(idx))[:, None]
-        tok_np, mask_np = tok_np[rows, cols], mask_np[rows, cols]
-        mask_np &= np.arange(crop)[None, :] < np.minimum(lengths, crop)[:, None]
-    if trim is not None and mask_np.any():
-        last = min(mask_np.shape[1], int(np.flatnonzero(mask_np.any(0))[-1]) + 1 + trim)
-        tok_np, mask_np = tok_np[:, :last], mask_np[:, :last]
-    tokens = torch.from_numpy(np.ascontiguousarray(tok_np)).to(device).float()
-    mask = torch.from_numpy(np.ascontiguousarray(mask_np)).to(device)
-    target = feats.target(regulariser)
-    target_t = None if target is None else torch.from_numpy(np.ascontiguousarray(target[idx])).to(device).float()
-    return tokens, mask, target_t
-
-
 def epoch_batches(
     feats: Features,
     config: DHIMConfig,
@@ -399,48 +349,6 @@ def train_step(
     torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
     optimizer.step()
     return {"loss": out.loss.item(), "mi_local": out.mi_local.item(), "mi_regulariser": out.mi_regulariser.item()}
-
-
-@torch.no_grad()
-def _global_logits(model: DHIM, feats: Features, batch_size: int,
-                   device: torch.device) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
-    """(document indices, their global logits) a batch at a time, in eval mode."""
-    model.eval()
-    if isinstance(feats.tokens, torch.Tensor):  # one encoder batch, still on the encoder's device
-        yield np.arange(len(feats)), model.global_logits(feats.tokens.to(device).float(), feats.mask.to(device))
-        return
-    trim = trim_margin(model.config)
-    # Shortest documents first, so trimmed batches carry little padding.
-    order = np.argsort(feats.mask.sum(1), kind="stable") if trim is not None else np.arange(len(feats))
-    for start in range(0, len(feats), batch_size):
-        idx = np.sort(order[start : start + batch_size])
-        tokens, mask, _ = to_tensors(feats, idx, "none", device, trim)
-        yield idx, model.global_logits(tokens, mask)
-
-
-def hash_features(
-    model: DHIM, feats: Features, batch_size: int = 512, device: torch.device = torch.device("cpu")
-) -> np.ndarray:
-    """Deterministic codes of cached features: packed uint8 (n, n_bits // 8)."""
-    out = np.empty((len(feats), model.config.n_bits // 8), dtype=np.uint8)
-    for idx, logits in _global_logits(model, feats, batch_size, device):
-        out[idx] = pack_codes((logits > 0).to(torch.uint8).cpu().numpy())
-    return out
-
-
-def score_features(
-    model: DHIM, feats: Features, batch_size: int = 512, device: torch.device = torch.device("cpu")
-) -> tuple[np.ndarray, np.ndarray]:
-    """(packed codes, pre-threshold scores (n, bits) float32 in (-1, 1)) of cached features:
-    the scores are what asymmetric re-ranking compares candidates' bits with (dhim_ray.retrieval.rerank)."""
-    from dhim_ray.retrieval.rerank import query_scores
-
-    codes = np.empty((len(feats), model.config.n_bits // 8), dtype=np.uint8)
-    scores = np.empty((len(feats), model.config.n_bits), dtype=np.float32)
-    for idx, logits in _global_logits(model, feats, batch_size, device):
-        codes[idx] = pack_codes((logits > 0).to(torch.uint8).cpu().numpy())
-        scores[idx] = query_scores(logits.float().cpu().numpy(), model.config.alpha)
-    return codes, scores
 
 
 class EarlyStopping:

@@ -53,7 +53,7 @@ def ingested(ray_session, milvus_uri, model_dir):
 
 def stored_rows(target: MilvusTarget, fields: list[str]) -> tuple[list[dict], np.ndarray]:
     """Every row of the collection (its ``fields`` and id), sorted by source row, and their codes."""
-    from dhim_ray.retrieval.codes import bytes_to_codes
+    from dhim_ray.codes import bytes_to_codes
 
     client = target.connect()
     try:
@@ -130,7 +130,7 @@ def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus
     import ray
 
     from dhim_ray.connectors.milvus import CodeCollection, document_ids
-    from dhim_ray.connectors.milvus_sink import MilvusDatasink
+    from dhim_ray.jobs.milvus_sink import MilvusDatasink
     from dhim_ray.jobs.ray_env import split_table
 
     n = 40_000
@@ -157,7 +157,7 @@ def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus
 
 def test_search_through_the_ivf_index(ingested, model_dir):
     """nprobe = nlist probes every cluster: exact, so it must agree with in-memory search."""
-    from dhim_ray.retrieval.evaluate import evaluate_checkpoint
+    from dhim_ray.evaluate import evaluate_checkpoint
     from dhim_ray.search import Searcher, evaluate_in_milvus
 
     target, _ = ingested

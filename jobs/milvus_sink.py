@@ -20,9 +20,7 @@ import numpy as np
 from ray.data import Datasink
 from ray.data.block import BlockAccessor
 
-from dhim_ray.errors import ConfigError
-
-from .milvus import (
+from dhim_ray.connectors.milvus import (
     KEY_FIELD,
     LABEL_NAME_FIELD,
     IndexSpec,
@@ -30,6 +28,7 @@ from .milvus import (
     kept_columns,
     make_rows,
 )
+from dhim_ray.errors import ConfigError
 
 BATCH_ROWS = 2000
 
