@@ -18,10 +18,9 @@ import numpy as np
 from bench.harness import DATA, append_row, read_rows
 from dhim_ray.config import FeatureConfig, TrainConfig
 from dhim_ray.corpus.data import load_corpus
-from dhim_ray.encoding.encoder import FrozenEncoder
-from dhim_ray.model.inference import hash_features
 from dhim_ray.retrieval.metrics import precision_at_k
-from dhim_ray.training.loop import carve_validation, fit
+
+# torch-bound modules are imported where a run needs them: the report reads results without torch
 
 RESULTS = Path(__file__).resolve().parent / "quality.jsonl"
 LONG = {"20ng", "r8"}  # long-document corpora: 400 words, like the paper's NYT
@@ -52,6 +51,8 @@ def record_shipped_schedule(name: str, bits: int, seed: int, max_epochs: int, pa
 
 
 def corpus_features(name: str, cache_dir: str, encoder_name: str | None = None):
+    from dhim_ray.encoding.encoder import FrozenEncoder
+
     corpus = load_corpus(str(DATA / name))
     train, val = corpus.split("train"), corpus.split("val")
     extra = {"encoder": encoder_name} if encoder_name else {}
@@ -64,6 +65,8 @@ def corpus_features(name: str, cache_dir: str, encoder_name: str | None = None):
 def fit_carved(cfg, tr, train, callbacks=(), labelled: bool = True):
     """Train on train.csv less a carved slice, which picks the epoch (never val.csv); with
     labelled=False the slice's labels are hidden, so the label-free criterion picks it."""
+    from dhim_ray.training.loop import carve_validation, fit
+
     fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
     fit_labels, sel_labels = (train.labels[fit_idx], train.labels[sel_idx]) if labelled else (None, None)
     return fit(tr.take(fit_idx), tr.take(sel_idx), cfg, fit_labels, sel_labels, progress=False, callbacks=callbacks)
@@ -86,6 +89,8 @@ def run_row(res, p: float, p_tie: float) -> dict:
 
 def train_dhim(cfg, tr, va, train, val, k: int) -> dict:
     """Train with model selection on a slice of train, evaluate val queries against all of train."""
+    from dhim_ray.model.inference import hash_features
+
     res = fit_carved(cfg, tr, train)
     r = precision_at_k(hash_features(res.model, tr), train.labels, hash_features(res.model, va), val.labels, k)
     return run_row(res, r.precision_at_k, r.precision_at_k_tie_aware)

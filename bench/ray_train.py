@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from bench.harness import DATA
-from dhim_ray.training.loop import TrainCallback
+from dhim_ray.training.schedule import TrainCallback
 
 
 class GcPauses(TrainCallback):

@@ -26,8 +26,6 @@ from bench.harness import DATA, append_row, read_rows
 from bench.protocol import LONG, corpus_features, epoch_cap, load_results, record_shipped_schedule, train_dhim
 from dhim_ray.config import FeatureConfig, config_for_bits
 from dhim_ray.corpus.data import load_corpus
-from dhim_ray.encoding.encoder import FrozenEncoder
-from dhim_ray.encoding.transforms import Whitening, fit_transform, transform
 from dhim_ray.retrieval.baselines import make_baseline
 from dhim_ray.retrieval.metrics import cosine_precision_at_k, precision_at_k
 
@@ -59,6 +57,8 @@ def layer_average(name: str, train, val, max_words: int) -> tuple[np.ndarray, np
     if path.exists():
         saved = np.load(path)
         return saved["train"], saved["val"]
+    from dhim_ray.encoding.encoder import FrozenEncoder
+
     enc = FrozenEncoder(FeatureConfig(max_words=max_words))
     tr = enc.sentence_vectors(train.texts, "first-last-avg", progress=True)
     va = enc.sentence_vectors(val.texts, "first-last-avg", progress=True)
@@ -69,6 +69,8 @@ def layer_average(name: str, train, val, max_words: int) -> tuple[np.ndarray, np
 
 def representations(name: str, cache_dir: str, with_layers: bool = True) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """name -> (database vectors, query vectors), every transform fitted on the database."""
+    from dhim_ray.encoding.transforms import Whitening, fit_transform, transform
+
     encoder, train, val, tr, va = corpus_features(name, cache_dir)
     x, q = np.asarray(tr.mean, np.float32), np.asarray(va.mean, np.float32)
     reps = {"plain (mean)": (x, q), "plain [CLS]": (np.asarray(tr.cls), np.asarray(va.cls))}

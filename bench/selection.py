@@ -34,11 +34,9 @@ from pathlib import Path
 import numpy as np
 
 from dhim_ray.config import TrainConfig, config_for_bits
-from dhim_ray.model.checkpoint import save_checkpoint
-from dhim_ray.model.inference import hash_features, score_features
 from dhim_ray.retrieval.metrics import cosine_topk, hamming_topk, precision_at_k
 from dhim_ray.retrieval.rerank import rerank_topk, rescore_cosine
-from dhim_ray.training.loop import EarlyStopping, TrainCallback, selection_warmup
+from dhim_ray.training.schedule import EarlyStopping, TrainCallback, selection_warmup
 
 from .protocol import (
     LONG,
@@ -65,6 +63,8 @@ class ValEachEpoch(TrainCallback):
         self.val_p: list[float] = []
 
     def on_epoch_end(self, state) -> None:
+        from dhim_ray.model.inference import hash_features
+
         r = precision_at_k(hash_features(state.model, self.tr), self.train_labels, hash_features(state.model, self.va),
                            self.val_labels, self.k)
         self.val_p.append(r.precision_at_k_tie_aware)
@@ -129,6 +129,8 @@ def run_cell(name: str, bits: int, epochs: int, patience: int, k: int, cache_dir
            "epoch_seconds": round(float(np.mean([h.seconds for h in res.history])), 2)}
     # re-ranking, with the model of the label-picked epoch (the best by selection P@100 over the whole run)
     out.update(measure_rerank(res.model, train, val, tr, va, bits, k))
+    from dhim_ray.model.checkpoint import save_checkpoint
+
     MODELS.mkdir(parents=True, exist_ok=True)
     save_checkpoint(MODELS / f"{name}-{bits}", res.model, res.config, encoder.fingerprint, {"bench": "selection"})
     logger.info("%s %d bits: %s, rho %.2f; rerank %s", name, bits, picks(out), out["spearman_neighbour_vs_val_p"],
@@ -153,6 +155,8 @@ def rerank_cell(name: str, bits: int, epochs: int, patience: int, k: int, cache_
 def measure_rerank(model, train, val, tr, va, bits: int, k: int) -> dict:
     """Hamming top-k against bit re-ranking and float re-scoring of k x m candidates: P@k, recall of
     the float cosine top-k, q/s (exact search in memory, best of 3)."""
+    from dhim_ray.model.inference import hash_features, score_features
+
     out: dict = {}
     db = hash_features(model, tr)
     q_codes, q_scores = score_features(model, va)

@@ -59,7 +59,8 @@ from bench.protocol import corpus_features, fit_carved
 from dhim_ray.config import config_for_bits
 from dhim_ray.model.inference import hash_features
 from dhim_ray.retrieval.metrics import cosine_topk, neighbour_recall_at_k, precision_at_k
-from dhim_ray.training.loop import TrainCallback, carve_validation, selection_database
+from dhim_ray.training.loop import carve_validation, selection_database
+from dhim_ray.training.schedule import TrainCallback
 
 logger = logging.getLogger("bench.selection_probe")
 HERE = Path(__file__).resolve().parent

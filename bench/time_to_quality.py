@@ -40,8 +40,9 @@ def reference_loop(corpus, bits: int, device: str, max_epochs: int, patience: in
     from dhim_ray.encoding.encoder import FrozenEncoder
     from dhim_ray.model.inference import hash_features, to_tensors
     from dhim_ray.retrieval.metrics import precision_at_k
-    from dhim_ray.training.loop import EarlyStopping, build_model, train_step
+    from dhim_ray.training.loop import build_model, train_step
     from dhim_ray.training.pipeline import load_train_val
+    from dhim_ray.training.schedule import EarlyStopping
 
     t0 = time.perf_counter()
     cfg = config_for_bits(bits, train={"seed": seed})

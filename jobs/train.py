@@ -44,8 +44,9 @@ from dhim_ray.model.checkpoint import (
     save_training_state,
 )
 from dhim_ray.training import target_choice
-from dhim_ray.training.loop import FitResult, LoopState, TrainCallback, best_score, epoch_message, fit
+from dhim_ray.training.loop import FitResult, LoopState, best_score, epoch_message, fit
 from dhim_ray.training.pipeline import DEFAULT_FEATURE_MEMORY_GB, Prepared, load_train_val, train
+from dhim_ray.training.schedule import TrainCallback
 
 from .ray_env import (
     actor_resources,

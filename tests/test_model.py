@@ -321,8 +321,8 @@ def test_interrupted_in_process_training_keeps_the_best_epoch_and_resumes(tmp_pa
     from dhim_ray.errors import CheckpointError, TrainingInterrupted
     from dhim_ray.hasher import Hasher
     from dhim_ray.model.checkpoint import has_training_state, read_checkpoint
-    from dhim_ray.training.loop import TrainCallback
     from dhim_ray.training.pipeline import train_corpus
+    from dhim_ray.training.schedule import TrainCallback
 
     seen = []
 
@@ -365,7 +365,8 @@ def test_interrupted_in_process_training_keeps_the_best_epoch_and_resumes(tmp_pa
 def test_best_score_is_none_until_the_criterion_has_picked_an_epoch():
     """The progress bar and the epoch log show "best -" during the label-free warm-up,
     not -inf; then the best value as the criterion reads it (a loss for "objective")."""
-    from dhim_ray.training.loop import EarlyStopping, LoopState, best_score
+    from dhim_ray.training.loop import LoopState, best_score
+    from dhim_ray.training.schedule import EarlyStopping
 
     state = LoopState(None, None, None, EarlyStopping(patience=6, warmup=2), np.random.default_rng(0),
                       criterion="neighbours")

@@ -12,7 +12,7 @@ import pytest
 from dhim_ray.config import AUTO_TARGET_CANDIDATES
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CheckpointError, ConfigError, TrainingInterrupted
-from dhim_ray.training.loop import TrainCallback
+from dhim_ray.training.schedule import TrainCallback
 
 
 def config(tiny_config, **train):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from dhim_ray.model.dhim import DHIM
 from dhim_ray.model.inference import hash_features, to_tensors, trim_margin
 from dhim_ray.retrieval.metrics import cosine_topk, neighbour_recall_at_k, precision_at_k
 from dhim_ray.training.distributed import Collective
+from dhim_ray.training.schedule import EarlyStopping, TrainCallback, selection_warmup
 
 logger = logging.getLogger(__name__)
 
@@ -88,14 +88,6 @@ def selection_criterion(select: str, has_val: bool, has_labels: bool, n_labels: 
 
 CRITERIA = {"labels": "val P@{k} (tie-aware)", "neighbours": "val cosine-neighbour recall@{k} (tie-aware)",
             "objective": "val held-out objective (DHIM loss)"}
-
-
-def selection_warmup(criterion: str | None, config: TrainConfig) -> int:
-    """Epochs the criterion does not pick from. The label-free criterion rewards codes that
-    keep the encoder's cosine geometry, and early epochs (an ITQ start above all) are
-    closest to it before training moves the codes towards the corpus' structure
-    (BENCHMARKS.md, "Model selection without labels"): it waits ``patience`` epochs."""
-    return min(config.patience, config.max_epochs - 1) if criterion == "neighbours" else 0
 
 
 @dataclass
@@ -351,38 +343,6 @@ def train_step(
     return {"loss": out.loss.item(), "mi_local": out.mi_local.item(), "mi_regulariser": out.mi_regulariser.item()}
 
 
-class EarlyStopping:
-    """Tracks the best validation value; stops after ``patience`` epochs without a better one.
-    Epochs before ``warmup`` are not candidates (and do not count towards patience)."""
-
-    def __init__(self, patience: int, warmup: int = 0):
-        self.patience = patience
-        self.warmup = warmup
-        self.best = -math.inf
-        self.best_epoch = -1
-        self.bad_epochs = 0
-
-    def update(self, value: float, epoch: int) -> bool:
-        """Record an epoch's value; True if it is a new best."""
-        if epoch < self.warmup:
-            return False
-        if value > self.best:
-            self.best, self.best_epoch, self.bad_epochs = value, epoch, 0
-            return True
-        self.bad_epochs += 1
-        return False
-
-    @property
-    def should_stop(self) -> bool:
-        return self.bad_epochs >= self.patience
-
-    def state(self) -> dict:
-        return {"best": self.best, "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs}
-
-    def load(self, state: dict) -> None:
-        self.best, self.best_epoch, self.bad_epochs = state["best"], state["best_epoch"], state["bad_epochs"]
-
-
 def hash_shared(model: DHIM, feats: Features, device: torch.device, collective: Collective) -> np.ndarray:
     """Codes of all of ``feats``, each rank hashing its share (all ranks get every code)."""
     a, b = collective.my_rows(len(feats))
@@ -458,17 +418,6 @@ class LoopState:
     @property
     def finished(self) -> bool:
         return self.epoch + 1 >= self.config.train.max_epochs or (self.selecting and self.stopper.should_stop)
-
-
-class TrainCallback:
-    """Hooks the loop calls on every rank: subclass and override what you need
-    (checkpointing, progress reporting, tests' failure injection)."""
-
-    def on_epoch_start(self, epoch: int, state: LoopState) -> None:
-        """Before epoch ``epoch`` trains."""
-
-    def on_epoch_end(self, state: LoopState) -> None:
-        """After an epoch: ``state.history[-1]`` is its record."""
 
 
 @dataclass

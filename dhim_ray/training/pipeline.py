@@ -32,15 +32,8 @@ from dhim_ray.model.checkpoint import (
     save_training_state,
 )
 from dhim_ray.training import target_choice
-from dhim_ray.training.loop import (
-    ONE_LABEL_HINT,
-    FitResult,
-    LoopState,
-    TrainCallback,
-    carve_validation,
-    fit,
-    selection_criterion,
-)
+from dhim_ray.training.loop import ONE_LABEL_HINT, FitResult, LoopState, carve_validation, fit, selection_criterion
+from dhim_ray.training.schedule import TrainCallback
 
 logger = logging.getLogger(__name__)
 
