@@ -37,9 +37,13 @@ def actor_nodes(cluster: NetnsCluster, name_part: str, alive: bool = False) -> s
             if name_part in (name or "") and ip and (state == "ALIVE" or not alive)}
 
 
+def summary_of(run, key: str) -> dict:
+    """The one-line JSON summary (``--json``) in a job's output: the line that holds ``key``."""
+    return json.loads(next(line for line in run.stdout.splitlines() if line.startswith("{") and f'"{key}"' in line))
+
+
 def train_summary(run) -> dict:
-    """The one-line JSON summary of ``dhim-ray train --json`` in a job's output."""
-    return json.loads(next(line for line in run.stdout.splitlines() if line.startswith("{") and "best_epoch" in line))
+    return summary_of(run, "best_epoch")
 
 
 def test_train_submitted_as_a_job_spreads_its_workers_over_both_nodes(cluster, toy_folder, tiny_bert, tmp_path):
@@ -214,7 +218,7 @@ def test_ingest_across_the_cluster_equals_the_single_node_codes(cluster, big_cor
     run = ingest_job(cluster, big_corpus, tiny_model, db, "big")
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     (tmp_path.parent / "undisturbed_seconds").write_text(str(time.monotonic() - t0))
-    summary = json.loads(run.stdout[run.stdout.index('{"collection"'):].split("\n")[0])
+    summary = summary_of(run, "rows_in_collection")
     assert summary["verified"] and summary["rows_in_collection"] == 200_000
     print(json.dumps({"ingest_docs_per_s": summary["docs_per_second"], "seconds": summary["seconds"]}))
     assert actor_nodes(cluster, "MapWorker") == {cluster.ips[n] for n in cluster.nodes[1:]}
@@ -234,7 +238,7 @@ def test_ingest_into_a_milvus_server_on_its_own_host_writes_from_several_process
     uri = cluster.start_milvus()
     run = ingest_job(cluster, big_corpus, tiny_model, uri, "big")
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
-    summary = json.loads(run.stdout[run.stdout.index('{"collection"'):].split("\n")[0])
+    summary = summary_of(run, "rows_in_collection")
     assert summary["verified"] and summary["rows_in_collection"] == 200_000
     assert summary["writers"] >= 2 and summary["max_parallel_writes"] >= 2, summary
     print(json.dumps({"server_ingest_docs_per_s": summary["docs_per_second"], "seconds": summary["seconds"],
@@ -266,7 +270,7 @@ def test_a_worker_node_killed_mid_ingest_loses_no_row(cluster, big_corpus, tiny_
     if reran:  # the design's second path: the same command again completes it
         run = ingest_job(cluster, big_corpus, tiny_model, db, "big")
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
-    summary = json.loads(run.stdout[run.stdout.index('{"collection"'):].split("\n")[0])
+    summary = summary_of(run, "rows_in_collection")
     assert summary["verified"] and summary["rows_in_collection"] == 200_000
     print(json.dumps({"undisturbed_s": round(undisturbed, 1), "killed_run_s": round(first, 1), "reran": reran,
                       "total_s": round(time.monotonic() - t0, 1)}))

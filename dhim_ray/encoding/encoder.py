@@ -420,17 +420,12 @@ def load_tokenizer(config: FeatureConfig):
     """The encoder's tokenizer alone (no weights): what a tokenising task needs."""
     from transformers import AutoTokenizer
 
-    from dhim_ray.corpus.hub import offline_unless_reachable
-
-    try:
-        with offline_unless_reachable():
-            return AutoTokenizer.from_pretrained(resolve_encoder(config.encoder))
-    except Exception as exc:
-        raise EncoderError(f"encoder={config.encoder!r}: its tokenizer cannot be loaded ({exc})") from exc
+    return _pretrained(AutoTokenizer, resolve_encoder(config.encoder), config.encoder)
 
 
-def _load(source: str, name: str):
-    from transformers import AutoModel, AutoTokenizer
+def _pretrained(loader, source: str, name: str):
+    """``loader.from_pretrained(source)`` (a tokenizer or a model class), its failure one
+    EncoderError that says what to pass instead."""
     from transformers.utils import logging as hf_logging
 
     from dhim_ray.corpus.hub import offline_unless_reachable
@@ -440,8 +435,7 @@ def _load(source: str, name: str):
     online = True
     try:
         with offline_unless_reachable() as online:
-            tokenizer = AutoTokenizer.from_pretrained(source)
-            model = AutoModel.from_pretrained(source)
+            return loader.from_pretrained(source)
     except Exception as exc:  # a truncated or foreign folder fails in many ways (safetensors, json, ...)
         hint = "a local folder with config.json and weights, or a hub id such as bert-base-uncased"
         if not os.path.exists(source) and not online:
@@ -451,6 +445,13 @@ def _load(source: str, name: str):
             ) from exc
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise EncoderError(f"encoder={name!r}: cannot be loaded ({first}); pass {hint}") from exc
+
+
+def _load(source: str, name: str):
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = _pretrained(AutoTokenizer, source, name)
+    model = _pretrained(AutoModel, source, name)
     if not hasattr(model.config, "hidden_size"):
         raise EncoderError(f"encoder={name!r}: {type(model).__name__} has no hidden_size; use a BERT-family encoder")
     return model, tokenizer
