@@ -5,9 +5,6 @@
     python -m bench.million eval --queries 10000           # precision@100, 10k x 1M: time, peak memory
     python -m bench.million ingest --docs 10000 1000000    # tiny BERT: driver/worker peak memory, docs/s
     python -m bench.million interrupt --docs 1000000       # Ctrl-C mid-ingest, rerun: exact count
-    python -m bench.million server --docs 1000000          # the same into a Milvus server (own netns)
-    python -m bench.million encoder --docs 100000          # MiniLM ingest vs the bare forward pass
-    python -m bench.million hash --layers 1                # learned 1M codes for bench.ivf_curve
 
 The corpus is generated deterministically from the dev corpora's text (../shared/data):
 document i takes a random dev document (its corpus and label are the label) and
@@ -105,66 +102,6 @@ def tiny_model(bits: int = 64) -> Path:
                          intermediate_size=64, max_position_embeddings=512)).save_pretrained(bert)
     cfg = config_for_bits(bits, features={"encoder": str(bert)}, train={"max_epochs": 2})
     train_corpus(CorpusSpec(str(make_corpus(5000, seed=1)), limit=5000), cfg, out, progress=False)
-    return out
-
-
-def layer_model(layers: int = 1, bits: int = 64, train_docs: int = 20_000, max_epochs: int = 10) -> Path:
-    """all-MiniLM-L6-v2 cut to its first ``layers`` layers (pretrained weights, a real
-    encoder at 1/6 to 1/3 of the full cost), and a DHIM head trained on ``train_docs``
-    generated documents (another seed than the database's) on the shipped schedule, capped
-    at ``max_epochs``: learned 1M codes in ~40 min on 2 cores, where the full encoder
-    needs ~3 h (90 docs/s)."""
-    out = CACHE / f"minilm-l{layers}-dhim-{bits}"
-    if (out / "config.json").exists():
-        return out
-    from transformers import AutoModel, AutoTokenizer
-
-    from dhim_ray.config import DEFAULT_ENCODER, config_for_bits
-    from dhim_ray.corpus.spec import CorpusSpec
-    from dhim_ray.encoding.encoder import resolve_encoder
-    from dhim_ray.training.pipeline import train_corpus
-
-    enc = CACHE / f"minilm-l{layers}"
-    if not (enc / "config.json").exists():
-        src = resolve_encoder(DEFAULT_ENCODER)
-        AutoTokenizer.from_pretrained(src).save_pretrained(enc)
-        AutoModel.from_pretrained(src, num_hidden_layers=layers).save_pretrained(enc)
-    cfg = config_for_bits(bits, features={"encoder": str(enc)}, train={"max_epochs": max_epochs})
-    result, _ = train_corpus(CorpusSpec(str(make_corpus(train_docs, seed=1)), "train"), cfg, out, progress=False)
-    record(f"model_minilm_l{layers}_{bits}", {"train_docs": train_docs, "max_epochs": max_epochs,
-                                               "best_epoch": result.best_epoch,
-                                               "val_p_at_100": result.best_precision,
-                                               "seconds": result.seconds})
-    return out
-
-
-def hash_corpus(model: Path, n_docs: int) -> Path:
-    """Packed codes of the generated corpus by row, hashed in this process shard by shard
-    (each shard saved as it finishes, so an interrupted run resumes)."""
-    import pyarrow.parquet as pq
-
-    from dhim_ray.hasher import Hasher
-
-    out = CACHE / f"codes-{model.name}-{n_docs}.npy"
-    if out.exists():
-        return out
-    parts = CACHE / f"codes-{model.name}-{n_docs}.parts"
-    parts.mkdir(exist_ok=True)
-    hasher = Hasher.load(model)
-    shards = sorted((corpus_dir(n_docs) / "train").glob("part-*.parquet"))
-    t0, done = time.perf_counter(), 0
-    for shard in shards:
-        part = parts / (shard.stem + ".npy")
-        if part.exists():
-            continue
-        texts = pq.read_table(shard, columns=["text"]).column("text").to_pylist()
-        np.save(parts / (shard.stem + ".tmp.npy"), hasher.encode(texts, batch_size=128))
-        (parts / (shard.stem + ".tmp.npy")).rename(part)
-        done += len(texts)
-        logger.info("%s: %d docs in %.0f s (%.0f docs/s)", shard.name, done, time.perf_counter() - t0,
-                    done / (time.perf_counter() - t0))
-    codes = np.concatenate([np.load(parts / (s.stem + ".npy")) for s in shards])
-    np.save(out, codes)
     return out
 
 
@@ -324,54 +261,6 @@ def count_collection(uri: str | Path, collection: str) -> dict:
         release(target.uri)
 
 
-def bench_encoder(n_docs: int, workers: int) -> dict:
-    """all-MiniLM-L6-v2 ingest of ``n_docs`` generated documents into milvus-lite against
-    the bare encoder forward pass over the same documents (tokenised beforehand, outside
-    the timing) on the same cores, with Ray already running; speed does not depend on the
-    head's weights, so a freshly initialised DHIM head is used."""
-    import pyarrow.parquet as pq
-    import torch
-
-    from dhim_ray.config import config_for_bits
-    from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.corpus.spec import CorpusSpec
-    from dhim_ray.encoding.encoder import FrozenEncoder
-    from dhim_ray.jobs.ingest import ingest
-    from dhim_ray.jobs.ray_env import init_ray
-    from dhim_ray.model.checkpoint import save_checkpoint
-    from dhim_ray.training.loop import build_model
-
-    corpus = make_corpus(n_docs)
-    init_ray(None)
-    import ray
-
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    enc = FrozenEncoder(config_for_bits(64).features)
-    cfg = config_for_bits(64, model={"hidden_size": enc.hidden_size})
-    model_dir = save_checkpoint(CACHE / "minilm-head-64", build_model(cfg), cfg, enc.fingerprint)
-    texts = [t for f in sorted((corpus / "train").glob("*.parquet"))
-             for t in pq.read_table(f, columns=["text"]).column("text").to_pylist()]
-    batch = enc.tokenizer(enc.prepare(texts), padding="max_length", truncation=True,
-                          max_length=enc.config.n_tokens, return_tensors="pt")
-    del texts
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        for s in range(0, n_docs, 64):
-            enc.model(**{k: v[s:s + 64] for k, v in batch.items()})
-    bare = n_docs / (time.perf_counter() - t0)
-    del enc, batch
-    db = CACHE / f"encoder-{n_docs}.db"
-    for f in CACHE.glob(f"encoder-{n_docs}.db*"):
-        f.unlink()
-    with PeakMemory() as peak:
-        result = ingest(CorpusSpec(str(corpus), "train"), model_dir, MilvusTarget(str(db), "docs"),
-                        workers=workers, progress=False)
-    return {"docs": n_docs, "workers": workers, "torch_threads_bare": torch.get_num_threads(),
-            "bare_encoder_docs_per_s": bare, "ingest_docs_per_s": result.docs_per_second,
-            "ratio": result.docs_per_second / bare, "ingest_seconds": result.seconds,
-            "rows_in_collection": result.rows_in_collection, "verified": result.verified,
-            "worker_peak_gib": peak.workers / 2**30}
-
 
 def interrupt_then_rerun(uri: str, n_docs: int, after: float, workers: int) -> dict:
     """Ctrl-C an ingest after ``after`` seconds, count what it left, rerun it to the end:
@@ -409,18 +298,6 @@ def main() -> None:
     p.add_argument("--docs", type=int, default=1_000_000)
     p.add_argument("--after", type=float, default=120.0, help="seconds before Ctrl-C")
     p.add_argument("--workers", type=int, default=2)
-    p = sub.add_parser("hash")
-    p.add_argument("--docs", type=int, default=1_000_000)
-    p.add_argument("--layers", type=int, default=1)
-    p.add_argument("--bits", type=int, default=64)
-    p = sub.add_parser("encoder")
-    p.add_argument("--docs", type=int, default=100_000)
-    p.add_argument("--workers", type=int, default=2)
-    for name in ("server", "_server"):  # _server: inside the network namespace
-        p = sub.add_parser(name)
-        p.add_argument("--docs", type=int, default=1_000_000)
-        p.add_argument("--after", type=float, default=150.0, help="seconds before Ctrl-C")
-        p.add_argument("--workers", type=int, default=2)
     p = sub.add_parser("_one")
     p.add_argument("docs", type=int)
     p.add_argument("uri", help="a milvus-lite .db file or a server URI")
@@ -433,9 +310,6 @@ def main() -> None:
         bench_search(args.n_codes, args.bits, args.queries, args.k)
     elif args.cmd == "eval":
         bench_eval(args.n_codes, args.queries, args.k)
-    elif args.cmd == "hash":
-        make_corpus(args.docs)
-        print(hash_corpus(layer_model(args.layers, args.bits), args.docs))
     elif args.cmd == "_one":
         print(json.dumps(run_ingest(args.docs, tiny_model(), args.uri, args.collection, args.workers)))
     elif args.cmd == "ingest":
@@ -454,29 +328,6 @@ def main() -> None:
         for f in CACHE.glob(f"interrupt-{args.docs}.db*"):
             f.unlink()
         record(f"interrupt_rerun_{args.docs}", interrupt_then_rerun(str(db), args.docs, args.after, args.workers))
-    elif args.cmd == "encoder":
-        record(f"encoder_minilm_{args.docs}", bench_encoder(args.docs, args.workers))
-    elif args.cmd == "server":
-        tiny_model()
-        make_corpus(args.docs)
-        cmd = (f"ip link set lo up && exec {sys.executable} -m bench.million _server --docs {args.docs} "
-               f"--after {args.after} --workers {args.workers}")
-        env = dict(os.environ, RAY_AUTH_MODE="disabled", MILVUS_TOKEN="root:Milvus")
-        subprocess.run(["unshare", "-n", "sh", "-c", cmd], cwd=Path(__file__).resolve().parents[1], env=env,
-                       check=True)
-    elif args.cmd == "_server":
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-        import shutil
-
-        from milvus_server import URI, start_server
-
-        shutil.rmtree(CACHE / "server-ingest", ignore_errors=True)
-        server = start_server(CACHE / "server-ingest", authorization=True)
-        try:
-            record(f"server_interrupt_rerun_{args.docs}", interrupt_then_rerun(URI, args.docs, args.after,
-                                                                               args.workers))
-        finally:
-            server.stop()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,5 @@
-"""The quality protocol the quality benches share (bench.quality, representations, selection,
-selection_probe, target_choice, unchanged): one place for the features, the carving, the
-training and the row a run records.
+"""The quality protocol the quality benches share (bench.quality, bench.item_level): one place
+for the features, the carving, the training and the row a run records.
 
 database = train.csv, queries = val.csv, precision@100 by Hamming distance, both tie rules.
 DHIM's model selection (early stopping, best epoch) uses a held-out slice of train.csv (10%,
@@ -34,20 +33,7 @@ def record(row: dict) -> None:
     append_row(RESULTS, row)
 
 
-SHIPPED = TrainConfig()  # the shipped schedule: its max_epochs (100) and patience (6)
-SHIPPED_EPOCHS = SHIPPED.max_epochs
-
-
-def record_shipped_schedule(name: str, bits: int, seed: int, max_epochs: int, patience: int, row: dict) -> None:
-    """A DHIM run of the shipped configuration and schedule, trained by another bench (selection's
-    re-ranking cells, representations' 'shipped' variant), goes into the quality table too:
-    one training, two tables (``row`` as ``run_row`` makes it). Runs with a cap or another patience
-    are not the shipped schedule."""
-    if max_epochs < SHIPPED_EPOCHS or patience != SHIPPED.patience:
-        return
-    if not done(load_results(), corpus=name, bits=bits, method="dhim shipped", seed=seed, max_epochs=max_epochs):
-        record({"corpus": name, "bits": bits, "method": "dhim shipped", "seed": seed, "max_epochs": max_epochs,
-                **row})
+SHIPPED_EPOCHS = TrainConfig().max_epochs  # the shipped schedule: 100 epochs at most (patience 6)
 
 
 def corpus_features(name: str, cache_dir: str, encoder_name: str | None = None):
@@ -62,14 +48,12 @@ def corpus_features(name: str, cache_dir: str, encoder_name: str | None = None):
     return encoder, train, val, tr, va
 
 
-def fit_carved(cfg, tr, train, callbacks=(), labelled: bool = True):
-    """Train on train.csv less a carved slice, which picks the epoch (never val.csv); with
-    labelled=False the slice's labels are hidden, so the label-free criterion picks it."""
+def fit_carved(cfg, tr, train):
+    """Train on train.csv less a carved slice, which picks the epoch (never val.csv)."""
     from dhim_ray.training.loop import carve_validation, fit
 
     fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
-    fit_labels, sel_labels = (train.labels[fit_idx], train.labels[sel_idx]) if labelled else (None, None)
-    return fit(tr.take(fit_idx), tr.take(sel_idx), cfg, fit_labels, sel_labels, progress=False, callbacks=callbacks)
+    return fit(tr.take(fit_idx), tr.take(sel_idx), cfg, train.labels[fit_idx], train.labels[sel_idx], progress=False)
 
 
 #: How a DHIM run's training went, as the quality table records it (see training_fields).

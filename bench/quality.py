@@ -2,7 +2,6 @@
 
     python -m bench.quality table --corpora dbpedia agnews r8 20ng --bits 16 32 64 128
     python -m bench.quality ablation --corpora dbpedia --bits 32 64
-    python -m bench.quality sweep --corpora r8 --bits 16 --set train.beta=2.0 --set model.init=itq
     python -m bench.quality report
 
 Protocol (../shared/data/README.md): database = train.csv, queries = val.csv,
@@ -32,7 +31,7 @@ from bench.protocol import (
     record,
     train_dhim,
 )
-from dhim_ray.config import as_published, config_for_bits, parse_overrides
+from dhim_ray.config import as_published, config_for_bits
 from dhim_ray.retrieval.baselines import make_baseline
 from dhim_ray.retrieval.metrics import cosine_precision_at_k, precision_at_k
 
@@ -115,25 +114,8 @@ def parse_cell_epochs(pairs: list[str]) -> dict[tuple[str, int], int]:
     return out
 
 
-def run_sweep(corpora, bits_list, max_epochs, k, cache_dir, pairs, long_epochs=None, seed=0) -> None:
-    """One configuration (shipped defaults + overrides) per corpus and width: how the defaults were chosen."""
-    over = parse_overrides(pairs)
-    rows = load_results()
-    for name in corpora:
-        encoder, train, val, tr, va = corpus_features(name, cache_dir)
-        for bits in bits_list:
-            epochs = epoch_cap(name, bits, max_epochs, long_epochs)
-            key = {"corpus": name, "bits": bits, "method": "sweep", "set": sorted(pairs), "seed": seed,
-                   "max_epochs": epochs}
-            if done(rows, **key):
-                continue
-            cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size, **over["model"]},
-                                  train={"max_epochs": epochs, "seed": seed, **over["train"]})
-            record({**key, **train_dhim(cfg, tr, va, train, val, k)})
-
-
 def _fmt(values: list[float | None]) -> str:
-    if any(v is None for v in values):  # not recorded (a run replayed from bench.selection's history)
+    if any(v is None for v in values):  # not recorded (a run replayed from another bench's history)
         return ""
     if len(values) == 1:
         return f"{values[0]:.4f}"
@@ -217,28 +199,12 @@ def to_markdown(rows: list[dict]) -> str:
                 rs = [r for r in abl if r["lever"] == lever and r["corpus"] == c and r["bits"] == b]
                 cells.append(f"{rs[0]['p_tie']:.4f}" if rs else "")
             lines.append(f"| {lever} | " + " | ".join(cells) + " |")
-    sweep = [r for r in rows if r["method"] == "sweep"]
-    if sweep:
-        lines += ["", "Sweep that chose the per-bit defaults (tie-aware P@100, seed 0; each row: the shipped "
-                  "defaults of the time with the settings shown; ITQ for reference):", "",
-                  "| corpus | bits | settings | epochs (best/cap) | P@100 tie-aware | vs ITQ (points) |",
-                  "|---|---|---|---|---|---|"]
-        for r in sorted(sweep, key=lambda r: (r["bits"], r["corpus"], -r["p_tie"])):
-            itq = [x["p_tie"] for x in rows if x["corpus"] == r["corpus"] and x["bits"] == r["bits"]
-                   and x["method"] == "itq"]
-            vs = f"{100 * (r['p_tie'] - itq[0]):+.1f}" if itq else ""
-            note = " (a)" if r.get("selection_database") == "all" else ""
-            lines.append(f"| {r['corpus']} | {r['bits']} | {' '.join(r['set']) or 'shipped defaults'}{note} | "
-                         f"{r['best_epoch'] + 1}/{r['max_epochs']} | {r['p_tie']:.4f} | {vs} |")
-        if any(r.get("selection_database") == "all" for r in sweep):
-            lines += ["", "(a) run before model selection searched a sample of at most 4,000 training documents "
-                      "(it searched all of them): same training, the picked epoch can differ."]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["table", "ablation", "sweep", "report"])
+    ap.add_argument("mode", choices=["table", "ablation", "report"])
     ap.add_argument("--corpora", nargs="+", default=["dbpedia", "agnews", "r8", "20ng"])
     ap.add_argument("--bits", nargs="+", type=int, default=[16, 32, 64, 128])
     ap.add_argument("--max-epochs", type=int, default=10, help="DHIM epoch cap (early stopping may end sooner)")
@@ -250,9 +216,6 @@ def main() -> None:
     ap.add_argument("--cell-epochs", nargs="*", default=[], metavar="CORPUS:BITS=EPOCHS",
                     help="table: epoch cap for single cells, e.g. 20ng:16=20 (overrides the two above)")
     ap.add_argument("--levers", nargs="+", default=list(ABLATIONS), choices=list(ABLATIONS))
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                    help="sweep: a setting over the shipped defaults, e.g. train.beta=2.0 (repeatable)")
-    ap.add_argument("--seed", type=int, default=0, help="sweep: the seed")
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--cache-dir", default=str(HERE / ".cache" / "features"),
                     help="frozen features, shared with the other benches (bench/.cache/features)")
@@ -263,9 +226,6 @@ def main() -> None:
                   parse_cell_epochs(args.cell_epochs))
     elif args.mode == "ablation":
         run_ablation(args.corpora, args.bits, args.max_epochs, args.k, args.cache_dir, args.levers, args.long_epochs)
-    elif args.mode == "sweep":
-        run_sweep(args.corpora, args.bits, args.max_epochs, args.k, args.cache_dir, args.overrides, args.long_epochs,
-                  args.seed)
     (HERE / "quality.md").write_text(to_markdown(load_results()))
     print(f"wrote {HERE / 'quality.md'}")
 

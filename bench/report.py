@@ -16,7 +16,6 @@ import json
 import re
 import sys
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -119,26 +118,6 @@ def onnx_speed() -> list[str] | None:
                    "bits changed vs torch (codes; theirs: sign bits)"], rows)
 
 
-def radius() -> list[str] | None:
-    r = _json("radius")
-    if r is None:
-        return None
-    body = [[str(c["radius"]), f"{c['nprobe']} of {r['nlist']}", f"{c['rows_within_mean']:.1f}", f"{c['recall']:.3f}",
-             f"{c.get('recall_strong', float('nan')):.3f}", f"{c.get('knn_recall_at_10', float('nan')):.3f}",
-             "yes" if c["all_within_radius"] and c["ordered"] else "no"] for c in r["cells"]]
-    return _table(["radius (bits)", "lists probed", "rows within the radius (mean)", "recall of those rows",
-                   "recall, Strong consistency", "top-10 recall, the same index", "all returned within R, in order"],
-                  body)
-
-
-def int8_quality() -> list[str] | None:
-    path = HERE / "int8_quality.jsonl"
-    if not path.exists():
-        return None
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    body = [[r["corpus"], r["trained_on"], r["hashed_on"], f"{r['p_tie']:.3f}", f"{r['recall_at_10']:.3f}",
-             "" if "bits_changed" not in r else f"{100 * r['bits_changed']:.1f}%"] for r in rows]
-    return _table(["corpus", "head trained on", "hashed with", "P@100", "known-item recall@10", "bits changed"], body)
 
 
 def ingest_speed() -> list[str] | None:
@@ -179,32 +158,6 @@ def quality() -> list[str] | None:
     return path.read_text().rstrip("\n").split("\n") if path.exists() else None
 
 
-def search_speed() -> list[str] | None:
-    r = _json("search_ingest")
-    if r is None:
-        return None
-    s, out = r["search"], []
-    if "numpy_qps" in s:  # recorded when hamming_topk was numpy popcounts
-        s = {**s, "hamming_topk_qps": s["numpy_qps"], "faiss_vs_hamming_topk": s["faiss_vs_numpy"],
-             "milvus_vs_hamming_topk": s["milvus_vs_numpy"]}
-    out += [f"| engine: {s['n_codes']:,} {s['bits']}-bit codes, {s['queries']} queries, top-{s['k']} | queries/s | "
-            "vs hamming_topk |", "|---|---|---|",
-            f"| dhim_ray.retrieval.metrics.hamming_topk (faiss, ties in database order) | "
-            f"{s['hamming_topk_qps']:.0f} | 1.00 |",
-            f"| faiss IndexBinaryFlat | {s['faiss_qps']:.0f} | {s['faiss_vs_hamming_topk']:.2f} |",
-            f"| milvus-lite BIN_FLAT HAMMING | {s['milvus_qps']:.0f} | {s['milvus_vs_hamming_topk']:.2f} |",
-            f"| milvus-lite upsert, rows/s (10k-row batches) | {s['milvus_insert_rows_per_s']:.0f} | |"]
-    if "ingest" in r:
-        i = r["ingest"]
-        out += ["", f"| {i['docs']} dbpedia docs, {i['workers']} encoder actors | docs/s | vs bare encoder |",
-                "|---|---|---|",
-                f"| bare encoder forward (pre-tokenised, batch 64) | {i['bare_encoder_docs_per_s']:.1f} | 1.00 |",
-                f"| ingest, Ray already running (as under `ray job submit`): actor start, clean, tokenise, "
-                f"encode, hash, upsert, verify | {i['warm_ingest_docs_per_s']:.1f} | {i['warm_ratio']:.2f} |",
-                f"| ingest, cold: the same plus starting Ray | {i['ingest_docs_per_s']:.1f} | {i['ratio']:.2f} |",
-                f"| rows verified | {i['rows_verified']} | |"]
-    return out
-
 
 def _million_runs(prefix: str, key: str) -> tuple[dict, list[dict]]:
     """bench/million.json, and its runs whose names start with ``prefix`` sorted by ``key``."""
@@ -241,47 +194,25 @@ def million_ingest() -> list[str] | None:
                    f"{x['distinct_ids']:,} | {gib(x['driver_peak_gib'])} | {gib(x['worker_peak_gib'])} |")
     out += ["", "| interrupted, then rerun | documents | Ctrl-C after s | rows left | rerun verified | rows after | "
             "distinct ids | rerun docs/s | rerun driver peak | rerun worker peak |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for key in sorted(k for k in r if "interrupt_rerun_" in k):
+    for key in sorted(k for k in r if k.startswith("interrupt_rerun_")):
         x, rerun = r[key], r[key]["rerun"] or {}
-        where = "a Milvus 2.3 server" if key.startswith("server_") else "milvus-lite"
         left = f"{x['rows_after_interrupt']['count']:,}" + (" (finished first)" if x["first_completed"] else "")
-        out.append(f"| into {where} | {int(key.rsplit('_', 1)[1]):,} | {x['interrupted_after_s']:.0f} | {left} | "
+        out.append(f"| into milvus-lite | {int(key.rsplit('_', 1)[1]):,} | {x['interrupted_after_s']:.0f} | {left} | "
                    f"{bool(rerun) and rerun['verified']} | {x['final']['count']:,} | {x['final']['distinct_ids']:,} | "
                    f"{rerun.get('docs_per_s', 0):.0f} | {gib(rerun.get('driver_peak_gib', 0))} | "
                    f"{gib(rerun.get('worker_peak_gib', 0))} |")
-    for key in sorted(k for k in r if k.startswith("encoder_minilm_")):
-        x = r[key]
-        out += ["", "| all-MiniLM-L6-v2 | documents | ingest docs/s | bare encoder docs/s | ratio | rows verified | "
-                "worker peak |", "|---|---|---|---|---|---|---|",
-                f"| {x['workers']} encoder actors vs {x['torch_threads_bare']} torch threads | {x['docs']:,} | "
-                f"{x['ingest_docs_per_s']:.1f} | {x['bare_encoder_docs_per_s']:.1f} | {x['ratio']:.2f} | "
-                f"{x['rows_in_collection']:,} ({x['verified']}) | {gib(x['worker_peak_gib'])} |"]
     return out
 
-
-def ivf_curve(name: str) -> list[str] | None:
-    c = _json(f"ivf_curve_{name}")
-    if c is None:
-        return None
-    out = [f"| index ({c['n_codes']:,} {c['bits']}-bit codes, {c['distinct_codes']:,} distinct; nearest at "
-           f"{c['nearest_distance_mean']:.1f}, 100th at {c['kth_distance_mean']:.1f}) | nlist | nprobe | "
-           "build + load s | q/s, 1 client | q/s, 8 clients | recall@100 |", "|---|---|---|---|---|---|---|"]
-    for x in c["rows"]:
-        out.append(f"| {x['index']} | {x['nlist'] or '-'} | {x['nprobe'] or '-'} | {x['build_s']:.0f} | "
-                   f"{x['qps_1_client']:.0f} | {x['qps_8_clients']:.0f} | {x['recall_tie_aware']:.4f} |")
-    return out
 
 
 def ray_train_run_label(run: str) -> str:
-    """A bench.ray_train run's name (in-process, on-disk, a worker count, NAME:variant) as the tables print it."""
-    kind, _, variant = run.partition(":")
-    label = {"in-process": "in-process", "on-disk": "in-process, features read from disk (`--feature-memory 0`)"}.get(
-        kind, f"Ray Train, {kind} worker{'' if kind == '1' else 's'}")
-    return label + (f", {variant}" if variant else "")
+    """A bench.ray_train run's name (in-process, on-disk, a worker count) as the tables print it."""
+    return {"in-process": "in-process", "on-disk": "in-process, features read from disk (`--feature-memory 0`)"}.get(
+        run, f"Ray Train, {run} worker{'' if run == '1' else 's'}")
 
 
 def _ratios(ratios: dict) -> list[str]:
-    return ["", "| against in-process (a frozen run: against in-process, frozen) | wall time ratio | epoch time ratio "
+    return ["", "| against in-process | wall time ratio | epoch time ratio "
             "| val P@100 difference |", "|---|---|---|---|",
             *(f"| {ray_train_run_label(run)} | {x['wall_time']:.2f} | {x['epoch_time']:.2f} | "
               f"{x['val_precision_diff']:+.4f} |" if "val_precision_diff" in x else
@@ -302,27 +233,6 @@ def ray_train() -> list[str] | None:
     return _table(header, rows) + _ratios(r["ratios_to_in_process"])
 
 
-def ray_train_gc() -> list[str] | None:
-    r = _json("ray_train_gc")
-    if r is None:
-        return None
-    header = ["run", "best val P@100", "mean epoch s", "full collections per rank-epoch", "their ms",
-              "young-generation ms", "objects the collector tracks"]
-    rows = ([ray_train_run_label(name), f"{x['best_val_precision_at_k_tie_aware']:.4f}",
-             f"{x['mean_epoch_seconds']:.2f}", f"{x['gc_full_collections_per_epoch']:.2f}",
-             f"{x['gc_full_ms_per_epoch']:.1f}", f"{x['gc_young_ms_per_epoch']:.2f}", f"{x['gc_tracked_objects']:,}"]
-            for name, x in r.items() if isinstance(x, dict) and "mean_epoch_seconds" in x)
-    return _table(header, rows) + _ratios(r["ratios_to_in_process"])
-
-
-def worker_priority() -> list[str] | None:
-    r = _json("worker_priority")
-    if r is None:
-        return None
-    return ["| run | busy loops | worker niceness | documents | wall s | ingest's own s | wall vs quiet |",
-            "|---|---|---|---|---|---|---|",
-            *(f"| {name} | {x['busy_loops']} | {x['niceness']} | {x['documents']} | {x['wall_seconds']:.1f} | "
-              f"{x['ingest_seconds']:.1f} | {x['wall_ratio_to_quiet']:.2f} |" for name, x in r["runs"].items())]
 
 
 def gpu_memory() -> list[str] | None:
@@ -378,98 +288,10 @@ def gpu_train() -> list[str] | None:
     return out
 
 
-def time_to_quality(name: str) -> list[str] | None:
-    r = _json(f"time_to_quality_{name}")
-    if r is None:
-        return None
-    from bench.time_to_quality import wall_to_reach
-
-    sh, ref = r["shipped"], r["reference"]
-    estimated, bound = ref.get("estimated"), ref.get("budget_stopped") or r.get("partial")
-    out = ["| loop | best val P@100 | best/run epochs | mean epoch s | wall to best epoch s |", "|---|---|---|---|---|",
-           f"| `dhim-ray train` (cached features, shipped recipe) | {sh['best_val_precision_at_k_tie_aware']:.4f} | "
-           f"{sh['best_epoch']}/{sh['epochs_run']} | {sh['mean_epoch_seconds']:.2f} | "
-           f"{sh['wall_to_best_epoch_seconds']:.1f} |",
-           f"| the paper's reference loop (encoder re-run every batch and validation, reference "
-           f"hyperparameters) | {ref['best_val_precision_at_k_tie_aware']:.4f} | {ref['best_epoch']}/"
-           f"{ref['epochs_run']} | {ref['mean_epoch_seconds']:.2f} | {ref['wall_to_best_epoch_seconds']:.1f}"
-           f"{' (estimated)' if estimated else ''}{' (at least: its run was cut)' if bound else ''} |",
-           "", "| ratio | value |", "|---|---|",
-           f"| time to best epoch, `dhim-ray train` over the reference loop | {r['time_ratio']:.3f} "
-           f"(1/{1 / r['time_ratio']:.1f}) |",
-           f"| val P@100 difference | {r['precision_diff']:+.4f} |"]
-    reach = wall_to_reach(sh, ref["best_val_precision_at_k_tie_aware"])
-    if reach is not None and not estimated:
-        out.append(f"| time to the reference loop's best val P@100, over the reference loop's (`dhim-ray train` "
-                   f"passed it at epoch {reach[0]}, {reach[1]:.1f} s in) | "
-                   f"{reach[1] / ref['wall_to_best_epoch_seconds']:.3f} |")
-    return out
 
 
-def selection() -> list[str] | None:
-    from bench.selection import RESULTS, report
-
-    return report().split("\n") if RESULTS.exists() else None
 
 
-def label_free_eval() -> list[str] | None:
-    r = _json("label_free_eval")
-    if r is None:
-        return None
-    out = ["| corpus | bits | method | bytes/doc | P@100 (labels) | neighbour recall@100 (no labels) |",
-           "|---|---|---|---|---|---|"]
-    for corpus, c in r.get("corpora", {}).items():
-        for method, m in c["methods"].items():
-            out.append(f"| {corpus} | {c['bits'] if method != 'cosine' else 'float'} | {method} | "
-                       f"{m['bytes_per_doc']} | {m['precision_at_100']:.4f} | {m['neighbour_recall_at_100']:.4f} |")
-    return out
-
-
-def representations() -> list[str] | None:
-    from bench.representations import RESULTS, report
-
-    return report().split("\n") if RESULTS.exists() else None
-
-
-def _target_choice_cells(r: dict, suffix: str) -> list[str]:
-    """The CORPUS:SEED cells of target_choice.json whose keys are CORPUS:SEED:VARIANT + suffix, in run order."""
-    return list(dict.fromkeys(":".join(k.split(":")[:2]) for k in r if k.endswith(suffix) and
-                              k.count(":") == 2 + bool(suffix)))
-
-
-def target_choice(suffix: str, score: str) -> list[str] | None:
-    """A target-choice table (keys CORPUS:SEED:VARIANT + suffix); auto keeps the target whose
-    ``score`` (a slice score of the kept epoch) is higher."""
-    r = _json("target_choice")
-    if r is None or not _target_choice_cells(r, suffix):
-        return None
-    what = "slice" if not suffix else "slice neighbour recall"
-    out = [f"| corpus | seed | shipped: {what} / val P@100 | whitened target: {what} / val P@100 | auto picks | "
-           f"auto vs shipped | auto vs the better |{'' if suffix else ' reproduced |'}",
-           "|---|---|---|---|---|---|---|" + ("" if suffix else "---|")]
-    right, gains, shortfalls = 0, [], []
-    for cell in _target_choice_cells(r, suffix):
-        a, b = r.get(f"{cell}:shipped{suffix}"), r.get(f"{cell}:whitening target{suffix}")
-        if a is None or b is None:
-            continue
-        pick, picked = ("whitened", b) if b[score] > a[score] else ("shipped", a)
-        best = max(a["val_p"], b["val_p"])
-        corpus, seed = cell.split(":")
-        row = (f"| {corpus} | {seed} | {a[score]:.4f} / {a['val_p']:.4f} | {b[score]:.4f} / {b['val_p']:.4f} | "
-               f"{pick} | {100 * (picked['val_p'] - a['val_p']):+.2f} pt | {100 * (picked['val_p'] - best):+.2f} "
-               "pt |")
-        if not suffix:
-            same = all(x["stored_val_p"] is not None and abs(x["val_p"] - x["stored_val_p"]) < 1e-9 for x in (a, b))
-            row += f" {'yes' if same else 'no'} |"
-        out.append(row)
-        right += picked["val_p"] == best
-        gains.append(picked["val_p"] - a["val_p"])
-        shortfalls.append(picked["val_p"] - best)
-    if gains:
-        out += ["", "| pairs | auto picked the better target | auto's largest shortfall | auto vs shipped, mean |",
-                "|---|---|---|---|", f"| {len(gains)} | {right} | {100 * min(shortfalls):+.2f} pt | "
-                f"{100 * sum(gains) / len(gains):+.2f} pt |"]
-    return out
 
 
 def _item_rows() -> list[dict]:
@@ -518,16 +340,10 @@ def item_level_training() -> list[str] | None:
 
 
 TABLES: dict[str, Callable[[], list[str] | None]] = {
-    "known-item": known_item, "item-level-training": item_level_training,
-    "headline": headline, "encode-speed": encode_speed, "ingest-speed": ingest_speed, "service": service,
-    "onnx-speed": onnx_speed, "int8-quality": int8_quality, "radius": radius,
-    "quality": quality, "search-speed": search_speed, "million-search": million_search,
-    "million-ingest": million_ingest, "ivf-generated": partial(ivf_curve, "generated"), "ivf-val": partial(ivf_curve, "val"),
-    "ray-train": ray_train, "ray-train-gc": ray_train_gc, "worker-priority": worker_priority,
-    "gpu-memory": gpu_memory, "gpu-train": gpu_train, "gpu-encode": gpu_encode, "time-to-quality-gpu": partial(time_to_quality, "gpu"),
-    "time-to-quality-cpu": partial(time_to_quality, "cpu"), "selection": selection, "label-free-eval": label_free_eval,
-    "representations": representations, "target-choice": partial(target_choice, "", "slice_p"),
-    "target-choice-label-free": partial(target_choice, ":label-free", "slice_neighbour_recall"),
+    "headline": headline, "known-item": known_item, "item-level-training": item_level_training,
+    "encode-speed": encode_speed, "onnx-speed": onnx_speed, "ingest-speed": ingest_speed, "service": service,
+    "quality": quality, "million-search": million_search, "million-ingest": million_ingest, "ray-train": ray_train,
+    "gpu-memory": gpu_memory, "gpu-train": gpu_train, "gpu-encode": gpu_encode,
 }
 
 

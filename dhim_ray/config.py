@@ -236,7 +236,7 @@ REFERENCE_HYPERPARAMETERS: dict[int, dict[str, Any]] = {
     128: {"batch_size": 128, "lr": 1e-4, "alpha": 0.1, "beta": 0.9},
 }
 
-# What dhim-ray ships, per code length, chosen on the dev corpora (BENCHMARKS.md).
+# What dhim-ray ships, per code length, chosen on the dev corpora (docs/experiments.md).
 # At 16 bits the local MI term pulls the few bits towards telling single documents
 # apart; a heavier pull to the (neighbour-shared) sentence target wins there (dbpedia
 # P@100, model selection on a train slice: 0.56 at beta 0.4, 0.59 at 2.0, 0.69 at 5.0;

@@ -51,7 +51,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
         os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "60000")
         # Ray starts its workers 15 nice levels below the driver: beside any other busy
         # process the encoders and training workers then get a few percent of a core
-        # (beside one busy loop per core an ingest took 7.2x as long: bench/worker_priority.py).
+        # (beside one busy loop per core an ingest took 7.2x as long: docs/experiments.md).
         # A local run is the user's own command, so its workers run at the user's priority
         # (`nice dhim-ray ...` still works).
         os.environ.setdefault("RAY_worker_niceness", "0")

@@ -45,3 +45,23 @@ def test_generated_tables_equal_the_results(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     probe = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, env=env, timeout=60)
     assert probe.returncode != 0 and "not importable" in probe.stderr  # the guard was in force
+
+
+def test_every_bench_command_in_the_docs_names_a_registered_bench():
+    """``python -m bench NAME`` runs what the registry names; the docs name only those, and
+    every module in bench/ is a registered bench or one of their shared helpers."""
+    from bench.__main__ import BENCHES
+
+    helpers = {"__init__", "__main__", "harness", "protocol", "anchor_worker"}
+    modules = {p.stem for p in (ROOT / "bench").glob("*.py")} - helpers
+    assert modules == set(BENCHES), f"bench/ modules not in the registry, or registered and missing: {modules ^ set(BENCHES)}"
+    for path in MARKDOWN:
+        for name in re.findall(r"python -m bench[. ]([a-z_]+)", path.read_text()):
+            assert name in BENCHES, f"{path.name}: `python -m bench {name}` is not a registered bench"
+    listed = subprocess.run([sys.executable, "-m", "bench"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and all(f"  {name} " in listed.stdout for name in BENCHES), listed.stdout
+    wrong = subprocess.run([sys.executable, "-m", "bench", "nope"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert wrong.returncode == 2 and "no bench named 'nope'" in wrong.stderr
+    helped = subprocess.run([sys.executable, "-m", "bench", "ray_train", "--help"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300)
+    assert helped.returncode == 0 and "--corpus" in helped.stdout

@@ -17,7 +17,7 @@ def selection_warmup(criterion: str | None, config: TrainConfig) -> int:
     """Epochs the criterion does not pick from. The label-free criterion rewards codes that
     keep the encoder's cosine geometry, and early epochs (an ITQ start above all) are
     closest to it before training moves the codes towards the corpus' structure
-    (BENCHMARKS.md, "Model selection without labels"): it waits ``patience`` epochs."""
+    (docs/experiments.md, "Model selection"): it waits ``patience`` epochs."""
     return min(config.patience, config.max_epochs - 1) if criterion == "neighbours" else 0
 
 
