@@ -445,9 +445,9 @@ def refine(
 @handle_errors
 def eval_(
     model_dir: Annotated[Path | None, typer.Argument(help="Checkpoint folder from 'dhim-ray train'.")] = None,
-    queries: Annotated[str, typer.Option(help="Query corpus and split, e.g. ../shared/data/dbpedia:val.")] = "",
+    queries: Annotated[str, typer.Option(help="Query corpus and split, e.g. bbc:val or my-docs.csv.")] = "",
     database: Annotated[str | None, typer.Option(
-        help="Database corpus and split, e.g. ../shared/data/dbpedia:train (not with --collection: "
+        help="Database corpus and split, e.g. bbc:train (not with --collection: "
              "the collection is the database).")] = None,
     k: Annotated[int, typer.Option("--k", "-k", help="Precision@k.")] = 100,
     baseline: Annotated[str | None, typer.Option(
@@ -518,7 +518,7 @@ def eval_(
         raise ConfigError(f"--nprobe {nprobe}: applies to a Milvus --collection only (in-memory eval is exact); "
                           "drop it")
     if not queries:
-        raise ConfigError("eval needs --queries CORPUS:SPLIT, e.g. --queries ../shared/data/dbpedia:val")
+        raise ConfigError("eval needs --queries CORPUS:SPLIT, e.g. --queries bbc:val")
     q = corpus_spec(queries, text_column, label_column, drop_empty, limit)
     if collection is not None:
         if database is not None:

@@ -91,7 +91,7 @@ def test_missing_split(toy_folder):
 
 
 def test_hub_preset_offline_fails_fast_with_a_fix():
-    with pytest.raises(HubUnreachableError, match="unreachable .* pass a local folder"):
+    with pytest.raises(HubUnreachableError, match="unreachable .* pass a local CSV"):
         load_corpus("dbpedia")
 
 

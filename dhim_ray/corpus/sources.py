@@ -169,8 +169,8 @@ def _load_hub_dataset(name: str, path: str, config: str | None):
     except Exception as exc:
         if not online:
             raise HubUnreachableError(
-                f"corpus {name!r} ({path}) needs the Hugging Face hub, which is unreachable and has no "
-                "cached copy; pass a local folder or file instead, e.g. dhim-ray train ../shared/data/dbpedia"
+                f"corpus {name!r} ({path}) needs the Hugging Face hub, which is unreachable and has no cached "
+                "copy; pass a local CSV/JSONL/Parquet file or folder instead, or the packaged corpus bbc"
             ) from exc
         raise UnknownDatasetError(
             f"corpus {name!r} ({path}) could not be loaded from the hub: {str(exc).splitlines()[0][:200]}"
