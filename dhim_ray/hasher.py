@@ -11,9 +11,9 @@ from tqdm.auto import tqdm
 
 from dhim_ray.codes import codes_to_bytes
 from dhim_ray.config import DHIMConfig
-from dhim_ray.encoding.encoder import DIGEST_FIELD, Features, FrozenEncoder
+from dhim_ray.encoding.encoder import DIGEST_FIELD, Features, FrozenEncoder, encoder_identity
 from dhim_ray.errors import DataError, EncoderMismatchError
-from dhim_ray.model.checkpoint import CheckpointInfo, load_checkpoint
+from dhim_ray.model.checkpoint import CheckpointInfo, load_checkpoint, read_checkpoint, verify_weights
 from dhim_ray.model.dhim import DHIM
 from dhim_ray.model.inference import hash_features, score_features
 
@@ -42,6 +42,23 @@ def same_encoder(trained: str, loaded: str) -> bool:
         log.warning("checkpoint predates encoder weight digests: its encoder '%s' is matched by name only",
                     undigested.split("|", 1)[0])
     return legacy
+
+
+def check_encoder(info: CheckpointInfo, encoder: str, fingerprint: str, hidden_size: int) -> None:
+    """Raise EncoderMismatchError unless an encoder of this ``fingerprint`` and width is the
+    one the checkpoint was trained on."""
+    width = info.config.model.hidden_size
+    if hidden_size != width:
+        raise EncoderMismatchError(
+            f"checkpoint {info.path} was trained on {info.encoder_name} (width {width}) "
+            f"but encoder {encoder} has width {hidden_size}; use the training encoder"
+        )
+    trained = info.encoder_fingerprint
+    if trained and not same_encoder(trained, fingerprint):
+        raise EncoderMismatchError(
+            f"checkpoint {info.path} was trained on encoder '{trained}' but '{fingerprint}' was loaded; "
+            "use the encoder (the same weights) and --max-words it was trained with"
+        )
 
 
 class Hasher:
@@ -75,18 +92,20 @@ class Hasher:
             encoder = FrozenEncoder(config.features, device=device, reach=config.model.pad_reach, backend=backend)
         elif encoder.reach is not None and (config.model.pad_reach is None or encoder.reach < config.model.pad_reach):
             encoder.reach = config.model.pad_reach  # the head reads further past a document's end
-        if encoder.hidden_size != config.model.hidden_size:
-            raise EncoderMismatchError(
-                f"checkpoint {path} was trained on {info.encoder_name} (width {config.model.hidden_size}) "
-                f"but encoder {encoder.config.encoder} has width {encoder.hidden_size}; use the training encoder"
-            )
-        fp = info.encoder_fingerprint
-        if fp and not same_encoder(fp, encoder.fingerprint):
-            raise EncoderMismatchError(
-                f"checkpoint {path} was trained on encoder '{fp}' but '{encoder.fingerprint}' was loaded; "
-                "use the encoder (the same weights) and --max-words it was trained with"
-            )
+        check_encoder(info, encoder.config.encoder, encoder.fingerprint, encoder.hidden_size)
         return cls(model.to(encoder.device), config, encoder, info)
+
+    @staticmethod
+    def check(path: str | Path) -> CheckpointInfo:
+        """What ``load`` checks, without loading weights: the checkpoint folder, its weights'
+        digest, and that its encoder is there and is the one it was trained on (from the
+        encoder's config.json and weights' digest). For a driver that only needs the model's
+        fields (code width, id, feature settings) before workers load it."""
+        info = read_checkpoint(path)
+        verify_weights(info)
+        features = info.config.features
+        check_encoder(info, features.encoder, *encoder_identity(features))
+        return info
 
     @property
     def n_bits(self) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ import numpy as np
 from dhim_ray.config import FeatureConfig
 from dhim_ray.connectors.milvus import (
     RESERVED_FIELDS,
+    CodeCollection,
     IndexSpec,
     MilvusTarget,
     check_alias_support,
@@ -183,8 +185,8 @@ def ingest(
 
     Args:
         corpus: what to ingest; its split defaults to ``train``.
-        model_dir: checkpoint folder from ``dhim-ray train`` (loaded and checked here,
-            before any collection is created).
+        model_dir: checkpoint folder from ``dhim-ray train`` (checked here, with its encoder,
+            before any collection is created; only the encoding actors load the weights).
         target: Milvus URI and collection.
         workers: encoding actors (with ``use_gpu``, one GPU each). batch_size:
             documents per encoder call.
@@ -227,91 +229,97 @@ def ingest(
     index = check_index_for(target.uri, index or default_index(target.uri))
     # Everything that can be wrong with the model or the data fails here, before a
     # collection is created: the model, the columns, then (in Ray) every row's text.
-    hasher = Hasher.load(model_dir)
-    n_bits, mid, features = hasher.n_bits, hasher.model_id, hasher.config.features
-    cleaning = features.cleaning
+    model = Hasher.check(model_dir)  # the fields the driver needs; the encoding actors load the weights
+    n_bits, mid, features = model.n_bits, model.model_id, model.config.features
+    cleaning, width = features.cleaning, model.config.model.hidden_size
     if store_vectors and store_signs:
         raise ConfigError("store_vectors and store_signs: a collection keeps one of them to re-rank by; pick one")
-    vector_dim = hasher.encoder.hidden_size if store_vectors else 0
-    sign_bits = hasher.encoder.hidden_size if store_signs else 0
+    vector_dim = width if store_vectors else 0
+    sign_bits = width if store_signs else 0
     if sign_bits % 8:
         raise ConfigError(f"store_signs: the encoder's width {sign_bits} is not a multiple of 8")
-    del hasher
     plan = with_kept_columns(with_key_column(plan_split(corpus), id_column), tuple(keep_columns), RESERVED_FIELDS)
     source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")
-    if target.lite and not Path(target.uri).exists():
-        check_lite_path(target.uri)  # a new file: created below, once the rows have passed the scan
-    else:
-        with target.open() as collection:  # an unreachable store or a collection that cannot take these codes fails now
+    new_file = target.lite and not Path(target.uri).exists()
+    if new_file:
+        check_lite_path(target.uri)  # created below, once the rows have passed the scan
+    # One Milvus session checks the collection before the scan, creates it after, and (milvus-lite:
+    # one process per file) takes the driver's writes; a second one verifies.
+    with ExitStack() as session:
+        collection = None if new_file else session.enter_context(target.open())
+        if collection is not None:  # an unreachable store or a collection that cannot take these codes fails now
             collection.check(n_bits, mid, overwrite, vector_dim, keys=id_column is not None, sign_bits=sign_bits,
                              columns={name: (None, 0) for name in plan.kept_columns})
-    t0 = time.perf_counter()
-    init_ray(address)
-    check_capacity(workers, use_gpu)
-    # read tasks open the corpus and encoder actors the model on every node
-    shared = {"--model": (Path(model_dir).resolve(), False)}
-    if Path(corpus.name).exists():
-        shared["corpus"] = (Path(corpus.name).resolve(), False)
-    check_shared_paths(shared)
-    scanned = scan(plan, cleaning)
-    n_rows, n_dropped = check_scan(plan, scanned, corpus.drop_empty, corpus.limit)
-    names = label_vocabulary(corpus, {canonical_split(corpus.split): scanned.label_names})
-    n_documents = n_rows - n_dropped
-    logger.debug("%s: %d documents in %d shards", plan.where, n_documents, len(plan.shards))
+        t0 = time.perf_counter()
+        init_ray(address)
+        check_capacity(workers, use_gpu)
+        # read tasks open the corpus and encoder actors the model on every node
+        shared = {"--model": (Path(model_dir).resolve(), False)}
+        if Path(corpus.name).exists():
+            shared["corpus"] = (Path(corpus.name).resolve(), False)
+        check_shared_paths(shared)
+        scanned = scan(plan, cleaning)
+        n_rows, n_dropped = check_scan(plan, scanned, corpus.drop_empty, corpus.limit)
+        names = label_vocabulary(corpus, {canonical_split(corpus.split): scanned.label_names})
+        n_documents = n_rows - n_dropped
+        logger.debug("%s: %d documents in %d shards", plan.where, n_documents, len(plan.shards))
 
-    columns = {name: scanned.columns[name] for name in plan.kept_columns}
-    with target.open() as collection:
+        columns = {name: scanned.columns[name] for name in plan.kept_columns}
+        collection = collection or session.enter_context(target.open())
         info = collection.ensure(n_bits, mid, index, overwrite, vector_dim, keys=id_column is not None,
                                  sign_bits=sign_bits, columns=columns, model_dir=str(Path(model_dir).resolve()))
         first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
+        # ids carry a hash of the source: a clash with another source's shows on its first rows
         collection.refuse_foreign_rows(document_ids(source, first), source)
         if id_column is None:
             collection.refuse_dropping_keys(info, source)
-    # the collection's kinds: an existing string field takes this ingest's numbers as text
-    prepare = Prepare(source, tuple(scanned.offsets), n_rows, tuple(names) if names else None, corpus.drop_empty,
-                      plan.label_names, tuple((name, info.columns[name][0]) for name in plan.kept_columns))
-    ds = read_documents(plan, cleaning, prepare)
-    actor_cpus, threads = actor_resources(workers)
-    if use_gpu if tokenise_apart is None else tokenise_apart:
-        # As many tokenising actors as the CPUs the encoders leave allow (Ray Data scales the pool).
-        tok_cpus, most = tokeniser_resources(workers, actor_cpus)
-        ds = ds.map_batches(TokenIds, fn_constructor_kwargs={"features": features},
-                            batch_size=batch_size * SORTED_BATCHES, batch_format="numpy", num_cpus=tok_cpus,
-                            compute=ray.data.ActorPoolStrategy(min_size=1, max_size=most))
-    ds = ds.map_batches(
-        CodeEncoder,
-        fn_constructor_kwargs={"model_dir": str(Path(model_dir).resolve()), "threads": threads,
-                               "device": "cuda" if use_gpu else "cpu", "vectors": store_vectors,
-                               "batch_size": batch_size, "signs": store_signs},
-        batch_size=batch_size * SORTED_BATCHES,
-        # One block at a time per actor: otherwise the first actor up takes several blocks
-        # while the others are still loading the model.
-        compute=ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1),
-        num_cpus=actor_cpus,
-        num_gpus=1 if use_gpu else 0,
-        batch_format="numpy",
-    )
-    writers = parallel = 1
-    written = 0
-    try:
-        with task_errors():
-            if target.lite:
-                written = write_from_driver(ds, target, n_bits, source, n_documents, progress, write_batch,
-                                            name_field=info.label_names, key_field=info.keys)
-            else:
-                from dhim_ray.jobs.milvus_sink import MilvusDatasink
+        if not target.lite:
+            session.close()  # a server's rows are written by Ray tasks, each on a client of its own
+        # the collection's kinds: an existing string field takes this ingest's numbers as text
+        prepare = Prepare(source, tuple(scanned.offsets), n_rows, tuple(names) if names else None,
+                          corpus.drop_empty, plan.label_names,
+                          tuple((name, info.columns[name][0]) for name in plan.kept_columns))
+        ds = read_documents(plan, cleaning, prepare)
+        actor_cpus, threads = actor_resources(workers)
+        if use_gpu if tokenise_apart is None else tokenise_apart:
+            # As many tokenising actors as the CPUs the encoders leave allow (Ray Data scales the pool).
+            tok_cpus, most = tokeniser_resources(workers, actor_cpus)
+            ds = ds.map_batches(TokenIds, fn_constructor_kwargs={"features": features},
+                                batch_size=batch_size * SORTED_BATCHES, batch_format="numpy", num_cpus=tok_cpus,
+                                compute=ray.data.ActorPoolStrategy(min_size=1, max_size=most))
+        ds = ds.map_batches(
+            CodeEncoder,
+            fn_constructor_kwargs={"model_dir": str(Path(model_dir).resolve()), "threads": threads,
+                                   "device": "cuda" if use_gpu else "cpu", "vectors": store_vectors,
+                                   "batch_size": batch_size, "signs": store_signs},
+            batch_size=batch_size * SORTED_BATCHES,
+            # One block at a time per actor: otherwise the first actor up takes several blocks
+            # while the others are still loading the model.
+            compute=ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1),
+            num_cpus=actor_cpus,
+            num_gpus=1 if use_gpu else 0,
+            batch_format="numpy",
+        )
+        writers = parallel = 1
+        written = 0
+        try:
+            with task_errors():
+                if target.lite:
+                    written = write_from_driver(ds, collection, n_bits, source, n_documents, progress, write_batch,
+                                                name_field=info.label_names, key_field=info.keys)
+                else:
+                    from dhim_ray.jobs.milvus_sink import MilvusDatasink
 
-                sink = MilvusDatasink(target, n_bits, source, mid, index, overwrite=False, vector_dim=vector_dim,
-                                      keys=id_column is not None, sign_bits=sign_bits, columns=columns)
-                # Upserts wait on the network, not the CPU, and must run whatever the encoders hold
-                # (after a node dies, its actors restart on the nodes left and can fill them): no CPU.
-                ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0})
-                written, writers, parallel = sink.rows_written, sink.writers, sink.max_parallel_writes
-    except KeyboardInterrupt:
-        raise IngestInterrupted(
-            f"interrupted; rerun the same ingest to complete {target.collection!r}: writes are upserts, so it "
-            "ends with exactly one row per document"
-        ) from None
+                    sink = MilvusDatasink(target, n_bits, source, info.label_names, info.keys)
+                    # Upserts wait on the network, not the CPU, and must run whatever the encoders hold
+                    # (after a node dies, its actors restart on the nodes left and can fill them): no CPU.
+                    ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0})
+                    written, writers, parallel = sink.rows_written, sink.writers, sink.max_parallel_writes
+        except KeyboardInterrupt:
+            raise IngestInterrupted(
+                f"interrupted; rerun the same ingest to complete {target.collection!r}: writes are upserts, so it "
+                "ends with exactly one row per document"
+            ) from None
     seconds = time.perf_counter() - t0
     with target.open() as collection:
         last_row = int(plan.id_rows([n_rows - 1])[0])
@@ -325,34 +333,32 @@ def ingest(
                             removed, source)
         stored = collection.count_source(source, last_row)
         of_source = collection.count_source(source)
-    result = IngestResult(target.collection, target.uri, source, n_documents, written, stored, of_source, seconds,
-                          writers, parallel, removed)
-    if stored != n_documents:
-        raise StoreError(
-            f"collection {target.collection!r} holds {stored} rows of {source} up to row {last_row} but "
-            f"{n_documents} were ingested; rerun the same ingest (it upserts) to repair it"
-        )
-    if alias is not None:  # verified: now the applications move
-        with target.open() as collection:
+        result = IngestResult(target.collection, target.uri, source, n_documents, written, stored, of_source,
+                              seconds, writers, parallel, removed)
+        if stored != n_documents:
+            raise StoreError(
+                f"collection {target.collection!r} holds {stored} rows of {source} up to row {last_row} but "
+                f"{n_documents} were ingested; rerun the same ingest (it upserts) to repair it"
+            )
+        if alias is not None:  # verified: now the applications move
             result.alias, result.alias_was = alias, collection.point_alias(alias) or ""
-        logger.info("alias %s now points at %s%s", alias, target.collection,
-                    f" (was {result.alias_was})" if result.alias_was else "")
+            logger.info("alias %s now points at %s%s", alias, target.collection,
+                        f" (was {result.alias_was})" if result.alias_was else "")
     logger.info("ingested %d documents into %s at %s (%.0f docs/s)", n_documents, target.collection,
                 mask_uri(target.uri), result.docs_per_second)
     return result
 
 
-def write_from_driver(ds, target: MilvusTarget, n_bits: int, source: str, total: int, progress: bool,
+def write_from_driver(ds, collection: CodeCollection, n_bits: int, source: str, total: int, progress: bool,
                       write_batch: int, name_field: bool = True, key_field: bool = True) -> int:
-    """milvus-lite takes one process per file: the driver upserts what the actors encode.
-    ``name_field`` / ``key_field``: the collection has the label_name / key field."""
+    """milvus-lite takes one process per file: the driver upserts what the actors encode, on
+    its open ``collection``. ``name_field`` / ``key_field``: the collection has the label_name /
+    key field."""
     from tqdm.auto import tqdm
 
     written = 0
-    with (target.open() as collection,
-          tqdm(total=total, desc=f"ingest {target.collection}", unit="doc", disable=not progress) as bar):
+    with tqdm(total=total, desc=f"ingest {collection.name}", unit="doc", disable=not progress) as bar:
         for batch in ds.iter_batches(batch_size=write_batch, batch_format="numpy"):
-            collection.refuse_foreign_rows(batch["id"], source)
             rows = make_rows(batch["id"], np.asarray(batch["code"], dtype=np.uint8), n_bits, batch["label"],
                              [str(t) for t in batch["text"]], source, batch["row"], batch.get("vector"),
                              batch.get("label_name"), name_field=name_field, keys=batch.get("key"),

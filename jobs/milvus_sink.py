@@ -1,10 +1,10 @@
 """A Ray Data datasink writing code rows into a Milvus server collection.
 
-The sink holds plain config only and opens its client lazily inside each write
-task (it must pickle). ``on_write_start`` runs once on the driver and creates or
-checks the collection; ``write`` upserts its blocks and returns the row count;
-``on_write_complete`` totals them. For milvus-lite (one process per file) the
-ingest job writes from the driver instead: see jobs/ingest.py.
+The sink holds plain config only and opens its client inside each write task (it
+must pickle); the collection exists and was checked before (jobs/ingest.py does it).
+``write`` upserts its blocks and returns the row count; ``on_write_complete`` totals
+them. For milvus-lite (one process per file) the ingest job writes from the driver
+instead.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from ray.data.block import BlockAccessor
 from dhim_ray.connectors.milvus import (
     KEY_FIELD,
     LABEL_NAME_FIELD,
-    IndexSpec,
     MilvusTarget,
     kept_columns,
     make_rows,
@@ -69,39 +68,30 @@ def block_to_rows(table, n_bits: int, source: str, name_field: bool = True,
 
 
 class MilvusDatasink(Datasink[WriteStats]):
-    def __init__(self, target: MilvusTarget, n_bits: int, source: str, model: str,
-                 index: IndexSpec = IndexSpec(), overwrite: bool = False, vector_dim: int = 0, keys: bool = False,
-                 sign_bits: int = 0, columns: dict[str, tuple[str, int]] | None = None):
+    """Upserts rows into ``target``'s existing collection; ``name_field`` / ``key_field``: it
+    has the label_name / key field (CollectionInfo.label_names / keys)."""
+
+    def __init__(self, target: MilvusTarget, n_bits: int, source: str, name_field: bool = True,
+                 key_field: bool = True):
         if target.lite:
             raise ConfigError(
                 f"uri={target.uri}: MilvusDatasink writes from many processes but a milvus-lite file takes one; "
                 "write from the driver (dhim-ray ingest does) or use a Milvus server"
             )
-        self.target, self.n_bits, self.source, self.model = target, n_bits, source, model
-        self.index, self.overwrite, self.vector_dim, self.keys = index, overwrite, vector_dim, keys
-        self.sign_bits, self.columns = sign_bits, columns
+        self.target, self.n_bits, self.source = target, n_bits, source
+        self.name_field, self.key_field = name_field, key_field
         self.rows_written = 0
         self.stats: list[WriteStats] = []
-
-    def on_write_start(self, schema=None) -> None:
-        with self.target.open() as collection:
-            collection.ensure(self.n_bits, self.model, self.index, self.overwrite, self.vector_dim, self.keys,
-                              self.sign_bits, self.columns)
 
     def write(self, blocks: Iterable, ctx) -> WriteStats:
         started = time.time()
         written = 0
-        with self.target.open() as collection:
-            info = collection.describe()
-            name_field = info is not None and info.label_names  # False: made before rows kept label names
-            key_field = info is not None and info.keys  # False: made before rows kept their own ids
+        with self.target.open(create=False) as collection:
             for block in blocks:
                 table = BlockAccessor.for_block(block).to_arrow()
                 for start in range(0, table.num_rows, BATCH_ROWS):
-                    rows = block_to_rows(table.slice(start, BATCH_ROWS), self.n_bits, self.source, name_field,
-                                         key_field)
-                    collection.refuse_foreign_rows([r["id"] for r in rows], self.source)
-                    written += collection.upsert(rows)
+                    written += collection.upsert(block_to_rows(table.slice(start, BATCH_ROWS), self.n_bits,
+                                                               self.source, self.name_field, self.key_field))
         return WriteStats(written, f"{socket.gethostname()}:{os.getpid()}", started, time.time())
 
     def on_write_complete(self, write_result) -> None:

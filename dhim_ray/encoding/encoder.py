@@ -171,26 +171,12 @@ class FrozenEncoder:
         # Hashed now, beside the load: a digest taken later (a fingerprint is first asked for after
         # the features, possibly hours on) would describe whatever the folder holds by then.
         self._weights_digest = weights_digest(self.source) if os.path.isdir(config.encoder) else ""
-        limit = getattr(self.model.config, "max_position_embeddings", None)
-        if limit and config.n_tokens > limit:
-            raise EncoderError(
-                f"max_words={config.max_words} needs {config.n_tokens} tokens but {config.encoder} takes at "
-                f"most {limit}; use max_words={limit - 1} or less"
-            )
+        check_positions(config, self.model.config)
 
     @property
     def fingerprint(self) -> str:
-        """Identifies the encoder and tokenisation, for caches and checkpoints: the name, the
-        architecture and the token settings, and for a local folder its ``weights_digest``
-        (which tells a refined encoder from the one it was refined from)."""
-        cfg = self.model.config
-        parts = [self.config.encoder, cfg.model_type, str(cfg.hidden_size), str(getattr(cfg, "num_hidden_layers", "")),
-                 str(getattr(cfg, "vocab_size", "")), str(self.config.n_tokens), str(self.config.max_words)]
-        if self.config.cleaning != "unicode":  # checkpoints from before the option read as unicode
-            parts.append(self.config.cleaning)
-        if self._weights_digest:
-            parts.append(f"{DIGEST_FIELD}{self._weights_digest}")
-        return "|".join(parts)
+        """Identifies the encoder and tokenisation, for caches and checkpoints (see ``fingerprint``)."""
+        return fingerprint(self.config, self.model.config, self._weights_digest)
 
     @property
     def runs_onnx(self) -> bool:
@@ -445,6 +431,45 @@ def _pretrained(loader, source: str, name: str):
             ) from exc
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise EncoderError(f"encoder={name!r}: cannot be loaded ({first}); pass {hint}") from exc
+
+
+def check_positions(config: FeatureConfig, model_config) -> None:
+    """Refuse a ``max_words`` whose tokens the encoder cannot take."""
+    limit = getattr(model_config, "max_position_embeddings", None)
+    if limit and config.n_tokens > limit:
+        raise EncoderError(
+            f"max_words={config.max_words} needs {config.n_tokens} tokens but {config.encoder} takes at "
+            f"most {limit}; use max_words={limit - 1} or less"
+        )
+
+
+def fingerprint(config: FeatureConfig, model_config, digest: str) -> str:
+    """Identifies an encoder and its tokenisation, for caches and checkpoints: the name, the
+    architecture and the token settings, and for a local folder its ``weights_digest``
+    (which tells a refined encoder from the one it was refined from)."""
+    parts = [config.encoder, model_config.model_type, str(model_config.hidden_size),
+             str(getattr(model_config, "num_hidden_layers", "")), str(getattr(model_config, "vocab_size", "")),
+             str(config.n_tokens), str(config.max_words)]
+    if config.cleaning != "unicode":  # checkpoints from before the option read as unicode
+        parts.append(config.cleaning)
+    if digest:
+        parts.append(f"{DIGEST_FIELD}{digest}")
+    return "|".join(parts)
+
+
+def encoder_identity(config: FeatureConfig) -> tuple[str, int]:
+    """(fingerprint, hidden size) of ``config``'s encoder, what ``FrozenEncoder(config)`` would
+    report, from its config.json and (a local folder) its weights' digest: no weights loaded."""
+    from transformers import AutoConfig
+
+    source = resolve_encoder(config.encoder)
+    model_config = _pretrained(AutoConfig, source, config.encoder)
+    if not hasattr(model_config, "hidden_size"):
+        raise EncoderError(f"encoder={config.encoder!r}: {model_config.model_type} has no hidden_size; use a "
+                           "BERT-family encoder")
+    check_positions(config, model_config)
+    digest = weights_digest(source) if os.path.isdir(config.encoder) else ""
+    return fingerprint(config, model_config, digest), int(model_config.hidden_size)
 
 
 def _load(source: str, name: str):

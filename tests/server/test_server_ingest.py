@@ -142,8 +142,9 @@ def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus
     })
     target = MilvusTarget(milvus_uri, "parallel16")
     for attempt in range(2):
-        sink = MilvusDatasink(target, 16, "synthetic:train", "dhim:synthetic",
-                              IndexSpec("BIN_IVF_FLAT", nlist=NLIST), overwrite=attempt == 0)
+        with target.open() as collection:  # the sink writes into a collection the ingest made and checked
+            collection.ensure(16, "dhim:synthetic", IndexSpec("BIN_IVF_FLAT", nlist=NLIST), overwrite=attempt == 0)
+        sink = MilvusDatasink(target, 16, "synthetic:train")
         ray.data.from_arrow(split_table(table, 8)).write_datasink(
             sink, concurrency=4, ray_remote_args={"num_cpus": 0.25})
         assert sink.rows_written == n
