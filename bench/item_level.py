@@ -62,7 +62,7 @@ def evaluate_codes(db_train, db_val, q_val, train, val, window_codes, windows) -
 def run_variant(name: str, bits: int, variant: str, cache_dir: str, max_epochs: int) -> dict:
     encoder, train, val, tr, va = corpus_features(name, cache_dir)
     windows = windows_of(train, val)
-    wf = encoder.encode(windows.texts)
+    wf = encoder.features(windows.texts)
     over = parse_overrides(VARIANTS[variant])
     cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size, **over["model"]},
                           train={"max_epochs": max_epochs, **over["train"]})
@@ -118,7 +118,7 @@ def two_stage(model, tr, va, wf, train, val, windows, k: int = 100, m: int = 4) 
 def run_baseline(name: str, bits: int, method: str, cache_dir: str) -> dict:
     encoder, train, val, tr, va = corpus_features(name, cache_dir)
     windows = windows_of(train, val)
-    wm = encoder.encode(windows.texts).mean
+    wm = encoder.features(windows.texts).mean
     if method == "cosine":
         p = _cosine_p(tr.mean, train.labels, va.mean, val.labels)
         better, tied = known_item.cosine_ranks(np.concatenate([tr.mean, va.mean]), wm, windows.targets)

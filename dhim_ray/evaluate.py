@@ -253,7 +253,7 @@ def known_item_checkpoint(model_dir: str | Path, database: CorpusSpec, queries: 
                                  hasher.config.features.cleaning)
     t0 = time.perf_counter()
     db_codes = hasher.hash_features(hasher.encoder.features(texts, progress=progress, cache_dir=cache_dir))
-    q_codes, q_scores = hasher.encode_scores(cut.texts)
+    q_codes, q_scores, _ = hasher.encode(cut.texts, scores=True)
     better, tied = known_item.hamming_ranks(db_codes, q_codes, cut.targets)
     out = _known_item_result("dhim", better, tied, cut, len(texts), where, model=str(model_dir),
                              n_bits=hasher.n_bits, bytes_per_doc=hasher.n_bytes)
@@ -276,7 +276,7 @@ def known_item_baseline(baseline: str, n_bits: int | None, database: CorpusSpec,
     cut = known_item.cut_windows(texts, windows.n_queries, windows.words, windows.seed, candidates,
                                  enc.config.cleaning)
     x = enc.features(texts, progress=progress, cache_dir=cache_dir).mean
-    qv = enc.encode(cut.texts).mean
+    qv = enc.features(cut.texts).mean
     if model is None:
         if FLOAT_BASELINES[baseline] is not None:
             fitted = fit_transform(FLOAT_BASELINES[baseline], np.asarray(x, np.float32), seed)

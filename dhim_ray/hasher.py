@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -42,6 +43,14 @@ def same_encoder(trained: str, loaded: str) -> bool:
         log.warning("checkpoint predates encoder weight digests: its encoder '%s' is matched by name only",
                     undigested.split("|", 1)[0])
     return legacy
+
+
+class Encoded(NamedTuple):
+    """``Hasher.encode(..., scores=True, vectors=True)``: what was asked for, else None."""
+
+    codes: np.ndarray
+    scores: np.ndarray | None
+    vectors: np.ndarray | None
 
 
 def check_encoder(info: CheckpointInfo, encoder: str, fingerprint: str, hidden_size: int) -> None:
@@ -124,37 +133,35 @@ class Hasher:
         texts = check_texts(texts, self.config.features.cleaning)
         return len(texts), self.encoder.iter_batches(texts, batch_size, on_device=True)
 
-    def encode(self, texts: list[str] | str, batch_size: int = 64, progress: bool = False) -> np.ndarray:
-        """Texts -> packed codes, uint8 (n, n_bits // 8), most significant bit first."""
-        n, batches = self._batches(texts, batch_size)
-        out = np.empty((n, self.n_bytes), dtype=np.uint8)
-        with tqdm(total=n, desc="hashing", unit="doc", disable=not progress, leave=False) as bar:
-            for rows, feats in batches:
-                out[rows] = self.hash_features(feats)
-                bar.update(len(rows))
-        return out
+    def encode(self, texts: list[str] | str, batch_size: int = 64, progress: bool = False, scores: bool = False,
+               vectors: bool = False) -> np.ndarray | Encoded:
+        """Texts -> packed codes, uint8 (n, n_bits // 8), most significant bit first.
 
-    def encode_scores(self, texts: list[str] | str, batch_size: int = 64,
-                      vectors: bool = False) -> tuple[np.ndarray, ...]:
-        """Texts -> (packed codes, pre-threshold scores (n, n_bits) float32 in (-1, 1)), and
-        with ``vectors`` the encoder's mean-pooled sentence vectors (n, width) float32 too:
-        the scores re-rank Hamming candidates by their bits (``dhim_ray.retrieval.rerank``), the vectors
-        by cosine where a collection keeps float vectors (``ingest --store-vectors``)."""
+        With ``scores`` and/or ``vectors``: an ``Encoded`` (codes, scores, vectors), the scores
+        the pre-threshold ones (n, n_bits) float32 in (-1, 1) that re-rank Hamming candidates by
+        their bits (``dhim_ray.retrieval.rerank``), the vectors the encoder's mean-pooled
+        sentence vectors (n, width) float32 that re-score them by cosine where a collection keeps
+        float vectors (``ingest --store-vectors``); what was not asked for is None."""
         n, batches = self._batches(texts, batch_size)
         codes = np.empty((n, self.n_bytes), dtype=np.uint8)
-        scores = np.empty((n, self.n_bits), dtype=np.float32)
+        bit_scores = np.empty((n, self.n_bits), dtype=np.float32) if scores else None
         means = np.empty((n, self.encoder.hidden_size), dtype=np.float32) if vectors else None
-        for rows, feats in batches:
-            codes[rows], scores[rows] = self.score_features(feats)
-            if means is not None:
-                means[rows] = feats.mean
-        return (codes, scores, means) if vectors else (codes, scores)
+        with tqdm(total=n, desc="hashing", unit="doc", disable=not progress, leave=False) as bar:
+            for rows, feats in batches:
+                if bit_scores is not None:
+                    codes[rows], bit_scores[rows] = self.score_features(feats)
+                else:
+                    codes[rows] = self.hash_features(feats)
+                if means is not None:
+                    means[rows] = feats.mean
+                bar.update(len(rows))
+        return Encoded(codes, bit_scores, means) if scores or vectors else codes
 
     def hash_features(self, feats: Features) -> np.ndarray:
         return hash_features(self.model, feats, device=self.encoder.device)
 
     def score_features(self, feats: Features) -> tuple[np.ndarray, np.ndarray]:
-        """(packed codes, pre-threshold scores) of cached features: see encode_scores."""
+        """(packed codes, pre-threshold scores) of cached features: see ``encode(..., scores=True)``."""
         return score_features(self.model, feats, device=self.encoder.device)
 
     def encode_bytes(self, texts: list[str] | str, batch_size: int = 64) -> list[bytes]:

@@ -147,7 +147,7 @@ class Searcher:
         texts = check_texts(texts, self.hasher.config.features.cleaning)
         if check_rerank(rerank) == 1:
             return self.search_codes(self.hasher.encode(texts), k, filter=filter, max_distance=max_distance)
-        codes, scores, vectors = self.hasher.encode_scores(texts, vectors=True)
+        codes, scores, vectors = self.hasher.encode(texts, scores=True, vectors=True)
         return self.search_reranked(codes, scores, k, rerank, vectors=vectors, filter=filter,
                                     max_distance=max_distance)
 
@@ -267,7 +267,7 @@ def evaluate_in_milvus(
         n_db = searcher.count()
         if k > n_db:
             raise ConfigError(f"k={k}: larger than the collection ({n_db} codes); use k={n_db} or less")
-        codes, scores, vectors = searcher.hasher.encode_scores(q.texts, vectors=True)
+        codes, scores, vectors = searcher.hasher.encode(q.texts, scores=True, vectors=True)
         label_of = hit_labels(searcher.info.label_names, q.label_names, queries.display, target.collection)
         result = evaluate_codes(MilvusCodes(searcher, label_of, n_db), codes, q_labels, k, rerank, scores, vectors)
         out = {"method": "dhim", "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
@@ -296,7 +296,7 @@ def known_item_in_milvus(model_dir: str | Path, target: MilvusTarget, windows: W
         cut = known_item.cut_windows([texts[int(i)]["text"] for i in ids], windows.n_queries, windows.words,
                                      windows.seed, cleaning=searcher.hasher.config.features.cleaning)
         target_ids = ids[cut.targets]
-        codes, scores = searcher.hasher.encode_scores(cut.texts)
+        codes, scores, _ = searcher.hasher.encode(cut.texts, scores=True)
         n_db = searcher.count()
         better, tied = known_item_ranks(searcher, codes, target_ids, n_db)
         out = {"task": known_item.TASK, "method": "dhim", "search": f"milvus {mask_uri(target.uri)}/{target.collection}",

@@ -281,7 +281,7 @@ class QueryService:
             hasher = requests[members[0]][0]
             flat = [t for i in members for t in requests[i][1]]
             self.passes, self.requests = self.passes + 1, self.requests + len(members)
-            codes, scores, vectors = await asyncio.to_thread(hasher.encode_scores, flat, 64, True)
+            codes, scores, vectors = await asyncio.to_thread(hasher.encode, flat, scores=True, vectors=True)
             start = 0
             for i in members:
                 stop = start + len(requests[i][1])

@@ -98,7 +98,7 @@ class FeatureWriter:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         # A Ray batch is many encoder batches: sorted by length inside it, padded per encoder batch.
-        f = self.encoder.encode([str(t) for t in batch["text"]], batch_size=ENCODER_BATCH)
+        f = self.encoder.features([str(t) for t in batch["text"]], batch_size=ENCODER_BATCH)
         self.writer.write_rows(batch["idx"], f.tokens, f.mask, f.cls, f.mean)
         return {"rows": np.array([len(f.tokens)], dtype=np.int64)}
 

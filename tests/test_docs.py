@@ -65,3 +65,35 @@ def test_every_bench_command_in_the_docs_names_a_registered_bench():
     helped = subprocess.run([sys.executable, "-m", "bench", "ray_train", "--help"], cwd=ROOT, capture_output=True,
                             text=True, timeout=300)
     assert helped.returncode == 0 and "--corpus" in helped.stdout
+
+
+def doc_commands() -> list[tuple[str, str]]:
+    """(file, command line) for every ``dhim-ray`` command in the docs' bash blocks, a command
+    submitted with ``ray job submit ... --`` included; comments and continuations resolved."""
+    found = []
+    for path in MARKDOWN:
+        for block in re.findall(r"```bash\n(.*?)```", path.read_text(), flags=re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = re.sub(r"\s+#.*$", "", line).strip()
+                line = line.split(" -- ", 1)[1].strip() if line.startswith("ray job submit") else line
+                for part in line.split("&&"):
+                    if part.strip().startswith("dhim-ray "):
+                        found.append((path.name, part.strip()))
+    return found
+
+
+@pytest.mark.parametrize("where,line", doc_commands(), ids=lambda x: x[:60])
+def test_every_documented_command_parses(where, line):
+    """Every option a doc shows exists and takes the value shown (the CLI parses the line as
+    it would run it, without running it)."""
+    import shlex
+
+    import typer
+
+    from dhim_ray.cli import app
+
+    group = typer.main.get_command(app)
+    args = shlex.split(line)[1:]
+    ctx = group.context_class(group, info_name="dhim-ray")
+    name, command, rest = group.resolve_command(ctx, args)
+    command.make_context(name, rest, parent=ctx)

@@ -95,8 +95,13 @@ def test_hasher_encode_equals_the_padded_path_on_very_long_and_one_word_texts(ti
     expected = hash_features(hasher.model, enc.features(texts, batch_size=7))
     for batch_size in (1, 7, 64):
         assert np.array_equal(hasher.encode(texts, batch_size=batch_size), expected)
-    codes, scores = hasher.encode_scores(texts)
+    codes, scores, _ = hasher.encode(texts, scores=True)
     assert np.array_equal(codes, expected) and scores.shape == (32, 16)
+    assert np.array_equal(np.packbits(scores > 0, axis=1), expected)  # the codes are the scores' signs
+    both = hasher.encode(texts, scores=True, vectors=True)
+    assert np.array_equal(both.codes, expected) and np.array_equal(both.scores, scores)
+    assert np.allclose(both.vectors, enc.features(texts).mean, atol=1e-5)  # the mean-pooled sentence vectors
+    assert hasher.encode(texts, vectors=True).scores is None
     with pytest.raises(DataError, match="text 1"):
         hasher.encode(["goal", "   "])
 

@@ -382,7 +382,7 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
     rows, db = stored(target)
     by_row = {r["row"]: i for i, r in enumerate(rows)}
     queries = CorpusSpec("bbc", "val", limit=20).load_split().texts
-    codes, scores = Hasher.load(model_dir).encode_scores(queries)
+    codes, scores, _ = Hasher.load(model_dir).encode(queries, scores=True)
     with Searcher(model_dir, target) as s:
         hits = s.search(queries, k=10, rerank=4)
         candidates = s.search_codes(codes, 40, output_fields=("row",))
@@ -401,7 +401,7 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
     assert in_memory["precision_at_k_tie_aware"] == plain_eval["precision_at_k_tie_aware"]
     split, q_split = BBC.load_split(), queries_spec.load_split()
     hasher = Hasher.load(model_dir)
-    q_codes, q_scores = hasher.encode_scores(q_split.texts)
+    q_codes, q_scores, _ = hasher.encode(q_split.texts, scores=True)
     idx, _ = rerank_topk(hasher.encode(split.texts), q_codes, q_scores, 20, 4)
     assert in_memory["precision_at_k_reranked"] == pytest.approx(
         float((split.labels[idx] == q_split.labels[:, None]).mean()))
@@ -460,7 +460,7 @@ def test_store_vectors_keeps_unit_float16_vectors_and_rerank_rescores_by_cosine(
         assert s.rescores_by_cosine
         hits = s.search([query], k=5, rerank=4)[0]
         candidates = s.search_codes(hasher.encode([query]), 20, output_fields=("row",))[0]
-    q = hasher.encode_scores([query], vectors=True)[2][0]
+    q = hasher.encode([query], vectors=True).vectors[0]
     position = {int(r): i for i, r in enumerate(small.load_split().rows)}  # source row -> split position
     cos = [float(unit[position[h["row"]]] @ (q / np.linalg.norm(q))) for h in candidates]
     assert [h["rerank_score"] for h in hits] == pytest.approx(sorted(cos, reverse=True)[:5], abs=2e-3)
@@ -488,7 +488,7 @@ def test_store_signs_keeps_the_sign_codes_and_rerank_uses_both_codes(ray_session
     hasher = Hasher.load(model_dir)
     texts = small.load_split().texts
     position = {int(r): i for i, r in enumerate(small.load_split().rows)}
-    want = sign_codes(hasher.encode_scores(texts, vectors=True)[2])
+    want = sign_codes(hasher.encode(texts, vectors=True).vectors)
     client = target.connect()
     try:
         collection = CodeCollection(client, target.collection)

@@ -50,8 +50,8 @@ def test_tiny_bert_codes_equal_across_backends(tiny_bert, tmp_path):
     onnx = Hasher.load(ck)
     assert onnx.encoder.backend == "onnx"
     assert bits_changed(by_torch, onnx.encode(texts)) == 0
-    a = FrozenEncoder(FeatureConfig(encoder=tiny_bert, max_words=12), backend="torch").encode(texts)
-    b = FrozenEncoder(FeatureConfig(encoder=tiny_bert, max_words=12), backend="onnx").encode(texts)
+    a = FrozenEncoder(FeatureConfig(encoder=tiny_bert, max_words=12), backend="torch").features(texts)
+    b = FrozenEncoder(FeatureConfig(encoder=tiny_bert, max_words=12), backend="onnx").features(texts)
     np.testing.assert_array_equal(a.mask, b.mask)
     np.testing.assert_allclose(a.mean, b.mean, atol=1e-4)
     np.testing.assert_allclose(a.tokens.astype(np.float32), b.tokens.astype(np.float32), atol=2e-3)
@@ -61,18 +61,18 @@ def test_the_graph_is_exported_once_and_keyed_by_the_weights(tiny_bert, tmp_path
     monkeypatch.setenv("DHIM_RAY_CACHE", str(tmp_path / "cache"))
     cfg = FeatureConfig(encoder=tiny_bert, max_words=12)
     first = FrozenEncoder(cfg)
-    first.encode(["goal striker league"])
+    first.features(["goal striker league"])
     graphs = list((tmp_path / "cache" / "onnx").glob("*.onnx"))
     assert len(graphs) == 1 and first.onnx_session().graph == graphs[0]
     stamp = graphs[0].stat().st_mtime_ns
     again = FrozenEncoder(cfg)
-    again.encode(["vote parliament"])
+    again.features(["vote parliament"])
     assert again.onnx_session().graph == graphs[0] and graphs[0].stat().st_mtime_ns == stamp
     assert not [p for p in (tmp_path / "cache" / "onnx").iterdir() if p.name.startswith(".export")]
     changed = FrozenEncoder(cfg)
     with torch.no_grad():
         next(changed.model.parameters()).add_(0.5)  # the same name and folder, other weights in memory
-    changed.encode(["vote parliament"])
+    changed.features(["vote parliament"])
     assert changed.onnx_session().graph != graphs[0]
     assert len(list((tmp_path / "cache" / "onnx").glob("*.onnx"))) == 2
 
@@ -82,7 +82,7 @@ def test_a_cache_that_cannot_be_written_exports_to_a_temporary_folder(tiny_bert,
     blocker.write_text("not a folder")
     monkeypatch.setenv("DHIM_RAY_CACHE", str(blocker))
     enc = FrozenEncoder(FeatureConfig(encoder=tiny_bert, max_words=12), backend="onnx")
-    assert enc.encode(["goal striker"]).mask.any()
+    assert enc.features(["goal striker"]).mask.any()
     assert not str(enc.onnx_session().graph).startswith(str(blocker))
 
 
@@ -91,7 +91,7 @@ def test_int8_changes_features_and_keeps_its_own_cache_key(tiny_bert, tmp_path):
     fp32 = FrozenEncoder(FeatureConfig(encoder=tiny_bert, max_words=12))
     int8 = FrozenEncoder(FeatureConfig(encoder=tiny_bert, max_words=12, precision="int8"))
     assert int8.backend == "onnx"
-    a, b = fp32.encode(texts), int8.encode(texts)
+    a, b = fp32.features(texts), int8.features(texts)
     np.testing.assert_array_equal(a.mask, b.mask)
     assert not np.array_equal(a.tokens, b.tokens)
     cos = (a.mean * b.mean).sum(1) / np.linalg.norm(a.mean, axis=1) / np.linalg.norm(b.mean, axis=1)
@@ -170,7 +170,7 @@ def test_packaged_encoder_codes_equal_across_backends_and_the_docs_example(tmp_p
     assert bits_changed(torch_codes, onnx.encode(texts)) == 0
     from dhim_ray.export import export_codes_graph
 
-    export_codes_graph(ck, tmp_path / "out" / "dbpedia-64.onnx")
+    export_codes_graph(ck, tmp_path / "out" / "bbc-64.onnx")
     block = re.findall(r"```python\n(.*?)```", (DOCS / "serve.md").read_text(), re.S)[-2]
     assert "import dhim_ray" not in block and "torch" not in block
     monkeypatch.chdir(tmp_path / "out")

@@ -101,7 +101,7 @@ def test_a_collection_with_sign_codes_reranks_by_both_codes(store, tmp_path):
     from dhim_ray.search import Searcher
 
     hasher, texts = store["hasher"], store["texts"]
-    codes, _, vectors = hasher.encode_scores(texts, vectors=True)
+    codes, _, vectors = hasher.encode(texts, vectors=True)
     signs = sign_codes(vectors)
     rows = np.arange(len(texts))
     ids = document_ids("toy@2", rows)
@@ -113,7 +113,7 @@ def test_a_collection_with_sign_codes_reranks_by_both_codes(store, tmp_path):
         with pytest.raises(CollectionMismatchError, match="keeps sign codes and this ingest has none"):
             collection.check(16, hasher.model_id, sign_bits=0)
     query = ["football match goal"]
-    q_code, _, q_vec = hasher.encode_scores(query, vectors=True)
+    q_code, _, q_vec = hasher.encode(query, vectors=True)
     d_code = np.bitwise_count(codes ^ q_code[0]).sum(1)
     d_sign = np.bitwise_count(signs ^ sign_codes(q_vec)[0]).sum(1)
     candidates = sorted(range(len(texts)), key=lambda i: (d_code[i], ids[i]))[:5 * 4]

@@ -222,7 +222,7 @@ class FrozenEncoder:
         if cache_dir is None:
             if not in_memory:
                 raise ValueError("in_memory=False needs a cache_dir to keep the features in")
-            return self._features_in_memory(texts, batch_size, progress)
+            return self._encode(texts, batch_size, progress)
         folder = self.store_path(texts, cache_dir)  # a cache_dir that is a file: FeatureStore.create says so
         if not FeatureStore.is_complete(folder):  # missing, or damaged: (re)built
             self.write_store(texts, folder, batch_size, progress)
@@ -235,23 +235,13 @@ class FrozenEncoder:
         store = FeatureStore.create(folder, len(texts), self.config.n_tokens - 1, self.hidden_size)
         writer = store.writer()
         with tqdm(total=len(texts), desc="encoding", unit="doc", disable=not progress, leave=False) as bar:
-            for start, b in self.iter_features(texts, batch_size):
+            step = max(batch_size, SORT_CHUNK)  # one sorted chunk in memory at a time
+            for start in range(0, len(texts), step):
+                b = self._encode(texts[start : start + step], batch_size)
                 writer.write(start, b.tokens, b.mask, b.cls, b.mean)
                 bar.update(len(b.tokens))
         writer.close()
         return store.finish(fingerprint=self.fingerprint, cleaning=self.config.cleaning)
-
-    @torch.inference_mode()
-    def _features_in_memory(self, texts: list[str], batch_size: int, progress: bool) -> Features:
-        n = len(texts)
-        out = Features.zeros(n, self.config.n_tokens - 1, self.hidden_size)
-        with tqdm(total=n, desc="encoding", unit="doc", disable=not progress, leave=False) as bar:
-            for start, batch in self.iter_features(texts, batch_size):
-                stop = start + len(batch.tokens)
-                out.tokens[start:stop], out.mask[start:stop] = batch.tokens, batch.mask
-                out.cls[start:stop], out.mean[start:stop] = batch.cls, batch.mean
-                bar.update(stop - start)
-        return out
 
     def token_ids(self, texts: list[str]) -> list[list[int]]:
         """Cleaned, truncated texts -> token ids with [CLS]/[SEP], unpadded (one fast-tokenizer call)."""
@@ -302,31 +292,23 @@ class FrozenEncoder:
             for rows, input_ids, attention in self.length_batches(ids, batch_size):
                 yield rows + start, self._forward(input_ids, attention, on_device and not self.runs_onnx)
 
-    def iter_features(self, texts: list[str], batch_size: int = 64) -> Iterator[tuple[int, Features]]:
-        """(start, Features of texts[start : start + m]) in input order, SORT_CHUNK texts at a time."""
-        step = max(batch_size, SORT_CHUNK)
-        for start in range(0, len(texts), step):
-            yield start, self.encode(texts[start : start + step], batch_size)
-
     @torch.inference_mode()
-    def encode(self, texts: list[str], batch_size: int = 64) -> Features:
+    def _encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> Features:
         """Features of ``texts`` in input order, fixed width (n_tokens - 1 positions).
 
-        The texts are tokenised in one call, sorted by length and encoded ``batch_size`` at
-        a time, each batch padded only as far as its longest document plus ``reach``:
+        The texts are tokenised SORT_CHUNK at a time, sorted by length and encoded ``batch_size``
+        at a time, each batch padded only as far as its longest document plus ``reach``:
         positions further on stay zero (mask False), so codes equal those of the paper's
         pad-everything-to-max_words path while the encoder skips most of the padding.
         """
         out = Features.zeros(len(texts), self.config.n_tokens - 1, self.hidden_size)
-        for rows, b in self.iter_batches(texts, batch_size):
-            w = b.tokens.shape[1]
-            out.tokens[rows, :w], out.mask[rows, :w] = b.tokens, b.mask
-            out.cls[rows], out.mean[rows] = b.cls, b.mean
+        with tqdm(total=len(texts), desc="encoding", unit="doc", disable=not progress, leave=False) as bar:
+            for rows, b in self.iter_batches(texts, batch_size):
+                w = b.tokens.shape[1]
+                out.tokens[rows, :w], out.mask[rows, :w] = b.tokens, b.mask
+                out.cls[rows], out.mean[rows] = b.cls, b.mean
+                bar.update(len(rows))
         return out
-
-    def encode_batch(self, texts: list[str]) -> Features:
-        """One batch of texts -> Features (see ``encode``)."""
-        return self.encode(texts, batch_size=max(1, len(texts)))
 
     @torch.inference_mode()
     def sentence_vectors(self, texts: list[str], pooling: str = "first-last-avg", batch_size: int = 64,
