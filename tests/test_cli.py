@@ -35,8 +35,14 @@ def test_eval_json_has_both_precisions(trained, toy_folder):
     r = run("eval", trained, "--database", f"{toy_folder}:train", "--queries", f"{toy_folder}:val", "--k", 20, "--json")
     assert r.exit_code == 0, r.output
     result = json.loads(r.output.strip().splitlines()[-1])
-    assert 0 <= result["precision_at_k"] <= 1 and 0 <= result["precision_at_k_tie_aware"] <= 1
     assert result["k"] == 20 and result["n_queries"] == 40
+    from dhim_ray.corpus.spec import CorpusSpec
+    from dhim_ray.evaluate import evaluate_checkpoint
+
+    want = evaluate_checkpoint(trained, CorpusSpec(str(toy_folder), "train"), CorpusSpec(str(toy_folder), "val"), k=20,
+                               progress=False)  # the same evaluation in this process
+    for key in ("precision_at_k", "precision_at_k_tie_aware"):
+        assert result[key] == pytest.approx(want[key], abs=1e-12), key
 
 
 def test_eval_baseline(toy_folder, tiny_bert):
@@ -87,6 +93,7 @@ def test_eval_without_labels_scores_cosine_neighbour_recall(trained, toy_folder,
     from dhim_ray.corpus.data import load_corpus
     from dhim_ray.hasher import Hasher
     from dhim_ray.retrieval.metrics import cosine_topk, neighbour_recall_at_k
+    from dhim_ray.retrieval.rerank import rerank_topk
 
     corpus = load_corpus(str(toy_folder))
     train, val = corpus.split("train"), corpus.split("val")
@@ -108,7 +115,12 @@ def test_eval_without_labels_scores_cosine_neighbour_recall(trained, toy_folder,
     assert got["neighbour_recall_at_k"] == pytest.approx(expected, abs=1e-12) and 0 < expected <= 1
     assert (got["k"], got["n_database"], got["n_queries"]) == (10, len(train.texts), len(val.texts))
     reranked = evaluate(trained, "--rerank", 4)
-    assert 0 <= reranked["neighbour_recall_at_k_reranked"] <= 1
+    q_codes, q_scores, _ = hasher.encode(val.texts, scores=True)
+    idx, _ = rerank_topk(hasher.hash_features(db_f), q_codes, q_scores, 10, 4)  # 40 Hamming candidates re-ranked
+    neighbours = cosine_topk(db_f.mean, q_f.mean, 10)
+    expected_reranked = np.mean([len(np.intersect1d(a, b)) / 10 for a, b in zip(idx, neighbours)])
+    assert reranked["neighbour_recall_at_k_reranked"] == pytest.approx(expected_reranked, abs=1e-12)
+    assert reranked["neighbour_recall_at_k"] == got["neighbour_recall_at_k"]  # the plain figure stays
     assert evaluate("--baseline", "cosine", "--encoder", tiny_bert, "--max-words", 12)["neighbour_recall_at_k"] == 1.0
     itq = evaluate("--baseline", "itq", "--bits", 16, "--encoder", tiny_bert, "--max-words", 12)
     assert 0 < itq["neighbour_recall_at_k"] < 1 and itq["bytes_per_doc"] == 2

@@ -212,7 +212,13 @@ def test_the_serve_config_file_builds_the_application(service):
     assert app.args["replicas"] == 2 and app.args["uri"].startswith("http://")  # the file's: a server
     with pytest.raises(ConfigError, match="replicas=2"):
         build_app(args)  # on a lite file
-    assert build_app({**args, "replicas": 1}) is not None
+    from ray.serve import Application
+
+    built = build_app({**args, "replicas": 1})
+    assert isinstance(built, Application)
+    deployment = built._bound_deployment  # what `serve deploy` starts: one replica of the query service
+    assert deployment.name == "QueryService" and deployment.num_replicas == 1
+    assert deployment.init_args[0]["model_dir"] == service["model"] and deployment.init_args[0]["api_token_sha256"]
     assert np.all([a in ("model_dir", "uri", "collection", "token_env", "replicas", "api_token_env",
                          "max_batch_size") for a in app.args])
 
