@@ -47,7 +47,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
             if kind in ("in-process", "on-disk"):  # on-disk: the same run reading its features batch by batch
-                _, s = train_corpus(corpus, cfg, Path(tmp) / "m", progress=False, cache_dir=cache,
+                s = train_corpus(corpus, cfg, Path(tmp) / "m", progress=False, cache_dir=cache,
                                     feature_memory_gb=0 if kind == "on-disk" else 2.0)
             else:
                 s = train_distributed(corpus, cfg, Path(tmp) / "m", RayTrainOptions(

@@ -392,7 +392,7 @@ def train(
     else:
         from dhim_ray.training.pipeline import train_corpus
 
-        _, summary = train_corpus(spec, cfg, out_dir, progress=not as_json, cache_dir=cache_dir,
+        summary = train_corpus(spec, cfg, out_dir, progress=not as_json, cache_dir=cache_dir,
                                   resume=resume is not None, device=pick_device(device),
                                   feature_memory_gb=feature_memory)
     result = {"out": str(out_dir), "n_bits": bits, **{k: v for k, v in summary.items() if k != "history"}}

@@ -42,7 +42,7 @@ def run_demo(out_dir: str | Path, bits: int = 64, epochs: int = 15, progress: bo
     logger.info("1/5 train: DHIM %d bits on %s (packaged encoder all-MiniLM-L6-v2)", bits, CORPUS)
     model_dir = out_dir / f"{CORPUS}-{bits}"
     shutil.rmtree(model_dir, ignore_errors=True)
-    _, summary = train_corpus(CorpusSpec(CORPUS), cfg, model_dir, progress=progress, cache_dir=cache)
+    summary = train_corpus(CorpusSpec(CORPUS), cfg, model_dir, progress=progress, cache_dir=cache)
 
     logger.info("2/5 eval: precision@100, database = train, queries = val")
     rows = [evaluate_checkpoint(model_dir, train_split, val_split, 100, progress=progress, cache_dir=cache)]

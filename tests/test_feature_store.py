@@ -75,8 +75,8 @@ def test_training_from_disk_gives_the_codes_of_training_in_memory(tmp_path, toy_
 
     corpus = CorpusSpec(str(toy_folder))
     cfg = tiny_config.replace(train={"max_epochs": 2, "crop_tokens": 6})
-    _, mem = train_corpus(corpus, cfg, tmp_path / "mem", progress=False)
-    _, disk = train_corpus(corpus, cfg, tmp_path / "disk", progress=False, feature_memory_gb=0)
+    mem = train_corpus(corpus, cfg, tmp_path / "mem", progress=False)
+    disk = train_corpus(corpus, cfg, tmp_path / "disk", progress=False, feature_memory_gb=0)
     assert mem["features"] == "in memory" and disk["features"] == "on disk"
     assert not (tmp_path / "disk" / "features.tmp").exists()  # the scratch store goes when the run ends
     assert [h["loss"] for h in mem["history"]] == [h["loss"] for h in disk["history"]]

@@ -352,12 +352,12 @@ def test_interrupted_in_process_training_keeps_the_best_epoch_and_resumes(tmp_pa
     with pytest.raises(CheckpointError, match=r"that run trains on .*toy.*, not .*:val"):
         train_corpus(CorpusSpec(str(toy_folder), "val"), cfg, out, progress=False, resume=True)
     assert seen == [0, 1, 2]  # none of them trained
-    _, summary = train_corpus(corpus, cfg, out, progress=False, resume=True, callbacks=(CtrlCAtEpoch(-1),))
+    summary = train_corpus(corpus, cfg, out, progress=False, resume=True, callbacks=(CtrlCAtEpoch(-1),))
     assert seen == [0, 1, 2, 2, 3]  # epochs 0 and 1 were not trained again
     assert summary["epochs_run"] == 4 and [h["epoch"] for h in summary["history"]] == [0, 1, 2, 3]
     assert not has_training_state(out)
     # resumed == uninterrupted: same RNG stream, Adam state and weights
-    _, straight = train_corpus(corpus, cfg, tmp_path / "straight", progress=False)
+    straight = train_corpus(corpus, cfg, tmp_path / "straight", progress=False)
     np.testing.assert_allclose([h["loss"] for h in summary["history"]], [h["loss"] for h in straight["history"]],
                                rtol=1e-5)
 

@@ -94,7 +94,7 @@ def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, 
         train_logger.setLevel(level)
     epoch_lines = [line for line in lines.lines if line.startswith("epoch ")]
     assert [line.split()[1] for line in epoch_lines] == ["0:", "1:", "2:"], epoch_lines
-    _, local_summary = train_corpus(corpus, cfg, tmp_path / "local", progress=False)
+    local_summary = train_corpus(corpus, cfg, tmp_path / "local", progress=False)
     assert [h["steps"] for h in ray_summary["history"]] == [h["steps"] for h in local_summary["history"]]
     np.testing.assert_allclose([h["loss"] for h in ray_summary["history"]],
                                [h["loss"] for h in local_summary["history"]], rtol=1e-4)

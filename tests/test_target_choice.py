@@ -25,7 +25,7 @@ def alone(tiny_config, corpus, tmp_path, target):
     from dhim_ray.training.pipeline import train_corpus
 
     cfg = config(tiny_config).replace(model={"target_transform": target})
-    return train_corpus(corpus, cfg, tmp_path / f"alone-{target}", progress=False)[1]
+    return train_corpus(corpus, cfg, tmp_path / f"alone-{target}", progress=False)
 
 
 def test_auto_keeps_the_target_whose_epoch_scores_higher_on_the_slice(tmp_path, toy_folder, tiny_config):
@@ -34,7 +34,7 @@ def test_auto_keeps_the_target_whose_epoch_scores_higher_on_the_slice(tmp_path, 
     from dhim_ray.training.pipeline import train_corpus
 
     corpus, out = CorpusSpec(str(toy_folder)), tmp_path / "auto"
-    result, summary = train_corpus(corpus, config(tiny_config), out, progress=False)
+    summary = train_corpus(corpus, config(tiny_config), out, progress=False)
     choice = summary["target_transform"]
     singles = {t: alone(tiny_config, corpus, tmp_path, t) for t in AUTO_TARGET_CANDIDATES}
     # each candidate scored what it scores trained alone, and the higher one was kept (a tie keeps "none")
@@ -46,7 +46,7 @@ def test_auto_keeps_the_target_whose_epoch_scores_higher_on_the_slice(tmp_path, 
     assert choice["selected_by"] == "val P@100 (tie-aware)"
     # the saved model is the chosen candidate: its target, its summary, its codes
     info = read_checkpoint(out)
-    assert info.config.model.target_transform == choice["chosen"] == result.config.model.target_transform
+    assert info.config.model.target_transform == choice["chosen"] == Hasher.load(out).config.model.target_transform
     assert summary["best_val_precision_at_k_tie_aware"] == pytest.approx(best, abs=1e-12)
     assert not (out / "targets").exists()
     texts = corpus.with_split("val").load_split().texts
@@ -63,7 +63,7 @@ def test_auto_without_labels_compares_neighbour_recall(tmp_path, toy_folder, tin
     texts = load_corpus(str(toy_folder)).split("train").texts
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     corpus = CorpusSpec(str(tmp_path / "docs.jsonl"))
-    _, summary = train_corpus(corpus, config(tiny_config, patience=1, max_epochs=3), tmp_path / "auto",
+    summary = train_corpus(corpus, config(tiny_config, patience=1, max_epochs=3), tmp_path / "auto",
                               progress=False)
     choice = summary["target_transform"]
     assert choice["selected_by"].startswith("val cosine-neighbour recall@100")
@@ -95,10 +95,10 @@ def test_an_interrupted_auto_run_resumes_without_training_a_finished_target_agai
     with pytest.raises(CheckpointError, match="holds an unfinished model.target_transform=auto run; continue it with "
                                               "--resume"):
         train_corpus(corpus, cfg, out, progress=False)
-    _, summary = train_corpus(corpus, cfg, out, progress=False, resume=True, callbacks=(CtrlCAt(-1),))
+    summary = train_corpus(corpus, cfg, out, progress=False, resume=True, callbacks=(CtrlCAt(-1),))
     assert started == [("none", 0), ("none", 1), ("none", 2), ("whitening", 0), ("whitening", 1),
                        ("whitening", 1), ("whitening", 2)]
-    _, straight = train_corpus(corpus, cfg, tmp_path / "straight", progress=False)
+    straight = train_corpus(corpus, cfg, tmp_path / "straight", progress=False)
     assert summary["target_transform"]["scores"] == pytest.approx(straight["target_transform"]["scores"], abs=1e-9)
     assert summary["target_transform"]["chosen"] == straight["target_transform"]["chosen"]
     with pytest.raises(CheckpointError, match="no unfinished run there"):

@@ -327,14 +327,15 @@ def train_corpus(
     resume: bool = False,
     callbacks: tuple[TrainCallback, ...] = (),
     feature_memory_gb: float | None = DEFAULT_FEATURE_MEMORY_GB,
-) -> tuple[FitResult, dict[str, Any]]:
+) -> dict[str, Any]:
     """Train DHIM on a corpus in this process and save the best checkpoint to ``out``:
     ``train`` with the ``InProcess`` backend. ``out`` is checked for writing before any
     work, then holds the best weights so far after every epoch; ``resume=True`` continues
-    an interrupted run in ``out``. Raises TrainingInterrupted on Ctrl-C, naming what was
-    kept and how to resume."""
+    an interrupted run in ``out``. Returns the run summary written into the checkpoint, as
+    ``train_distributed`` does. Raises TrainingInterrupted on Ctrl-C, naming what was kept
+    and how to resume."""
     backend = InProcess(device, cache_dir, feature_memory_gb, progress, tuple(callbacks))
-    return train(corpus, config, out, backend, resume)
+    return train(corpus, config, out, backend, resume)[1]
 
 
 def _interrupted_message(out: Path) -> str:
