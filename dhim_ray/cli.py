@@ -44,6 +44,25 @@ app = typer.Typer(
 
 DEFAULT_DB = "dhim_ray.db"
 
+
+def _plain_help() -> None:
+    """Typer 0.29 writes a required argument as ``{corpus}`` in usage lines and every flag's type
+    as ``<bool>``: write them as command lines are read (``CORPUS``; a flag takes no value)."""
+    from typer import core
+
+    if hasattr(core.TyperArgument, "_usage_display_name"):
+        def usage_name(self) -> str:
+            name = self.display_name_raw.upper()
+            return (name if self.required else f"[{name}]") + ("..." if self.nargs != 1 else "")
+
+        core.TyperArgument._usage_display_name = usage_name
+    if hasattr(core.TyperOption, "display_type_rich"):
+        typed = core.TyperOption.display_type_rich
+        core.TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else typed(self, ctx)
+
+
+_plain_help()
+
 #: Library parameter names (in error messages) -> this CLI's flags.
 FLAGS = {
     "n_bits": "--bits", "max_epochs": "--epochs", "batch_size": "--batch-size",
@@ -878,9 +897,35 @@ def _show_demo(r: dict[str, Any]) -> None:
     console.print(f"done in {r['seconds']} s")
 
 
+#: The help panel of each option declared without one, by command: every option of every
+#: command sits in a named panel (Data, Model, Training, Milvus, ...), none in a catch-all.
+PANELS = {
+    "ingest": {"Model": ("model_dir",), "Data": ("split", "limit", "id_column"), "Milvus": ("collection", "index", "nlist", "overwrite",
+               "store_vectors", "store_signs"), "Cluster": ("workers", "batch_size", "address", "use_gpu")},
+    "eval": {"Data": ("queries", "database"), "Search": ("k",), "Milvus": ("collection", "uri")},
+    "search": {"Model": ("model_dir",), "Milvus": ("collection",), "Search": ("k", "filter_", "max_distance", "like"), "Output": ("as_json",)},
+    "serve": {"Milvus": ("collection",), "Service": ("host", "port", "replicas", "address", "api_token_env", "max_batch_size", "allow_open")},
+    "refine": {"Model": ("encoder", "method", "max_words"), "Data": ("cleaning",), "Output": ("out_dir",),
+               "Training": ("epochs", "batch_size", "lr", "temperature", "lam", "max_steps", "save_every", "seed",
+                            "resume")},
+    "export": {"Output": ("out",)},
+    "demo": {"Output": ("out_dir",), "Model": ("bits",), "Training": ("epochs",)},
+}
+
+
+def with_panels(root):
+    """``root`` (the click group) with PANELS applied to options declared without a panel."""
+    for name, panels in PANELS.items():
+        where = {param: panel for panel, params in panels.items() for param in params}
+        for param in root.commands[name].params:
+            if param.name in where and not getattr(param, "rich_help_panel", None):
+                param.rich_help_panel = where[param.name]
+    return root
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: usage errors (a bad value, a missing option) print as one line too."""
-    command = typer.main.get_command(app)
+    command = with_panels(typer.main.get_command(app))
     try:
         code = command.main(args=argv, prog_name="dhim-ray", standalone_mode=False)
     except NoArgsIsHelpError as exc:

@@ -85,3 +85,9 @@ class TrainingFailed(DHIMRayError):
 
 class EncoderError(DHIMRayError):
     """The encoder model cannot be found or loaded."""
+
+
+class EncoderUnreachableError(EncoderError):
+    """The encoder is a hub id and the Hugging Face hub cannot be reached (nothing cached)."""
+
+    retriable = True

@@ -215,6 +215,8 @@ CASES = [
     (["train", ""], 2, "empty name"),
     (["train", "data/missing.csv"], 2, "data/missing.csv: no such file or folder"),
     (["train", "dbpedia"], 1, "needs the Hugging Face hub, which is unreachable"),
+    (["train", "{toy}", "--encoder", "bert-base-uncased", "--out", "{root}/o-hub"], 1,
+     "--encoder 'bert-base-uncased': not a local folder and the Hugging Face hub is unreachable"),
     (["train", "{root}/latin1"], 2, "not UTF-8 text"),
     (["train", "{toy}", "--bits", "16", "--encoder", "{bert}", "--max-words", "12", "--out", "{root}/o4",
       "--limit", "2"], 2, "set model.init=random"),

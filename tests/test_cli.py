@@ -1,6 +1,10 @@
 """The CLI end to end on a tiny random BERT and a toy corpus (fast, no Ray)."""
 
 import json
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -156,3 +160,30 @@ def test_set_overrides_any_field(trained, toy_folder, tiny_bert, tmp_path):
 
     cfg = read_checkpoint(tmp_path / "m").config
     assert cfg.train.beta == 2.5 and cfg.model.n_filters == 8
+
+
+def test_help_reads_as_a_command_line_and_every_option_has_a_panel():
+    """Usage lines name arguments as they are typed (CORPUS), flags show no type, and every
+    option of every command sits in a named panel (Data, Model, Milvus, ...), none in the
+    catch-all 'Options' but --help."""
+    import typer
+
+    from dhim_ray.cli import PANELS, with_panels
+
+    root = with_panels(typer.main.get_command(app))
+    for name, command in root.commands.items():
+        params = {p.name for p in command.params}
+        assert {p for panel in PANELS.get(name, {}).values() for p in panel} <= params, name  # no stale names
+        loose = [p.name for p in command.params if p.param_type_name == "option" and p.name != "help"
+                 and not getattr(p, "rich_help_panel", None)]
+        assert not loose, f"{name}: options outside every panel: {loose}"
+    for name in ("train", "ingest", "eval"):
+        r = subprocess.run([sys.executable, "-m", "dhim_ray.cli", name, "--help"], capture_output=True, text=True,
+                           timeout=120, env=dict(os.environ, COLUMNS="100"))
+        assert r.returncode == 0, r.stderr
+        assert "<bool>" not in r.stdout and "{" not in r.stdout.split("\n\n")[0]
+        options = r.stdout[r.stdout.index("─ Options ─"):].split("╰")[0]
+        assert re.findall(r"--[a-z-]+", options) == ["--help"], options
+    usage = subprocess.run([sys.executable, "-m", "dhim_ray.cli", "ingest", "--help"], capture_output=True, text=True,
+                           timeout=120).stdout
+    assert "Usage: dhim-ray ingest [OPTIONS] CORPUS" in " ".join(usage.split())

@@ -22,7 +22,7 @@ from dhim_ray.config import BACKENDS, DEFAULT_ENCODER, PRECISIONS, FeatureConfig
 from dhim_ray.corpus.text import clean_and_truncate
 from dhim_ray.encoding import onnx_runtime
 from dhim_ray.encoding.feature_store import FeatureStore, RowFile
-from dhim_ray.errors import EncoderError
+from dhim_ray.errors import EncoderError, EncoderUnreachableError
 
 #: Positions past a document's end that the shipped DHIM head reads (its widest window's half).
 DEFAULT_REACH = ModelConfig().pad_reach
@@ -407,9 +407,10 @@ def _pretrained(loader, source: str, name: str):
     except Exception as exc:  # a truncated or foreign folder fails in many ways (safetensors, json, ...)
         hint = "a local folder with config.json and weights, or a hub id such as bert-base-uncased"
         if not os.path.exists(source) and not online:
-            raise EncoderError(
-                f"encoder={name!r}: not a local folder and the Hugging Face hub is unreachable; "
-                f"pass {hint} (the default {DEFAULT_ENCODER} needs no hub)"
+            raise EncoderUnreachableError(
+                f"encoder={name!r}: not a local folder and the Hugging Face hub is unreachable (nothing cached); "
+                f"pass a local encoder folder (config.json and weights), or leave the encoder out: the default "
+                f"{DEFAULT_ENCODER} needs no hub"
             ) from exc
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise EncoderError(f"encoder={name!r}: cannot be loaded ({first}); pass {hint}") from exc
