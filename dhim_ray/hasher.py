@@ -11,7 +11,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from dhim_ray.codes import codes_to_bytes
-from dhim_ray.config import DHIMConfig
+from dhim_ray.config import DHIMConfig, FeatureConfig
 from dhim_ray.encoding.encoder import DIGEST_FIELD, Features, FrozenEncoder, encoder_identity
 from dhim_ray.errors import DataError, EncoderMismatchError
 from dhim_ray.model.checkpoint import CheckpointInfo, load_checkpoint, read_checkpoint, verify_weights
@@ -130,8 +130,8 @@ class Hasher:
         the head's reach: the head reads nothing further (FrozenEncoder.iter_batches)."""
         if isinstance(texts, str):
             texts = [texts]
-        texts = check_texts(texts, self.config.features.cleaning)
-        return len(texts), self.encoder.iter_batches(texts, batch_size, on_device=True)
+        prepared = check_texts(texts, self.config.features)  # cleaned once, here
+        return len(prepared), self.encoder.iter_batches(prepared, batch_size, on_device=True, prepared=True)
 
     def encode(self, texts: list[str] | str, batch_size: int = 64, progress: bool = False, scores: bool = False,
                vectors: bool = False) -> np.ndarray | Encoded:
@@ -169,18 +169,18 @@ class Hasher:
         return codes_to_bytes(self.encode(texts, batch_size), self.n_bits)
 
 
-def check_texts(texts, cleaning: str = "unicode") -> list[str]:
-    """Every text must be a non-empty string (after cleaning); say which is not."""
-    from dhim_ray.corpus.text import clean_string
+def check_texts(texts, features: FeatureConfig) -> list[str]:
+    """Every text must be a non-empty string after cleaning (say which is not): the texts
+    cleaned and cut to ``features.max_words``, once, as the encoder reads them."""
+    from dhim_ray.corpus.text import clean_and_truncate
 
     if isinstance(texts, (str, bytes)) or not hasattr(texts, "__len__"):
         raise DataError("texts: expected a list of strings")
-    texts = list(texts)
+    prepared = []
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise DataError(f"text {i} is a {type(t).__name__}: expected a string")
-        if not clean_string(t, cleaning):
+        prepared.append(clean_and_truncate(t, features.max_words, features.cleaning))
+        if not prepared[-1]:
             raise DataError(f"text {i} ({t[:30]!r}) is empty after cleaning: give some words to hash")
-    return texts
-
-
+    return prepared

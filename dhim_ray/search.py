@@ -33,7 +33,7 @@ from dhim_ray.corpus.data import require_labels
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError, ConfigError, StoreError
 from dhim_ray.evaluate import WindowSpec, evaluate_codes
-from dhim_ray.hasher import Hasher, check_texts
+from dhim_ray.hasher import Hasher
 from dhim_ray.retrieval import known_item
 from dhim_ray.retrieval.metrics import PrecisionResult, tie_aware_hits
 from dhim_ray.retrieval.rerank import (
@@ -143,8 +143,7 @@ class Searcher:
         every row within R bits, nearest first, at most k of them (a radius search)."""
         if isinstance(texts, str):
             texts = [texts]
-        check_search_k(k)  # before encoding: fail fast
-        texts = check_texts(texts, self.hasher.config.features.cleaning)
+        check_search_k(k)  # before encoding: fail fast (encode checks the texts before any work)
         if check_rerank(rerank) == 1:
             return self.search_codes(self.hasher.encode(texts), k, filter=filter, max_distance=max_distance)
         codes, scores, vectors = self.hasher.encode(texts, scores=True, vectors=True)

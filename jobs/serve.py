@@ -291,7 +291,7 @@ class QueryService:
 
     async def _encode(self, texts: list[str], hasher: Hasher | None = None):
         hasher = hasher or self.hasher
-        check_texts(texts, hasher.config.features.cleaning)  # empty after cleaning: a 422, alone
+        check_texts(texts, hasher.config.features)  # empty after cleaning: a 422, alone
         return await self._encode_batch((hasher, texts))
 
     def _milvus_down(self, exc: Exception) -> JSONResponse:
@@ -314,7 +314,7 @@ class QueryService:
         codes = scores = vectors = None
         if body.texts is not None:
             try:
-                check_texts(body.texts, self.hasher.config.features.cleaning)
+                check_texts(body.texts, self.hasher.config.features)
             except DataError as exc:
                 return _error(422, f"texts: {exc}", "texts")
         try:

@@ -243,9 +243,10 @@ class FrozenEncoder:
         writer.close()
         return store.finish(fingerprint=self.fingerprint, cleaning=self.config.cleaning)
 
-    def token_ids(self, texts: list[str]) -> list[list[int]]:
-        """Cleaned, truncated texts -> token ids with [CLS]/[SEP], unpadded (one fast-tokenizer call)."""
-        return token_ids(self.tokenizer, self.config, texts)
+    def token_ids(self, texts: list[str], prepared: bool = False) -> list[list[int]]:
+        """Texts, cleaned and truncated here unless ``prepared`` -> token ids with [CLS]/[SEP],
+        unpadded (one fast-tokenizer call)."""
+        return token_ids(self.tokenizer, self.config, texts, prepared)
 
     def length_batches(self, ids: list[list[int]], batch_size: int, reach: int | None = -1):
         """(row indices, input_ids (B, W), attention_mask (B, W)) over ``ids`` sorted longest
@@ -275,7 +276,7 @@ class FrozenEncoder:
 
     @torch.inference_mode()
     def iter_batches(self, texts: list[str], batch_size: int = 64, on_device: bool = False,
-                     tokenised: bool = False) -> Iterator[tuple[np.ndarray, Features]]:
+                     tokenised: bool = False, prepared: bool = False) -> Iterator[tuple[np.ndarray, Features]]:
         """(row indices into ``texts``, their Features) one encoder pass at a time, longest
         documents first (SORT_CHUNK texts sorted together), each batch's features only as
         wide as its longest document plus ``reach``: what the DHIM head needs, and no more.
@@ -284,11 +285,11 @@ class FrozenEncoder:
         device, for a head on the same device (hashing on a GPU never copies the token states
         to the host and back); cls and mean are numpy either way. ``tokenised``: ``texts``
         are already ``token_ids`` (cleaned and tokenised elsewhere, e.g. on CPU tasks feeding
-        a GPU)."""
+        a GPU); ``prepared``: ``texts`` are already cleaned and cut to max_words."""
         step = max(batch_size, SORT_CHUNK)
         for start in range(0, len(texts), step):
             chunk = texts[start : start + step]
-            ids = chunk if tokenised else self.token_ids(chunk)
+            ids = chunk if tokenised else self.token_ids(chunk, prepared)
             for rows, input_ids, attention in self.length_batches(ids, batch_size):
                 yield rows + start, self._forward(input_ids, attention, on_device and not self.runs_onnx)
 
@@ -376,11 +377,12 @@ def _choose_backend(backend: str, precision: str, device: torch.device) -> str:
     return backend
 
 
-def token_ids(tokenizer, config: FeatureConfig, texts: list[str]) -> list[list[int]]:
-    """Texts cleaned and cut to ``config.max_words`` -> token ids with [CLS]/[SEP], unpadded,
-    at most ``config.n_tokens`` each (one fast-tokenizer call)."""
-    prepared = [clean_and_truncate(t, config.max_words, config.cleaning) for t in texts]
-    return tokenizer(prepared, truncation=True, max_length=config.n_tokens, padding=False,
+def token_ids(tokenizer, config: FeatureConfig, texts: list[str], prepared: bool = False) -> list[list[int]]:
+    """Texts cleaned and cut to ``config.max_words`` (already, where ``prepared``) -> token ids
+    with [CLS]/[SEP], unpadded, at most ``config.n_tokens`` each (one fast-tokenizer call)."""
+    if not prepared:
+        texts = [clean_and_truncate(t, config.max_words, config.cleaning) for t in texts]
+    return tokenizer(texts, truncation=True, max_length=config.n_tokens, padding=False,
                      return_attention_mask=False, return_token_type_ids=False)["input_ids"]
 
 
