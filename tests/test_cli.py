@@ -187,3 +187,34 @@ def test_help_reads_as_a_command_line_and_every_option_has_a_panel():
     usage = subprocess.run([sys.executable, "-m", "dhim_ray.cli", "ingest", "--help"], capture_output=True, text=True,
                            timeout=120).stdout
     assert "Usage: dhim-ray ingest [OPTIONS] CORPUS" in " ".join(usage.split())
+
+
+@pytest.mark.parametrize("argv", [["train", "bbc", "--out", "{tmp}/m"], ["ingest", "bbc", "--model", "{tmp}/m"],
+                                  ["search", "a query", "--model", "{tmp}/m"], ["demo", "--out", "{tmp}/demo"]])
+def test_a_terminal_hears_what_a_command_does_before_the_heavy_imports(tmp_path, argv):
+    """On a terminal the first line says what the command is about to do, written before torch,
+    Ray or pymilvus is imported (here they cannot be: the command stops right after it)."""
+    import pty
+
+    (tmp_path / "sitecustomize.py").write_text(
+        "import importlib.abc, sys\n"
+        "class Heavy(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] in ('torch', 'ray', 'pymilvus', 'transformers'):\n"
+        "            raise ImportError(f'{name} is not importable in this test')\n"
+        "sys.meta_path.insert(0, Heavy())\n")
+    main, terminal = pty.openpty()
+    args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    proc = subprocess.Popen([sys.executable, "-c", "from dhim_ray.cli import main; main()", *args], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=terminal, cwd=tmp_path,
+                            env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    os.close(terminal)
+    heard = b""
+    try:
+        while b"\n" not in heard:
+            heard += os.read(main, 1024)
+    finally:
+        proc.wait(timeout=120)
+        os.close(main)
+    first = re.sub(r"\x1b\[[0-9;]*m", "", heard.decode()).splitlines()[0]
+    assert first.startswith(f"dhim-ray {argv[0]}: ") and first.endswith(" ..."), first
