@@ -408,6 +408,9 @@ def _pretrained(loader, source: str, name: str):
             return loader.from_pretrained(source)
     except Exception as exc:  # a truncated or foreign folder fails in many ways (safetensors, json, ...)
         hint = "a local folder with config.json and weights, or a hub id such as bert-base-uncased"
+        looks_local = os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1
+        if not os.path.exists(source) and looks_local:
+            raise EncoderError(f"encoder={name!r}: no such folder; pass {hint}") from exc
         if not os.path.exists(source) and not online:
             raise EncoderUnreachableError(
                 f"encoder={name!r}: not a local folder and the Hugging Face hub is unreachable (nothing cached); "
