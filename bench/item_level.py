@@ -44,6 +44,11 @@ VARIANTS = {
     "distill-30": ["train.distill_weight=30.0"],
     "distill-100": ["train.distill_weight=100.0"],
     "distill-30-views": ["train.distill_weight=30.0", "train.view_weight=1.0"],
+    # N windows of 8 words cut from each training document and encoded on their own (as a query
+    # is), added to the training set with their document's label: a window's cosine neighbours,
+    # its own document first of all, are its neighbour positives
+    "windows-1": [],
+    "windows-3": [],
 }
 
 
@@ -67,11 +72,28 @@ def run_variant(name: str, bits: int, variant: str, cache_dir: str, max_epochs: 
     cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size, **over["model"]},
                           train={"max_epochs": max_epochs, **over["train"]})
     t0 = time.perf_counter()
-    res = fit_carved(cfg, tr, train)
+    if variant.startswith("windows-"):
+        res = fit_with_windows(cfg, encoder, tr, train, int(variant.split("-")[1]))
+    else:
+        res = fit_carved(cfg, tr, train)
     db_train, db_val = hash_features(res.model, tr), hash_features(res.model, va)
     row = evaluate_codes(db_train, db_val, db_val, train, val, hash_features(res.model, wf), windows)
     return {**row, **two_stage(res.model, tr, va, wf, train, val, windows), **training_fields(res),
             "seconds_total": round(time.perf_counter() - t0, 1)}
+
+
+def fit_with_windows(cfg, encoder, tr, train, per_document: int, words: int = 8):
+    """fit_carved, its training set grown by ``per_document`` windows of each training document,
+    encoded on their own and labelled as their document (the selection slice stays as it is)."""
+    from dhim_ray.encoding.encoder import Features
+    from dhim_ray.training.loop import carve_validation, fit
+
+    fit_idx, sel_idx = carve_validation(len(tr), cfg.train)
+    cut = known_item.cut_windows(train.texts, per_document * len(fit_idx), words, seed=1, candidates=fit_idx)
+    wf, docs = encoder.features(cut.texts), tr.take(fit_idx)
+    grown = Features(*(np.concatenate([getattr(docs, f), getattr(wf, f)]) for f in ("tokens", "mask", "cls", "mean")))
+    labels = np.concatenate([train.labels[fit_idx], train.labels[cut.targets]])
+    return fit(grown, tr.take(sel_idx), cfg, labels, train.labels[sel_idx], progress=False)
 
 
 def two_stage(model, tr, va, wf, train, val, windows, k: int = 100, m: int = 4) -> dict:
