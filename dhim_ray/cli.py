@@ -426,25 +426,25 @@ def train(
 @handle_errors
 def refine(
     corpus: Annotated[str, typer.Argument(help="Corpus whose training texts refine the encoder (no labels used).")],
-    out_dir: Annotated[Path, typer.Option("--out", "-o", parser=folder, help="Folder for the refined encoder (a Hugging Face "
+    out_dir: Annotated[Path, typer.Option("--out", "-o", parser=folder, rich_help_panel="Output", help="Folder for the refined encoder (a Hugging Face "
                                                                "folder; then --encoder OUT).")],
-    method: Annotated[str, typer.Option(help="Refinement: sg-opt (self-guided contrastive fine-tuning).")] = "sg-opt",
+    method: Annotated[str, typer.Option(rich_help_panel="Model", help="Refinement: sg-opt (self-guided contrastive fine-tuning).")] = "sg-opt",
     encoder: Encoder = "all-MiniLM-L6-v2",
-    max_words: Annotated[int, typer.Option(help="Words kept per document.")] = 50,
-    epochs: Annotated[int, typer.Option(help="Passes over the corpus (paper: 1).")] = 1,
-    batch_size: Annotated[int, typer.Option(help="Documents per step (paper: 16).")] = 16,
-    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 1e-5,
-    temperature: Annotated[float, typer.Option(help="Contrastive temperature tau (paper: 0.01).")] = 0.01,
-    lam: Annotated[float, typer.Option(help="Weight of ||theta - theta_start||^2 (paper: 0.1).")] = 0.1,
-    max_steps: Annotated[int, typer.Option(help="Stop after N steps (0 = every batch of every epoch).")] = 0,
-    save_every: Annotated[int, typer.Option(help="Steps between resumable states.")] = 200,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
-    cleaning: Annotated[str, typer.Option(help="Text cleaning: unicode or ascii.")] = "unicode",
+    max_words: Annotated[int, typer.Option(rich_help_panel="Model", help="Words kept per document.")] = 50,
+    epochs: Annotated[int, typer.Option(rich_help_panel="Training", help="Passes over the corpus (paper: 1).")] = 1,
+    batch_size: Annotated[int, typer.Option(rich_help_panel="Training", help="Documents per step (paper: 16).")] = 16,
+    lr: Annotated[float, typer.Option(rich_help_panel="Training", help="AdamW learning rate.")] = 1e-5,
+    temperature: Annotated[float, typer.Option(rich_help_panel="Training", help="Contrastive temperature tau (paper: 0.01).")] = 0.01,
+    lam: Annotated[float, typer.Option(rich_help_panel="Training", help="Weight of ||theta - theta_start||^2 (paper: 0.1).")] = 0.1,
+    max_steps: Annotated[int, typer.Option(rich_help_panel="Training", help="Stop after N steps (0 = every batch of every epoch).")] = 0,
+    save_every: Annotated[int, typer.Option(rich_help_panel="Training", help="Steps between resumable states.")] = 200,
+    seed: Annotated[int, typer.Option(rich_help_panel="Training", help="Random seed.")] = 0,
+    cleaning: Annotated[str, typer.Option(rich_help_panel="Data", help="Text cleaning: unicode or ascii.")] = "unicode",
     text_column: TextColumn = None,
     drop_empty: DropEmpty = False,
     limit: Limit = None,
     device: Device = "auto",
-    resume: Annotated[bool, typer.Option(help="Continue an interrupted refine into the same --out.")] = False,
+    resume: Annotated[bool, typer.Option(rich_help_panel="Training", help="Continue an interrupted refine into the same --out.")] = False,
     as_json: AsJson = False,
 ):
     """Refine a BERT-family encoder on a corpus without labels (SG-OPT); use it with --encoder OUT."""
@@ -464,11 +464,11 @@ def refine(
 @handle_errors
 def eval_(
     model_dir: Annotated[Path | None, typer.Argument(help="Checkpoint folder from 'dhim-ray train'.")] = None,
-    queries: Annotated[str, typer.Option(help="Query corpus and split, e.g. bbc:val or my-docs.csv.")] = "",
+    queries: Annotated[str, typer.Option(rich_help_panel="Data", help="Query corpus and split, e.g. bbc:val or my-docs.csv.")] = "",
     database: Annotated[str | None, typer.Option(
-        help="Database corpus and split, e.g. bbc:train (not with --collection: "
+        rich_help_panel="Data", help="Database corpus and split, e.g. bbc:train (not with --collection: "
              "the collection is the database).")] = None,
-    k: Annotated[int, typer.Option("--k", "-k", help="Precision@k.")] = 100,
+    k: Annotated[int, typer.Option("--k", "-k", rich_help_panel="Search", help="Precision@k.")] = 100,
     baseline: Annotated[str | None, typer.Option(
         rich_help_panel="Baseline",
         help="Evaluate a baseline instead: hashing (lsh, pca-sign, pca-median, itq, whitening-sign, flow-sign, "
@@ -482,7 +482,7 @@ def eval_(
         "uses its own."))] = None,
     max_words: Annotated[int | None, typer.Option(rich_help_panel="Baseline",
                                                   help="Words per document for --baseline [50].")] = None,
-    collection: Annotated[str | None, typer.Option(help="Search this Milvus collection (at --uri) instead of "
+    collection: Annotated[str | None, typer.Option(rich_help_panel="Milvus", help="Search this Milvus collection (at --uri) instead of "
                                                            "hashing a database in memory.")] = None,
     uri: Uri = DEFAULT_DB,
     token_env: TokenEnv = "MILVUS_TOKEN",
@@ -627,29 +627,29 @@ def _eval_known_item(model_dir, queries, database, baseline, bits, encoder, max_
 @handle_errors
 def ingest(
     corpus: Annotated[str, typer.Argument(help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id.")],
-    model_dir: Annotated[Path, typer.Option("--model", "-m", parser=folder, help="Checkpoint folder from 'dhim-ray train'.")],
-    split: Annotated[str | None, typer.Option(help="Split to ingest (or CORPUS:split) [train].")] = None,
-    collection: Annotated[str | None, typer.Option(help="Collection name [default: CORPUS_BITS].")] = None,
+    model_dir: Annotated[Path, typer.Option("--model", "-m", parser=folder, rich_help_panel="Model", help="Checkpoint folder from 'dhim-ray train'.")],
+    split: Annotated[str | None, typer.Option(rich_help_panel="Data", help="Split to ingest (or CORPUS:split) [train].")] = None,
+    collection: Annotated[str | None, typer.Option(rich_help_panel="Milvus", help="Collection name [default: CORPUS_BITS].")] = None,
     uri: Uri = DEFAULT_DB,
     token_env: TokenEnv = "MILVUS_TOKEN",
-    workers: Annotated[int, typer.Option("--workers", "-w", help="Encoding actors.")] = 2,
-    batch_size: Annotated[int, typer.Option(help="Documents per encoder batch.")] = 64,
-    limit: Annotated[int | None, typer.Option(help="Ingest only the first N documents (rows 0..N-1 are verified).")] = None,
-    index: Annotated[str | None, typer.Option(help="BIN_FLAT or BIN_IVF_FLAT [default: FLAT on lite, IVF on a server].")] = None,
-    nlist: Annotated[int | None, typer.Option(help="Clusters for BIN_IVF_FLAT (a Milvus server) [128].")] = None,
-    overwrite: Annotated[bool, typer.Option(help="Drop an existing collection with another width or model.")] = False,
-    address: Annotated[str | None, typer.Option(help="Ray cluster address ('auto', ray://host:10001).")] = None,
-    use_gpu: Annotated[bool, typer.Option(help="One GPU per encoding actor (--workers actors, as many GPUs).")] = False,
+    workers: Annotated[int, typer.Option("--workers", "-w", rich_help_panel="Cluster", help="Encoding actors.")] = 2,
+    batch_size: Annotated[int, typer.Option(rich_help_panel="Cluster", help="Documents per encoder batch.")] = 64,
+    limit: Annotated[int | None, typer.Option(rich_help_panel="Data", help="Ingest only the first N documents (rows 0..N-1 are verified).")] = None,
+    index: Annotated[str | None, typer.Option(rich_help_panel="Milvus", help="BIN_FLAT or BIN_IVF_FLAT [default: FLAT on lite, IVF on a server].")] = None,
+    nlist: Annotated[int | None, typer.Option(rich_help_panel="Milvus", help="Clusters for BIN_IVF_FLAT (a Milvus server) [128].")] = None,
+    overwrite: Annotated[bool, typer.Option(rich_help_panel="Milvus", help="Drop an existing collection with another width or model.")] = False,
+    address: Annotated[str | None, typer.Option(rich_help_panel="Cluster", help="Ray cluster address ('auto', ray://host:10001).")] = None,
+    use_gpu: Annotated[bool, typer.Option(rich_help_panel="Cluster", help="One GPU per encoding actor (--workers actors, as many GPUs).")] = False,
     store_vectors: Annotated[bool, typer.Option(
-        help="Also keep each document's sentence vector (float16, 2 x encoder width bytes) so search --rerank "
+        rich_help_panel="Milvus", help="Also keep each document's sentence vector (float16, 2 x encoder width bytes) so search --rerank "
              "re-scores candidates by cosine.")] = False,
     store_signs: Annotated[bool, typer.Option(
-        help="Also keep the sign bits of each document's sentence vector (1 bit per encoder dimension: 48 B with "
+        rich_help_panel="Milvus", help="Also keep the sign bits of each document's sentence vector (1 bit per encoder dimension: 48 B with "
              "MiniLM) so search --rerank orders candidates by both codes: finds specific documents, keeps topics.")] = False,
     text_column: TextColumn = None,
     label_column: LabelColumn = None,
     id_column: Annotated[str | None, typer.Option(
-        help="Column of the documents' own ids (kept as each row's key, returned with every hit).")] = None,
+        rich_help_panel="Data", help="Column of the documents' own ids (kept as each row's key, returned with every hit).")] = None,
     keep_columns: Annotated[str | None, typer.Option(rich_help_panel="Data", help=(
         "Comma-separated metadata columns to keep as fields (bool, int, float or string, as the values fit): "
         "returned with every hit, usable in --filter, e.g. title,year,url."))] = None,
@@ -712,23 +712,23 @@ def _default_collection(name: str, n_bits: int) -> str:
 @app.command()
 @handle_errors
 def search(
-    model_dir: Annotated[Path, typer.Option("--model", "-m", parser=folder, help="Checkpoint folder the collection was ingested with.")],
+    model_dir: Annotated[Path, typer.Option("--model", "-m", parser=folder, rich_help_panel="Model", help="Checkpoint folder the collection was ingested with.")],
     text: Annotated[list[str] | None, typer.Argument(help="Query text(s) (none with --like).")] = None,
     collection: Annotated[str | None, typer.Option(
-        help="Collection to search [default: the one collection at --uri ingested with --model].")] = None,
+        rich_help_panel="Milvus", help="Collection to search [default: the one collection at --uri ingested with --model].")] = None,
     uri: Uri = DEFAULT_DB,
     token_env: TokenEnv = "MILVUS_TOKEN",
-    k: Annotated[int, typer.Option("-k", "--k", help="Hits per query (at most 16384).")] = 10,
+    k: Annotated[int, typer.Option("-k", "--k", rich_help_panel="Search", help="Hits per query (at most 16384).")] = 10,
     nprobe: Nprobe = None,
     rerank: Rerank = 1,
-    filter_: Annotated[str | None, typer.Option("--filter", help=(
+    filter_: Annotated[str | None, typer.Option("--filter", rich_help_panel="Search", help=(
         "Only rows this Milvus expression holds for, e.g. 'label == 3' or 'key in [\"a\", \"b\"]'."))] = None,
     max_distance: Annotated[int | None, typer.Option(
-        help="Every row within this many bits (up to -k of them), nearest first.")] = None,
-    like: Annotated[list[str] | None, typer.Option(help=(
+        rich_help_panel="Search", help="Every row within this many bits (up to -k of them), nearest first.")] = None,
+    like: Annotated[list[str] | None, typer.Option(rich_help_panel="Search", help=(
         "More like this: search with a stored row's code, by its id (a hit's 'id') or its own id "
         "(ingest --id-column); repeatable. The row itself is left out."))] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", rich_help_panel="Output", help="Print hits as JSON.")] = False,
 ):
     """Hash query texts with the model and search the collection by Hamming distance."""
     from dhim_ray.connectors.milvus import MilvusTarget, check_search_k
@@ -760,19 +760,19 @@ def search(
 @handle_errors
 def serve(
     model_dir: Annotated[Path, typer.Argument(help="Checkpoint folder the collection was ingested with.")],
-    collection: Annotated[str, typer.Option(help="Collection to search.")],
+    collection: Annotated[str, typer.Option(rich_help_panel="Milvus", help="Collection to search.")],
     uri: Uri = DEFAULT_DB,
     token_env: TokenEnv = "MILVUS_TOKEN",
-    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0 exposes it to the network).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="HTTP port.")] = 8000,
-    replicas: Annotated[int, typer.Option(help="Service replicas (a Milvus server only: a milvus-lite file takes one).")] = 1,
-    address: Annotated[str | None, typer.Option(help="Ray cluster: 'auto', ray://host:10001, or a head address.")] = None,
+    host: Annotated[str, typer.Option(rich_help_panel="Service", help="Address to listen on (0.0.0.0 exposes it to the network).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(rich_help_panel="Service", help="HTTP port.")] = 8000,
+    replicas: Annotated[int, typer.Option(rich_help_panel="Service", help="Service replicas (a Milvus server only: a milvus-lite file takes one).")] = 1,
+    address: Annotated[str | None, typer.Option(rich_help_panel="Service", help="Ray cluster: 'auto', ray://host:10001, or a head address.")] = None,
     api_token_env: Annotated[str | None, typer.Option(
-        help="Env variable holding the bearer token clients must send (Authorization: Bearer ...) [none: open].")] = None,
-    max_batch_size: Annotated[int, typer.Option(help="Requests hashed in one encoder pass (1 = no batching).")] = 32,
+        rich_help_panel="Service", help="Env variable holding the bearer token clients must send (Authorization: Bearer ...) [none: open].")] = None,
+    max_batch_size: Annotated[int, typer.Option(rich_help_panel="Service", help="Requests hashed in one encoder pass (1 = no batching).")] = 32,
     nprobe: Nprobe = None,
     allow_open: Annotated[bool, typer.Option(
-        help="Serve without --api-token-env on an address other hosts can reach (off: refused).")] = False,
+        rich_help_panel="Service", help="Serve without --api-token-env on an address other hosts can reach (off: refused).")] = False,
 ):
     """Serve Hamming search over HTTP (Ray Serve): POST /search, POST /hash, GET /health, GET /docs."""
     import signal
@@ -838,7 +838,7 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
 @handle_errors
 def export(
     model_dir: Annotated[Path, typer.Argument(parser=folder, help="Checkpoint folder to export.")],
-    out: Annotated[Path, typer.Option("--out", "-o", parser=onnx_file, help="The .onnx file to write; the tokenizer and "
+    out: Annotated[Path, typer.Option("--out", "-o", parser=onnx_file, rich_help_panel="Output", help="The .onnx file to write; the tokenizer and "
                                       "<name>.json go beside it.")] = Path("model.onnx"),
     as_json: AsJson = False,
 ):
@@ -854,9 +854,9 @@ def export(
 @app.command()
 @handle_errors
 def demo(
-    out_dir: Annotated[Path, typer.Option("--out", parser=folder, help="Where the demo writes its model and database.")] = Path("runs/demo"),
-    bits: Annotated[int, typer.Option(help="Code length.")] = 64,
-    epochs: Annotated[int, typer.Option(help="Maximum epochs.")] = 30,
+    out_dir: Annotated[Path, typer.Option("--out", parser=folder, rich_help_panel="Output", help="Where the demo writes its model and database.")] = Path("runs/demo"),
+    bits: Annotated[int, typer.Option(rich_help_panel="Model", help="Code length.")] = 64,
+    epochs: Annotated[int, typer.Option(rich_help_panel="Training", help="Maximum epochs.")] = 30,
     as_json: AsJson = False,
 ):
     """End to end on the embedded defaults: train on the packaged BBC corpus with the
@@ -897,35 +897,9 @@ def _show_demo(r: dict[str, Any]) -> None:
     console.print(f"done in {r['seconds']} s")
 
 
-#: The help panel of each option declared without one, by command: every option of every
-#: command sits in a named panel (Data, Model, Training, Milvus, ...), none in a catch-all.
-PANELS = {
-    "ingest": {"Model": ("model_dir",), "Data": ("split", "limit", "id_column"), "Milvus": ("collection", "index", "nlist", "overwrite",
-               "store_vectors", "store_signs"), "Cluster": ("workers", "batch_size", "address", "use_gpu")},
-    "eval": {"Data": ("queries", "database"), "Search": ("k",), "Milvus": ("collection", "uri")},
-    "search": {"Model": ("model_dir",), "Milvus": ("collection",), "Search": ("k", "filter_", "max_distance", "like"), "Output": ("as_json",)},
-    "serve": {"Milvus": ("collection",), "Service": ("host", "port", "replicas", "address", "api_token_env", "max_batch_size", "allow_open")},
-    "refine": {"Model": ("encoder", "method", "max_words"), "Data": ("cleaning",), "Output": ("out_dir",),
-               "Training": ("epochs", "batch_size", "lr", "temperature", "lam", "max_steps", "save_every", "seed",
-                            "resume")},
-    "export": {"Output": ("out",)},
-    "demo": {"Output": ("out_dir",), "Model": ("bits",), "Training": ("epochs",)},
-}
-
-
-def with_panels(root):
-    """``root`` (the click group) with PANELS applied to options declared without a panel."""
-    for name, panels in PANELS.items():
-        where = {param: panel for panel, params in panels.items() for param in params}
-        for param in root.commands[name].params:
-            if param.name in where and not getattr(param, "rich_help_panel", None):
-                param.rich_help_panel = where[param.name]
-    return root
-
-
 def main(argv: list[str] | None = None) -> None:
     """Entry point: usage errors (a bad value, a missing option) print as one line too."""
-    command = with_panels(typer.main.get_command(app))
+    command = typer.main.get_command(app)
     try:
         code = command.main(args=argv, prog_name="dhim-ray", standalone_mode=False)
     except NoArgsIsHelpError as exc:
