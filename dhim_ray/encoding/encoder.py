@@ -421,6 +421,13 @@ def _pretrained(loader, source: str, name: str):
         raise EncoderError(f"encoder={name!r}: cannot be loaded ({first}); pass {hint}") from exc
 
 
+def check_width(model_config, name: str) -> None:
+    """Refuse an encoder whose config has no hidden size (not a BERT-family encoder)."""
+    if not hasattr(model_config, "hidden_size"):
+        raise EncoderError(f"encoder={name!r}: {model_config.model_type} has no hidden_size; use a BERT-family "
+                           "encoder")
+
+
 def check_positions(config: FeatureConfig, model_config) -> None:
     """Refuse a ``max_words`` whose tokens the encoder cannot take."""
     limit = getattr(model_config, "max_position_embeddings", None)
@@ -452,9 +459,7 @@ def encoder_identity(config: FeatureConfig) -> tuple[str, int]:
 
     source = resolve_encoder(config.encoder)
     model_config = _pretrained(AutoConfig, source, config.encoder)
-    if not hasattr(model_config, "hidden_size"):
-        raise EncoderError(f"encoder={config.encoder!r}: {model_config.model_type} has no hidden_size; use a "
-                           "BERT-family encoder")
+    check_width(model_config, config.encoder)
     check_positions(config, model_config)
     digest = weights_digest(source) if os.path.isdir(config.encoder) else ""
     return fingerprint(config, model_config, digest), int(model_config.hidden_size)
@@ -465,6 +470,5 @@ def _load(source: str, name: str):
 
     tokenizer = _pretrained(AutoTokenizer, source, name)
     model = _pretrained(AutoModel, source, name)
-    if not hasattr(model.config, "hidden_size"):
-        raise EncoderError(f"encoder={name!r}: {type(model).__name__} has no hidden_size; use a BERT-family encoder")
+    check_width(model.config, name)
     return model, tokenizer
