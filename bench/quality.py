@@ -31,7 +31,7 @@ from bench.protocol import (
     record,
     train_dhim,
 )
-from dhim_ray.config import as_published, config_for_bits
+from dhim_ray.config import as_published, config_for_bits, defaults_for_bits
 from dhim_ray.retrieval.baselines import make_baseline
 from dhim_ray.retrieval.metrics import cosine_precision_at_k, precision_at_k
 
@@ -73,12 +73,13 @@ def run_table(corpora, bits_list, max_epochs, k, cache_dir, published_epochs, pu
             seeds = (0,) if name in one_seed_corpora else SEEDS.get(bits, (0,))
             epochs = epoch_cap(name, bits, max_epochs, long_epochs, cell_epochs)
             for seed in seeds:
-                if done(rows, corpus=name, bits=bits, method="dhim shipped", seed=seed, max_epochs=epochs):
-                    continue
                 cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size},
                                       train={"max_epochs": epochs, "seed": seed})
-                record({"corpus": name, "bits": bits, "method": "dhim shipped", "seed": seed,
-                        "max_epochs": epochs, **train_dhim(cfg, tr, va, train, val, k)})
+                if done(rows, corpus=name, bits=bits, method="dhim shipped", seed=seed, max_epochs=epochs,
+                        identity_bits=cfg.model.identity_bits):
+                    continue
+                record({"corpus": name, "bits": bits, "method": "dhim shipped", "seed": seed, "max_epochs": epochs,
+                        "identity_bits": cfg.model.identity_bits, **train_dhim(cfg, tr, va, train, val, k)})
             if name in published_corpora and not done(rows, corpus=name, bits=bits, method="dhim as published"):
                 cfg = as_published(config_for_bits(bits, model={"hidden_size": encoder.hidden_size},
                                                    train={"max_epochs": published_epochs}))
@@ -99,7 +100,8 @@ def run_ablation(corpora, bits_list, max_epochs, k, cache_dir, levers, long_epoc
                 cfg = config_for_bits(bits, model={"hidden_size": encoder.hidden_size, **over.get("model", {})},
                                       train={"max_epochs": epochs, **over.get("train", {})})
                 record({"corpus": name, "bits": bits, "method": "ablation", "lever": lever, "seed": 0,
-                        "max_epochs": epochs, **train_dhim(cfg, tr, va, train, val, k)})
+                        "max_epochs": epochs, "identity_bits": cfg.model.identity_bits,
+                        **train_dhim(cfg, tr, va, train, val, k)})
 
 
 def parse_cell_epochs(pairs: list[str]) -> dict[tuple[str, int], int]:
@@ -120,6 +122,17 @@ def _fmt(values: list[float | None]) -> str:
     if len(values) == 1:
         return f"{values[0]:.4f}"
     return f"{np.mean(values):.4f} ± {np.std(values):.4f} (n={len(values)})"
+
+
+def _identity(r: dict) -> int:
+    return r.get("identity_bits", 0)
+
+
+def _of_shipped(rs: list[dict], bits: int) -> tuple[list[dict], list[dict]]:
+    """'dhim shipped' rows: (those with the shipped identity bits of this width, those with none,
+    run before the identity bits shipped)."""
+    want = defaults_for_bits(bits)["identity_bits"]
+    return [r for r in rs if _identity(r) == want], [r for r in rs if _identity(r) != want]
 
 
 def _shipped_split(rs: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -156,13 +169,15 @@ def to_markdown(rows: list[dict]) -> str:
                 rs = [r for r in rows if r["corpus"] == c and r["bits"] == bits and r["method"] == m]
                 groups = [(m, rs)]
                 if m == "dhim shipped":  # the shipped schedule's run when there is one; a capped run beside it
-                    full, capped = _shipped_split(rs)
-                    groups = [(m, full), (f"{m}, capped", capped)] if full else [(m, capped)]
+                    groups = []
+                    for label, part in zip((m, "dhim head only (identity_bits=0)"), _of_shipped(rs, bits)):
+                        full, capped = _shipped_split(part)
+                        groups += [(label, full), (f"{label}, capped", capped)] if full else [(label, capped)]
                 for label, grp in groups:
                     if not grp:
                         continue
                     ep = f"{grp[0]['best_epoch'] + 1}/{grp[0]['epochs_run']}" if "best_epoch" in grp[0] else ""
-                    if ep and m == "dhim shipped":
+                    if ep and label.startswith(("dhim shipped", "dhim head only")):
                         cap = grp[0].get("max_epochs", 0)
                         ep += " (shipped schedule)" if cap >= SHIPPED_EPOCHS else f" (cap {cap})"
                     lines.append(f"| {c} | {bits} | {label} | {_fmt([r['p_tie'] for r in grp])} | "
@@ -173,8 +188,8 @@ def to_markdown(rows: list[dict]) -> str:
     for c in corpora:
         cos = [r["p_tie"] for r in rows if r["corpus"] == c and r["method"] == "cosine kNN"]
         for bits in (16, 32, 64, 128):
-            full, capped = _shipped_split([r for r in rows if r["corpus"] == c and r["bits"] == bits
-                                           and r["method"] == "dhim shipped"])
+            full, capped = _shipped_split(_of_shipped([r for r in rows if r["corpus"] == c and r["bits"] == bits
+                                                       and r["method"] == "dhim shipped"], bits)[0])
             d = [r["p_tie"] for r in (full or capped)]
             itq = [r["p_tie"] for r in rows if r["corpus"] == c and r["bits"] == bits and r["method"] == "itq"]
             if d and itq:
@@ -185,12 +200,13 @@ def to_markdown(rows: list[dict]) -> str:
     if abl:
         cols = list(dict.fromkeys((r["corpus"], r["bits"]) for r in abl))
         # the shipped row is the table's seed-0 run of the same corpus, width and epoch cap
-        runs = {(r["corpus"], r["bits"], r.get("max_epochs")) for r in abl}
+        runs = {(r["corpus"], r["bits"], r.get("max_epochs"), _identity(r)) for r in abl}
         abl = [{**r, "lever": "shipped"} for r in rows if r["method"] == "dhim shipped" and r.get("seed") == 0
-               and (r["corpus"], r["bits"], r.get("max_epochs")) in runs] + abl
+               and (r["corpus"], r["bits"], r.get("max_epochs"), _identity(r)) in runs] + abl
         levers = list(dict.fromkeys(r["lever"] for r in abl))
         lines += ["", "Ablation (tie-aware P@100, seed 0; each row changes one lever of the shipped configuration: "
-                  "back to the paper's choice, or a lever tried and dropped):", "",
+                  "back to the paper's choice, or a lever tried and dropped; at 64 bits all were run on the head "
+                  "alone, before the identity bits shipped):", "",
                   "| lever | " + " | ".join(f"{c} {b}b" for c, b in cols) + " |",
                   "|---|" + "---|" * len(cols)]
         for lever in levers:

@@ -36,6 +36,22 @@ def test_round_trip_gives_identical_codes(saved, tiny_config):
     assert cfg == tiny_config and info.config.model.hidden_size == 32 and len(info.weights_sha256) == 64
 
 
+def test_identity_bits_survive_the_checkpoint(tmp_path, tiny_config):
+    from dhim_ray.model.inference import hash_features
+    from dhim_ray.training.loop import fit_transforms
+
+    cfg = replace(tiny_config, model=replace(tiny_config.model, identity_bits=8))  # 8 head bits + 8 fixed
+    enc, model = FrozenEncoder(cfg.features), build_model(cfg)
+    texts = [t for _, t in make_toy_corpus(60, seed=4)]
+    fit_transforms(model, enc.features(texts))
+    path = save_checkpoint(tmp_path / "ck", model, cfg, enc.fingerprint)
+    before = hash_features(model, enc.features(texts))
+    assert len(set(before[:, 1].tolist())) > 5  # the identity byte varies over the texts
+    hasher = Hasher.load(path)
+    assert hasher.n_bits == 16 and np.array_equal(hasher.encode(texts), before)
+    assert load_checkpoint(path)[1].model.identity_bits == 8
+
+
 def test_no_pickle_in_checkpoint(saved):
     path, _ = saved
     assert sorted(p.name for p in path.iterdir()) == ["config.json", "model.safetensors"]

@@ -236,6 +236,41 @@ def test_itq_initialised_linear_path_starts_as_itq_codes():
     assert (codes == itq_bits).mean() > 0.999  # float32 vs float64 may flip a bit sitting on 0
 
 
+def test_identity_bits_are_itq_of_the_mean_word_feature_fixed_through_training():
+    from dhim_ray.model.inference import hash_features
+    from dhim_ray.retrieval.baselines import ITQ
+    from dhim_ray.training.loop import token_mean
+
+    feats, labels = toy_features(n=120)
+    cfg = config_for_bits(24, model={"hidden_size": 24, "n_filters": 8, "identity_bits": 8},
+                          train={"max_epochs": 3, "batch_size": 32, "neighbours": 0})
+    res = fit(feats, None, cfg, labels)
+    model = res.model
+    assert model.proj.out_features == 16 and model.config.head_bits == 16  # the head learns 16 bits
+    assert not any("identity" in name for name, _ in model.named_parameters())  # never trained
+    x = token_mean(feats)
+    codes = np.unpackbits(hash_features(model, feats), axis=1).astype(bool)
+    # the last 8 bits are ITQ's of the mean word feature, fitted on the training documents
+    assert (codes[:, 16:] == ITQ(8, 0).fit(x).bits(x)).mean() > 0.999
+    before = model.identity_weight.clone()
+    res2 = fit(feats, None, cfg, labels)
+    assert torch.equal(res2.model.identity_weight, before)  # the same fit, whatever the head learns
+    assert "identity_weight" in model.state_dict() and "identity_weight" not in DHIM(
+        ModelConfig(n_bits=16, hidden_size=24, n_filters=8)).state_dict()
+
+
+@pytest.mark.parametrize("bits, identity, message", [
+    (64, 60, "identity_bits=60: must be between 0 and n_bits - 8 = 56"),
+    (64, -8, "identity_bits=-8"),
+    (128, 124, "identity_bits=124: must be between 0 and n_bits - 8 = 120"),
+])
+def test_identity_bits_out_of_range_are_one_clear_error(bits, identity, message):
+    with pytest.raises(ConfigError, match=message):
+        ModelConfig(n_bits=bits, hidden_size=384, identity_bits=identity)
+    with pytest.raises(ConfigError, match="at most the encoder width"):
+        ModelConfig(n_bits=128, hidden_size=24, identity_bits=32)
+
+
 def test_itq_init_needs_the_linear_path():
     with pytest.raises(ConfigError, match="linear_path"):
         ModelConfig(n_bits=16, hidden_size=24, linear_path=False, init="itq")

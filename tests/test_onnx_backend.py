@@ -27,12 +27,20 @@ def bits_changed(a: np.ndarray, b: np.ndarray) -> int:
     return int((np.unpackbits(a) != np.unpackbits(b)).sum())
 
 
-def random_checkpoint(folder: Path, features: FeatureConfig, n_bits: int = 64, hidden: int = 384) -> Path:
+def random_checkpoint(folder: Path, features: FeatureConfig, n_bits: int = 64, hidden: int = 384,
+                      identity_bits: int = 0) -> Path:
     """A checkpoint whose head is freshly initialised (seeded): its codes depend on every
-    feature as a trained head's do, without a training run."""
+    feature as a trained head's do, without a training run. Identity bits are fitted, as
+    training fits them, on the toy corpus."""
+    from dhim_ray.training.loop import fit_transforms
+
     torch.manual_seed(0)
-    cfg = config_for_bits(n_bits, features={**features.__dict__}, model={"hidden_size": hidden})
-    return save_checkpoint(folder, build_model(cfg), cfg, FrozenEncoder(cfg.features, backend="torch").fingerprint)
+    cfg = config_for_bits(n_bits, features={**features.__dict__},
+                          model={"hidden_size": hidden, "identity_bits": identity_bits})
+    encoder, model = FrozenEncoder(cfg.features, backend="torch"), build_model(cfg)
+    if identity_bits:
+        fit_transforms(model, encoder.features([t for _, t in make_toy_corpus(80, seed=9)]))
+    return save_checkpoint(folder, model, cfg, encoder.fingerprint)
 
 
 def test_auto_runs_onnx_on_the_cpu_and_torch_where_asked(tiny_bert):
@@ -43,9 +51,11 @@ def test_auto_runs_onnx_on_the_cpu_and_torch_where_asked(tiny_bert):
     assert FrozenEncoder(cfg, precision="bf16").backend == "torch"  # ONNX Runtime runs fp32 and int8
 
 
-def test_tiny_bert_codes_equal_across_backends(tiny_bert, tmp_path):
+@pytest.mark.parametrize("identity_bits", [0, 16])
+def test_tiny_bert_codes_equal_across_backends(tiny_bert, tmp_path, identity_bits):
     texts = [t for _, t in make_toy_corpus(60, seed=3)]
-    ck = random_checkpoint(tmp_path / "ck", FeatureConfig(encoder=tiny_bert, max_words=12), n_bits=32, hidden=32)
+    ck = random_checkpoint(tmp_path / "ck", FeatureConfig(encoder=tiny_bert, max_words=12), n_bits=32, hidden=32,
+                           identity_bits=identity_bits)
     by_torch = Hasher.load(ck, backend="torch").encode(texts)
     onnx = Hasher.load(ck)
     assert onnx.encoder.backend == "onnx"
@@ -128,11 +138,13 @@ def run_exported_graph(path: Path, hasher: Hasher, texts: list[str]) -> np.ndarr
     return out
 
 
-def test_the_exported_graph_gives_the_hashers_codes(tiny_bert, tmp_path):
+@pytest.mark.parametrize("identity_bits", [0, 16])
+def test_the_exported_graph_gives_the_hashers_codes(tiny_bert, tmp_path, identity_bits):
     from dhim_ray.cli import main
 
     texts = [t for _, t in make_toy_corpus(40, seed=5)] + ["goal " * 30]  # one cut at the token limit
-    ck = random_checkpoint(tmp_path / "ck", FeatureConfig(encoder=tiny_bert, max_words=12), n_bits=32, hidden=32)
+    ck = random_checkpoint(tmp_path / "ck", FeatureConfig(encoder=tiny_bert, max_words=12), n_bits=32, hidden=32,
+                           identity_bits=identity_bits)
     with pytest.raises(SystemExit) as done:
         main(["export", str(ck), "--out", str(tmp_path / "out" / "tiny.onnx"), "--json"])
     assert done.value.code in (0, None)
@@ -140,6 +152,8 @@ def test_the_exported_graph_gives_the_hashers_codes(tiny_bert, tmp_path):
     codes = run_exported_graph(tmp_path / "out" / "tiny.onnx", hasher, texts)
     assert codes.dtype == np.uint8 and codes.shape == (len(texts), 4)
     assert bits_changed(codes, hasher.encode(texts)) == 0
+    if identity_bits:  # the identity bits (the last two bytes) tell these texts apart
+        assert len({row.tobytes() for row in codes[:, 2:]}) > 10
     spec = json.loads((tmp_path / "out" / "tiny.json").read_text())
     assert spec["n_bits"] == 32 and spec["max_tokens"] == 13 and (tmp_path / "out" / "tokenizer.json").is_file()
 

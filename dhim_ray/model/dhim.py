@@ -44,20 +44,25 @@ class DHIM(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
-        h, k = config.hidden_size, config.n_filters
+        h, k, bits = config.hidden_size, config.n_filters, config.head_bits
         self.convs = nn.ModuleList(nn.Conv1d(h, k, w, padding=w // 2) for w in config.windows)
-        self.proj = nn.Linear(k * len(config.windows), config.n_bits)
+        self.proj = nn.Linear(k * len(config.windows), bits)
         # Optional linear path: its mean over positions is a linear code of the mean token
         # feature, so it can start as ITQ (init_linear_path) and the CNN learns the rest.
-        self.linear = nn.Linear(h, config.n_bits) if config.linear_path else None
+        self.linear = nn.Linear(h, bits) if config.linear_path else None
         # The reference code reuses `proj` on the 768-d [CLS] only because 3 x 256 = 768.
-        self.target_proj = None if config.shared_cls_projection else nn.Linear(h, config.n_bits)
-        self.disc_local = nn.Linear(config.n_bits, config.n_bits, bias=False)
-        self.disc_target = nn.Linear(config.n_bits, config.n_bits, bias=False)
+        self.target_proj = None if config.shared_cls_projection else nn.Linear(h, bits)
+        self.disc_local = nn.Linear(bits, bits, bias=False)
+        self.disc_target = nn.Linear(bits, bits, bias=False)
         # Fitted on the training corpus before training (training.fit_transforms), never trained:
         # kept here so a checkpoint holds the transforms its training used.
         self.target_transform = build_transform(config.target_transform, h)
         self.neighbour_transform = build_transform(config.neighbour_transform, h)
+        # The identity bits: a fixed linear code of the mean word feature (ITQ, fitted with the
+        # transforms by training.fit_identity), appended to the head's bits
+        r = config.identity_bits
+        self.register_buffer("identity_weight", torch.zeros(r, h) if r else None)
+        self.register_buffer("identity_bias", torch.zeros(r) if r else None)
 
     # ---- codes -------------------------------------------------------------
     def local_logits(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -78,8 +83,29 @@ class DHIM(nn.Module):
         return (local_logits * w).sum(1) / w.sum(1).clamp_min(1)  # (B, bits)
 
     def global_logits(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """tokens (B, T, H), mask (B, T) -> global logits (B, bits). 1[logit > 0] is the code."""
+        """tokens (B, T, H), mask (B, T) -> global logits (B, n_bits). 1[logit > 0] is the code:
+        the head's bits, then the identity bits."""
+        head = self.head_logits(tokens, mask)
+        if self.identity_weight is None:
+            return head
+        return torch.cat([head, self.identity_logits(tokens, mask)], dim=1)
+
+    def head_logits(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """tokens (B, T, H), mask (B, T) -> the head's global logits (B, head_bits)."""
         return self._readout(self.local_logits(tokens), self._positions(mask))
+
+    def identity_logits(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """tokens (B, T, H), mask (B, T) -> the identity bits' logits (B, identity_bits): the
+        fixed projection of the mean over word positions."""
+        w = mask.to(tokens.dtype)[:, :, None]
+        mean = (tokens * w).sum(1) / w.sum(1).clamp_min(1)
+        return mean @ self.identity_weight.T + self.identity_bias
+
+    @torch.no_grad()
+    def set_identity(self, weight, bias) -> None:
+        """Set the identity bits' projection (identity_bits, H) and bias (identity_bits,)."""
+        self.identity_weight.copy_(torch.as_tensor(weight, dtype=self.identity_weight.dtype))
+        self.identity_bias.copy_(torch.as_tensor(bias, dtype=self.identity_bias.dtype))
 
     def _target_logits(self, target: torch.Tensor) -> torch.Tensor:
         if self.target_transform is not None:
@@ -162,7 +188,7 @@ class DHIM(nn.Module):
         view_logits = None
         if views is not None and view_weight > 0:
             view_tokens, view_mask = views
-            view_logits = self.global_logits(view_tokens, view_mask)  # (n, bits)
+            view_logits = self.head_logits(view_tokens, view_mask)  # (n, bits)
             view_codes = bernoulli_straight_through(view_logits, cfg.alpha)
             own_only = torch.zeros_like(positive)
             own_only[torch.arange(len(tokens), device=tokens.device), own] = True

@@ -176,32 +176,38 @@ def held_out_outputs(model: DHIM, feats: Features, config: DHIMConfig, device: t
             yield out, len(tokens)
 
 
-def token_mean(feats: Features, chunk: int = 1024) -> np.ndarray:
-    """Mean of each document's word-position token features (what the linear path's
-    readout sees): (n, H) float32."""
-    out = np.empty((len(feats), feats.tokens.shape[-1]), dtype=np.float32)
-    for start in range(0, len(feats), chunk):
-        tok = feats.tokens[start : start + chunk].astype(np.float32)
-        w = feats.mask[start : start + chunk].astype(np.float32)[:, :, None]
+def token_mean(feats: Features, rows: np.ndarray | None = None, chunk: int = 1024) -> np.ndarray:
+    """Mean of each document's word-position token features (what the linear path's readout
+    and the identity bits see), of all documents or of sorted ``rows``: (n, H) float32."""
+    rows = np.arange(len(feats)) if rows is None else rows
+    out = np.empty((len(rows), feats.tokens.shape[-1]), dtype=np.float32)
+    for start in range(0, len(rows), chunk):
+        idx = rows[start : start + chunk]
+        tok = feats.tokens[idx].astype(np.float32)
+        w = feats.mask[idx].astype(np.float32)[:, :, None]
         out[start : start + chunk] = (tok * w).sum(1) / np.maximum(w.sum(1), 1)
     return out
 
 
-def init_from_itq(model: DHIM, feats: Features, seed: int = 0) -> None:
-    """Start the model's linear path as ITQ (PCA + rotation) of the mean token feature,
-    scaled so every bit's logit has unit spread over the training documents."""
+def fitted_itq(feats: Features, n_bits: int, what: str, fix: str, seed: int = 0,
+               rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """ITQ (PCA + rotation) of the mean token feature as a linear code: (weight (bits, H), bias
+    (bits,)), scaled so every bit's logit has unit spread over the documents (``rows`` of them)."""
     from dhim_ray.retrieval.baselines import ITQ
 
-    x = token_mean(feats)
-    if model.config.n_bits > min(x.shape):
-        raise ConfigError(
-            f"init=itq: {len(x)} training documents are too few for an ITQ start of {model.config.n_bits} bits; "
-            "give more documents or set model.init=random"
-        )
-    itq = ITQ(model.config.n_bits, seed).fit(x)
+    x = token_mean(feats, rows)
+    if n_bits > min(x.shape):
+        raise ConfigError(f"{what}: {len(x)} training documents are too few for {n_bits} ITQ bits; "
+                          f"give more documents or {fix}")
+    itq = ITQ(n_bits, seed).fit(x)
     w = itq.w @ itq.rotation  # (H, bits)
     scale = (itq.project(x)).std(axis=0) + 1e-6
-    model.init_linear_path((w / scale).T, -(itq.mean @ w) / scale)
+    return (w / scale).T, -(itq.mean @ w) / scale
+
+
+def init_from_itq(model: DHIM, feats: Features, seed: int = 0) -> None:
+    """Start the model's linear path as ITQ of the mean token feature (fitted_itq)."""
+    model.init_linear_path(*fitted_itq(feats, model.config.head_bits, "init=itq", "set model.init=random", seed))
 
 
 #: Transforms are fitted on at most this many database vectors (a fixed sample).
@@ -209,10 +215,14 @@ TRANSFORM_SAMPLE = 20_000
 
 
 def fit_transforms(model: DHIM, database: Features, seed: int = 0) -> None:
-    """Fit the model's sentence-vector transforms (ModelConfig.target_transform: on the
-    regulariser target; neighbour_transform: on the mean-pooled vectors) on a fixed
-    sample of at most TRANSFORM_SAMPLE database documents."""
+    """Fit the model's fixed parts on a fixed sample of at most TRANSFORM_SAMPLE database
+    documents: its identity bits (ITQ of the mean token feature) and its sentence-vector
+    transforms (ModelConfig.target_transform: on the regulariser target; neighbour_transform:
+    on the mean-pooled vectors)."""
     rows = fitting_sample(len(database), TRANSFORM_SAMPLE, seed)
+    if model.config.identity_bits:
+        r = model.config.identity_bits
+        model.set_identity(*fitted_itq(database, r, f"identity_bits={r}", "set model.identity_bits=0", seed, rows))
     for module, column in ((model.target_transform, model.config.regulariser),
                            (model.neighbour_transform, "mean")):
         if module is not None:
