@@ -31,13 +31,16 @@ def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_pat
     from dhim_ray.model.inference import hash_features
 
     out = tmp_path / "model"
-    summary = train_distributed(corpus, config(tiny_config, 2), out,
-                                RayTrainOptions(workers=2, storage_path=tmp_path / "runs"))
+    # 16 head bits and 8 identity bits: rank 0 fits the identity bits, DDP hands them to rank 1,
+    # whose share of the selection search must hash as rank 0 does (checked below)
+    cfg = config(tiny_config, 2).replace(model={"n_bits": 24, "identity_bits": 8})
+    summary = train_distributed(corpus, cfg, out, RayTrainOptions(workers=2, storage_path=tmp_path / "runs"))
     assert not (tmp_path / "runs" / "features").exists()  # the run's feature stores go when it finishes
     assert summary["epochs_run"] == 2 and summary["workers"] == 2
     assert 0 < summary["best_val_precision_at_k_tie_aware"] <= 1
     assert [set(h) >= {"epoch", "steps", "loss", "seconds", "val_precision"} for h in summary["history"]] == [True] * 2
     hasher = Hasher.load(out)  # plain load, no Ray involved
+    assert hasher.n_bits == 24 and hasher.model.identity_weight.abs().sum() > 0
     texts = corpus.with_split("val").load_split().texts
     in_process = hasher.encode(texts)
     # Both workers hashed a share of the validation search; one process searching it
