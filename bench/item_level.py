@@ -52,6 +52,7 @@ VARIANTS = {
     "identity-16": ["model.identity_bits=16"],
     "identity-24": ["model.identity_bits=24"],
     "identity-40": ["model.identity_bits=40"],
+    "identity-48": ["model.identity_bits=48"],
     "identity-64": ["model.identity_bits=64"],
     # N windows of 8 words cut from each training document and encoded on their own (as a query
     # is), added to the training set with their document's label: a window's cosine neighbours,

@@ -333,6 +333,7 @@ def item_level_training() -> list[str] | None:
     rows = [r for r in _item_rows() if r["method"].startswith("dhim") and r["corpus"] in ("dbpedia", "agnews")]
     if not rows:
         return None
+    rows.sort(key=lambda r: (r["corpus"] != "dbpedia", r["bits"]))  # stable: in the order they were run
     body = []
     for r in rows:
         extra = (f"{r['p_ubinary']:.3f} / {r['recall_at_10_ubinary']:.3f}" if "p_ubinary" in r else "")
