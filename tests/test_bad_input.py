@@ -196,8 +196,6 @@ CASES = [
      "--select labels but every training document has the same label"),
     (T("--bits", "64", "--set", "model.identity_bits=60"), 2,
      "--set model.identity_bits=60: must be between 0 and n_bits - 8 = 56"),
-    (["train", "{root}/strlab", "--encoder", "{bert}", "--max-words", "12", "--bits", "64", "--out", "{root}/out"], 2,
-     "too few for 32 ITQ bits; give more documents or set model.identity_bits=0"),
     (T("--text-column", ""), 2, "--text-column '': give a column name"),
     (T("--text-column", "body"), 2, "no text column 'body'"),
     (T("--label-column", "lable"), 2, "no label column 'lable'"),

@@ -259,6 +259,19 @@ def test_identity_bits_are_itq_of_the_mean_word_feature_fixed_through_training()
         ModelConfig(n_bits=16, hidden_size=24, n_filters=8)).state_dict()
 
 
+def test_identity_bits_on_fewer_documents_than_bits_are_a_random_projection(caplog):
+    from dhim_ray.model.inference import hash_features
+    from dhim_ray.training.loop import fit_transforms
+
+    feats, _ = toy_features(n=10)
+    model = DHIM(ModelConfig(n_bits=24, hidden_size=24, n_filters=8, identity_bits=16))
+    with caplog.at_level("WARNING", logger="dhim_ray"):
+        fit_transforms(model, feats)
+    assert "10 training documents are too few for 16 ITQ identity bits" in caplog.text
+    bits = np.unpackbits(hash_features(model, feats), axis=1)[:, 8:]
+    assert 0.2 < bits.mean() < 0.8 and len({row.tobytes() for row in bits}) >= 8  # documents told apart
+
+
 @pytest.mark.parametrize("bits, identity, message", [
     (64, 60, "identity_bits=60: must be between 0 and n_bits - 8 = 56"),
     (64, -8, "identity_bits=-8"),

@@ -189,25 +189,44 @@ def token_mean(feats: Features, rows: np.ndarray | None = None, chunk: int = 102
     return out
 
 
-def fitted_itq(feats: Features, n_bits: int, what: str, fix: str, seed: int = 0,
-               rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """ITQ (PCA + rotation) of the mean token feature as a linear code: (weight (bits, H), bias
-    (bits,)), scaled so every bit's logit has unit spread over the documents (``rows`` of them)."""
-    from dhim_ray.retrieval.baselines import ITQ
+def unit_spread(x: np.ndarray, w: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A linear code (x - mean) @ w as (weight (bits, H), bias (bits,)), scaled so every bit's
+    logit has unit spread over x."""
+    scale = ((x - mean) @ w).std(axis=0) + 1e-6
+    return (w / scale).T, -(mean @ w) / scale
+
+
+def identity_projection(feats: Features, n_bits: int, seed: int = 0,
+                        rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The identity bits' projection, (weight (bits, H), bias (bits,)): ITQ of the mean token
+    feature; on a corpus with fewer documents than bits (PCA finds fewer axes than that), a
+    seeded random projection (LSH) of it instead, with a warning. Scaled so every bit's logit has
+    unit spread over the documents (unit_spread)."""
+    from dhim_ray.retrieval.baselines import ITQ, LSH
 
     x = token_mean(feats, rows)
-    if n_bits > min(x.shape):
-        raise ConfigError(f"{what}: {len(x)} training documents are too few for {n_bits} ITQ bits; "
-                          f"give more documents or {fix}")
-    itq = ITQ(n_bits, seed).fit(x)
-    w = itq.w @ itq.rotation  # (H, bits)
-    scale = (itq.project(x)).std(axis=0) + 1e-6
-    return (w / scale).T, -(itq.mean @ w) / scale
+    if n_bits <= min(x.shape):
+        itq = ITQ(n_bits, seed).fit(x)
+        w, mean = itq.w @ itq.rotation, itq.mean
+    else:
+        logger.warning("%d training documents are too few for %d ITQ identity bits: a random projection of "
+                       "the mean word feature stands in (give more documents, or set model.identity_bits=0)",
+                       len(x), n_bits)
+        lsh = LSH(n_bits, seed).fit(x)
+        w, mean = lsh.w, lsh.mean
+    return unit_spread(x, w, mean)
 
 
 def init_from_itq(model: DHIM, feats: Features, seed: int = 0) -> None:
-    """Start the model's linear path as ITQ of the mean token feature (fitted_itq)."""
-    model.init_linear_path(*fitted_itq(feats, model.config.head_bits, "init=itq", "set model.init=random", seed))
+    """Start the model's linear path as ITQ of the mean token feature (unit_spread)."""
+    from dhim_ray.retrieval.baselines import ITQ
+
+    x, n_bits = token_mean(feats), model.config.head_bits
+    if n_bits > min(x.shape):
+        raise ConfigError(f"init=itq: {len(x)} training documents are too few for an ITQ start of {n_bits} bits; "
+                          "give more documents or set model.init=random")
+    itq = ITQ(n_bits, seed).fit(x)
+    model.init_linear_path(*unit_spread(x, itq.w @ itq.rotation, itq.mean))
 
 
 #: Transforms are fitted on at most this many database vectors (a fixed sample).
@@ -221,8 +240,7 @@ def fit_transforms(model: DHIM, database: Features, seed: int = 0) -> None:
     on the mean-pooled vectors)."""
     rows = fitting_sample(len(database), TRANSFORM_SAMPLE, seed)
     if model.config.identity_bits:
-        r = model.config.identity_bits
-        model.set_identity(*fitted_itq(database, r, f"identity_bits={r}", "set model.identity_bits=0", seed, rows))
+        model.set_identity(*identity_projection(database, model.config.identity_bits, seed, rows))
     for module, column in ((model.target_transform, model.config.regulariser),
                            (model.neighbour_transform, "mean")):
         if module is not None:
