@@ -59,7 +59,7 @@ class DHIM(nn.Module):
         self.target_transform = build_transform(config.target_transform, h)
         self.neighbour_transform = build_transform(config.neighbour_transform, h)
         # The identity bits: a fixed linear code of the mean word feature (ITQ, fitted with the
-        # transforms by training.fit_identity), appended to the head's bits
+        # transforms by training.fit_transforms), appended to the head's bits
         r = config.identity_bits
         self.register_buffer("identity_weight", torch.zeros(r, h) if r else None)
         self.register_buffer("identity_bias", torch.zeros(r) if r else None)
@@ -97,9 +97,7 @@ class DHIM(nn.Module):
     def identity_logits(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """tokens (B, T, H), mask (B, T) -> the identity bits' logits (B, identity_bits): the
         fixed projection of the mean over word positions."""
-        w = mask.to(tokens.dtype)[:, :, None]
-        mean = (tokens * w).sum(1) / w.sum(1).clamp_min(1)
-        return mean @ self.identity_weight.T + self.identity_bias
+        return self._readout(tokens, mask) @ self.identity_weight.T + self.identity_bias
 
     @torch.no_grad()
     def set_identity(self, weight, bias) -> None:
