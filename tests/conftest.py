@@ -72,6 +72,18 @@ def build_tiny_bert(folder: Path, hidden_size: int = 32, seed: int = 0) -> Path:
     return folder
 
 
+@pytest.fixture(autouse=True)
+def _dhim_ray_logger_as_it_was():
+    """The CLI, run in-process by many tests, sets the dhim_ray logger up for a terminal (its own
+    handler, no propagation); put it back after each test, so a later test's caplog sees its lines."""
+    import logging
+
+    logger = logging.getLogger("dhim_ray")
+    saved = (logger.handlers[:], logger.level, logger.propagate)
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved
+
+
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory) -> str:
     return str(build_tiny_bert(tmp_path_factory.mktemp("tiny-bert")))

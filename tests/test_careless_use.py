@@ -22,17 +22,6 @@ from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import ConfigError
 
 
-@pytest.fixture(autouse=True)
-def _logging_as_it_was():
-    """The CLI sets up the dhim_ray logger for a terminal; later tests' caplog needs it back."""
-    import logging
-
-    logger = logging.getLogger("dhim_ray")
-    saved = (logger.handlers[:], logger.level, logger.propagate)
-    yield
-    logger.handlers[:], logger.level, logger.propagate = saved
-
-
 # ---- labels ---------------------------------------------------------------------------------
 def _corpus(tmp_path, name: str, labels: list, fmt: str = "csv"):
     folder = tmp_path / name

@@ -137,13 +137,9 @@ def test_mismatched_encoder(tmp_path, tiny_config):
         Hasher.load(path)
 
 
-def test_a_checkpoint_knows_a_local_encoder_by_its_weights(tmp_path, tiny_config, caplog, monkeypatch):
+def test_a_checkpoint_knows_a_local_encoder_by_its_weights(tmp_path, tiny_config, caplog):
     """Same architecture, other weights (as a refined encoder is): refused, at the same path too;
     the same weights in another folder (the encoder copied to another machine): accepted."""
-    import logging
-
-    # the CLI, run in-process by earlier tests, stops the dhim_ray logger propagating to caplog's handler
-    monkeypatch.setattr(logging.getLogger("dhim_ray"), "propagate", True)
     enc_dir = build_tiny_bert(tmp_path / "enc", seed=0)
     cfg = tiny_config.replace(features={"encoder": str(enc_dir)})
     fingerprint = FrozenEncoder(cfg.features).fingerprint

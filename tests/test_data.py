@@ -168,33 +168,19 @@ def test_missing_local_file_is_not_blamed_on_the_hub(tmp_path):
 def test_drop_empty_logs_what_it_dropped(tmp_path, caplog):
     """Issue 11.3: --drop-empty dropped rows silently."""
     write_csv(tmp_path / "train.csv", [("a", "x y"), ("b", "@@@"), ("a", "z")], header=True)
-    import logging
-
-    logger = logging.getLogger("dhim_ray")  # the CLI's setup may have stopped it propagating to the root
-    logger.addHandler(caplog.handler)
-    try:
-        with caplog.at_level("WARNING", logger="dhim_ray"):
-            split = load_split(str(tmp_path / "train.csv"), drop_empty=True)
-    finally:
-        logger.removeHandler(caplog.handler)
+    with caplog.at_level("WARNING", logger="dhim_ray"):
+        split = load_split(str(tmp_path / "train.csv"), drop_empty=True)
     assert len(split) == 2 and "dropped 1 of 3 rows with empty text (rows 1)" in caplog.text
 
 
 def test_limit_warns_when_the_first_rows_hold_few_labels(caplog):
     """The packaged BBC train split is ordered by label: its first 300 rows are all 'business'."""
-    import logging
-
-    logger = logging.getLogger("dhim_ray")  # the CLI's setup may have stopped it propagating to the root
-    logger.addHandler(caplog.handler)
-    try:
-        with caplog.at_level("WARNING", logger="dhim_ray"):
-            few = load_corpus("bbc", limit=300)
-            assert "bbc:train: --limit 300 keeps its first 300 of 1780 rows, which hold 1 of its 5 labels" in caplog.text
-            assert "bbc:val" not in caplog.text  # val's first 300 rows hold all five
-            caplog.clear()
-            load_corpus("bbc", limit=2000)  # nothing cut
-    finally:
-        logger.removeHandler(caplog.handler)
+    with caplog.at_level("WARNING", logger="dhim_ray"):
+        few = load_corpus("bbc", limit=300)
+        assert "bbc:train: --limit 300 keeps its first 300 of 1780 rows, which hold 1 of its 5 labels" in caplog.text
+        assert "bbc:val" not in caplog.text  # val's first 300 rows hold all five
+        caplog.clear()
+        load_corpus("bbc", limit=2000)  # nothing cut
     assert len(few.split("train")) == 300 and set(few.split("train").labels) == {0}
     assert "--limit" not in caplog.text
 
