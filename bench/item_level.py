@@ -48,6 +48,7 @@ VARIANTS = {
     # the head alone (the shipped code before the identity bits, and the shipped code at 16, 32 and
     # 128 bits), and codes whose last N bits are identity bits (ITQ of the mean word feature, fixed)
     "head-only": ["model.identity_bits=0"],
+    "identity-8": ["model.identity_bits=8"],
     "identity-16": ["model.identity_bits=16"],
     "identity-24": ["model.identity_bits=24"],
     "identity-40": ["model.identity_bits=40"],

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dhim_ray.codes import check_n_bits
 from dhim_ray.corpus.text import CLEANINGS
 from dhim_ray.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 #: Sentence-vector transforms (dhim_ray.encoding.transforms builds them; listed here so configs need no torch).
 TRANSFORMS = ("none", "whitening", "flow")
@@ -258,14 +261,14 @@ REFERENCE_HYPERPARAMETERS: dict[int, dict[str, Any]] = {
 # ITQ 0.59), and so does starting from ITQ through the linear path (0.69 vs 0.63
 # without). From 32 bits on, the CNN alone from a random start won on all four corpora.
 # At 32 bits beta 2 (20ng 0.537 vs 0.508 at 0.4, agnews 0.788 vs 0.780; dbpedia 0.750
-# vs 0.763); from 64 bits 0.4. At 64 bits half the code is identity bits (ITQ of the mean
-# word feature, fixed) and the head learns the other 32: known-item recall and P@100 both
-# rose on every dev corpus (BENCHMARKS.md, "Two tasks").
+# vs 0.763); from 64 bits 0.4. At 64 and 128 bits half the code is identity bits (ITQ of the mean
+# word feature, fixed) and the head learns the other half: known-item recall rose on every dev
+# corpus at 64 and at 128 bits, with P@100 within a point or higher (BENCHMARKS.md, "Two tasks").
 SHIPPED_HYPERPARAMETERS: dict[int, dict[str, Any]] = {
     16: {"batch_size": 128, "lr": 1e-3, "alpha": 0.1, "beta": 5.0, "init": "itq"},
     32: {"batch_size": 128, "lr": 1e-3, "alpha": 0.1, "beta": 2.0, "init": "random"},
     64: {"batch_size": 128, "lr": 1e-3, "alpha": 0.1, "beta": 0.4, "init": "random", "identity_bits": 32},
-    128: {"batch_size": 128, "lr": 1e-3, "alpha": 0.1, "beta": 0.4, "init": "random"},
+    128: {"batch_size": 128, "lr": 1e-3, "alpha": 0.1, "beta": 0.4, "init": "random", "identity_bits": 64},
 }
 
 
@@ -314,6 +317,18 @@ class DHIMConfig:
                 raise ConfigError(f"unknown config section {name!r}: choose features, model or train")
             parts[name] = dataclasses.replace(parts[name], **overrides)
         return DHIMConfig(**parts)
+
+    def for_encoder(self, hidden_size: int) -> DHIMConfig:
+        """This config for an encoder ``hidden_size`` wide. ITQ gives at most one identity bit per
+        dimension: where the width's shipped identity bits exceed a narrow encoder's width, the
+        width is used, with a warning; any other value is checked as given."""
+        bits = self.model.identity_bits
+        if bits > hidden_size and bits == defaults_for_bits(self.model.n_bits)["identity_bits"]:
+            logger.warning("model.identity_bits: the %d shipped at %d bits exceed the encoder's width %d; "
+                           "%d are used (set model.identity_bits to choose)", bits, self.model.n_bits,
+                           hidden_size, hidden_size)
+            return self.replace(model={"hidden_size": hidden_size, "identity_bits": hidden_size})
+        return self.replace(model={"hidden_size": hidden_size})
 
 
 SECTIONS = ("features", "model", "train")

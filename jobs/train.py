@@ -322,7 +322,7 @@ class RayTrain:
         train, val, val_source = load_train_val(corpus, config)
         # width, fingerprint and store keys; fails fast on a bad encoder
         encoder = FrozenEncoder(config.features, reach=config.model.pad_reach)
-        config = config.replace(model={"hidden_size": encoder.hidden_size})
+        config = config.for_encoder(encoder.hidden_size)
         init_ray(self.opts.address)
         check_capacity(self.opts.workers, self.opts.use_gpu)
         # Features are computed once into stores that every worker (and every candidate

@@ -35,6 +35,21 @@ def trained(tmp_path_factory, toy_folder, tiny_bert):
     return out
 
 
+def test_the_shipped_identity_bits_fit_a_narrow_encoder(tmp_path, toy_folder, tiny_bert):
+    """128 bits ship 64 identity bits; ITQ of a 32-wide encoder gives 32 at most: 32 are used, and
+    said; a value set by hand that the encoder cannot give is one clear error."""
+    out = tmp_path / "model"
+    r = run("train", toy_folder, "--bits", 128, "--out", out, "--encoder", tiny_bert, "--max-words", 12,
+            "--epochs", 1, "--set", "train.batch_size=32")
+    assert r.exit_code == 0, r.output
+    assert "the 64 shipped at 128 bits exceed the encoder's width 32; 32 are used" in r.output
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["config"]["model"]["identity_bits"] == 32 and saved["config"]["model"]["n_bits"] == 128
+    r = run("train", toy_folder, "--bits", 128, "--out", tmp_path / "other", "--encoder", tiny_bert,
+            "--set", "model.identity_bits=48")
+    assert r.exit_code == 2 and "identity_bits=48: at most the encoder width (32)" in r.output
+
+
 def test_eval_json_has_both_precisions(trained, toy_folder):
     r = run("eval", trained, "--database", f"{toy_folder}:train", "--queries", f"{toy_folder}:val", "--k", 20, "--json")
     assert r.exit_code == 0, r.output

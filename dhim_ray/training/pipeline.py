@@ -119,7 +119,7 @@ def prepare_training_data(
 
     train, val, val_source = load_train_val(corpus, config)
     encoder = encoder or FrozenEncoder(config.features, device=device, reach=config.model.pad_reach)
-    config = config.replace(model={"hidden_size": encoder.hidden_size})
+    config = config.for_encoder(encoder.hidden_size)
     on_disk = features_on_disk(len(train) + len(val), config.features, encoder.hidden_size, feature_memory_gb)
     store = cache_dir if cache_dir is not None else (scratch_dir if on_disk else None)
     if on_disk:
