@@ -318,15 +318,16 @@ class DHIMConfig:
             parts[name] = dataclasses.replace(parts[name], **overrides)
         return DHIMConfig(**parts)
 
-    def for_encoder(self, hidden_size: int) -> DHIMConfig:
+    def for_encoder(self, hidden_size: int, warn: bool = True) -> DHIMConfig:
         """This config for an encoder ``hidden_size`` wide. ITQ gives at most one identity bit per
         dimension: where the width's shipped identity bits exceed a narrow encoder's width, the
         width is used, with a warning; any other value is checked as given."""
         bits = self.model.identity_bits
         if bits > hidden_size and bits == defaults_for_bits(self.model.n_bits)["identity_bits"]:
-            logger.warning("model.identity_bits: the %d shipped at %d bits exceed the encoder's width %d; "
-                           "%d are used (set model.identity_bits to choose)", bits, self.model.n_bits,
-                           hidden_size, hidden_size)
+            if warn:
+                    logger.warning("model.identity_bits: the %d shipped at %d bits exceed the encoder's width %d; "
+                               "%d are used (set model.identity_bits to choose)", bits, self.model.n_bits,
+                               hidden_size, hidden_size)
             return self.replace(model={"hidden_size": hidden_size, "identity_bits": hidden_size})
         return self.replace(model={"hidden_size": hidden_size})
 

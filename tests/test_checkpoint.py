@@ -191,3 +191,18 @@ def test_encode_refuses_empty_text(saved):
         hasher.encode(["football goal", "  ?? "[:0] + "@@"])
     with pytest.raises(DataError, match="text 0 is a int"):
         hasher.encode([3])
+
+
+def test_a_resume_asks_for_the_identity_bits_the_encoder_gave(tmp_path, tiny_config):
+    """A 128-bit run on a 32-wide encoder trains 32 identity bits, not the shipped 64: resuming it
+    with the same command is the same settings; other identity bits are a different run."""
+    from dhim_ray.config import config_for_bits
+    from dhim_ray.training.pipeline import resume_config
+
+    requested = config_for_bits(128, features={"encoder": tiny_config.features.encoder, "max_words": 12})
+    started = requested.for_encoder(32)
+    assert requested.model.identity_bits == 64 and started.model.identity_bits == 32
+    path = save_checkpoint(tmp_path / "run", build_model(started), started, "fingerprint")
+    assert resume_config(path, requested).model.identity_bits == 32
+    with pytest.raises(CheckpointError, match="started with model.identity_bits=32, this command asks for 16"):
+        resume_config(path, requested.replace(model={"identity_bits": 16}))

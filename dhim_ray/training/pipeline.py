@@ -162,7 +162,9 @@ def resume_config(out: Path, requested: DHIMConfig, corpus: str | None = None) -
     if corpus is not None and started and started != corpus:
         raise CheckpointError(f"resume={out}: that run trains on {started}, not {corpus}; resume it with its own "
                               "corpus, or train into another --out")
-    stored, asked = info.config.to_dict(), requested.to_dict()
+    # the command's config as the run had it: the shipped identity bits fitted to the encoder's width
+    asked = requested.for_encoder(info.config.model.hidden_size, warn=False).to_dict()
+    stored = info.config.to_dict()
     skip = set(RESUMABLE_CHANGES)
     if requested.model.target_transform == AUTO_TARGET:  # each candidate run holds the target it trains
         skip.add("model.target_transform")
