@@ -31,7 +31,8 @@ from bench.protocol import (
     record,
     train_dhim,
 )
-from dhim_ray.config import as_published, config_for_bits, defaults_for_bits
+from bench.report import has_shipped_identity
+from dhim_ray.config import as_published, config_for_bits
 from dhim_ray.retrieval.baselines import make_baseline
 from dhim_ray.retrieval.metrics import cosine_precision_at_k, precision_at_k
 
@@ -131,8 +132,7 @@ def _identity(r: dict) -> int:
 def _of_shipped(rs: list[dict], bits: int) -> tuple[list[dict], list[dict]]:
     """'dhim shipped' rows: (those with the shipped identity bits of this width, those with none,
     run before the identity bits shipped)."""
-    want = defaults_for_bits(bits)["identity_bits"]
-    return [r for r in rs if _identity(r) == want], [r for r in rs if _identity(r) != want]
+    return [r for r in rs if has_shipped_identity(r, bits)], [r for r in rs if not has_shipped_identity(r, bits)]
 
 
 def _shipped_split(rs: list[dict]) -> tuple[list[dict], list[dict]]:
