@@ -4,6 +4,7 @@ small topical toy corpus it can tell apart."""
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -72,16 +73,18 @@ def build_tiny_bert(folder: Path, hidden_size: int = 32, seed: int = 0) -> Path:
     return folder
 
 
-@pytest.fixture(autouse=True)
-def _dhim_ray_logger_as_it_was():
-    """The CLI, run in-process by many tests, sets the dhim_ray logger up for a terminal (its own
-    handler, no propagation); put it back after each test, so a later test's caplog sees its lines."""
-    import logging
+_LOGGER = logging.getLogger("dhim_ray")
+_LOGGER_AT_START = (_LOGGER.handlers[:], _LOGGER.level, _LOGGER.propagate)
 
-    logger = logging.getLogger("dhim_ray")
-    saved = (logger.handlers[:], logger.level, logger.propagate)
+
+@pytest.fixture(autouse=True)
+def _dhim_ray_logger_as_at_start():
+    """The CLI, run in-process by many tests and by module-scoped fixtures (which run before this
+    one), sets the dhim_ray logger up for a terminal: its own handler, no propagation. Each test
+    starts and ends with the logger as it was before any test, so caplog sees its lines."""
+    _LOGGER.handlers[:], _LOGGER.level, _LOGGER.propagate = _LOGGER_AT_START
     yield
-    logger.handlers[:], logger.level, logger.propagate = saved
+    _LOGGER.handlers[:], _LOGGER.level, _LOGGER.propagate = _LOGGER_AT_START
 
 
 @pytest.fixture(scope="session")
