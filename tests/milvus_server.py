@@ -3,7 +3,9 @@
 It listens on all interfaces, so it must run inside a network namespace of its own
 (``tests/test_milvus_server.py`` arranges that). Every port is pinned: after a kill,
 a port left in TIME_WAIT would otherwise move a component elsewhere and leave stale
-etcd sessions that stop the next start.
+etcd sessions that stop the next start. All of them lie below Linux's ephemeral range
+(32768-60999), which the components' own loopback connections draw from: the root
+coordinator's default, 53100, lies inside it and was refused once ("bind failed").
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 PORTS = dict(
     proxy_port=19530, proxy_internal_port=19529, query_coord_port=19531, query_node_port=21123,
     index_coord_port=22930, index_node_port=21121, data_coord_port=13333, data_node_port=21124,
-    root_coord_port=53100, etcd_port=2379,
+    root_coord_port=23100, etcd_port=2379,
 )
 URI = f"http://127.0.0.1:{PORTS['proxy_port']}"
 ROOT_TOKEN = "root:Milvus"  # the server's default login once authorization is on
