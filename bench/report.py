@@ -308,6 +308,14 @@ def _item_rows() -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+def _latest_item_row(rows: list[dict], corpus: str, method: str, bits: int | None) -> dict | None:
+    """The last run of ``method`` at ``bits`` (None: a float or fixed-width baseline) on the shipped
+    schedule, or None."""
+    found = [r for r in rows if r["corpus"] == corpus and r["method"] == method and r.get("bits") == bits
+             and r.get("max_epochs", 100) == 100]
+    return found[-1] if found else None
+
+
 def known_item() -> list[str] | None:
     """Both tasks per method and bytes: P@100 (tie-aware; re-ranked lists: their precision) and
     known-item recall@10 (8-word windows of val documents among train + val)."""
@@ -316,9 +324,7 @@ def known_item() -> list[str] | None:
         return None
 
     def get(corpus: str, method: str) -> dict | None:
-        found = [r for r in rows if r["corpus"] == corpus and r["method"] == method
-                 and r.get("bits") in (64, None) and r.get("max_epochs", 100) == 100]
-        return found[-1] if found else None
+        return _latest_item_row(rows, corpus, method, None if method in ("ubinary", "cosine") else 64)
 
     out = _table(["corpus", "DHIM 64 (8 B)", "DHIM 64, re-ranked by both codes (8 + 48 B)", "ITQ 64 (8 B)",
                   "ubinary 384 (48 B)", "float cosine (1,536 B)", "DHIM recall@10 / ITQ's"], [])
@@ -337,16 +343,10 @@ def known_item() -> list[str] | None:
 def known_item_128() -> list[str] | None:
     """The same two tasks at 128 bits (16 B), against ITQ 128 and ubinary's 48 B."""
     rows = _item_rows()
-
-    def get(corpus: str, method: str, bits: int | None) -> dict | None:
-        found = [r for r in rows if r["corpus"] == corpus and r["method"] == method and r.get("bits") == bits
-                 and r.get("max_epochs", 100) == 100]
-        return found[-1] if found else None
-
     body = []
     for corpus in ("dbpedia", "agnews", "r8", "20ng"):
-        d, head, itq = get(corpus, "dhim shipped", 128), get(corpus, "dhim head-only", 128), get(corpus, "itq", 128)
-        ub = get(corpus, "ubinary", None)
+        d, head, itq = (_latest_item_row(rows, corpus, m, 128) for m in ("dhim shipped", "dhim head-only", "itq"))
+        ub = _latest_item_row(rows, corpus, "ubinary", None)
         if not d:
             continue
         cells = [f"{r['p_tie']:.3f} / {r['recall_at_10']:.3f}" if r else "" for r in (d, head, itq, ub)]

@@ -325,7 +325,7 @@ class DHIMConfig:
         bits = self.model.identity_bits
         if bits > hidden_size and bits == defaults_for_bits(self.model.n_bits)["identity_bits"]:
             if warn:
-                    logger.warning("model.identity_bits: the %d shipped at %d bits exceed the encoder's width %d; "
+                logger.warning("model.identity_bits: the %d shipped at %d bits exceed the encoder's width %d; "
                                "%d are used (set model.identity_bits to choose)", bits, self.model.n_bits,
                                hidden_size, hidden_size)
             return self.replace(model={"hidden_size": hidden_size, "identity_bits": hidden_size})
