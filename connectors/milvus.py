@@ -12,6 +12,8 @@ A code collection holds one row per document:
     row     INT64 row number in that source
     key     VARCHAR the document's own id from the source's id column (ingest --id-column),
             else ""; collections made before it existed lack it and still work
+    text_sparse  SPARSE_FLOAT_VECTOR, only in a collection with a text index: Milvus' own BM25
+            function over ``text`` fills it on every upsert (SPARSE_INVERTED_INDEX, metric BM25)
 
 The collection description stores JSON metadata (format, n_bits, model id) so an
 existing collection with another width, metric or model is refused, not mixed.
@@ -54,6 +56,8 @@ FORMAT = "dhim-ray/codes"
 CODE_FIELD = "code"
 VECTOR_FIELD = "vector"  # optional (ingest --store-vectors): the unit-norm sentence vector, float16
 SIGN_FIELD = "sign"  # optional (ingest --store-signs): the sign bits of the sentence vector, packed
+TEXT_SPARSE_FIELD = "text_sparse"  # optional (the text index): BM25 terms of ``text``, filled by Milvus
+TEXT_FUNCTION = "text_bm25"
 LABEL_NAME_FIELD = "label_name"
 LABEL_NAME_MAX = 256  # characters kept of a label's name
 KEY_FIELD = "key"
@@ -68,7 +72,7 @@ LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 2**31 - 1, "grpc.keepalive_permit
 OUTPUT_FIELDS = ["label", "text", "source", "row"]
 #: Every field name dhim-ray itself writes: a kept metadata column cannot take one.
 RESERVED_FIELDS = ("id", CODE_FIELD, "label", LABEL_NAME_FIELD, "text", "source", "row", KEY_FIELD, VECTOR_FIELD,
-                   SIGN_FIELD)
+                   SIGN_FIELD, TEXT_SPARSE_FIELD)
 INDEX_TYPES = ("BIN_FLAT", "BIN_IVF_FLAT")
 
 
@@ -537,6 +541,7 @@ class CollectionInfo:
     label_names: bool = False  # rows carry their label's name (the label_name field)
     keys: bool = False  # rows carry their document's own id (the key field)
     columns: dict[str, tuple[str, int]] = field(default_factory=dict)  # kept metadata: name -> (kind, string bound)
+    text_index: bool = False  # Milvus' BM25 over the stored text (the text_sparse field)
 
     @property
     def output_fields(self) -> list[str]:
@@ -553,7 +558,7 @@ class CollectionInfo:
 
 
 def _schema(n_bits: int, meta: dict[str, Any], vector_dim: int = 0, sign_bits: int = 0,
-            columns: dict[str, tuple[str, int]] | None = None):
+            columns: dict[str, tuple[str, int]] | None = None, text_index: bool = False):
     from pymilvus import DataType, MilvusClient
 
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False, description=json.dumps(meta))
@@ -561,7 +566,8 @@ def _schema(n_bits: int, meta: dict[str, Any], vector_dim: int = 0, sign_bits: i
     schema.add_field(CODE_FIELD, DataType.BINARY_VECTOR, dim=n_bits)
     schema.add_field("label", DataType.INT64)
     schema.add_field(LABEL_NAME_FIELD, DataType.VARCHAR, max_length=LABEL_NAME_MAX * 4)
-    schema.add_field("text", DataType.VARCHAR, max_length=TEXT_PREVIEW * 4)
+    schema.add_field("text", DataType.VARCHAR, max_length=TEXT_PREVIEW * 4, **({"enable_analyzer": True}
+                                                                                if text_index else {}))
     schema.add_field("source", DataType.VARCHAR, max_length=256)
     schema.add_field("row", DataType.INT64)
     schema.add_field(KEY_FIELD, DataType.VARCHAR, max_length=KEY_MAX * 4)
@@ -572,6 +578,12 @@ def _schema(n_bits: int, meta: dict[str, Any], vector_dim: int = 0, sign_bits: i
     kinds = {"bool": DataType.BOOL, "int": DataType.INT64, "float": DataType.DOUBLE, "string": DataType.VARCHAR}
     for name, (kind, bound) in (columns or {}).items():
         schema.add_field(name, kinds[kind], **({"max_length": bound} if kind == "string" else {}))
+    if text_index:
+        from pymilvus import Function, FunctionType
+
+        schema.add_field(TEXT_SPARSE_FIELD, DataType.SPARSE_FLOAT_VECTOR)
+        schema.add_function(Function(name=TEXT_FUNCTION, function_type=FunctionType.BM25, input_field_names=["text"],
+                                     output_field_names=[TEXT_SPARSE_FIELD]))
     return schema
 
 
@@ -598,6 +610,25 @@ def check_alias_support(uri: str, alias: str | None) -> None:
     if is_lite(uri):
         raise ConfigError(f"--alias {alias}: a milvus-lite file has no aliases; ingest into a Milvus server "
                           "(--uri http://host:19530), or search the new collection by its name")
+
+
+#: The first Milvus server release with the BM25 function and sparse vectors.
+TEXT_INDEX_SINCE = (2, 5)
+
+
+def text_index_support(client, uri: str, timeout: float = DEFAULT_TIMEOUT) -> str | None:
+    """None where the Milvus at ``uri`` can keep a text index (milvus-lite 2.5 does; a server from
+    2.5 on), else why not, in words for a one-line message."""
+    if is_lite(uri):
+        return None
+    try:
+        version = str(client.get_server_version(timeout=timeout))
+    except Exception as exc:
+        return f"its version could not be read ({_milvus_message(exc)})"
+    found = re.match(r"v?(\d+)\.(\d+)", version)
+    if found is None or (int(found.group(1)), int(found.group(2))) < TEXT_INDEX_SINCE:
+        return f"Milvus {version} has no BM25 function (it came in 2.5)"
+    return None
 
 
 def check_max_distance(max_distance: int, n_bits: int) -> int:
@@ -657,7 +688,7 @@ def _fields_are_ours(fields: list[dict]) -> bool:
     expected = {"id": DataType.INT64, CODE_FIELD: DataType.BINARY_VECTOR, "label": DataType.INT64,
                 "text": DataType.VARCHAR, "source": DataType.VARCHAR, "row": DataType.INT64,
                 LABEL_NAME_FIELD: DataType.VARCHAR, KEY_FIELD: DataType.VARCHAR, VECTOR_FIELD: DataType.FLOAT16_VECTOR,
-                SIGN_FIELD: DataType.BINARY_VECTOR}
+                SIGN_FIELD: DataType.BINARY_VECTOR, TEXT_SPARSE_FIELD: DataType.SPARSE_FLOAT_VECTOR}
     types = {f["name"]: f.get("type") for f in fields}
     return all(types.get(name, kind) == kind for name, kind in expected.items()) and all(
         name in types for name in ("id", CODE_FIELD, "label", "text", "source", "row"))
@@ -706,16 +737,19 @@ class CodeCollection:
                               nlist=nlist, meta=meta, vector_dim=int(meta.get("vector_dim", 0)),
                               sign_bits=int(meta.get("sign_bits", 0)),
                               label_names=LABEL_NAME_FIELD in fields, keys=KEY_FIELD in fields,
-                              columns={n: (str(k), int(b)) for n, (k, b) in dict(meta.get("columns") or {}).items()})
+                              columns={n: (str(k), int(b)) for n, (k, b) in dict(meta.get("columns") or {}).items()},
+                              text_index=TEXT_SPARSE_FIELD in fields and meta.get("text_index") == "bm25")
 
     def check(self, n_bits: int, model: str, overwrite: bool = False, vector_dim: int | None = None,
               keys: bool = False, sign_bits: int | None = None,
-              columns: dict[str, tuple[str | None, int]] | None = None) -> CollectionInfo | None:
+              columns: dict[str, tuple[str | None, int]] | None = None,
+              text_index: bool | None = None) -> CollectionInfo | None:
         """The existing collection (None if there is none), refused with
         CollectionMismatchError when it cannot take these codes: another code width,
         metric or model, not made by dhim-ray, (``vector_dim`` given) float vectors kept
-        or not against this ingest's, or (``keys``) made before rows kept their own ids
-        (unless ``overwrite``). Creates nothing."""
+        or not against this ingest's, (``text_index`` given) a text index kept or not against
+        this ingest's, or (``keys``) made before rows kept their own ids (unless
+        ``overwrite``). Creates nothing."""
         check_n_bits(n_bits)
         info = self.describe()
         if info is None or overwrite:
@@ -739,6 +773,10 @@ class CodeCollection:
             if sign_bits is not None and info.sign_bits != sign_bits:
                 problems.append("it keeps sign codes and this ingest has none (add --store-signs)" if info.sign_bits
                                 else "it keeps no sign codes and this ingest adds them (drop --store-signs)")
+            if text_index is not None and info.text_index != text_index:
+                problems.append("it keeps a text index (BM25) and this ingest has none (drop --no-text-index)"
+                                if info.text_index else
+                                "it keeps codes only and this ingest adds a text index (add --no-text-index)")
             if keys and not info.keys:
                 problems.append("it was made before rows kept their own ids (drop --id-column)")
             if columns is not None:
@@ -751,15 +789,17 @@ class CodeCollection:
 
     def ensure(self, n_bits: int, model: str, index: IndexSpec = IndexSpec(), overwrite: bool = False,
                vector_dim: int = 0, keys: bool = False, sign_bits: int = 0,
-               columns: dict[str, tuple[str, int]] | None = None, model_dir: str = "") -> CollectionInfo:
+               columns: dict[str, tuple[str, int]] | None = None, model_dir: str = "",
+               text_index: bool = False) -> CollectionInfo:
         """Create the collection, or check an existing one matches (see ``check``);
         ``overwrite`` drops and recreates one that does not. ``columns``: metadata fields,
         name -> (kind: bool, int, float or string; the longest string value in bytes).
         ``model_dir``: the checkpoint folder, stamped beside the model's id so that a service
-        following an alias can load the model a new collection names."""
+        following an alias can load the model a new collection names. ``text_index``: Milvus'
+        BM25 over the stored text (see ``search_text``)."""
         client, name, timeout = self.client, self.name, self.timeout
         columns = columns or {}
-        info = self.check(n_bits, model, overwrite, vector_dim, keys, sign_bits, columns)
+        info = self.check(n_bits, model, overwrite, vector_dim, keys, sign_bits, columns, text_index)
         if info is not None and not overwrite:
             client.load_collection(name, timeout=timeout)
             return info
@@ -769,7 +809,7 @@ class CodeCollection:
         meta = {"format": FORMAT, "n_bits": n_bits, "model": model, **({"vector_dim": vector_dim} if vector_dim else {}),
                 **({"sign_bits": sign_bits} if sign_bits else {}),
                 **({"columns": {n: list(v) for n, v in fields.items()}} if fields else {}),
-                **({"model_dir": model_dir} if model_dir else {})}
+                **({"model_dir": model_dir} if model_dir else {}), **({"text_index": "bm25"} if text_index else {})}
         index_params = client.prepare_index_params()
         index_params.add_index(field_name=CODE_FIELD, index_type=index.index_type, metric_type="HAMMING",
                                params=index.params())
@@ -777,14 +817,17 @@ class CodeCollection:
             index_params.add_index(field_name=VECTOR_FIELD, index_type="FLAT", metric_type="COSINE")
         if sign_bits:  # likewise: read by id to re-rank, never searched
             index_params.add_index(field_name=SIGN_FIELD, index_type="BIN_FLAT", metric_type="HAMMING")
+        if text_index:
+            index_params.add_index(field_name=TEXT_SPARSE_FIELD, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
         try:
-            client.create_collection(name, schema=_schema(n_bits, meta, vector_dim, sign_bits, fields),
+            client.create_collection(name, schema=_schema(n_bits, meta, vector_dim, sign_bits, fields, text_index),
                                      index_params=index_params, timeout=timeout)
         except Exception as exc:
             raise StoreError(_failed(f"collection {name!r}: Milvus refused to create it", exc)) from exc
         client.load_collection(name, timeout=timeout)
         return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, vector_dim=vector_dim,
-                              label_names=True, keys=True, sign_bits=sign_bits, columns=fields)
+                              label_names=True, keys=True, sign_bits=sign_bits, columns=fields,
+                              text_index=text_index)
 
     def upsert(self, rows: list[dict[str, Any]]) -> int:
         """Upsert validated rows (see make_rows); returns how many were written."""
@@ -908,20 +951,42 @@ class CodeCollection:
         out: list[list[dict[str, Any]]] = []
         for start in range(0, len(codes), batch_size):
             data = [c.tobytes() for c in codes[start : start + batch_size]]
-            try:
-                res = self.client.search(self.name, data=data, anns_field=CODE_FIELD, search_params=params,
-                                         limit=int(k), output_fields=list(output_fields), timeout=self.timeout,
-                                         **({"filter": expr} if expr else {}))
-            except Exception as exc:
-                if expr and _refused_expression(exc):
-                    raise ConfigError(f"filter={expr!r}: Milvus cannot use it ({_milvus_message(exc)}); write a "
-                                      f"boolean expression over the collection's fields, e.g. 'label == 3'") from None
-                raise StoreError(_failed(f"collection {self.name!r}: search failed", exc)) from exc
-            for hits in res:
+            for hits in self._search(data, CODE_FIELD, params, k, output_fields, expr):
                 rows = [{"id": h["id"], "distance": int(round(h["distance"])), **h.get("entity", {})} for h in hits]
                 rows.sort(key=lambda h: (h["distance"], h["id"]))  # the store's own tie order is unspecified
                 out.append(rows)
         return out
+
+    def search_text(self, texts: Sequence[str], k: int, output_fields: Iterable[str] = OUTPUT_FIELDS,
+                    filter: str | None = None, batch_size: int = 1000) -> list[list[dict[str, Any]]]:
+        """Top-k rows by Milvus' BM25 over the stored text (a collection with a text index) for
+        each query text: one list per query of {"id", "bm25" (float, higher is better), and the
+        output fields}, best first (ties by id). A query that shares no term with any row finds
+        nothing. ``filter`` as in ``search``."""
+        check_search_k(k)
+        expr = check_filter(filter)
+        out: list[list[dict[str, Any]]] = []
+        for start in range(0, len(texts), batch_size):
+            data = [str(t) for t in texts[start : start + batch_size]]
+            for hits in self._search(data, TEXT_SPARSE_FIELD, {"metric_type": "BM25", "params": {}}, k,
+                                     output_fields, expr):
+                rows = [{"id": h["id"], "bm25": round(float(h["distance"]), 4), **h.get("entity", {})} for h in hits]
+                rows.sort(key=lambda h: (-h["bm25"], h["id"]))
+                out.append(rows)
+        return out
+
+    def _search(self, data: list, anns_field: str, params: dict[str, Any], k: int, output_fields: Iterable[str],
+                expr: str | None) -> list:
+        """pymilvus' search on one field; a filter Milvus refuses is the user's ConfigError."""
+        try:
+            return self.client.search(self.name, data=data, anns_field=anns_field, search_params=params,
+                                      limit=int(k), output_fields=list(output_fields), timeout=self.timeout,
+                                      **({"filter": expr} if expr else {}))
+        except Exception as exc:
+            if expr and _refused_expression(exc):
+                raise ConfigError(f"filter={expr!r}: Milvus cannot use it ({_milvus_message(exc)}); write a "
+                                  f"boolean expression over the collection's fields, e.g. 'label == 3'") from None
+            raise StoreError(_failed(f"collection {self.name!r}: search failed", exc)) from exc
 
     def point_alias(self, alias: str) -> str | None:
         """Point ``alias`` at this collection, atomically (Milvus' alter_alias): a search by the

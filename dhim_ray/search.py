@@ -35,6 +35,7 @@ from dhim_ray.errors import CollectionMismatchError, ConfigError, StoreError
 from dhim_ray.evaluate import WindowSpec, evaluate_codes
 from dhim_ray.hasher import Hasher
 from dhim_ray.retrieval import known_item
+from dhim_ray.retrieval.fusion import Fusion, check_mode, fuse
 from dhim_ray.retrieval.metrics import PrecisionResult, tie_aware_hits
 from dhim_ray.retrieval.rerank import (
     BY_BITS,
@@ -131,24 +132,85 @@ class Searcher:
         """Whether re-ranking uses the stored float vectors (ingest --store-vectors)."""
         return self.info.vector_dim > 0
 
+    @property
+    def has_text_index(self) -> bool:
+        """Whether the collection keeps Milvus' BM25 over its text (text and hybrid search)."""
+        return self.info.text_index
+
+    def resolve_mode(self, mode: str | None, max_distance: int | None = None) -> str:
+        """The search mode to run: ``mode`` as given (checked against the collection), or by
+        default hybrid where the collection has a text index and codes elsewhere. A radius
+        (``max_distance``) is a Hamming radius: codes only."""
+        if mode is None:
+            if self.has_text_index and max_distance is not None:
+                logger.info("max_distance=%d: searching the codes only (a radius is in bits)", max_distance)
+            return "hybrid" if self.has_text_index and max_distance is None else "codes"
+        check_mode(mode)
+        if mode != "codes" and not self.has_text_index:
+            raise ConfigError(f"mode={mode}: collection {self.info.name!r} has no text index; search mode=codes, or "
+                              "re-ingest it into a collection with one (the default where Milvus has BM25)")
+        if mode != "codes" and max_distance is not None:
+            raise ConfigError(f"max_distance={max_distance}: a radius in bits applies to the codes only; search "
+                              "mode=codes or drop max_distance")
+        return mode
+
     def search(self, texts: list[str] | str, k: int = 10, rerank: int = 1, filter: str | None = None,
-               max_distance: int | None = None) -> list[list[dict[str, Any]]]:
-        """The k best rows per text: by Hamming distance, or (``rerank`` m > 1) the k x m
-        nearest re-ranked: by cosine against the query's float vector where the collection
-        keeps float vectors, else by agreement with the query's pre-threshold scores. Each
-        hit then carries its ``rerank_score``.
+               max_distance: int | None = None, mode: str | None = None,
+               fusion: Fusion | None = None) -> list[list[dict[str, Any]]]:
+        """The k best rows per text. ``mode`` codes: by Hamming distance, or (``rerank`` m > 1)
+        the k x m nearest re-ranked: by cosine against the query's float vector where the
+        collection keeps float vectors, else by agreement with the query's pre-threshold scores
+        (each hit then carries its ``rerank_score``). ``mode`` text: by Milvus' BM25 over the
+        stored text (hits carry ``bm25``). ``mode`` hybrid: both lists fused (``fusion``, see
+        dhim_ray.retrieval.fusion). Default: hybrid where the collection has a text index.
+        Every hit carries its Hamming ``distance``.
 
         ``filter``: a Milvus boolean expression over the stored fields (``label == 3``,
         ``key in ["a", "b"]``); only rows it holds for are searched. ``max_distance`` R:
-        every row within R bits, nearest first, at most k of them (a radius search)."""
+        every row within R bits, nearest first, at most k of them (a radius search; codes only)."""
         if isinstance(texts, str):
             texts = [texts]
         check_search_k(k)  # before encoding: fail fast (encode checks the texts before any work)
-        if check_rerank(rerank) == 1:
-            return self.search_codes(self.hasher.encode(texts), k, filter=filter, max_distance=max_distance)
-        codes, scores, vectors = self.hasher.encode(texts, scores=True, vectors=True)
-        return self.search_reranked(codes, scores, k, rerank, vectors=vectors, filter=filter,
-                                    max_distance=max_distance)
+        mode = self.resolve_mode(mode, max_distance)
+        if check_rerank(rerank) == 1 or mode == "text":
+            codes, scores, vectors = self.hasher.encode(texts), None, None
+        else:
+            codes, scores, vectors = self.hasher.encode(texts, scores=True, vectors=True)
+        return self.search_encoded(texts, codes, k, rerank, scores, vectors, filter, max_distance, mode, fusion)
+
+    def search_encoded(self, texts: list[str], codes: np.ndarray, k: int, rerank: int = 1,
+                       scores: np.ndarray | None = None, vectors: np.ndarray | None = None,
+                       filter: str | None = None, max_distance: int | None = None, mode: str = "codes",
+                       fusion: Fusion | None = None,
+                       output_fields: tuple[str, ...] | None = None) -> list[list[dict[str, Any]]]:
+        """``search`` on texts already hashed (``codes``; ``scores`` and ``vectors`` where
+        ``rerank`` > 1): the one search path of the library, the CLI and the service."""
+        mode = check_mode(mode)
+        fusion = fusion or Fusion()
+        if mode != "text":
+            if check_rerank(rerank) == 1:
+                code_hits = self.search_codes(codes, k, output_fields, filter=filter, max_distance=max_distance)
+            else:
+                code_hits = self.search_reranked(codes, scores, k, rerank, output_fields, vectors=vectors,
+                                                 filter=filter, max_distance=max_distance)
+            if mode == "codes":
+                return code_hits
+        fields = self.info.output_fields if output_fields is None else list(output_fields)
+        depth = k if mode == "text" else fusion.text_hits_needed(k)
+        text_hits = self.collection.search_text(texts, depth, fields, filter=filter)
+        out = text_hits if mode == "text" else [fuse(c, t, k, fusion) for c, t in zip(code_hits, text_hits)]
+        return self._with_distances(codes, out)
+
+    def _with_distances(self, codes: np.ndarray, hits: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+        """Every hit with its Hamming distance to its query's code (a text hit has none of its own)."""
+        missing = sorted({h["id"] for row in hits for h in row if "distance" not in h})
+        if missing:
+            stored = dict(zip(missing, self.collection.fetch_codes(missing, self.hasher.n_bits)))
+            for i, row in enumerate(hits):
+                for h in row:
+                    if "distance" not in h:
+                        h["distance"] = int(np.bitwise_count(stored[h["id"]] ^ codes[i]).sum())
+        return hits
 
     def like(self, ids: list[int] | None = None, keys: list[str] | None = None, k: int = 10,
              filter: str | None = None, max_distance: int | None = None,
@@ -252,24 +314,37 @@ def evaluate_in_milvus(
     index: IndexSpec | None = None,
     nprobe: int | None = None,
     rerank: int = 1,
+    mode: str | None = None,
+    fusion: Fusion | None = None,
 ) -> dict[str, Any]:
-    """Precision@k with the search done by Milvus: the one evaluator
-    (dhim_ray.evaluate.evaluate_codes) over a ``MilvusCodes`` database.
-    Tie-aware precision needs every database code at the k-th distance, so the search
-    asks for k plus the ties. ``rerank`` m > 1 also reports the precision of the k x m
-    candidates re-ranked."""
+    """Precision@k with the search done by Milvus. ``mode`` codes: the one evaluator
+    (dhim_ray.evaluate.evaluate_codes) over a ``MilvusCodes`` database; tie-aware precision
+    needs every database code at the k-th distance, so the search asks for k plus the ties.
+    ``rerank`` m > 1 also reports the precision of the k x m candidates re-ranked. ``mode``
+    text or hybrid (the default on a collection with a text index): precision of the k hits
+    in the order the search returns them (a fused list has no ties to average)."""
     check_rerank(rerank)
     q = queries.load_split("val")
     q_labels = require_labels(q, f"queries {queries.display}")
     t0 = time.perf_counter()
     with Searcher(model_dir, target, index=index, nprobe=nprobe) as searcher:
+        mode = searcher.resolve_mode(mode)
         n_db = searcher.count()
         if k > n_db:
             raise ConfigError(f"k={k}: larger than the collection ({n_db} codes); use k={n_db} or less")
         codes, scores, vectors = searcher.hasher.encode(q.texts, scores=True, vectors=True)
         label_of = hit_labels(searcher.info.label_names, q.label_names, queries.display, target.collection)
-        result = evaluate_codes(MilvusCodes(searcher, label_of, n_db), codes, q_labels, k, rerank, scores, vectors)
-        out = {"method": "dhim", "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
+        if mode == "codes":
+            result = evaluate_codes(MilvusCodes(searcher, label_of, n_db), codes, q_labels, k, rerank, scores, vectors)
+        else:
+            fusion = fusion or Fusion()
+            hits = searcher.search_encoded(q.texts, codes, k, rerank, scores, vectors, mode=mode, fusion=fusion,
+                                           output_fields=label_of.fields)
+            found = sum(int((label_of(row) == label).sum()) for row, label in zip(hits, q_labels) if row)
+            result = {"k": k, "precision_at_k": found / (len(hits) * k), "n_queries": len(hits), "n_database": n_db,
+                      **({"fusion": str(fusion)} if mode == "hybrid" else {}),
+                      **({"rerank": rerank} if rerank > 1 else {})}
+        out = {"method": "dhim", "mode": mode, "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
                "n_bits": searcher.hasher.n_bits, **result}
     return {**out, "seconds": round(time.perf_counter() - t0, 2)}
 
@@ -280,13 +355,17 @@ KNOWN_ITEM_ALL_TEXTS = 100_000
 
 
 def known_item_in_milvus(model_dir: str | Path, target: MilvusTarget, windows: WindowSpec = WindowSpec(),
-                         nprobe: int | None = None, rerank: int = 1) -> dict[str, Any]:
+                         nprobe: int | None = None, rerank: int = 1, mode: str | None = None,
+                         fusion: Fusion | None = None) -> dict[str, Any]:
     """Known-item retrieval with the search done by Milvus: windows cut from the stored texts
     (rows in id order, i.e. source order), hashed, searched; each target's rank from the hits
-    (see ``known_item_ranks``). ``rerank`` m > 1 also scores the re-ranked top 100."""
+    (``mode`` codes: see ``known_item_ranks``; text or hybrid, the default on a collection with
+    a text index: its place in the top 100 returned). ``rerank`` m > 1 also scores the
+    re-ranked top 100."""
     check_rerank(rerank)
     t0 = time.perf_counter()
     with Searcher(model_dir, target, nprobe=nprobe) as searcher:
+        mode = searcher.resolve_mode(mode)
         ids = searcher.collection.ids()
         if len(ids) > KNOWN_ITEM_ALL_TEXTS:
             rng = np.random.default_rng([windows.seed, 1])
@@ -297,17 +376,35 @@ def known_item_in_milvus(model_dir: str | Path, target: MilvusTarget, windows: W
         target_ids = ids[cut.targets]
         codes, scores, _ = searcher.hasher.encode(cut.texts, scores=True)
         n_db = searcher.count()
-        better, tied = known_item_ranks(searcher, codes, target_ids, n_db)
-        out = {"task": known_item.TASK, "method": "dhim", "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
+        if mode == "codes":
+            better, tied = known_item_ranks(searcher, codes, target_ids, n_db)
+        else:
+            fusion = fusion or Fusion()
+            hits = searcher.search_encoded(cut.texts, codes, min(max(known_item.RECALL_KS), n_db), mode=mode,
+                                           fusion=fusion, output_fields=())
+            better, tied = known_item.list_ranks(_id_lists(hits), target_ids, n_db)
+        out = {"task": known_item.TASK, "method": "dhim", "mode": mode,
+               **({"fusion": str(fusion)} if mode == "hybrid" else {}),
+               "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
                "n_bits": searcher.hasher.n_bits, "bytes_per_doc": searcher.hasher.n_bytes,
                **known_item.known_item_scores(better, tied), "primary_metric": known_item.PRIMARY,
                "window_words": windows.words, "n_queries": len(cut.texts), "n_database": n_db, "seed": windows.seed}
         if rerank > 1:
-            hits = searcher.search_reranked(codes, scores, max(known_item.RECALL_KS), rerank, output_fields=())
-            ranked = np.array([[h["id"] for h in row] for row in hits])
+            hits = searcher.search_encoded(cut.texts, codes, max(known_item.RECALL_KS), rerank, scores, mode=mode,
+                                           fusion=fusion, output_fields=())
+            ranked = _id_lists(hits)
             reranked = known_item.known_item_scores(*known_item.list_ranks(ranked, target_ids, n_db))
             out.update(rerank=rerank, **{f"{k}_reranked": v for k, v in reranked.items()})
     return {**out, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def _id_lists(hits: list[list[dict[str, Any]]]) -> np.ndarray:
+    """Each query's hit ids as one (n, longest) array, short lists padded with -1 (no row)."""
+    width = max((len(row) for row in hits), default=0)
+    out = np.full((len(hits), max(width, 1)), -1, dtype=np.int64)
+    for i, row in enumerate(hits):
+        out[i, : len(row)] = [h["id"] for h in row]
+    return out
 
 
 def known_item_ranks(searcher: Searcher, codes: np.ndarray, target_ids: np.ndarray,

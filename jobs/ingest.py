@@ -39,6 +39,7 @@ from dhim_ray.connectors.milvus import (
     make_rows,
     mask_uri,
     source_label,
+    text_index_support,
 )
 from dhim_ray.corpus.sources import label_vocabulary, plan_split, with_kept_columns, with_key_column
 from dhim_ray.corpus.spec import CorpusSpec, canonical_split
@@ -148,6 +149,7 @@ class IngestResult:
     stale_rows_removed: int = 0  # rows of an earlier version of the source that it no longer has
     alias: str = ""  # the alias now pointing at the collection (ingest --alias)
     alias_was: str = ""  # the collection the alias pointed at before ("" for a new alias)
+    text_index: bool = False  # the collection keeps Milvus' BM25 over its text (hybrid search)
 
     @property
     def docs_per_second(self) -> float:
@@ -180,6 +182,7 @@ def ingest(
     keep_columns: tuple[str, ...] = (),
     alias: str | None = None,
     tokenise_apart: bool | None = None,
+    text_index: bool | None = None,
 ) -> IngestResult:
     """Encode one split of a corpus with a trained model and upsert it into Milvus.
 
@@ -205,6 +208,11 @@ def ingest(
         alias: once the collection is verified, point this alias at it (atomically; a Milvus
             server only): applications searching the alias move to the new collection, and a
             service following it loads the model the collection names.
+        text_index: keep Milvus' BM25 over the stored text, for text and hybrid search (Milvus
+            fills it from each row's text). None: a new collection keeps one where the Milvus at
+            the URI can (milvus-lite, a server from 2.5; elsewhere it says so in one line and
+            keeps codes only), an existing one keeps its choice. True where the Milvus cannot,
+            or a choice other than an existing collection's, is refused before anything is written.
     Returns:
         IngestResult with the verified row count.
     Raises:
@@ -248,8 +256,12 @@ def ingest(
     with ExitStack() as session:
         collection = None if new_file else session.enter_context(target.open())
         if collection is not None:  # an unreachable store or a collection that cannot take these codes fails now
-            collection.check(n_bits, mid, overwrite, vector_dim, keys=id_column is not None, sign_bits=sign_bits,
-                             columns={name: (None, 0) for name in plan.kept_columns})
+            existing = collection.check(n_bits, mid, overwrite, vector_dim, keys=id_column is not None,
+                                        sign_bits=sign_bits, columns={name: (None, 0) for name in plan.kept_columns},
+                                        text_index=text_index)
+            text_index = _text_index_choice(text_index, collection, target.uri, None if overwrite else existing)
+        elif text_index is None:  # a new milvus-lite file: it keeps one
+            text_index = True
         t0 = time.perf_counter()
         init_ray(address)
         check_capacity(workers, use_gpu)
@@ -267,7 +279,8 @@ def ingest(
         columns = {name: scanned.columns[name] for name in plan.kept_columns}
         collection = collection or session.enter_context(target.open())
         info = collection.ensure(n_bits, mid, index, overwrite, vector_dim, keys=id_column is not None,
-                                 sign_bits=sign_bits, columns=columns, model_dir=str(Path(model_dir).resolve()))
+                                 sign_bits=sign_bits, columns=columns, model_dir=str(Path(model_dir).resolve()),
+                                 text_index=text_index)
         first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
         # ids carry a hash of the source: a clash with another source's shows on its first rows
         collection.refuse_foreign_rows(document_ids(source, first), source)
@@ -334,7 +347,7 @@ def ingest(
         stored = collection.count_source(source, last_row)
         of_source = collection.count_source(source)
         result = IngestResult(target.collection, target.uri, source, n_documents, written, stored, of_source,
-                              seconds, writers, parallel, removed)
+                              seconds, writers, parallel, removed, text_index=info.text_index)
         if stored != n_documents:
             raise StoreError(
                 f"collection {target.collection!r} holds {stored} rows of {source} up to row {last_row} but "
@@ -347,6 +360,23 @@ def ingest(
     logger.info("ingested %d documents into %s at %s (%.0f docs/s)", n_documents, target.collection,
                 mask_uri(target.uri), result.docs_per_second)
     return result
+
+
+def _text_index_choice(asked: bool | None, collection: CodeCollection, uri: str, existing) -> bool:
+    """Whether the collection keeps a text index: an existing collection's own choice (a
+    different one was refused by ``check``), else as asked where the Milvus at ``uri`` can
+    keep one. Asked where it cannot: refused; by default: codes only, said in one line."""
+    if existing is not None:
+        return existing.text_index
+    why_not = text_index_support(collection.client, uri, collection.timeout)
+    if why_not is None:
+        return True if asked is None else asked
+    if asked:
+        raise ConfigError(f"--text-index: {mask_uri(uri)} cannot keep one ({why_not}); drop --text-index to keep "
+                          "codes only, or ingest into Milvus 2.5 or later")
+    if asked is None:
+        logger.warning("no text index: %s; %s keeps codes only (search by codes)", why_not, collection.name)
+    return False
 
 
 def write_from_driver(ds, collection: CodeCollection, n_bits: int, source: str, total: int, progress: bool,

@@ -22,7 +22,7 @@ import os
 import socket
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -121,6 +121,9 @@ class SearchRequest(HashRequest):
     like: list[int | str] | None = Field(None, min_length=1, max_length=MAX_TEXTS, description=(
         "more like these stored rows: their ids (a hit's id) or their own ids (ingest --id-column), instead of "
         "texts; each row itself is left out"))
+    mode: Literal["codes", "text", "hybrid"] | None = Field(None, description=(
+        "codes (Hamming distance), text (BM25 over the stored text) or hybrid (both fused); default: hybrid where "
+        "the collection has a text index"))
 
     @field_validator("texts")
     @classmethod
@@ -330,23 +333,27 @@ class QueryService:
         t0 = time.perf_counter()
         try:
             if body.like is not None:
+                mode = "codes"
+                if body.mode not in (None, "codes"):
+                    return _error(422, f"mode {body.mode} with like: more-like-this searches a stored row's code; "
+                                       "drop mode", "mode")
                 targets = await asyncio.to_thread(searcher.like_targets, body.like)
                 hits = await asyncio.to_thread(lambda: searcher.like(**targets, k=body.k, **options))
-            elif body.rerank == 1:
-                hits = await asyncio.to_thread(searcher.search_codes, codes, body.k, None, **options)
             else:
-                hits = await asyncio.to_thread(searcher.search_reranked, codes, scores, body.k, body.rerank,
-                                               None, vectors, **options)
-        except ConfigError as exc:  # a filter Milvus refuses, like without texts' scores
-            field = "filter" if str(exc).startswith("filter") else "like"
-            return _error(422, str(exc), field)
+                mode = searcher.resolve_mode(body.mode, body.max_distance)
+                hits = await asyncio.to_thread(searcher.search_encoded, body.texts, codes, body.k, body.rerank,
+                                               scores, vectors, mode=mode, **options)
+        except ConfigError as exc:  # a filter Milvus refuses, a mode the collection cannot search
+            message = str(exc)
+            field = next((f for f in ("filter", "mode", "max_distance") if message.startswith(f)), "like")
+            return _error(422, message, field)
         except DataError as exc:  # like: an id the collection does not hold
             return _error(422, str(exc), "like")
         except (MilvusDown, StoreError) as exc:
             await self._drop_searcher()
             return self._milvus_down(exc)
         return {"results": hits, "n_bits": searcher.hasher.n_bits, "collection": self.options.collection,
-                "search_ms": round((time.perf_counter() - t0) * 1e3, 2)}
+                "mode": mode, "search_ms": round((time.perf_counter() - t0) * 1e3, 2)}
 
     @app.post("/hash")
     async def hash_texts(self, body: HashRequest, request: Request):
@@ -371,7 +378,7 @@ class QueryService:
             await self._drop_searcher()
             return self._milvus_down(exc)
         return {"status": "ok", "model": self.hasher.model_id, "n_bits": self.hasher.n_bits,
-                "collection": self.options.collection, "rows": rows,
+                "collection": self.options.collection, "rows": rows, "text_index": searcher.has_text_index,
                 "encoder": {"passes": self.passes, "requests": self.requests,
                             "max_batch_size": self.options.max_batch_size}}
 

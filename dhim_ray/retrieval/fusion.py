@@ -1,0 +1,95 @@
+"""One ranking from two lists: the codes' (Hamming distance, the topic) and the text index's
+(Milvus' BM25 over the stored text, the words). Pure Python over hit dicts: no store here.
+
+The codes know the topic and cannot find the one document a phrase came from; BM25 finds it
+and ranks topic neighbours worse. Two fusions, both over positions only (never over the raw
+scores, whose directions differ: a distance falls as a match improves, BM25 rises), so neither
+can rank by the wrong direction:
+
+- ``head`` (the default): the text list's first ``depth`` hits, then the codes' list without
+  them. A phrase's document sits at the top of BM25's list; the topic order below it is the
+  codes' own. Measured in BENCHMARKS.md ("One search for both tasks").
+- ``rrf``: reciprocal rank fusion, each hit scored sum 1 / (c + rank) over the lists that hold
+  it (the textbook fusion, Milvus' RRFRanker; measured to lose on both tasks to the better list).
+
+    >>> fuse(code_hits, text_hits, k=10, fusion=Fusion("head", depth=3))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dhim_ray.errors import ConfigError
+
+#: What a search ranks by: the codes alone, the text index alone, or both fused.
+MODES = ("codes", "text", "hybrid")
+METHODS = ("head", "rrf")
+
+Hits = Sequence[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How hybrid search fuses the two lists: ``method`` head (``depth`` text hits first) or
+    rrf (constant ``c``)."""
+
+    method: str = "head"
+    depth: int = 3
+    c: int = 60
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ConfigError(f"fusion={self.method!r}: choose one of {', '.join(METHODS)}")
+        if isinstance(self.depth, bool) or not isinstance(self.depth, int) or not 1 <= self.depth <= 100:
+            raise ConfigError(f"fusion depth={self.depth!r}: text hits put first, between 1 and 100, e.g. 3")
+        if isinstance(self.c, bool) or not isinstance(self.c, int) or not 1 <= self.c <= 10_000:
+            raise ConfigError(f"fusion c={self.c!r}: the RRF constant, between 1 and 10000, e.g. 60")
+
+    @classmethod
+    def parse(cls, value: str | None) -> Fusion:
+        """``head``, ``head:5``, ``rrf`` or ``rrf:60`` (the CLI's and the service's spelling)."""
+        if value is None or not str(value).strip():
+            return cls()
+        method, _, number = str(value).strip().partition(":")
+        if method not in METHODS or (number and not number.isdigit()):
+            raise ConfigError(f"fusion={value!r}: write head, head:DEPTH, rrf or rrf:C, e.g. head:3")
+        if not number:
+            return cls(method)
+        return cls(method, depth=int(number)) if method == "head" else cls(method, c=int(number))
+
+    def text_hits_needed(self, k: int) -> int:
+        """How many text hits a fused list of k takes."""
+        return min(self.depth, k) if self.method == "head" else k
+
+    def __str__(self) -> str:
+        return f"{self.method}:{self.depth if self.method == 'head' else self.c}"
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise ConfigError(f"mode={mode!r}: choose codes, text or hybrid (both fused)")
+    return mode
+
+
+def fuse(code_hits: Hits, text_hits: Hits, k: int, fusion: Fusion = Fusion()) -> list[dict[str, Any]]:
+    """The first k of one fused list. A hit found by both lists appears once, carrying the
+    fields of both (``distance`` from the codes, ``bm25`` from the text index); ``rrf`` adds
+    each hit's ``rrf_score``. Equal RRF scores keep the codes' order, then the text's."""
+    by_id: dict[Any, dict[str, Any]] = {}
+    for hit in (*code_hits, *text_hits):
+        by_id.setdefault(hit["id"], {}).update(hit)
+    if fusion.method == "head":
+        head = [h["id"] for h in text_hits[: fusion.depth]]
+        taken = set(head)
+        order = head + [h["id"] for h in code_hits if h["id"] not in taken]
+        return [by_id[i] for i in order[:k]]
+    score: dict[Any, float] = {}
+    first_seen: dict[Any, int] = {}
+    for hits in (code_hits, text_hits):
+        for rank, hit in enumerate(hits, start=1):
+            score[hit["id"]] = score.get(hit["id"], 0.0) + 1.0 / (fusion.c + rank)
+            first_seen.setdefault(hit["id"], len(first_seen))
+    order = sorted(score, key=lambda i: (-score[i], first_seen[i]))
+    return [{**by_id[i], "rrf_score": round(score[i], 6)} for i in order[:k]]

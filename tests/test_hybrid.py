@@ -1,0 +1,227 @@
+"""One search for both tasks: Milvus' BM25 over the stored text beside the codes, fused.
+
+The rankers on lists whose answer is known (quick); then on real milvus-lite with the packaged
+encoder and BBC corpus: an exact phrase finds its document first and a topic query keeps the
+codes' topic order (Searcher and CLI), filters hold on both lists, reruns keep the index and a
+rerun that adds or drops it is refused before anything is written."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import train_bbc16
+
+from dhim_ray.corpus.spec import CorpusSpec
+from dhim_ray.errors import CollectionMismatchError, ConfigError
+from dhim_ray.retrieval.fusion import Fusion, fuse
+
+N = 240
+BBC = CorpusSpec("bbc", "train", limit=N)
+
+
+# ---- the rankers, on lists with a known answer -------------------------------------------------
+def hits(ids, key, values):
+    return [{"id": i, key: v} for i, v in zip(ids, values)]
+
+
+CODES = hits([10, 11, 12, 13, 14, 15], "distance", [1, 2, 2, 3, 4, 5])  # nearest first
+TEXT = hits([99, 13, 98, 10], "bm25", [9.5, 4.0, 3.0, 1.0])  # best first
+
+
+def test_head_puts_the_text_lists_first_hits_above_the_codes_own_order():
+    fused = fuse(CODES, TEXT, k=5, fusion=Fusion("head", depth=2))
+    assert [h["id"] for h in fused] == [99, 13, 10, 11, 12]
+    assert fused[1] == {"id": 13, "distance": 3, "bm25": 4.0}  # found by both: the fields of both
+    assert [h["id"] for h in fuse(CODES, [], k=4)] == [10, 11, 12, 13]  # nothing lexical: the codes' list
+    assert [h["id"] for h in fuse(CODES, TEXT, k=2, fusion=Fusion("head", depth=3))] == [99, 13]
+
+
+def test_rrf_sums_reciprocal_ranks_and_the_better_rank_wins():
+    fused = fuse(CODES, TEXT, k=3, fusion=Fusion("rrf", c=1))
+    # 10: 1/2 + 1/5; 13: 1/5 + 1/3; 99: 1/2; 11: 1/3
+    assert [h["id"] for h in fused] == [10, 13, 99]
+    assert fused[0]["rrf_score"] == pytest.approx(0.7)
+    reversed_codes = list(reversed(CODES))  # rank order, never the raw scores: the list order decides
+    assert fuse(reversed_codes, [], k=1, fusion=Fusion("rrf"))[0]["id"] == 15
+
+
+@pytest.mark.parametrize("spelling, fusion", [(None, Fusion()), ("head", Fusion("head", 3)), ("head:5", Fusion("head", 5)),
+                                              ("rrf", Fusion("rrf")), ("rrf:10", Fusion("rrf", c=10))])
+def test_fusion_spellings(spelling, fusion):
+    assert Fusion.parse(spelling) == fusion
+
+
+@pytest.mark.parametrize("spelling", ["weighted", "head:x", "head:0", "rrf:-1", "head:101"])
+def test_a_fusion_that_does_not_exist_is_one_line(spelling):
+    with pytest.raises(ConfigError, match="fusion"):
+        Fusion.parse(spelling)
+
+
+# ---- on real milvus-lite --------------------------------------------------------------------------
+pytest_slow = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return train_bbc16(tmp_path_factory.mktemp("model") / "bbc-16", N)
+
+
+@pytest.fixture(scope="module")
+def ingested(ray_session, model_dir, tmp_path_factory):
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.jobs.ingest import ingest
+
+    target = MilvusTarget(str(tmp_path_factory.mktemp("db") / "codes.db"), "bbc16")
+    return target, ingest(BBC, model_dir, target, workers=2, progress=False)
+
+
+def phrase(text: str, start: int = 12, words: int = 8) -> str:
+    return " ".join(text.split()[start : start + words])
+
+
+@pytest_slow
+def test_an_exact_phrase_finds_its_document_first_where_the_codes_alone_do_not(ingested, model_dir):
+    from dhim_ray.search import Searcher
+
+    target, result = ingested
+    assert result.text_index  # the default on milvus-lite
+    split = BBC.load_split()
+    with Searcher(model_dir, target) as s:
+        assert s.has_text_index and s.resolve_mode(None) == "hybrid"
+        docs = range(0, N, 12)
+        queries = [phrase(split.texts[i]) for i in docs]
+        fused = s.search(queries, k=10)
+        codes = s.search(queries, k=10, mode="codes")
+        text = s.search(queries, k=10, mode="text")
+    firsts = [row[0]["row"] for row in fused]
+    assert firsts == [int(split.rows[i]) for i in docs]
+    assert all("bm25" in row[0] and isinstance(row[0]["distance"], int) for row in fused)
+    found_by_codes = sum(any(h["row"] == split.rows[i] for h in row) for i, row in zip(docs, codes))
+    assert found_by_codes < len(docs)  # what the text index is for: 16-bit codes miss most of them
+    for row in text:  # text mode: BM25's order, best first
+        assert [h["bm25"] for h in row] == sorted((h["bm25"] for h in row), reverse=True)
+
+
+@pytest_slow
+def test_a_topic_query_keeps_the_codes_order_below_the_lexical_head(ingested, model_dir):
+    from dhim_ray.search import Searcher
+
+    target, _ = ingested
+    queries = CorpusSpec("bbc", "val", limit=10).load_split().texts
+    with Searcher(model_dir, target) as s:
+        fused = s.search(queries, k=20)
+        codes = s.search(queries, k=20, mode="codes")
+        head = s.search(queries, k=3, mode="text")
+    for f, c, t in zip(fused, codes, head):
+        top = [h["id"] for h in t]
+        assert [h["id"] for h in f[:3]] == top
+        assert [h["id"] for h in f[3:]] == [h["id"] for h in c if h["id"] not in top][:17]
+
+
+@pytest_slow
+def test_a_filter_holds_on_both_lists(ingested, model_dir):
+    from dhim_ray.search import Searcher
+
+    target, _ = ingested
+    split = BBC.load_split()
+    inside, outside = 5, 200  # the rows the filter keeps are row < 120
+    with Searcher(model_dir, target) as s:
+        rows = s.search([phrase(split.texts[outside]), phrase(split.texts[inside])], k=10, filter="row < 120")
+    assert all(h["row"] < 120 for row in rows for h in row) and all(len(row) == 10 for row in rows)
+    assert rows[1][0]["row"] == split.rows[inside]  # its own document passes the filter and comes first
+    assert all(h["row"] != split.rows[outside] for h in rows[0])
+
+
+@pytest_slow
+def test_modes_the_collection_cannot_search_are_one_line(ingested, model_dir, tmp_path):
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.search import Searcher
+
+    target, _ = ingested
+    with Searcher(model_dir, target) as s:
+        with pytest.raises(ConfigError, match="max_distance=3: a radius in bits applies to the codes only"):
+            s.search(["oil prices"], k=5, max_distance=3, mode="hybrid")
+        near = s.search(["oil prices"], k=5, max_distance=16)[0]  # default + a radius: the codes
+        assert near and all("bm25" not in h and h["distance"] <= 16 for h in near)
+        with pytest.raises(ConfigError, match="mode='words'"):
+            s.search(["oil prices"], mode="words")
+    from dhim_ray.jobs.ingest import ingest
+
+    bare = MilvusTarget(str(tmp_path / "bare.db"), "bare16")
+    assert not ingest(CorpusSpec("bbc", "train", limit=40), model_dir, bare, workers=1, progress=False, text_index=False).text_index
+    with Searcher(model_dir, bare) as s:
+        assert s.resolve_mode(None) == "codes"
+        with pytest.raises(ConfigError, match="has no text index; search mode=codes"):
+            s.search(["oil prices"], mode="hybrid")
+
+
+@pytest_slow
+def test_a_rerun_keeps_the_index_and_one_that_adds_or_drops_it_is_refused(ingested, model_dir):
+    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.search import Searcher
+
+    target, _ = ingested
+    again = ingest(BBC, model_dir, target, workers=1, progress=False)
+    assert again.text_index and again.rows_in_collection == N and again.verified
+    with pytest.raises(CollectionMismatchError, match="keeps a text index .* and this ingest has none"):
+        ingest(BBC, model_dir, target, workers=1, progress=False, text_index=False)
+    with Searcher(model_dir, target) as s:
+        assert s.count() == N and s.has_text_index
+
+
+@pytest_slow
+def test_cli_search_and_eval_through_milvus_take_the_mode(ingested, model_dir):
+    from typer.testing import CliRunner
+
+    from dhim_ray.cli import app
+
+    target, _ = ingested
+    split = BBC.load_split()
+    runner = CliRunner()
+    base = ["--model", str(model_dir), "--uri", target.uri, "--collection", target.collection, "--json"]
+    out = runner.invoke(app, ["search", phrase(split.texts[30]), *base])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)[0]["hits"][0]["row"] == split.rows[30]
+    out = runner.invoke(app, ["search", "oil", *base, "--mode", "codes"])
+    assert out.exit_code == 0 and all("bm25" not in h for h in json.loads(out.stdout)[0]["hits"])
+    shown = runner.invoke(app, ["search", phrase(split.texts[30]), *base[:-1]])
+    assert shown.exit_code == 0 and "bm25" in shown.stdout
+
+    ev = ["eval", str(model_dir), "--collection", target.collection, "--uri", target.uri, "--json"]
+    known = runner.invoke(app, [*ev, "--task", "known-item", "--windows", "60"])
+    assert known.exit_code == 0, known.output
+    fused = json.loads(known.stdout)
+    codes = json.loads(runner.invoke(app, [*ev, "--task", "known-item", "--windows", "60", "--mode", "codes"]).stdout)
+    assert fused["mode"] == "hybrid" and fused["fusion"] == "head:3" and codes["mode"] == "codes"
+    assert fused["recall_at_10"] >= 0.95 > codes["recall_at_10"]
+    topic = json.loads(runner.invoke(app, [*ev, "--queries", "bbc:val", "--limit", "40", "-k", "20"]).stdout)
+    assert topic["mode"] == "hybrid" and 0 < topic["precision_at_k"] <= 1
+    refused = runner.invoke(app, ["eval", str(model_dir), "--database", "bbc:train", "--queries", "bbc:val",
+                                  "--mode", "hybrid"])
+    assert refused.exit_code == 2 and "applies to a Milvus --collection" in refused.output
+
+
+@pytest_slow
+def test_the_text_mode_ranks_by_bm25_on_a_corpus_whose_answer_is_known(model_dir, tmp_path):
+    """Three documents share a rare word 3, 2 and 1 times: text mode ranks them in that order."""
+    from dhim_ray.connectors.milvus import MilvusTarget, document_ids, make_rows
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.search import Searcher
+
+    hasher = Hasher.load(model_dir)
+    texts = ["the zephyr zephyr zephyr blew over the hills today", "a zephyr zephyr came over the bay in the morning",
+             "one zephyr crossed the valley and the river and the town", "markets fell as oil prices rose sharply"]
+    rows = np.arange(len(texts))
+    target = MilvusTarget(str(tmp_path / "known.db"), "known16")
+    with target.open() as collection:
+        collection.ensure(16, hasher.model_id, text_index=True)
+        collection.upsert(make_rows(document_ids("k@1", rows), hasher.encode(texts), 16, None, texts, "k@1", rows))
+    with Searcher(model_dir, target) as s:
+        text = s.search(["zephyr"], k=4, mode="text")[0]
+        assert [h["row"] for h in text] == [0, 1, 2]  # the fourth shares no word: not found
+        head = s.search(["zephyr"], k=4, fusion=Fusion("head", 1))[0]
+        assert head[0]["row"] == 0 and {h["row"] for h in head} == {0, 1, 2, 3}
+        rrf = s.search(["zephyr"], k=4, fusion=Fusion("rrf"))[0]
+        assert rrf[-1]["row"] == 3  # in one list only: below every row both lists hold
