@@ -11,6 +11,8 @@ import sys
 BENCHES: dict[str, tuple[str, str]] = {
     "headline": ("ubinary and float cosine beside DHIM and ITQ", "What a user gets"),
     "item_level": ("known-item recall and P@100 for every method, and DHIM's training variants", "Two tasks"),
+    "hybrid": ("codes, Milvus' BM25 and their fusions through milvus-lite, both tasks, bytes per document",
+               "One search for both tasks"),
     "quality": ("DHIM (shipped, as published, ablations) against LSH, PCA and ITQ", "Retrieval quality"),
     "encode_speed": ("Hasher.encode against SentenceTransformer.encode on the CPU", "The hot path"),
     "onnx_speed": ("torch, ONNX Runtime and int8 against sentence-transformers' backends", "Backends on the CPU"),

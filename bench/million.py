@@ -5,6 +5,8 @@
     python -m bench.million eval --queries 10000           # precision@100, 10k x 1M: time, peak memory
     python -m bench.million ingest --docs 10000 1000000    # tiny BERT: driver/worker peak memory, docs/s
     python -m bench.million interrupt --docs 1000000       # Ctrl-C mid-ingest, rerun: exact count
+    python -m bench.million hybrid --docs 1000000          # with and without the text index: ingest,
+                                                           # disk, codes-only vs hybrid search latency
 
 The corpus is generated deterministically from the dev corpora's text (../shared/data):
 document i takes a random dev document (its corpus and label are the label) and
@@ -204,7 +206,8 @@ def bench_eval(n_codes: int, eval_queries: int, k: int) -> None:
                              "inputs_gib": (db.nbytes + q.nbytes + labels.nbytes) / 2**30})
 
 
-def run_ingest(n_docs: int, model: Path, uri: str, collection: str, workers: int) -> dict:
+def run_ingest(n_docs: int, model: Path, uri: str, collection: str, workers: int,
+               text_index: bool | None = None) -> dict:
     """One ingest in this process (run it in a fresh one: peak memory is per process)."""
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.corpus.spec import CorpusSpec
@@ -218,7 +221,7 @@ def run_ingest(n_docs: int, model: Path, uri: str, collection: str, workers: int
     corpus = CorpusSpec(str(make_corpus(n_docs)), "train")
     with PeakMemory() as peak:
         result = ingest(corpus, model, MilvusTarget(uri, collection, timeout=600), workers=workers, progress=False,
-                        batch_size=256, write_batch=2000)
+                        batch_size=256, write_batch=2000, text_index=text_index)
     return {"docs": n_docs, "workers": workers, "docs_per_s": result.docs_per_second, "seconds": result.seconds,
             "rows_in_collection": result.rows_in_collection, "rows_of_source": result.rows_of_source,
             "verified": result.verified, "driver_peak_gib": PeakMemory.driver() / 2**30,
@@ -276,6 +279,46 @@ def interrupt_then_rerun(uri: str, n_docs: int, after: float, workers: int) -> d
             "rerun": again, "final": count_collection(uri, "docs")}
 
 
+def file_bytes(db: Path) -> int:
+    return sum(p.stat().st_size for p in db.parent.iterdir() if p.name.startswith(db.name) and p.is_file())
+
+
+def bench_hybrid(n_docs: int, workers: int, n_queries: int) -> dict:
+    """The same ingest with and without the text index (docs/s, file bytes per document), then
+    one query at a time through Searcher on the indexed file: codes-only against hybrid, p50/p99.
+    Queries: the first 8 words of seeded random documents of the corpus."""
+    import pyarrow.parquet as pq
+
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.search import Searcher
+
+    model, corpus = tiny_model(), make_corpus(n_docs)
+    out: dict = {"docs": n_docs, "workers": workers}
+    for text_index in (False, True):
+        db = CACHE / f"hybrid-{n_docs}-{'text' if text_index else 'codes'}.db"
+        for f in CACHE.glob(f"{db.name}*"):
+            f.unlink()
+        result = child([str(n_docs), str(db), "docs", "--workers", str(workers),
+                        "--text-index" if text_index else "--no-text-index"])
+        key = "with_text_index" if text_index else "codes_only"
+        out[key] = {**result, "file_bytes": file_bytes(db), "bytes_per_doc": file_bytes(db) / n_docs}
+    texts = pq.read_table(sorted((corpus / "train").glob("*.parquet"))[0], columns=["text"]).column("text").to_pylist()
+    rng = np.random.default_rng(0)
+    queries = [" ".join(texts[i].split()[:8]) for i in rng.choice(len(texts), n_queries, replace=False)]
+    with Searcher(model, MilvusTarget(str(db), "docs", timeout=600)) as searcher:
+        for mode in ("codes", "hybrid", "codes", "hybrid"):  # each twice: the second pass is the one kept
+            ms = []
+            for q in queries:
+                t0 = time.perf_counter()
+                searcher.search([q], k=10, mode=mode)
+                ms.append((time.perf_counter() - t0) * 1e3)
+            out[f"{mode}_p50_ms"], out[f"{mode}_p99_ms"] = float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
+    out["hybrid_over_codes_p50"] = out["hybrid_p50_ms"] / out["codes_p50_ms"]
+    out["ingest_rate_ratio"] = out["with_text_index"]["docs_per_s"] / out["codes_only"]["docs_per_s"]
+    out["bytes_ratio"] = out["with_text_index"]["file_bytes"] / out["codes_only"]["file_bytes"]
+    return out
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -298,11 +341,16 @@ def main() -> None:
     p.add_argument("--docs", type=int, default=1_000_000)
     p.add_argument("--after", type=float, default=120.0, help="seconds before Ctrl-C")
     p.add_argument("--workers", type=int, default=2)
+    p = sub.add_parser("hybrid")
+    p.add_argument("--docs", type=int, default=1_000_000)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--queries", type=int, default=200)
     p = sub.add_parser("_one")
     p.add_argument("docs", type=int)
     p.add_argument("uri", help="a milvus-lite .db file or a server URI")
     p.add_argument("collection")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--text-index", action=argparse.BooleanOptionalAction, default=None)
     args = ap.parse_args()
     if args.cmd == "corpus":
         print(make_corpus(args.docs))
@@ -311,7 +359,8 @@ def main() -> None:
     elif args.cmd == "eval":
         bench_eval(args.n_codes, args.queries, args.k)
     elif args.cmd == "_one":
-        print(json.dumps(run_ingest(args.docs, tiny_model(), args.uri, args.collection, args.workers)))
+        print(json.dumps(run_ingest(args.docs, tiny_model(), args.uri, args.collection, args.workers,
+                                    args.text_index)))
     elif args.cmd == "ingest":
         tiny_model()
         for n in args.docs:
@@ -321,6 +370,8 @@ def main() -> None:
                 f.unlink()
             result = child([str(n), str(db), "docs", "--workers", str(args.workers)])
             record(f"ingest_tiny_{n}", {**result, **count_collection(db, "docs")})
+    elif args.cmd == "hybrid":
+        record(f"hybrid_{args.docs}", bench_hybrid(args.docs, args.workers, args.queries))
     elif args.cmd == "interrupt":
         tiny_model()
         make_corpus(args.docs)

@@ -40,6 +40,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from dhim_ray.codes import bytes_to_codes, check_codes, check_n_bits
+from dhim_ray.connectors.filters import MAX_FILTER_CHARS, check_filter, refused_by_milvus, shown  # noqa: F401
 from dhim_ray.corpus.columns import MILVUS_NAME, PREFIX, string_bound, wider
 from dhim_ray.errors import (
     CodeFormatError,
@@ -638,29 +639,19 @@ def check_max_distance(max_distance: int, n_bits: int) -> int:
     return int(max_distance)
 
 
-#: Characters in a filter expression: Milvus parses longer ones, but a query needs no more.
-MAX_FILTER_CHARS = 4096
-
-
-def check_filter(expr: str | None) -> str | None:
-    """A filter expression as given (None or blank: no filter), bounded in length."""
-    if expr is None or not str(expr).strip():
-        return None
-    if not isinstance(expr, str) or len(expr) > MAX_FILTER_CHARS or "\x00" in expr:
-        raise ConfigError(f"filter: must be a boolean expression of at most {MAX_FILTER_CHARS} characters, "
-                          "e.g. 'label == 3'")
-    return expr.strip()
-
-
 def _milvus_message(exc: Exception) -> str:
     return str(getattr(exc, "message", None) or exc).splitlines()[0][:200]
 
 
-def _refused_expression(exc: Exception) -> bool:
-    """Whether Milvus refused a search for its filter expression (not for being down)."""
-    code = getattr(exc, "code", None)
-    text = str(exc).lower()
-    return code == 1100 or "invalid expr" in text or "cannot parse expression" in text or "field not exist" in text
+def _filter_refusal(expr: str, exc: Exception) -> ConfigError:
+    """Milvus' refusal of a filter, in one line without its internals (operator names, source paths)."""
+    message = _milvus_message(exc)
+    missing = re.search(r"field (\S+) not exist", message)
+    why = (f"the collection has no field {missing.group(1)}" if missing else
+           "Milvus cannot parse it" if getattr(exc, "code", None) == 1100 or "invalid expr" in message.lower() else
+           "Milvus cannot evaluate it (every comparison needs a field, of the value's type)")
+    return ConfigError(f"filter={shown(expr)}: {why}; write a boolean expression over the collection's fields, "
+                       "e.g. 'label == 3'")
 
 
 def _failed(what: str, exc: Exception) -> str:
@@ -983,9 +974,8 @@ class CodeCollection:
                                       limit=int(k), output_fields=list(output_fields), timeout=self.timeout,
                                       **({"filter": expr} if expr else {}))
         except Exception as exc:
-            if expr and _refused_expression(exc):
-                raise ConfigError(f"filter={expr!r}: Milvus cannot use it ({_milvus_message(exc)}); write a "
-                                  f"boolean expression over the collection's fields, e.g. 'label == 3'") from None
+            if expr and refused_by_milvus(exc):
+                raise _filter_refusal(expr, exc) from None
             raise StoreError(_failed(f"collection {self.name!r}: search failed", exc)) from exc
 
     def point_alias(self, alias: str) -> str | None:

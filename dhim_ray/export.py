@@ -75,17 +75,62 @@ def text_spec(hasher: Hasher) -> dict:
     }
 
 
-def export_codes_graph(model_dir: str | Path, out: str | Path) -> Path:
-    """Write ``out`` (an .onnx file) and, beside it, the tokenizer and ``<stem>.json``."""
-    out = Path(out)
+def check_export_path(out: Path) -> Path:
+    """Fail before any work where ``out`` cannot take an export, or where writing it would
+    replace what is not an export's: a model's folder (its tokenizer files would be replaced;
+    ``MODEL/config.onnx`` would write its spec over the checkpoint's config.json), a spec
+    path holding another file, a folder under a file or one that cannot be written."""
     if out.suffix != ".onnx":
         raise ConfigError(f"--out {out}: give a file name ending in .onnx, e.g. {out.with_suffix('.onnx').name}")
     if out.is_dir():
         raise ConfigError(f"--out {out}: is a folder; give a file name ending in .onnx")
+    for parent in out.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ConfigError(f"--out {out}: {parent} is a file, not a folder; pick another --out")
+        if parent.exists():
+            break
+    folder, spec = out.parent, out.with_suffix(".json")
+    if any((folder / name).exists() for name in ("model.safetensors", "pytorch_model.bin")):
+        raise ConfigError(f"--out {out}: {folder} holds a model, whose files the export would replace; export into "
+                          "a folder of its own, e.g. --out exports/model.onnx")
+    if spec.exists() and not _is_spec(spec):
+        raise ConfigError(f"--out {out}: its spec would overwrite {spec}, which is not an export's; pick another "
+                          "--out name or folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".{out.name}.write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot write in {folder} ({exc.strerror or exc}); pick a writable "
+                          "folder") from None
+    return out
+
+
+def _is_spec(path: Path) -> bool:
+    try:
+        spec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(spec, dict) and {"n_bits", "model_id", "inputs", "output"} <= set(spec)
+
+
+def export_codes_graph(model_dir: str | Path, out: str | Path) -> Path:
+    """Write ``out`` (an .onnx file) and, beside it, the tokenizer and ``<stem>.json``. The
+    graph is written under a temporary name and renamed when complete: a failed export (a
+    full disk) leaves no partial graph, and an earlier export at ``out`` stays whole."""
+    out = check_export_path(Path(out))
     hasher = Hasher.load(model_dir, backend="torch")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    export_graph(TokensToCodes(hasher), hasher.encoder.model, out, "codes", {0: "batch"})
-    optimise(out, hasher.encoder.model.config)
-    hasher.encoder.tokenizer.save_pretrained(str(out.parent))
-    out.with_suffix(".json").write_text(json.dumps(text_spec(hasher), indent=2) + "\n")
+    partial = out.with_name(f".{out.stem}.partial.onnx")
+    try:
+        export_graph(TokensToCodes(hasher), hasher.encoder.model, partial, "codes", {0: "batch"})
+        optimise(partial, hasher.encoder.model.config)
+        hasher.encoder.tokenizer.save_pretrained(str(out.parent))
+        spec = out.with_name(f".{out.stem}.json.partial")
+        spec.write_text(json.dumps(text_spec(hasher), indent=2) + "\n")
+        spec.replace(out.with_suffix(".json"))
+        partial.replace(out)
+    finally:
+        for leftover in (partial, out.with_name(f".{out.stem}.json.partial")):
+            leftover.unlink(missing_ok=True)
     return out

@@ -23,6 +23,7 @@ from dhim_ray.connectors.milvus import (
     CodeCollection,
     IndexSpec,
     MilvusTarget,
+    check_filter,
     check_search_k,
     collections_of_model,
     connect,
@@ -171,6 +172,7 @@ class Searcher:
         if isinstance(texts, str):
             texts = [texts]
         check_search_k(k)  # before encoding: fail fast (encode checks the texts before any work)
+        check_filter(filter)
         mode = self.resolve_mode(mode, max_distance)
         if check_rerank(rerank) == 1 or mode == "text":
             codes, scores, vectors = self.hasher.encode(texts), None, None

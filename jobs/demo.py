@@ -16,9 +16,9 @@ from typing import Any
 from dhim_ray.config import config_for_bits
 from dhim_ray.connectors.milvus import MilvusTarget
 from dhim_ray.corpus.spec import CorpusSpec
-from dhim_ray.evaluate import evaluate_baseline, evaluate_checkpoint
+from dhim_ray.evaluate import WindowSpec, evaluate_baseline, evaluate_checkpoint
 from dhim_ray.model.checkpoint import check_writable
-from dhim_ray.search import Searcher, evaluate_in_milvus
+from dhim_ray.search import Searcher, evaluate_in_milvus, known_item_in_milvus
 from dhim_ray.training.pipeline import train_corpus
 
 from .ingest import ingest
@@ -54,8 +54,12 @@ def run_demo(out_dir: str | Path, bits: int = 64, epochs: int = 15, progress: bo
     target = MilvusTarget(str(out_dir / "dhim_ray.db"), f"{CORPUS}_{bits}")
     ing = ingest(train_split, model_dir, target, workers=workers, overwrite=True, progress=progress)
 
-    logger.info("4/5 eval through Milvus")
-    milvus = evaluate_in_milvus(model_dir, val_split, target, k=100)
+    logger.info("4/5 eval through Milvus: the codes, and the codes fused with BM25 (hybrid); both tasks")
+    milvus = evaluate_in_milvus(model_dir, val_split, target, k=100, mode="codes")
+    hybrid = evaluate_in_milvus(model_dir, val_split, target, k=100, mode="hybrid")
+    windows = WindowSpec(n_queries=500)
+    known = {mode: known_item_in_milvus(model_dir, target, windows, mode=mode)["recall_at_10"]
+             for mode in ("codes", "hybrid")}
 
     logger.info("5/5 search: %r", QUERY)
     with Searcher(model_dir, target) as searcher:
@@ -68,6 +72,8 @@ def run_demo(out_dir: str | Path, bits: int = 64, epochs: int = 15, progress: bo
         "train_seconds": summary["train_seconds"],
         "precision_at_100": {r["method"]: round(r["precision_at_k_tie_aware"], 4) for r in rows},
         "milvus_precision_at_100": round(milvus["precision_at_k_tie_aware"], 4),
+        "hybrid_precision_at_100": round(hybrid["precision_at_k"], 4),
+        "known_item_recall_at_10": {mode: round(r, 4) for mode, r in known.items()},
         "ingest": ing.as_dict(),
         "query": QUERY,
         "hits": [{"distance": h["distance"], "label": h["label_name"], "text": " ".join(h["text"].split())[:80]}

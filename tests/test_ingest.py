@@ -103,7 +103,7 @@ def test_milvus_precision_equals_in_memory(ingested, model_dir):
     target, _ = ingested
     queries = CorpusSpec("bbc", "val", limit=60)
     in_memory = evaluate_checkpoint(model_dir, BBC, queries, k=50, progress=False)
-    milvus = evaluate_in_milvus(model_dir, queries, target, k=50)
+    milvus = evaluate_in_milvus(model_dir, queries, target, k=50, mode="codes")
     assert milvus["precision_at_k_tie_aware"] == pytest.approx(in_memory["precision_at_k_tie_aware"], abs=1e-9)
     assert milvus["precision_at_k"] == pytest.approx(in_memory["precision_at_k"], abs=1e-9)
 

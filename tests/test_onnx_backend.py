@@ -191,3 +191,44 @@ def test_packaged_encoder_codes_equal_across_backends_and_the_docs_example(tmp_p
     scope: dict = {}
     exec(block, scope)  # noqa: S102 - the documented example, run as written
     assert bits_changed(scope["hash_texts"](texts[:300]), torch_codes[:300]) == 0
+
+
+@pytest.mark.parametrize("where, words", [
+    ("ck/config.onnx", "holds a model, whose files the export would replace"),
+    ("ck/model.onnx", "holds a model"),
+    ("afile/model.onnx", "is a file, not a folder"),
+    ("spec/notes.onnx", "its spec would overwrite"),
+])
+def test_export_never_writes_over_a_model_or_a_file_that_is_not_its_own(tiny_bert, tmp_path, capsys, where, words):
+    from dhim_ray.cli import main
+
+    ck = random_checkpoint(tmp_path / "ck", FeatureConfig(encoder=tiny_bert, max_words=12), n_bits=32, hidden=32)
+    (tmp_path / "afile").write_text("a file")
+    (tmp_path / "spec").mkdir()
+    (tmp_path / "spec" / "notes.json").write_text('{"mine": 1}')
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(SystemExit) as done:
+        main(["export", str(ck), "--out", str(tmp_path / where)])
+    assert done.value.code == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert words in line
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_a_failed_export_leaves_the_earlier_graph_whole_and_no_partial_file(tiny_bert, tmp_path, monkeypatch):
+    from dhim_ray import export
+
+    ck = random_checkpoint(tmp_path / "ck", FeatureConfig(encoder=tiny_bert, max_words=12), n_bits=32, hidden=32)
+    out = tmp_path / "out" / "tiny.onnx"
+    export.export_codes_graph(ck, out)
+    good = out.read_bytes()
+
+    def full_disk(path, config):
+        Path(path).write_bytes(Path(path).read_bytes()[:1000])  # a graph cut short, as a full disk leaves it
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export, "optimise", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        export.export_codes_graph(ck, out)
+    assert out.read_bytes() == good
+    assert sorted(p.name for p in out.parent.iterdir() if p.name.startswith(".")) == []

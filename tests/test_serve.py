@@ -404,3 +404,39 @@ def test_filters_radius_and_like_through_the_service(service):
     assert missing.status_code == 422 and missing.json()["field"] == "like"
     both = post(service, "/search", {"texts": ["q"], "like": [1]})
     assert both.status_code == 422 and "texts or like" in both.json()["error"]
+
+
+HOSTILE = ["label / 0 == 1", "label % 0 == 1", "row / (1 - 1) == 0", "label // 2 == 1", "true",
+           "label == 3; label == 4", "((label == 3)", "label == {x}", "label in []", "label == 1 or 1==1",
+           "label == 1\x00", "not " * 1000 + "label == 1"]
+
+
+def test_hostile_filters_get_422_and_honest_clients_see_no_failure(service):
+    """One hostile client sends every filter that stopped or misled milvus-lite, over and over,
+    beside 32 honest clients: each hostile request is a 422 naming the filter, every honest one
+    a 200, and Milvus keeps the same server process throughout."""
+    pids = lite_servers(service["target"].uri)
+    stop = time.monotonic() + 20
+
+    def hostile() -> list[int]:
+        statuses = []
+        while time.monotonic() < stop:
+            for expr in HOSTILE:
+                r = post(service, "/search", {"texts": QUERIES[:1], "k": 5, "filter": expr})
+                assert r.json()["field"] == "filter", r.text
+                statuses.append(r.status_code)
+        return statuses
+
+    def honest(i: int) -> list[int]:
+        statuses = []
+        while time.monotonic() < stop:
+            statuses.append(post(service, "/search", {"texts": [f"{QUERIES[i % 3]} {i}"], "k": 5}).status_code)
+        return statuses
+
+    with ThreadPoolExecutor(33) as pool:
+        bad = pool.submit(hostile)
+        good = list(pool.map(honest, range(32)))
+    assert set(bad.result()) == {422} and len(bad.result()) >= len(HOSTILE)
+    answered = [s for statuses in good for s in statuses]
+    assert answered and set(answered) == {200}, f"{answered.count(200)} of {len(answered)} honest searches answered"
+    assert lite_servers(service["target"].uri) == pids  # the same milvus-lite process: nothing restarted it

@@ -293,3 +293,30 @@ def test_a_service_on_an_alias_follows_a_model_upgrade_without_an_error(ray_sess
     finally:
         stop.set()
         serve.shutdown()
+
+
+def test_a_text_index_asked_of_the_2_3_server_is_refused_before_anything_is_written(ray_session, milvus_uri,
+                                                                                    model_dir):
+    from dhim_ray.errors import ConfigError
+    from dhim_ray.jobs.ingest import ingest
+
+    target = MilvusTarget(milvus_uri, "text_index_refused")
+    with pytest.raises(ConfigError, match=r"--text-index: .* cannot keep one \(Milvus v?2\.3\.\d+ has no BM25"):
+        ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False, text_index=True)
+    with target.open() as collection:
+        assert collection.describe() is None
+
+
+def test_by_default_the_2_3_server_keeps_codes_only_and_says_so(ray_session, milvus_uri, model_dir, caplog):
+    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.search import Searcher
+
+    target = MilvusTarget(milvus_uri, "text_index_default")
+    with caplog.at_level("WARNING", logger="dhim_ray"):
+        result = ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False,
+                        overwrite=True)
+    assert not result.text_index and result.verified
+    said = [r.getMessage() for r in caplog.records if "no text index" in r.getMessage()]
+    assert len(said) == 1 and "has no BM25 function" in said[0] and "keeps codes only" in said[0], said
+    with Searcher(model_dir, target) as s:
+        assert s.resolve_mode(None) == "codes" and s.search(["oil prices"], k=3)[0]
