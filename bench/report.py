@@ -23,7 +23,7 @@ from dhim_ray.config import defaults_for_bits
 HERE = Path(__file__).resolve().parent
 DOC = HERE.parent / "BENCHMARKS.md"
 #: Every file with generated tables: BENCHMARKS.md, and the README's results.
-DOCS = (DOC, HERE.parent / "README.md")
+DOCS = (DOC, HERE.parent / "README.md", HERE.parent / "docs" / "experiments.md")
 BLOCK = re.compile(r"(<!-- table: ([\w-]+) -->\n)(.*?)(<!-- /table -->)", re.S)
 
 
@@ -370,7 +370,94 @@ def item_level_training() -> list[str] | None:
                    "re-ranked by signs: P@100 / recall@10"], body)
 
 
+def _hybrid_rows() -> dict[str, dict]:
+    """The last bench.hybrid run per corpus (the shipped schedule)."""
+    path = HERE / "hybrid.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return {r["corpus"]: r for r in rows if r.get("max_epochs", 100) == 100}
+
+
+def _shipped_fusion() -> str:
+    from dhim_ray.retrieval.fusion import Fusion
+
+    return str(Fusion())
+
+
+def hybrid() -> list[str] | None:
+    """Both tasks through milvus-lite per list: the codes, BM25, the shipped fusion, RRF; float
+    cosine's known-item recall (bench.item_level, in memory) for reference."""
+    rows, items = _hybrid_rows(), _item_rows()
+    if not rows:
+        return None
+    shipped = _shipped_fusion()
+    names = {"codes": "DHIM 64 codes alone", "bm25": "Milvus BM25 alone", shipped: f"hybrid ({shipped}, shipped)",
+             "rrf:60": "RRF(60) of the two lists"}
+    body = []
+    for corpus in ("dbpedia", "agnews", "r8", "20ng"):
+        r = rows.get(corpus)
+        if r is None:
+            continue
+        cos = _latest_item_row(items, corpus, "cosine", None)
+        for how, name in names.items():
+            body.append([corpus, name, f"{r[f'topic_p10_{how}']:.3f}", f"{r[f'topic_p100_{how}']:.3f}",
+                         f"{r[f'short_p100_{how}']:.3f}", f"{r[f'item_recall_at_10_{how}']:.3f}",
+                         f"{cos['recall_at_10']:.3f}" if cos and how == "codes" else ""])
+    return _table(["corpus", "search", "topic P@10", "topic P@100", "short queries P@100", "known-item recall@10",
+                   "float cosine recall@10 (1,536 B, in memory)"], body)
+
+
+def hybrid_fusions() -> list[str] | None:
+    """Every fusion measured, as the change from the codes alone (points) and known-item recall@10."""
+    rows = _hybrid_rows()
+    if not rows:
+        return None
+    fusions = [k.removeprefix("item_recall_at_10_") for k in next(iter(rows.values()))
+               if k.startswith("item_recall_at_10_") and k[18:] not in ("codes", "bm25")]
+    body = []
+    for corpus, r in rows.items():
+        for how in fusions:
+            if f"topic_p10_{how}" not in r:
+                continue
+            delta = [100 * (r[f"{m}_{how}"] - r[f"{m}_codes"]) for m in ("topic_p10", "topic_p100", "short_p100")]
+            body.append([corpus, how, *(f"{d:+.2f}" for d in delta), f"{r[f'item_recall_at_10_{how}']:.3f}"])
+    return _table(["corpus", "fusion", "topic P@10 (points)", "topic P@100 (points)", "short P@100 (points)",
+                   "known-item recall@10"], body)
+
+
+def hybrid_bytes() -> list[str] | None:
+    """Bytes per document: the milvus-lite file with and without the text index, the stored text."""
+    rows = _hybrid_rows()
+    if not rows:
+        return None
+    body = [[corpus, f"{r['bytes_per_doc_codes']:,.0f}", f"{r['bytes_per_doc_hybrid']:,.0f}",
+             f"{r['bytes_per_doc_hybrid'] - r['bytes_per_doc_codes']:,.0f}", f"{r['text_bytes_per_doc']:,.0f}"]
+            for corpus, r in rows.items()]
+    return _table(["corpus", "file, codes only (B/doc)", "file, with the text index (B/doc)",
+                   "the text index (B/doc)", "stored text (B/doc)"], body)
+
+
+def hybrid_headline() -> list[str] | None:
+    """The README's two tasks: the codes alone and hybrid through milvus-lite, float cosine for reference."""
+    rows, items = _hybrid_rows(), _item_rows()
+    if not rows:
+        return None
+    shipped = _shipped_fusion()
+    body = []
+    for corpus in ("dbpedia", "agnews", "r8", "20ng"):
+        r, cos = rows.get(corpus), _latest_item_row(items, corpus, "cosine", None)
+        if r is None:
+            continue
+        body.append([corpus, *(f"{r[f'topic_p100_{h}']:.3f} / {r[f'item_recall_at_10_{h}']:.3f}"
+                               for h in ("codes", shipped, "bm25")),
+                     f"{cos['p_tie']:.3f} / {cos['recall_at_10']:.3f}" if cos else "",
+                     f"{r['bytes_per_doc_codes']:,.0f} / {r['bytes_per_doc_hybrid']:,.0f}"])
+    return _table(["corpus", "DHIM 64 codes alone", "DHIM 64 + BM25, hybrid (the default)", "BM25 alone",
+                   "float cosine (in memory)", "file B/doc: codes only / hybrid"], body)
+
+
 TABLES: dict[str, Callable[[], list[str] | None]] = {
+    "hybrid": hybrid, "hybrid-fusions": hybrid_fusions, "hybrid-bytes": hybrid_bytes,
+    "hybrid-headline": hybrid_headline,
     "headline": headline, "known-item": known_item, "known-item-128": known_item_128,
     "item-level-training": item_level_training,
     "encode-speed": encode_speed, "onnx-speed": onnx_speed, "ingest-speed": ingest_speed, "service": service,

@@ -14,6 +14,7 @@ same one line by the connector (``refused_by_milvus``), never to an outage.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from dhim_ray.errors import ConfigError
 
@@ -63,9 +64,10 @@ def tokens(expr: str) -> list[tuple[str, str, int]]:
     return out
 
 
-def check_filter(expr: str | None) -> str | None:
+def check_filter(expr: str | None, fields: Sequence[str] | None = None) -> str | None:
     """A filter expression fit to send to Milvus (stripped; None or blank: no filter), or a
-    ConfigError saying in one line what is wrong with it."""
+    ConfigError saying in one line what is wrong with it. ``fields``: the collection's field
+    names, where known (a name not among them is refused, naming them)."""
     if expr is None or (isinstance(expr, str) and not expr.strip()):
         return None
     if not isinstance(expr, str):
@@ -81,7 +83,10 @@ def check_filter(expr: str | None) -> str | None:
         if kind == "name":
             low = text.lower()
             nots += low == "not"
-            named = named or (low not in _KEYWORDS and not (nxt and nxt[1] == "("))
+            is_field = low not in _KEYWORDS and not (nxt and nxt[1] == "(")
+            if is_field and fields is not None and text not in fields:
+                raise _refuse(expr, f"the collection has no field {text!r} (its fields: {', '.join(fields)})")
+            named = named or is_field
         elif text in "([":
             stack.append(text)
             if len(stack) > MAX_DEPTH:

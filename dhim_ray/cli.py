@@ -844,18 +844,18 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
         lexical = any("bm25" in h for h in rows)  # text or hybrid search: BM25's score where it found the hit
         keyed = any(h.get("key") for h in rows)
         kept = [c for c in (rows[0] if rows else {}) if c not in _HIT_FIELDS][:3]  # --keep-columns, the first three
-        cols = ("rank", "distance", *(("score",) if reranked else ()), *(("bm25",) if lexical else ()), "label",
-                "id" if keyed else "row", *kept)
+        cols = ("rank", "distance", *(("score",) if reranked else ()), "label", "id" if keyed else "row",
+                *(("bm25",) if lexical else ()), *kept)
         for col in cols:
             table.add_column(col, no_wrap=True, justify="right", min_width=len(col))
         table.add_column("text", overflow="ellipsis", no_wrap=True, ratio=1)
         for rank, h in enumerate(rows, 1):
             score = (f"{h['rerank_score']:.2f}" if "rerank_score" in h else "",) if reranked else ()
-            score += (f"{h['bm25']:.2f}" if "bm25" in h else "",) if lexical else ()
+            bm25 = (f"{h['bm25']:.2f}" if "bm25" in h else "",) if lexical else ()
             # a string label's name, else its number; -1 is the connector's "no label"
             label = h.get("label_name") or ("-" if h.get("label", -1) == -1 else str(h.get("label")))
             where = str(h.get("key") or "") if keyed else str(h.get("row"))
-            table.add_row(str(rank), str(h["distance"]), *score, label[:40], where[:40],
+            table.add_row(str(rank), str(h["distance"]), *score, label[:40], where[:40], *bm25,
                           *(str(h.get(c, ""))[:30] for c in kept), Text(" ".join(str(h.get("text", "")).split())[:300]))
         console.print(table)
 

@@ -134,6 +134,11 @@ class Searcher:
         return self.info.vector_dim > 0
 
     @property
+    def filter_fields(self) -> list[str]:
+        """The fields a filter may name: every stored field but the vectors."""
+        return ["id", *self.info.output_fields]
+
+    @property
     def has_text_index(self) -> bool:
         """Whether the collection keeps Milvus' BM25 over its text (text and hybrid search)."""
         return self.info.text_index
@@ -172,7 +177,7 @@ class Searcher:
         if isinstance(texts, str):
             texts = [texts]
         check_search_k(k)  # before encoding: fail fast (encode checks the texts before any work)
-        check_filter(filter)
+        check_filter(filter, self.filter_fields)
         mode = self.resolve_mode(mode, max_distance)
         if check_rerank(rerank) == 1 or mode == "text":
             codes, scores, vectors = self.hasher.encode(texts), None, None
@@ -188,6 +193,7 @@ class Searcher:
         """``search`` on texts already hashed (``codes``; ``scores`` and ``vectors`` where
         ``rerank`` > 1): the one search path of the library, the CLI and the service."""
         mode = check_mode(mode)
+        check_filter(filter, self.filter_fields)
         fusion = fusion or Fusion()
         if mode != "text":
             if check_rerank(rerank) == 1:
@@ -224,6 +230,7 @@ class Searcher:
         from dhim_ray.errors import DataError
 
         check_search_k(k)
+        check_filter(filter, self.filter_fields)
         if (ids is None) == (keys is None):
             raise ConfigError("like: give ids or keys (the rows whose codes to search with), not both or neither")
         if keys is not None:

@@ -289,7 +289,7 @@ CASES = [
     (S("--like", "7"), 2, "search: give query texts or --like ID, not both"),
     (["search", "--like", "99", "--model", "{model}", "--uri", "{db}", "--collection", "toy_16"], 2,
      "holds no document with id '99'"),
-    (S("--filter", "lable == 3"), 2, "--filter 'lable == 3': the collection has no field lable"),
+    (S("--filter", "lable == 3"), 2, "--filter 'lable == 3': the collection has no field 'lable' (its fields: id, label"),
     # filters checked before they reach Milvus (a zero divisor stops milvus-lite's server), or its refusal mapped
     (S("--filter", "label / 0 == 1"), 2, "'/' at character 7 must divide by a non-zero number written out"),
     (S("--filter", "label % (1 - 1) == 0"), 2, "'%' at character 7 must divide by a non-zero number"),

@@ -59,3 +59,12 @@ def test_what_milvus_takes_passes_as_written(expr):
 @pytest.mark.parametrize("blank", [None, "", "   "])
 def test_no_filter(blank):
     assert check_filter(blank) is None
+
+
+def test_a_field_the_collection_lacks_is_named_with_the_fields_it_has():
+    fields = ["id", "label", "text", "year"]
+    assert check_filter('label == 3 and text like "a%" and array_contains(year, 1)', fields)
+    with pytest.raises(ConfigError, match=r"has no field 'lable' \(its fields: id, label, text, year\)"):
+        check_filter("lable == 3", fields)
+    with pytest.raises(ConfigError, match="has no field 'LABEL'"):
+        check_filter("LABEL == 3", fields)  # Milvus' field names are case-sensitive

@@ -123,7 +123,7 @@ def test_queries_naming_some_of_the_classes_are_matched_by_name(ray_session, mod
     target = MilvusTarget(str(tmp_path / "named.db"), "named")
     ingest_job(CorpusSpec(str(tmp_path / "db"), "train"), model_dir, target)
     queries = CorpusSpec(str(tmp_path / "q"), "val")
-    milvus = evaluate_in_milvus(model_dir, queries, target, k=20)
+    milvus = evaluate_in_milvus(model_dir, queries, target, k=20, mode="codes")
     in_memory = evaluate_checkpoint(model_dir, CorpusSpec(str(tmp_path / "db"), "train"), queries, k=20,
                                     progress=False)
     assert milvus["precision_at_k_tie_aware"] == pytest.approx(in_memory["precision_at_k_tie_aware"], abs=1e-9)
@@ -384,9 +384,9 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
     queries = CorpusSpec("bbc", "val", limit=20).load_split().texts
     codes, scores, _ = Hasher.load(model_dir).encode(queries, scores=True)
     with Searcher(model_dir, target) as s:
-        hits = s.search(queries, k=10, rerank=4)
+        hits = s.search(queries, k=10, rerank=4, mode="codes")
         candidates = s.search_codes(codes, 40, output_fields=("row",))
-        plain = s.search(queries[:1], k=10)
+        plain = s.search(queries[:1], k=10, mode="codes")
     assert "rerank_score" not in plain[0][0]
     for q, (row_hits, cand) in enumerate(zip(hits, candidates)):
         cand = sorted(cand, key=lambda h: (h["distance"], h["id"]))
@@ -405,7 +405,7 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
     idx, _ = rerank_topk(hasher.encode(split.texts), q_codes, q_scores, 20, 4)
     assert in_memory["precision_at_k_reranked"] == pytest.approx(
         float((split.labels[idx] == q_split.labels[:, None]).mean()))
-    milvus = evaluate_in_milvus(model_dir, queries_spec, target, k=20, rerank=4)
+    milvus = evaluate_in_milvus(model_dir, queries_spec, target, k=20, rerank=4, mode="codes")
     assert milvus["rerank"] == 4 and 0 < milvus["precision_at_k_reranked"] <= 1
 
 
@@ -418,7 +418,7 @@ def test_search_cli_rerank_shows_the_score_and_json_carries_it(ingested, model_d
     target, _ = ingested
     env = dict(os.environ, COLUMNS="120", HF_HUB_OFFLINE="1")
     base = [sys.executable, "-m", "dhim_ray.cli", "search", "oil prices", "--model", str(model_dir),
-            "--uri", target.uri, "--collection", target.collection, "-k", "3", "--rerank", "4"]
+            "--uri", target.uri, "--collection", target.collection, "-k", "3", "--rerank", "4", "--mode", "codes"]
     table = subprocess.run(base, capture_output=True, text=True, env=env, timeout=300)
     assert table.returncode == 0, table.stderr
     assert all(col in next(line for line in table.stdout.splitlines() if "rank" in line)
@@ -458,14 +458,14 @@ def test_store_vectors_keeps_unit_float16_vectors_and_rerank_rescores_by_cosine(
     query = small.load_split().texts[3]
     with Searcher(model_dir, target) as s:
         assert s.rescores_by_cosine
-        hits = s.search([query], k=5, rerank=4)[0]
+        hits = s.search([query], k=5, rerank=4, mode="codes")[0]
         candidates = s.search_codes(hasher.encode([query]), 20, output_fields=("row",))[0]
     q = hasher.encode([query], vectors=True).vectors[0]
     position = {int(r): i for i, r in enumerate(small.load_split().rows)}  # source row -> split position
     cos = [float(unit[position[h["row"]]] @ (q / np.linalg.norm(q))) for h in candidates]
     assert [h["rerank_score"] for h in hits] == pytest.approx(sorted(cos, reverse=True)[:5], abs=2e-3)
     assert hits[0]["row"] == small.load_split().rows[3]  # the query's own document, cosine 1
-    evaluated = evaluate_in_milvus(model_dir, CorpusSpec("bbc", "val", limit=20), target, k=10, rerank=2)
+    evaluated = evaluate_in_milvus(model_dir, CorpusSpec("bbc", "val", limit=20), target, k=10, rerank=2, mode="codes")
     assert evaluated["rerank_by"] == "cosine of stored vectors"
     with pytest.raises(CollectionMismatchError, match="keeps float vectors and this ingest has none"):
         ingest(small, model_dir, target, workers=1, progress=False)
@@ -499,9 +499,9 @@ def test_store_signs_keeps_the_sign_codes_and_rerank_uses_both_codes(ray_session
         release(target.uri)
     assert np.array_equal(got, want[[position[r["row"]] for r in rows]])
     with Searcher(model_dir, target) as s:
-        hits = s.search([texts[3]], k=5, rerank=4)[0]
+        hits = s.search([texts[3]], k=5, rerank=4, mode="codes")[0]
     assert hits[0]["row"] == small.load_split().rows[3]  # its own document: both distances 0
-    evaluated = evaluate_in_milvus(model_dir, CorpusSpec("bbc", "val", limit=20), target, k=10, rerank=2)
+    evaluated = evaluate_in_milvus(model_dir, CorpusSpec("bbc", "val", limit=20), target, k=10, rerank=2, mode="codes")
     assert evaluated["rerank_by"] == BY_BOTH_CODES
     with pytest.raises(CollectionMismatchError, match="keeps sign codes and this ingest has none"):
         ingest(small, model_dir, target, workers=1, progress=False)
