@@ -205,8 +205,12 @@ class Searcher:
                 return code_hits
         fields = self.info.output_fields if output_fields is None else list(output_fields)
         depth = k if mode == "text" else fusion.text_hits_needed(k)
-        text_hits = self.collection.search_text(texts, depth, fields, filter=filter)
-        out = text_hits if mode == "text" else [fuse(c, t, k, fusion) for c, t in zip(code_hits, text_hits)]
+        read_text = mode == "hybrid" and fusion.method == "phrase" and "text" not in fields  # the gate reads it
+        text_hits = self.collection.search_text(texts, depth, [*fields, *(["text"] if read_text else [])],
+                                                filter=filter)
+        out = text_hits if mode == "text" else [fuse(c, t, k, fusion, q) for c, t, q in zip(code_hits, text_hits, texts)]
+        if read_text:
+            out = [[{f: v for f, v in h.items() if f != "text"} for h in row] for row in out]
         return self._with_distances(codes, out)
 
     def _with_distances(self, codes: np.ndarray, hits: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:

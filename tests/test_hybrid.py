@@ -47,8 +47,20 @@ def test_rrf_sums_reciprocal_ranks_and_the_better_rank_wins():
     assert fuse(reversed_codes, [], k=1, fusion=Fusion("rrf"))[0]["id"] == 15
 
 
-@pytest.mark.parametrize("spelling, fusion", [(None, Fusion()), ("head", Fusion("head", 3)), ("head:5", Fusion("head", 5)),
-                                              ("rrf", Fusion("rrf")), ("rrf:10", Fusion("rrf", c=10))])
+def test_phrase_puts_a_text_hit_first_only_where_it_holds_the_querys_words():
+    text = [{"id": 99, "bm25": 9.0, "text": "A quiet Cat sat on the mat, today."},
+            {"id": 13, "bm25": 5.0, "text": "the cat ran"}, {"id": 98, "bm25": 4.0, "text": "sat mat quiet cat"}]
+    fused = fuse(CODES, text, k=5, fusion=Fusion("phrase", depth=3), query="the cat sat on the mat")
+    assert [h["id"] for h in fused] == [99, 10, 11, 12, 13]  # 99 holds 5 of the 5 words, 98 3, 13 2
+    fused = fuse(CODES, text, k=5, fusion=Fusion("phrase", depth=3, cover=0.6), query="the cat sat on the mat")
+    assert [h["id"] for h in fused] == [99, 98, 10, 11, 12]
+    assert [h["id"] for h in fuse(CODES, text, k=3, fusion=Fusion("phrase"), query="oil prices")] == [10, 11, 12]
+
+
+@pytest.mark.parametrize("spelling, fusion", [(None, Fusion("phrase", 5)), ("head", Fusion("head", 5)),
+                                              ("head:3", Fusion("head", 3)), ("phrase:3", Fusion("phrase", 3)),
+                                              ("rrf", Fusion("rrf")),
+                                              ("rrf:10", Fusion("rrf", c=10))])
 def test_fusion_spellings(spelling, fusion):
     assert Fusion.parse(spelling) == fusion
 
@@ -106,18 +118,24 @@ def test_an_exact_phrase_finds_its_document_first_where_the_codes_alone_do_not(i
 
 @pytest_slow
 def test_a_topic_query_keeps_the_codes_order_below_the_lexical_head(ingested, model_dir):
+    from dhim_ray.retrieval.fusion import coverage
     from dhim_ray.search import Searcher
 
     target, _ = ingested
     queries = CorpusSpec("bbc", "val", limit=10).load_split().texts
     with Searcher(model_dir, target) as s:
-        fused = s.search(queries, k=20)
+        fused = s.search(queries, k=20)  # the default: phrase:5
         codes = s.search(queries, k=20, mode="codes")
-        head = s.search(queries, k=3, mode="text")
-    for f, c, t in zip(fused, codes, head):
-        top = [h["id"] for h in t]
-        assert [h["id"] for h in f[:3]] == top
-        assert [h["id"] for h in f[3:]] == [h["id"] for h in c if h["id"] not in top][:17]
+        text = s.search(queries, k=5, mode="text")
+        head3 = s.search(queries, k=20, fusion=Fusion("head", 3))
+    for q, f, c, t, h in zip(queries, fused, codes, text, head3):
+        first = [x["id"] for x in t if coverage(q, x["text"]) >= 0.8]  # a whole document: rarely any
+        assert [x["id"] for x in f] == (first + [x["id"] for x in c if x["id"] not in first])[:20]
+        top = [x["id"] for x in t[:3]]
+        assert [x["id"] for x in h[:3]] == top
+        assert [x["id"] for x in h[3:]] == [x["id"] for x in c if x["id"] not in top][:17]
+    same = sum([x["id"] for x in f] == [x["id"] for x in c] for f, c in zip(fused, codes))
+    assert same >= 8  # whole documents as queries: the codes' own list
 
 
 @pytest_slow
@@ -194,7 +212,7 @@ def test_cli_search_and_eval_through_milvus_take_the_mode(ingested, model_dir):
     assert known.exit_code == 0, known.output
     fused = json.loads(known.stdout)
     codes = json.loads(runner.invoke(app, [*ev, "--task", "known-item", "--windows", "60", "--mode", "codes"]).stdout)
-    assert fused["mode"] == "hybrid" and fused["fusion"] == "head:3" and codes["mode"] == "codes"
+    assert fused["mode"] == "hybrid" and fused["fusion"] == "phrase:5" and codes["mode"] == "codes"
     assert fused["recall_at_10"] >= 0.95 > codes["recall_at_10"]
     topic = json.loads(runner.invoke(app, [*ev, "--queries", "bbc:val", "--limit", "40", "-k", "20"]).stdout)
     assert topic["mode"] == "hybrid" and 0 < topic["precision_at_k"] <= 1

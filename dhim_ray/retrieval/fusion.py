@@ -2,21 +2,25 @@
 (Milvus' BM25 over the stored text, the words). Pure Python over hit dicts: no store here.
 
 The codes know the topic and cannot find the one document a phrase came from; BM25 finds it
-and ranks topic neighbours worse. Two fusions, both over positions only (never over the raw
-scores, whose directions differ: a distance falls as a match improves, BM25 rises), so neither
-can rank by the wrong direction:
+and ranks topic neighbours worse. The fusions read positions only (never the raw scores, whose
+directions differ: a distance falls as a match improves, BM25 rises), so none can rank by the
+wrong direction:
 
-- ``head`` (the default): the text list's first ``depth`` hits, then the codes' list without
-  them. A phrase's document sits at the top of BM25's list; the topic order below it is the
-  codes' own. Measured in BENCHMARKS.md ("One search for both tasks").
+- ``phrase`` (the default, ``phrase:5``): of the text list's first ``depth`` hits, those whose
+  stored text holds at least ``PHRASE_COVER`` of the query's distinct words go first, then the
+  codes' list without them. A phrase's document holds its words and tops the list; a topic query
+  (a whole document, a few topic words) rarely has such a hit and gets the codes' own order.
+  Measured in BENCHMARKS.md ("One search for both tasks").
+- ``head``: the text list's first ``depth`` hits first, ungated.
 - ``rrf``: reciprocal rank fusion, each hit scored sum 1 / (c + rank) over the lists that hold
   it (the textbook fusion, Milvus' RRFRanker; measured to lose on both tasks to the better list).
 
-    >>> fuse(code_hits, text_hits, k=10, fusion=Fusion("head", depth=3))
+    >>> fuse(code_hits, text_hits, k=10, fusion=Fusion("phrase", depth=5), query="the phrase searched")
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,19 +29,24 @@ from dhim_ray.errors import ConfigError
 
 #: What a search ranks by: the codes alone, the text index alone, or both fused.
 MODES = ("codes", "text", "hybrid")
-METHODS = ("head", "rrf")
+METHODS = ("head", "phrase", "rrf")
+#: The share of a query's distinct words a text hit must hold to go first (``phrase``).
+PHRASE_COVER = 0.8
+_WORD = re.compile(r"\w+")
 
 Hits = Sequence[dict[str, Any]]
 
 
 @dataclass(frozen=True)
 class Fusion:
-    """How hybrid search fuses the two lists: ``method`` head (``depth`` text hits first) or
+    """How hybrid search fuses the two lists: ``method`` phrase (of the first ``depth`` text hits,
+    those holding ``cover`` of the query's words go first), head (``depth`` text hits first) or
     rrf (constant ``c``)."""
 
-    method: str = "head"
-    depth: int = 3
+    method: str = "phrase"
+    depth: int = 5
     c: int = 60
+    cover: float = PHRASE_COVER  # phrase: the share of the query's words a text hit must hold
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -46,25 +55,28 @@ class Fusion:
             raise ConfigError(f"fusion depth={self.depth!r}: text hits put first, between 1 and 100, e.g. 3")
         if isinstance(self.c, bool) or not isinstance(self.c, int) or not 1 <= self.c <= 10_000:
             raise ConfigError(f"fusion c={self.c!r}: the RRF constant, between 1 and 10000, e.g. 60")
+        if not 0 < self.cover <= 1:
+            raise ConfigError(f"fusion cover={self.cover!r}: a share of the query's words, in (0, 1], e.g. 0.8")
 
     @classmethod
     def parse(cls, value: str | None) -> Fusion:
-        """``head``, ``head:5``, ``rrf`` or ``rrf:60`` (the CLI's and the service's spelling)."""
+        """``head``, ``head:5``, ``phrase``, ``phrase:5``, ``rrf`` or ``rrf:60`` (the CLI's spelling)."""
         if value is None or not str(value).strip():
             return cls()
         method, _, number = str(value).strip().partition(":")
         if method not in METHODS or (number and not number.isdigit()):
-            raise ConfigError(f"fusion={value!r}: write head, head:DEPTH, rrf or rrf:C, e.g. head:3")
+            raise ConfigError(f"fusion={value!r}: write head, head:DEPTH, phrase, phrase:DEPTH, rrf or rrf:C, e.g. "
+                              "phrase:3")
         if not number:
             return cls(method)
-        return cls(method, depth=int(number)) if method == "head" else cls(method, c=int(number))
+        return cls(method, c=int(number)) if method == "rrf" else cls(method, depth=int(number))
 
     def text_hits_needed(self, k: int) -> int:
         """How many text hits a fused list of k takes."""
-        return min(self.depth, k) if self.method == "head" else k
+        return k if self.method == "rrf" else min(self.depth, k)
 
     def __str__(self) -> str:
-        return f"{self.method}:{self.depth if self.method == 'head' else self.c}"
+        return f"{self.method}:{self.c if self.method == 'rrf' else self.depth}"
 
 
 def check_mode(mode: str) -> str:
@@ -73,15 +85,26 @@ def check_mode(mode: str) -> str:
     return mode
 
 
-def fuse(code_hits: Hits, text_hits: Hits, k: int, fusion: Fusion = Fusion()) -> list[dict[str, Any]]:
+def coverage(query: str, text: str) -> float:
+    """The share of the query's distinct words (lowercased, as Milvus' standard analyzer splits
+    them) that ``text`` holds."""
+    words = set(_WORD.findall(query.lower()))
+    return len(words & set(_WORD.findall(text.lower()))) / len(words) if words else 0.0
+
+
+def fuse(code_hits: Hits, text_hits: Hits, k: int, fusion: Fusion = Fusion(), query: str = "") -> list[dict[str, Any]]:
     """The first k of one fused list. A hit found by both lists appears once, carrying the
     fields of both (``distance`` from the codes, ``bm25`` from the text index); ``rrf`` adds
-    each hit's ``rrf_score``. Equal RRF scores keep the codes' order, then the text's."""
+    each hit's ``rrf_score``. Equal RRF scores keep the codes' order, then the text's.
+    ``phrase`` reads each text hit's ``text`` against the ``query``."""
     by_id: dict[Any, dict[str, Any]] = {}
     for hit in (*code_hits, *text_hits):
         by_id.setdefault(hit["id"], {}).update(hit)
-    if fusion.method == "head":
-        head = [h["id"] for h in text_hits[: fusion.depth]]
+    if fusion.method in ("head", "phrase"):
+        first = text_hits[: fusion.depth]
+        if fusion.method == "phrase":
+            first = [h for h in first if coverage(query, h.get("text", "")) >= fusion.cover]
+        head = [h["id"] for h in first]
         taken = set(head)
         order = head + [h["id"] for h in code_hits if h["id"] not in taken]
         return [by_id[i] for i in order[:k]]
