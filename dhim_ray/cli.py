@@ -505,8 +505,8 @@ def eval_(
     seed: Annotated[int, typer.Option(rich_help_panel="Task", help="Seed of the known-item windows.")] = 0,
     mode: Mode = None,
     fusion: Annotated[str | None, typer.Option(rich_help_panel="Search", help=(
-        "How hybrid search fuses the lists: head:N (BM25's first N hits, then the codes') or rrf:C "
-        "(reciprocal rank fusion) [head:3]."))] = None,
+        "How hybrid search fuses the lists: phrase:N (of BM25's first N hits, those holding the query's words, "
+        "then the codes'), head:N (BM25's first N, ungated) or rrf:C (reciprocal rank fusion) [phrase:5]."))] = None,
     as_json: AsJson = False,
 ):
     """Precision@k by Hamming distance of a model (or a baseline): database vs queries.

@@ -17,7 +17,11 @@ from dhim_ray.errors import CollectionMismatchError, DataError
 
 @pytest.mark.parametrize("values, kind", [
     (["1", "-2", "+30"], "int"), (["1", "2.5", "1e3"], "float"), (["true", "False", " TRUE "], "bool"),
-    (["2024-05-01"], "string"), (["1", ""], "string"), (["99999999999999999999"], "float"), (["nan"], "string"),
+    (["2024-05-01"], "string"), (["1", ""], "string"), (["nan"], "string"),
+    # a value a number would change keeps its digits as text: leading zeros, past 64 bits, past 15 digits
+    (["99999999999999999999"], "string"), ([str(2**70 + 3), "1"], "string"), (["00001", "2"], "string"),
+    (["007"], "string"), (["3.14159265358979323846"], "string"), (["01.5"], "string"),
+    (["0", "-3"], "int"), (["0.5", "-0.001", ".25"], "float"), (["123456789012345"], "int"),
 ])
 def test_a_text_column_is_the_narrowest_kind_its_values_parse_as(values, kind):
     assert columns.kind_of_strings(values) == kind

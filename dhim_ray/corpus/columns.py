@@ -6,7 +6,8 @@ Kinds, narrowest first: ``bool``, ``int`` (64-bit), ``float`` (64-bit), ``string
 (Parquet, Arrow, tables) give a column's kind by its type; text formats (CSV, JSON Lines) are
 read as strings and a column is the narrowest kind every value parses as ("true"/"false",
 whole numbers, numbers), else a string: "2024-05-01" stays a string, which Milvus compares in
-order. Blocks of one column that disagree settle on the wider kind (int and float: float;
+order, and so does any value a number would change: a leading zero ("00001", "007"), a whole
+number past 64 bits, more significant digits than a 64-bit float holds. Blocks of one column that disagree settle on the wider kind (int and float: float;
 anything else: string). A missing value (null) is refused by the scan, never stored as a guess.
 """
 
@@ -22,6 +23,8 @@ STRING_MAX_BYTES = 65_535
 PREFIX = "col:"
 
 _INT = re.compile(r"[+-]?\d{1,19}")
+_FLOAT = re.compile(r"[+-]?(\d*)\.?(\d+)?(?:[eE][+-]?\d+)?")
+_LEADING_ZERO = re.compile(r"[+-]?0\d")
 _BOOLS = {"true": True, "false": False}
 #: Milvus' rule for the name of a field, a collection or an alias: an ASCII letter or
 #: underscore, then ASCII letters, digits and underscores, 255 characters at most.
@@ -37,14 +40,22 @@ def check_name(name: str) -> str:
 
 
 def _parses_int(text: str) -> bool:
-    return bool(_INT.fullmatch(text)) and -(2**63) <= int(text) < 2**63
+    """A whole number that is one: 64-bit, and without leading zeros ("007" is a code, kept as text)."""
+    return bool(_INT.fullmatch(text)) and -(2**63) <= int(text) < 2**63 and not _LEADING_ZERO.match(text)
 
 
 def _parses_float(text: str) -> bool:
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
+    """A number a 64-bit float holds as written: finite, at most 15 significant digits (more, or
+    a whole number past 64 bits, would lose digits: kept as text), no leading zeros."""
+    found = _FLOAT.fullmatch(text)
+    if found is None or _LEADING_ZERO.match(text):
         return False
+    digits = (found.group(1) + (found.group(2) or "")).lstrip("0")
+    try:
+        value = float(text)
+    except ValueError:  # ".", "e5": the pattern's empty corners
+        return False
+    return len(digits.rstrip("0") if found.group(2) is None else digits) <= 15 and math.isfinite(value)
 
 
 def kind_of_strings(values: Sequence[str]) -> str:
