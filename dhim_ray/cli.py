@@ -76,7 +76,8 @@ FLAGS = {
     "replicas": "--replicas", "cache_dir": "--cache-dir", "seed": "--seed", "port": "--port", "api_token_env": "--api-token-env", "max_batch_size": "--max-batch-size",
     "host": "--host", "window_words": "--window-words", "n_windows": "--windows",
     "filter": "--filter", "max_distance": "--max-distance", "store_vectors": "--store-vectors",
-    "store_signs": "--store-signs", "keep_columns": "--keep-columns", "alias": "--alias",
+    "store_signs": "--store-signs", "keep_columns": "--keep-columns", "alias": "--alias", "mode": "--mode",
+    "fusion": "--fusion",
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
@@ -698,6 +699,9 @@ def ingest(
     checkpoint = read_checkpoint(model_dir)
     n_bits = checkpoint.n_bits
     if alias is not None and collection is None:  # a version of its own per model
+        from dhim_ray.connectors.milvus import check_collection_name
+
+        check_collection_name(alias, "alias", "news")  # the name typed, before one is made from it
         collection = f"{alias}_{checkpoint.model_id.split(':')[-1][:8]}"
     collection = collection or _default_collection(spec.name, n_bits)
     target = MilvusTarget(uri, collection, token_env=token_env)

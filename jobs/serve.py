@@ -158,10 +158,14 @@ async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONRes
 
 
 @app.exception_handler(RequestValidationError)
-async def _bad_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
     first = exc.errors()[0]
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     field = ".".join(loc) or "body"
+    sent = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if request.method == "POST" and sent != "application/json":  # a form, XML, text/plain: FastAPI reads no JSON
+        return _error(415, f"content-type: {sent or 'none'} is not JSON; send the body as JSON with "
+                           "Content-Type: application/json", "content-type")
     if first.get("type") in ("json_invalid", "json_type"):
         return _error(400, "body: not valid JSON; send a JSON object such as {\"texts\": [\"a query\"]}", "body")
     message = first.get("msg", "invalid").removeprefix("Value error, ")

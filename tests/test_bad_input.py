@@ -399,6 +399,8 @@ CASES = [
      "has no weights_sha256"),
     (["eval", "{model}", "--database", "{root}/strlab:train", "--queries", "{toy}:val"], 2,
      "the database' labels are names and the queries' are numbers"),
+    # names checked as typed
+    (ING("--alias", "bad-name"), 2, "--alias 'bad-name': use ASCII letters, digits and underscores"),
     # nothing overwrites a model without being asked
     (["train", "{toy}", "--encoder", "{bert}", "--max-words", "12", "--out", "{model}"], 2,
      "holds a trained model (codes ingested with it would no longer match a new one's)"),

@@ -257,6 +257,10 @@ ABUSE = [
     ("POST", "/search", TOKEN, {}, nested(50), 422, "texts.0"),
     ("POST", "/search", TOKEN, {}, b"[]", 422, "body"),
     ("POST", "/search", TOKEN, {}, b"null", 422, "body"),
+    # JSON the service cannot read for its type: named as such, not as a malformed dictionary
+    ("POST", "/search", TOKEN, {"Content-Type": "text/plain"}, b'{"texts": ["q"]}', 415, "content-type"),
+    ("POST", "/search", TOKEN, {"Content-Type": "application/x-www-form-urlencoded"}, b"texts=q", 415, "content-type"),
+    ("POST", "/hash", TOKEN, {"Content-Type": "application/xml"}, b"<texts>q</texts>", 415, "content-type"),
 ]
 
 

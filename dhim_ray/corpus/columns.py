@@ -13,6 +13,7 @@ anything else: string). A missing value (null) is refused by the scan, never sto
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
@@ -33,6 +34,9 @@ MILVUS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
 
 def check_name(name: str) -> str:
     """A column name a Milvus field can have (letters, digits, underscores; not starting with a digit)."""
+    if len(name) > 255:
+        raise ValueError(f"{name[:40]!r}... ({len(name)} characters) is longer than the 255 a Milvus field name "
+                         "takes (rename the column)")
     if not MILVUS_NAME.fullmatch(name):
         raise ValueError(f"{name!r} cannot name a Milvus field: use letters, digits and underscores, not starting "
                          "with a digit (rename the column)")
@@ -107,8 +111,14 @@ def block_findings(column) -> tuple[str | None, int, list[int]]:
 
 
 def _text(value) -> str:
+    """A value as a string field keeps it: JSON for records and lists (a JSON Lines object, a
+    Parquet struct), hex for bytes, else its text."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).hex()
     return str(value)
 
 

@@ -276,6 +276,11 @@ def with_key_column(plan: SourcePlan, column: str | None) -> SourcePlan:
     return replace(plan, key_column=column)
 
 
+#: Kept columns a collection can hold: Milvus' 64 fields a collection, less dhim-ray's own (the
+#: eight every collection has, and the vector, sign and text index fields where kept).
+MAX_KEPT_COLUMNS = 64 - 11
+
+
 def with_kept_columns(plan: SourcePlan, names: Sequence[str], reserved: Sequence[str] = ()) -> SourcePlan:
     """``plan`` reading also the metadata columns ``names``; one the source lacks, one that is
     the text, label or id column, one named like a ``reserved`` field, or a name Milvus cannot
@@ -299,6 +304,9 @@ def with_kept_columns(plan: SourcePlan, names: Sequence[str], reserved: Sequence
             raise DataError(f"--keep-columns {exc}") from None
     if len(set(names)) != len(names):
         raise DataError(f"--keep-columns {','.join(names)}: a column is named twice")
+    if len(names) > MAX_KEPT_COLUMNS:
+        raise DataError(f"--keep-columns: {len(names)} columns; a collection keeps at most {MAX_KEPT_COLUMNS} (Milvus "
+                        f"holds 64 fields, {64 - MAX_KEPT_COLUMNS} of them dhim-ray's); keep fewer")
     return replace(plan, kept_columns=tuple(names))
 
 
