@@ -29,6 +29,7 @@ from dhim_ray.connectors.milvus import (
     connect,
     mask_uri,
     release,
+    shown,
 )
 from dhim_ray.corpus.data import require_labels
 from dhim_ray.corpus.spec import CorpusSpec
@@ -238,11 +239,17 @@ class Searcher:
         if (ids is None) == (keys is None):
             raise ConfigError("like: give ids or keys (the rows whose codes to search with), not both or neither")
         if keys is not None:
-            found = self.collection.ids_of_keys(list(keys))
+            keys = [str(key) for key in keys]
+            bad = next((key for key in keys if not key.strip() or any(ord(c) < 32 for c in key)), None)
+            if bad is not None:
+                why = "is empty" if not bad.strip() else "holds a line break or another control character"
+                raise ConfigError(f"like: the id {shown(bad, 40)} {why}, which no Milvus filter matches; give a hit's "
+                                  "row id (its 'id') or a document's own id")
+            found = self.collection.ids_of_keys(keys)
             missing = [key for key in keys if key not in found]
             if missing:
                 raise DataError(f"like: collection {self.target.collection!r} holds no document with id "
-                                f"{', '.join(map(repr, missing[:5]))}; check the ids (ingest --id-column)")
+                                f"{', '.join(shown(m, 40) for m in missing[:5])}; check the ids (ingest --id-column)")
             ids = [found[key] for key in keys]
         ids = [int(i) for i in ids]
         held = self.collection.get(ids, ["id"])

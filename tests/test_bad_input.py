@@ -289,6 +289,12 @@ CASES = [
     (S("--like", "7"), 2, "search: give query texts or --like ID, not both"),
     (["search", "--like", "99", "--model", "{model}", "--uri", "{db}", "--collection", "toy_16"], 2,
      "holds no document with id '99'"),
+    (["search", "--like", "", "--model", "{model}", "--uri", "{db}", "--collection", "toy_16"], 2,
+     "like: the id '' is empty, which no Milvus filter matches"),
+    (["search", "--like", "a\nb", "--model", "{model}", "--uri", "{db}", "--collection", "toy_16"], 2,
+     "holds a line break or another control character"),
+    (["search", "--like", "x" * 100_000, "--model", "{model}", "--uri", "{db}", "--collection", "toy_16"], 2,
+     "(100,000 characters); check the ids"),
     (S("--filter", "lable == 3"), 2, "--filter 'lable == 3': the collection has no field 'lable' (its fields: id, label"),
     # filters checked before they reach Milvus (a zero divisor stops milvus-lite's server), or its refusal mapped
     (S("--filter", "label / 0 == 1"), 2, "'/' at character 7 must divide by a non-zero number written out"),
