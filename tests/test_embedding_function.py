@@ -45,3 +45,26 @@ def test_a_milvus_client_stores_and_searches_the_codes(tmp_path, toy_folder, tin
         assert sorted(int(h["distance"]) for h in row) == sorted(expected.tolist())
     client.close()
     release(db)
+
+
+def test_the_docs_example_runs_as_written(tmp_path, toy_folder, tiny_config, monkeypatch):
+    """docs/ingest-and-search.md's DHIMEmbeddingFunction block, run as written in a folder where
+    runs/bbc-64 is a trained model."""
+    import re
+    from pathlib import Path
+
+    from dhim_ray.connectors.milvus import release
+    from dhim_ray.corpus.spec import CorpusSpec
+    from dhim_ray.training.pipeline import train_corpus
+
+    train_corpus(CorpusSpec(str(toy_folder)), tiny_config.replace(train={"max_epochs": 1}),
+                 tmp_path / "runs" / "bbc-64", progress=False)
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "ingest-and-search.md").read_text()
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "DHIMEmbeddingFunction(" in b]
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    try:
+        exec(block, scope)  # noqa: S102 - the documented example, run as written
+    finally:
+        release(str(tmp_path / "my_docs.db"))
+    assert len(scope["hits"][0]) == 2 and {h["entity"]["text"] for h in scope["hits"][0]} == set(scope["texts"])

@@ -191,6 +191,22 @@ def test_packaged_encoder_codes_equal_across_backends_and_the_docs_example(tmp_p
     scope: dict = {}
     exec(block, scope)  # noqa: S102 - the documented example, run as written
     assert bits_changed(scope["hash_texts"](texts[:300]), torch_codes[:300]) == 0
+    # and its next step, searching a collection of these codes with pymilvus alone
+    from dhim_ray.connectors.milvus import MilvusTarget, document_ids, make_rows, release
+
+    rows = np.arange(300)
+    target = MilvusTarget(str(tmp_path / "out" / "dhim_ray.db"), "bbc_64")
+    with target.open() as collection:
+        collection.ensure(64, Hasher.load(ck).model_id)
+        collection.upsert(make_rows(document_ids("bbc@1", rows), torch_codes[:300], 64, None, texts[:300], "bbc@1",
+                                    rows))
+    search = re.findall(r"```python\n(.*?)```", (DOCS / "serve.md").read_text(), re.S)[-1]
+    assert "MilvusClient" in search and "import dhim_ray" not in search
+    try:
+        exec(search, scope)  # noqa: S102 - the documented example, run as written
+    finally:
+        release(target.uri)
+    assert len(scope["hits"][0]) == 5 and all(h["entity"]["text"] for h in scope["hits"][0])
 
 
 @pytest.mark.parametrize("where, words", [
