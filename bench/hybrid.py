@@ -12,7 +12,9 @@ then applied to the same two lists:
   the order the search returns);
 - short: the first 8 words of each val document, against train, P@100;
 - known-item: 1,000 windows of 8 words cut from the stored texts of val rows (the same windows
-  ``eval --task known-item`` cuts), searched among train + val, recall@1/10/100.
+  ``eval --task known-item`` cuts), searched among train + val, recall@1/10/100; and the bound any
+  ranking by words has: a window whose words occur in that order in n documents finds its own in
+  the top 10 with chance min(1, 10 / n) at best (``item_exact_bound_at_10``).
 
 Bytes per document: the milvus-lite file of each collection after a flush, divided by its rows.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -139,6 +142,7 @@ def search_corpus(model, encoder, train, val, codes, texts, windows: int, folder
         cut = known_item.cut_windows(stored, windows, 8, 0, np.arange(len(train.texts), len(texts)))
         row_ids = np.array([document_ids(sources[i], [i])[0] for i in range(len(texts))])
         item = ranked(*lists(collection, encoder_codes(model, encoder, cut.texts), cut.texts, None))
+    out["item_exact_bound_at_10"] = round(exact_bound(cut.texts, stored, 10), 5)
     for how in topic:
         out[f"topic_p10_{how}"] = round(precision(topic[how], val.labels, 10), 5)
         out[f"topic_p100_{how}"] = round(precision(topic[how], val.labels, 100), 5)
@@ -146,6 +150,20 @@ def search_corpus(model, encoder, train, val, codes, texts, windows: int, folder
         scores = recall(item[how], row_ids[cut.targets], len(texts))
         out.update({f"item_{k}_{how}": round(v, 5) for k, v in scores.items() if k.startswith("recall")})
     return out
+
+
+def exact_bound(windows: list[str], texts: list[str], k: int) -> float:
+    """What any ranking by the words can reach: a window whose words occur, in order, in n stored
+    texts (its own among them) puts its own document in the top k with chance min(1, k / n) at
+    best; the mean over windows. Words: lowercase runs of letters and digits."""
+    def words(t: str) -> str:
+        return " " + " ".join(_WORDS.findall(t.lower())) + " "
+
+    docs = [words(t) for t in texts]
+    return float(np.mean([min(1.0, k / max(1, sum(w in d for d in docs))) for w in map(words, windows)]))
+
+
+_WORDS = re.compile(r"\w+")
 
 
 def encoder_codes(model, encoder, texts: list[str]) -> np.ndarray:

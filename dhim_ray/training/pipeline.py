@@ -240,10 +240,10 @@ def _train(corpus: CorpusSpec, config: DHIMConfig, out: Path, backend: TrainBack
     elif has_training_state(out):
         raise CheckpointError(f"out={out} holds an unfinished run; continue it with --resume {out} or pick another "
                               "--out")
+    check_checkpoint_folder(out)  # another model's config.json is refused as such
     if not resume and (out / CONFIG_FILE).is_file():
         raise CheckpointError(f"out={out} holds a trained model (codes ingested with it would no longer match a new "
                               "one's); pick another --out, or remove that folder to train anew")
-    check_checkpoint_folder(out)
     prepared = backend.prepare(corpus, config, out)
     results: dict[Path, FitResult] = {}
 
