@@ -670,7 +670,8 @@ def ingest(
         "returned with every hit, usable in --filter, e.g. title,year,url."))] = None,
     alias: Annotated[str | None, typer.Option(rich_help_panel="Milvus", help=(
         "Once verified, point this alias at the collection (a server only): applications and services searching "
-        "the alias move to the new model's codes [collection default: ALIAS_<model id>]."))] = None,
+        "the alias move to the new model's codes [collection default: the alias, '_' and the model id's first 8 hex "
+        "digits]."))] = None,
     text_index: Annotated[bool | None, typer.Option("--text-index/--no-text-index", rich_help_panel="Milvus", help=(
         "Keep Milvus' BM25 index over the text, so search finds a phrase's document as well as the topic "
         "(hybrid). [default: on where the Milvus has BM25 (milvus-lite, a server from 2.5); an existing collection "
@@ -877,8 +878,8 @@ def export(
     from dhim_ray.export import export_codes_graph
 
     path = export_codes_graph(model_dir, out)
-    print_result({"graph": str(path), "spec": str(path.with_suffix(".json")), "tokenizer": str(path.parent)},
-                 as_json, title=f"exported {model_dir}")
+    print_result({"graph": str(path), "spec": str(path.with_suffix(".json")),
+                  "tokenizer": str(path.parent.resolve() / "tokenizer.json")}, as_json, title=f"exported {model_dir}")
 
 
 @app.command()

@@ -160,8 +160,12 @@ class IngestResult:
         return self.rows_in_collection == self.n_documents
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "uri": mask_uri(self.uri), "docs_per_second": round(self.docs_per_second, 1),
-                "verified": self.verified}
+        """The summary a user reads: an alias only where one was pointed."""
+        out = {**self.__dict__, "uri": mask_uri(self.uri), "docs_per_second": round(self.docs_per_second, 1),
+               "verified": self.verified}
+        if not self.alias:
+            out.pop("alias"), out.pop("alias_was")
+        return out
 
 
 def ingest(

@@ -67,7 +67,7 @@ def load_train_val(corpus: CorpusSpec, config: DHIMConfig) -> tuple[Split, Split
     else:
         tr_idx, val_idx = carve_validation(len(train), config.train)
         train, val = train.take(tr_idx), train.take(val_idx)
-        val_source = f"{len(val)} documents carved from train (seed {config.train.seed})"
+        val_source = f"{len(val)} document{'s' if len(val) != 1 else ''} carved from train (seed {config.train.seed})"
     # Refuse or redirect a selection labels cannot make before any feature is computed.
     has_labels = train.labels is not None and val.labels is not None
     n_labels = len(np.unique(train.labels)) if has_labels else None
