@@ -310,7 +310,7 @@ CASES = [
     (S("--filter", "id > 0; drop collection toy_16"), 2, "';' (one expression, no statements) at character 7"),
     (S("--filter", "((label == 3)"), 2, "1 bracket left open"),
     (S("--filter", "label == 3)"), 2, "')' at character 11 closes nothing"),
-    (S("--filter", "label == {x}"), 2, "'{' (templates are not supported) at character 10"),
+    (S("--filter", "label == {{x}}"), 2, "'{' (templates are not supported) at character 10"),
     (S("--filter", "not " * 1000 + "label == 1"), 2, "(4,010 characters): more than 32 'not's"),
     (S("--filter", "text == \"unclosed"), 2, "the string opened at character 9 is not closed"),
     (S("--max-distance", "99"), 2, "--max-distance 99: must be a whole number of bits between 0 and 16"),
