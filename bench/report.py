@@ -214,6 +214,21 @@ def million_ingest() -> list[str] | None:
 
 
 
+def million_hybrid() -> list[str] | None:
+    """1M generated documents with and without the text index: ingest, file size, query latency."""
+    r, runs = _million_runs("hybrid_", "docs")
+    if not runs:
+        return None
+    out = ["| documents | text index | ingest docs/s | file B/doc | search | p50 ms | p99 ms |",
+           "|---|---|---|---|---|---|---|"]
+    for x in runs:
+        for key, label, mode in (("codes_only", "no", "codes"), ("with_text_index", "yes", "hybrid")):
+            run = x[key]
+            out.append(f"| {x['docs']:,} | {label} | {run['docs_per_s']:.0f} | {run['bytes_per_doc']:,.0f} | {mode} | "
+                       f"{x[f'{mode}_p50_ms']:.1f} | {x[f'{mode}_p99_ms']:.1f} |")
+    return out
+
+
 def ray_train_run_label(run: str) -> str:
     """A bench.ray_train run's name (in-process, on-disk, a worker count) as the tables print it."""
     return {"in-process": "in-process", "on-disk": "in-process, features read from disk (`--feature-memory 0`)"}.get(
@@ -461,7 +476,8 @@ TABLES: dict[str, Callable[[], list[str] | None]] = {
     "headline": headline, "known-item": known_item, "known-item-128": known_item_128,
     "item-level-training": item_level_training,
     "encode-speed": encode_speed, "onnx-speed": onnx_speed, "ingest-speed": ingest_speed, "service": service,
-    "quality": quality, "million-search": million_search, "million-ingest": million_ingest, "ray-train": ray_train,
+    "quality": quality, "million-search": million_search, "million-ingest": million_ingest,
+    "million-hybrid": million_hybrid, "ray-train": ray_train,
     "gpu-memory": gpu_memory, "gpu-train": gpu_train, "gpu-encode": gpu_encode,
 }
 
