@@ -54,7 +54,7 @@ DEPTH = 100
 
 def build(path: Path, name: str, codes: np.ndarray, labels: np.ndarray, texts: list[str], sources: list[str],
           text_index: bool) -> MilvusTarget:
-    target = MilvusTarget(str(path), name)
+    target = MilvusTarget(str(path), name, timeout=600)  # 1,000 whole documents as BM25 queries take a while
     rows = np.arange(len(texts))
     with target.open() as collection:
         collection.ensure(64, "bench", text_index=text_index)

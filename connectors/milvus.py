@@ -949,11 +949,12 @@ class CodeCollection:
         return out
 
     def search_text(self, texts: Sequence[str], k: int, output_fields: Iterable[str] = OUTPUT_FIELDS,
-                    filter: str | None = None, batch_size: int = 1000) -> list[list[dict[str, Any]]]:
+                    filter: str | None = None, batch_size: int = 100) -> list[list[dict[str, Any]]]:
         """Top-k rows by Milvus' BM25 over the stored text (a collection with a text index) for
         each query text: one list per query of {"id", "bm25" (float, higher is better), and the
         output fields}, best first (ties by id). A query that shares no term with any row finds
-        nothing. ``filter`` as in ``search``."""
+        nothing. ``filter`` as in ``search``. Queries go ``batch_size`` a call: a long query (a
+        whole document) costs BM25 a posting list per word."""
         check_search_k(k)
         expr = check_filter(filter)
         out: list[list[dict[str, Any]]] = []
