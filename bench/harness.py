@@ -73,3 +73,8 @@ def append_row(path: Path, row: dict) -> None:
     logger.info("%s", json.dumps(row))
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")
+
+
+def file_bytes(path: Path) -> int:
+    """A milvus-lite file and whatever it keeps beside it under its name, in bytes."""
+    return sum(p.stat().st_size for p in path.parent.iterdir() if p.name.startswith(path.name) and p.is_file())

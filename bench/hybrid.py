@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness import HERE, append_row, read_rows
+from bench.harness import HERE, append_row, file_bytes, read_rows
 from bench.protocol import corpus_features, done, fit_carved, training_fields
 from dhim_ray.config import config_for_bits
 from dhim_ray.connectors.milvus import MilvusTarget, document_ids, make_rows
@@ -66,11 +66,6 @@ def build(path: Path, name: str, codes: np.ndarray, labels: np.ndarray, texts: l
                                             [texts[i] for i in keep], source, np.asarray(keep)))
         collection.count()
     return target
-
-
-def file_bytes(path: Path) -> int:
-    """The milvus-lite file and whatever it keeps beside it under its name."""
-    return sum(p.stat().st_size for p in path.parent.iterdir() if p.name.startswith(path.name) and p.is_file())
 
 
 def lists(collection, codes: np.ndarray, texts: list[str], expr: str | None):

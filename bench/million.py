@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness import DATA, record_key
+from bench.harness import DATA, file_bytes, record_key
 
 CACHE = Path(__file__).resolve().parent / ".cache" / "million"
 RESULTS = Path(__file__).resolve().parent / "million.json"
@@ -277,10 +277,6 @@ def interrupt_then_rerun(uri: str, n_docs: int, after: float, workers: int) -> d
     again = child(args)
     return {"interrupted_after_s": after, "first_completed": first is not None, "rows_after_interrupt": partial,
             "rerun": again, "final": count_collection(uri, "docs")}
-
-
-def file_bytes(db: Path) -> int:
-    return sum(p.stat().st_size for p in db.parent.iterdir() if p.name.startswith(db.name) and p.is_file())
 
 
 def bench_hybrid(n_docs: int, workers: int, n_queries: int) -> dict:

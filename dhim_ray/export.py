@@ -21,6 +21,7 @@ from dhim_ray.corpus import text as text_rules
 from dhim_ray.encoding.onnx_runtime import export_graph, optimise
 from dhim_ray.errors import ConfigError
 from dhim_ray.hasher import Hasher
+from dhim_ray.model.checkpoint import check_writable
 
 
 class TokensToCodes(nn.Module):
@@ -84,11 +85,6 @@ def check_export_path(out: Path) -> Path:
         raise ConfigError(f"--out {out}: give a file name ending in .onnx, e.g. {out.with_suffix('.onnx').name}")
     if out.is_dir():
         raise ConfigError(f"--out {out}: is a folder; give a file name ending in .onnx")
-    for parent in out.parents:
-        if parent.exists() and not parent.is_dir():
-            raise ConfigError(f"--out {out}: {parent} is a file, not a folder; pick another --out")
-        if parent.exists():
-            break
     folder, spec = out.parent, out.with_suffix(".json")
     if any((folder / name).exists() for name in ("model.safetensors", "pytorch_model.bin")):
         raise ConfigError(f"--out {out}: {folder} holds a model, whose files the export would replace; export into "
@@ -96,14 +92,7 @@ def check_export_path(out: Path) -> Path:
     if spec.exists() and not _is_spec(spec):
         raise ConfigError(f"--out {out}: its spec would overwrite {spec}, which is not an export's; pick another "
                           "--out name or folder")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".{out.name}.write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise ConfigError(f"--out {out}: cannot write in {folder} ({exc.strerror or exc}); pick a writable "
-                          "folder") from None
+    check_writable(folder)  # a folder under a file, or one that cannot be written: refused, as for a checkpoint
     return out
 
 
