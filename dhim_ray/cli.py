@@ -909,7 +909,7 @@ def _show_demo(r: dict[str, Any]) -> None:
     from rich.text import Text
 
     console = Console()
-    t = Table(title=f"precision@100 on bbc val ({r['n_bits']} bits, tie-aware)")
+    t = Table(title=f"P@100 on bbc test, {r['n_bits']} bits")
     t.add_column("method")
     t.add_column("P@100", justify="right")
     for method, p in r["precision_at_100"].items():

@@ -3,7 +3,8 @@
 The graph holds the frozen encoder, the DHIM head, the threshold and the bit packing;
 inputs ``input_ids`` and ``attention_mask`` (int64, (batch, tokens), as the tokenizer
 beside it pads them), output ``codes`` (uint8, (batch, n_bits / 8), most significant bit
-first): the same codes as ``Hasher.encode``. An application in any language with ONNX
+first): the same codes as ``Hasher.encode`` (for a model that encodes in fp32, the default;
+the graph computes in float32 whatever the model's precision). An application in any language with ONNX
 Runtime and a WordPiece tokenizer hashes its own queries with it and searches Milvus.
 Beside the graph: the tokenizer's files and ``<name>.json``, the text rules (the cleaning
 and word limit the tokenizer's input gets) and the code width.
@@ -12,6 +13,7 @@ and word limit the tokenizer's input gets) and the code width.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import torch
@@ -19,9 +21,12 @@ from torch import nn
 
 from dhim_ray.corpus import text as text_rules
 from dhim_ray.encoding.onnx_runtime import export_graph, optimise
+from dhim_ray.encoding.encoder import FrozenEncoder
 from dhim_ray.errors import ConfigError
 from dhim_ray.hasher import Hasher
 from dhim_ray.model.checkpoint import check_writable
+
+logger = logging.getLogger(__name__)
 
 
 class TokensToCodes(nn.Module):
@@ -109,7 +114,16 @@ def export_codes_graph(model_dir: str | Path, out: str | Path) -> Path:
     graph is written under a temporary name and renamed when complete: a failed export (a
     full disk) leaves no partial graph, and an earlier export at ``out`` stays whole."""
     out = check_export_path(Path(out))
-    hasher = Hasher.load(model_dir, backend="torch")
+    config = Hasher.check(model_dir).config
+    features = config.features
+    # the graph computes in float32 whatever the model encodes in (int8 runs only on ONNX
+    # Runtime's own kernels, bf16/fp16 are an accelerator's): fp32 models keep every code
+    encoder = FrozenEncoder(features, device="cpu", reach=config.model.pad_reach, backend="torch", precision="fp32")
+    if features.precision != "fp32":
+        logger.warning("%s encodes in %s; the exported graph computes in float32, so a code near a sign boundary "
+                       "can differ from Hasher.encode in a bit (re-ingest with the graph's codes if that matters)",
+                       model_dir, features.precision)
+    hasher = Hasher.load(model_dir, encoder=encoder)
     partial = out.with_name(f".{out.stem}.partial.onnx")
     try:
         export_graph(TokensToCodes(hasher), hasher.encoder.model, partial, "codes", {0: "batch"})

@@ -97,7 +97,11 @@ def test_hub_preset_offline_fails_fast_with_a_fix():
 
 def test_builtin_bbc_corpus():
     corpus = load_corpus("bbc")
-    assert len(corpus.split("train")) + len(corpus.split("val")) == 2225
+    assert [len(corpus.split(s)) for s in ("train", "val", "test")] == [1780, 223, 222]
+    from dhim_ray.corpus.sources import _bbc_table
+
+    parts = [set(_bbc_table(s)[0].column("source_row").to_pylist()) for s in ("train", "val", "test")]
+    assert len(set.union(*parts)) == 2225  # the three splits share no article
     assert corpus.split("train").label_names == ["business", "entertainment", "politics", "sports", "tech"]
     assert load_corpus("bbc").split("val").texts == corpus.split("val").texts  # deterministic
 
@@ -213,3 +217,17 @@ def test_labels_named_on_one_side_and_numbered_on_the_other_are_refused():
         align_labels(named, numbered)
     with pytest.raises(DataError, match="the queries' labels are names and the database' are numbers"):
         align_labels(numbered, named)
+
+
+def test_csv_labels_past_64_bits_stay_distinct_names(tmp_path):
+    """A CSV reader's float64 made 2**70 + n one label: read as text, they stay 14 classes."""
+    rows = [(2**70 + i % 14, f"document {i} about topic {i % 14}") for i in range(42)]
+    write_csv(tmp_path / "train.csv", rows, header=True)
+    split = load_split(str(tmp_path / "train.csv"))
+    assert split.label_names == sorted(str(2**70 + i) for i in range(14))
+    assert split.labels.tolist() == [split.label_names.index(str(label)) for label, _ in rows]
+    write_csv(tmp_path / "small.csv", [(3, "x y"), (1, "y z"), ("", "z")], header=True)
+    with pytest.raises(DataError, match="1 rows have no label"):
+        load_split(str(tmp_path / "small.csv"))
+    write_csv(tmp_path / "numbers.csv", [(3, "x y"), (1, "y z")], header=True)
+    assert load_split(str(tmp_path / "numbers.csv")).labels.tolist() == [3, 1]

@@ -131,15 +131,25 @@ def test_search_json_carries_the_kept_columns(ray_session, model_dir, corpus, tm
     (("text",), None, "--keep-columns 'text' is already kept"),
     (("source",), None, "--keep-columns 'source': a collection's own field has that name"),
     (("year",), {2: None, 5: None}, r"column 'year' has no value in 2 rows \(rows 2, 5\)"),
+    # CSV: an empty cell is a missing value, not ""; a header naming a kept column twice is refused
+    (("year",), {2: "", 5: ""}, r"column 'year' has no value in 2 rows \(rows 2, 5\)"),
+    (("year",), "twice", r"2 columns are named 'year'; rename all but one"),
 ])
 def test_columns_that_cannot_be_kept_are_refused_before_a_collection_exists(ray_session, model_dir, tmp_path,
                                                                              keep, lines, message):
     from dhim_ray.jobs.ingest import ingest
 
     texts = CorpusSpec("bbc", "train", limit=8).load_split().texts
-    path = tmp_path / "docs.jsonl"
-    path.write_text("".join(json.dumps({"text": t, "year": (lines or {}).get(i, 2000 + i), "source": "x"}) + "\n"
-                            for i, t in enumerate(texts)))
+    if lines == "twice" or "" in (lines or {}).values():
+        path = tmp_path / "docs.csv"
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["text", "year", "year" if lines == "twice" else "source"])
+            w.writerows([t, {} if lines == "twice" else lines.get(i, 2000 + i), "x"] for i, t in enumerate(texts))
+    else:
+        path = tmp_path / "docs.jsonl"
+        path.write_text("".join(json.dumps({"text": t, "year": (lines or {}).get(i, 2000 + i), "source": "x"}) + "\n"
+                                for i, t in enumerate(texts)))
     target = MilvusTarget(str(tmp_path / "refused.db"), "docs")
     with pytest.raises(DataError, match=message):
         ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False, keep_columns=keep)

