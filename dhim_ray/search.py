@@ -113,6 +113,20 @@ class Searcher:
             self.collection = CodeCollection(self.client, info.name, target.timeout)
         if index is None:
             self.index = info.search_index(nprobe)
+        self._incomplete: tuple[float, str | None] = (-1e9, None)
+        if self.incomplete():
+            logger.warning("%s", self.incomplete())
+
+    def incomplete(self) -> str | None:
+        """One line saying the collection is incomplete (an ingest began and has not verified
+        it), else None; read from the ledger at most every 2 s."""
+        from dhim_ray.connectors import ledger
+
+        read_at, line = self._incomplete
+        if time.monotonic() - read_at > 2:
+            line = ledger.unfinished(self.client, self.collection.name, self.target.timeout)
+            self._incomplete = (time.monotonic(), line)
+        return line
 
     @classmethod
     def open(cls, model_dir: str | Path, uri: str, collection: str | None = None, token_env: str = "MILVUS_TOKEN",

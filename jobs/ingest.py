@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from dhim_ray.config import FeatureConfig
+from dhim_ray.connectors import ledger
 from dhim_ray.connectors.milvus import (
     RESERVED_FIELDS,
     CodeCollection,
@@ -290,6 +291,7 @@ def ingest(
         collection.refuse_foreign_rows(document_ids(source, first), source)
         if id_column is None:
             collection.refuse_dropping_keys(info, source)
+        ledger.mark(collection.client, info.name, ledger.WRITING, source, timeout=collection.timeout)
         if not target.lite:
             session.close()  # a server's rows are written by Ray tasks, each on a client of its own
         # the collection's kinds: an existing string field takes this ingest's numbers as text
@@ -357,6 +359,7 @@ def ingest(
                 f"collection {target.collection!r} holds {stored} rows of {source} up to row {last_row} but "
                 f"{n_documents} were ingested; rerun the same ingest (it upserts) to repair it"
             )
+        ledger.mark(collection.client, collection.name, ledger.VERIFIED, source, stored, timeout=collection.timeout)
         if alias is not None:  # verified: now the applications move
             result.alias, result.alias_was = alias, collection.point_alias(alias) or ""
             logger.info("alias %s now points at %s%s", alias, target.collection,

@@ -3,7 +3,7 @@ model and searches the Milvus collection ingested with it.
 
     POST /search  {"texts": [...], "k": 10, "rerank": 1}  -> {"results": [[hit, ...], ...]}
     POST /hash    {"texts": [...]}                        -> {"n_bits": 64, "codes": ["hex", ...]}
-    GET  /health                                          -> model, n_bits, collection, rows (503: Milvus down)
+    GET  /health                                          -> model, n_bits, collection, rows, complete (503: Milvus down)
     GET  /docs                                            -> the OpenAPI schema (FastAPI)
 
 Concurrent requests share encoder passes (``@serve.batch``); Milvus is searched per request.
@@ -356,8 +356,10 @@ class QueryService:
         except (MilvusDown, StoreError) as exc:
             await self._drop_searcher()
             return self._milvus_down(exc)
+        incomplete = await asyncio.to_thread(searcher.incomplete)
         return {"results": hits, "n_bits": searcher.hasher.n_bits, "collection": self.options.collection,
-                "mode": mode, "search_ms": round((time.perf_counter() - t0) * 1e3, 2)}
+                "mode": mode, "search_ms": round((time.perf_counter() - t0) * 1e3, 2),
+                **({"warning": incomplete} if incomplete else {})}
 
     @app.post("/hash")
     async def hash_texts(self, body: HashRequest, request: Request):
@@ -376,6 +378,7 @@ class QueryService:
         try:
             searcher = await asyncio.wait_for(self._searcher(), HEALTH_TIMEOUT_S)
             rows = await asyncio.wait_for(asyncio.to_thread(searcher.count), HEALTH_TIMEOUT_S)
+            incomplete = await asyncio.wait_for(asyncio.to_thread(searcher.incomplete), HEALTH_TIMEOUT_S)
         except TimeoutError:  # a hung server: answer now; the stuck call ends with its own timeout
             return self._milvus_down(TimeoutError(f"no answer within {HEALTH_TIMEOUT_S:g} s"))
         except Exception as exc:  # MilvusDown, StoreError, or whatever a broken connection raises
@@ -383,6 +386,7 @@ class QueryService:
             return self._milvus_down(exc)
         return {"status": "ok", "model": self.hasher.model_id, "n_bits": self.hasher.n_bits,
                 "collection": self.options.collection, "rows": rows, "text_index": searcher.has_text_index,
+                "complete": incomplete is None, **({"warning": incomplete} if incomplete else {}),
                 "encoder": {"passes": self.passes, "requests": self.requests,
                             "max_batch_size": self.options.max_batch_size}}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -140,6 +141,7 @@ def ingest_job(corpus, model_dir, target, **kw):
 
 def test_interrupted_ingest_rerun_ends_with_one_row_per_document(ray_session, model_dir, tmp_path, monkeypatch):
     import dhim_ray.jobs.ingest as job
+    from dhim_ray.search import Searcher
 
     target = MilvusTarget(str(tmp_path / "c.db"), "partial")
     real_upsert, calls = CodeCollection.upsert, []
@@ -155,10 +157,19 @@ def test_interrupted_ingest_rerun_ends_with_one_row_per_document(ray_session, mo
         job.ingest(BBC, model_dir, target, workers=2, progress=False, write_batch=50)
     monkeypatch.undo()
     assert 0 < len(stored(target)[0]) < N  # the interruption left a partial collection
+    # searched before the rerun, it says it is incomplete: the library, the CLI (exit 0, one line)
+    with Searcher(model_dir, target) as s:
+        assert "'partial' may be incomplete: an ingest of" in s.incomplete()
+        assert "rerun the same ingest to complete it" in s.incomplete()
+    run = subprocess.run(["dhim-ray", "search", "oil prices", "--model", str(model_dir), "--uri", target.uri,
+                          "--collection", "partial", "-k", "3"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "may be incomplete" in run.stderr, run.stderr[-2000:]
     again = job.ingest(BBC, model_dir, target, workers=2, progress=False)
     assert again.rows_in_collection == N
     rows, _ = stored(target)
     assert len(rows) == N and len({r["row"] for r in rows}) == N
+    with Searcher(model_dir, target) as s:
+        assert s.incomplete() is None
 
 
 def test_limited_reingest_verifies_the_rows_it_covers(ray_session, ingested, model_dir):

@@ -92,6 +92,7 @@ def test_health_names_model_collection_and_rows_without_a_token(service):
     assert r.status_code == 200
     h = r.json()
     assert h["collection"] == "bbc16" and h["n_bits"] == 16 and h["rows"] == N and h["model"]
+    assert h["complete"] is True and "warning" not in h  # the ingest verified it
 
 
 def test_the_openapi_schema_is_served(service):

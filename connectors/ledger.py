@@ -1,0 +1,61 @@
+"""Which code collections an ingest has finished: a small collection, ``dhim_ray_ingests``,
+beside them in the same Milvus, one row per code collection.
+
+An ingest marks its collection ``writing`` before its first row and ``verified`` once the
+collection's count matches the source's, so a search can say that what it searches is
+incomplete (an interrupted ingest, or one still running) instead of answering as if it were
+whole. A collection the ledger does not know (made before it, or by another tool) is taken
+as it is, without a word. Milvus cannot change a collection's own description once made
+(and milvus-lite has no collection properties), hence a collection of its own.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from dhim_ray.connectors.milvus import quote
+
+LEDGER = "dhim_ray_ingests"
+WRITING, VERIFIED = "writing", "verified"
+_NAME_BYTES, _SOURCE_BYTES = 255, 1024
+
+
+def _schema():
+    from pymilvus import DataType, MilvusClient
+
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False,
+                                        description="dhim-ray: the state of each code collection's last ingest")
+    schema.add_field("collection", DataType.VARCHAR, is_primary=True, max_length=_NAME_BYTES)
+    schema.add_field("state", DataType.VARCHAR, max_length=16)
+    schema.add_field("source", DataType.VARCHAR, max_length=_SOURCE_BYTES)
+    schema.add_field("at", DataType.VARCHAR, max_length=32)
+    schema.add_field("rows", DataType.INT64)
+    schema.add_field("unused", DataType.BINARY_VECTOR, dim=8)  # Milvus wants a vector in every collection
+    return schema
+
+
+def mark(client: Any, collection: str, state: str, source: str, rows: int = 0, timeout: float | None = None) -> None:
+    """Record ``collection``'s ingest of ``source`` as ``state`` (WRITING or VERIFIED, with its rows)."""
+    if not client.has_collection(LEDGER, timeout=timeout):
+        index = client.prepare_index_params()
+        index.add_index(field_name="unused", index_type="BIN_FLAT", metric_type="HAMMING")
+        client.create_collection(LEDGER, schema=_schema(), index_params=index, timeout=timeout)
+        client.load_collection(LEDGER, timeout=timeout)
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    client.upsert(LEDGER, [{"collection": collection, "state": state, "source": source[:_SOURCE_BYTES // 4],
+                            "at": at, "rows": int(rows), "unused": b"\0"}], timeout=timeout)
+
+
+def unfinished(client: Any, collection: str, timeout: float | None = None) -> str | None:
+    """One line saying ``collection`` is incomplete (an ingest marked it WRITING and has not
+    verified it), or None: verified, or not in the ledger."""
+    if not client.has_collection(LEDGER, timeout=timeout):
+        return None
+    found = client.query(LEDGER, filter=f"collection == {quote(collection)}", output_fields=["state", "source", "at"],
+                         timeout=timeout)
+    if not found or found[0]["state"] != WRITING:
+        return None
+    row = found[0]
+    return (f"collection {collection!r} may be incomplete: an ingest of {row['source']} began at {row['at']} and has "
+            "not verified it (interrupted, or still running); rerun the same ingest to complete it")
