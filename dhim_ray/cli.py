@@ -806,7 +806,7 @@ def serve(
     import threading
 
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.jobs.serve import ServeOptions, start_service, token_digest
+    from dhim_ray.jobs.serve import ServeOptions, start_service, stop_service, token_digest
 
     MilvusTarget(uri, collection, token_env=token_env)  # a malformed name or URI fails before the model loads
     options = ServeOptions(str(model_dir.resolve()), uri, collection, token_env, nprobe, token_digest(api_token_env),
@@ -823,9 +823,8 @@ def serve(
         pass
     finally:
         import ray
-        from ray import serve as ray_serve
 
-        ray_serve.shutdown()
+        stop_service()
         ray.shutdown()
     typer.echo(f"stopped serving {collection}", err=True)  # printed, not logged: ray.shutdown() has reset the loggers
 

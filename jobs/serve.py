@@ -47,6 +47,9 @@ MAX_K = 1000
 MAX_RERANK = 16
 #: Seconds a client is told to wait before retrying while Milvus is unreachable.
 RETRY_AFTER_S = 5
+APP_NAME = "dhim-ray"
+#: Seconds a stopping replica waits for the requests it holds to finish.
+GRACEFUL_STOP_S = 60
 #: Seconds /health waits for Milvus' row count before answering 503 (a hung server).
 HEALTH_TIMEOUT_S = 5.0
 
@@ -195,7 +198,8 @@ MAX_ONGOING_REQUESTS = 256
 ALIAS_CHECK_S = 2.0
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=MAX_ONGOING_REQUESTS)
+@serve.deployment(ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=MAX_ONGOING_REQUESTS,
+                  graceful_shutdown_wait_loop_s=0.5, graceful_shutdown_timeout_s=GRACEFUL_STOP_S)
 @serve.ingress(app)
 class QueryService:
     """One replica: the model loaded once, the collection opened lazily and reopened after
@@ -480,9 +484,16 @@ def start_service(options: ServeOptions, host: str = "127.0.0.1", port: int = 80
     preflight(options)
     init_ray(address)
     serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "WARNING"})
-    serve.run(QueryService.options(num_replicas=replicas).bind(asdict(options)), name="dhim-ray", route_prefix="/",
+    serve.run(QueryService.options(num_replicas=replicas).bind(asdict(options)), name=APP_NAME, route_prefix="/",
               blocking=False)
     url = f"http://{host}:{port}"
-    logger.info("serving %s (%s) at %s: POST /search, POST /hash, GET /health, GET /docs", options.collection,
+    logger.debug("serving %s (%s) at %s: POST /search, POST /hash, GET /health, GET /docs", options.collection,
                 mask_uri(options.uri), url)
     return url
+
+
+def stop_service() -> None:
+    """Stop the service as a load balancer would want it: the replicas finish the requests they
+    hold (up to GRACEFUL_STOP_S) before the proxy goes, then Serve stops."""
+    serve.delete(APP_NAME)
+    serve.shutdown()

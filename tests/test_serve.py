@@ -377,9 +377,29 @@ def test_sigterm_stops_serve_cleanly_and_frees_the_file(service, tmp_path):
             time.sleep(0.5)
         assert up, "the service did not come up"
         assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).status_code == 200
+        # under load: the requests it holds when the signal comes are answered, not dropped
+        answers: list[tuple[object, float]] = []
+        long_texts = [f"{t} " * 4 for t in texts[:32]]
+
+        def one_search():
+            try:
+                r = httpx.post(f"http://127.0.0.1:{port}/search", json={"texts": long_texts, "k": 5}, timeout=300)
+                answers.append((r.status_code, time.time()))
+            except httpx.HTTPError as exc:
+                answers.append((type(exc).__name__, time.time()))
+
+        clients = [threading.Thread(target=one_search) for _ in range(8)]
+        for c in clients:
+            c.start()
+        time.sleep(1.0)
+        signalled = time.time()
         proc.send_signal(signal.SIGTERM)
+        for c in clients:
+            c.join(timeout=300)
         err = proc.communicate(timeout=180)[1]
         reader.join(timeout=10)
+        assert [a for a, _ in answers] == [200] * 8, answers
+        assert any(at > signalled for _, at in answers), "no request was in flight at the signal"
         out = "".join(printed)
     finally:
         if proc.poll() is None:
