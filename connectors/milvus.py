@@ -29,11 +29,13 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import tempfile
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -46,6 +48,7 @@ from dhim_ray.errors import (
     CodeFormatError,
     CollectionMismatchError,
     ConfigError,
+    NoSpaceError,
     StoreBusyError,
     StoreError,
     StoreUnreachableError,
@@ -66,6 +69,9 @@ KEY_MAX = 256  # characters of a document's own id (longer ones are refused, not
 TEXT_PREVIEW = 1024
 MAX_SEARCH_K = 16384  # Milvus' limit on top-k
 DEFAULT_TIMEOUT = 30.0
+#: Free space below which a write to a milvus-lite file is refused at once (its server retries a
+#: write on a full disk until the call's timeout, then fails without saying why).
+LITE_MIN_FREE_BYTES = 16 * 2**20
 # milvus-lite is a local process on a unix socket: keepalive pings only earn a GOAWAY
 # ("too_many_pings") from its server while the client waits idle (e.g. on slow encoders),
 # which gRPC prints to the terminal. pymilvus pings every 10 s by default; lite needs none.
@@ -193,7 +199,7 @@ class MilvusTarget:
 
     def bind(self, client) -> CodeCollection:
         """The target's collection on an open ``client``."""
-        return CodeCollection(client, self.collection, self.timeout)
+        return CodeCollection(client, self.collection, self.timeout, self.uri if self.lite else "")
 
     @contextlib.contextmanager
     def open(self, create: bool = True) -> Iterator[CodeCollection]:
@@ -699,6 +705,7 @@ class CodeCollection:
     client: Any
     name: str
     timeout: float = DEFAULT_TIMEOUT
+    lite_file: str = ""  # the milvus-lite file, whose disk an upsert checks first
 
     def describe(self) -> CollectionInfo | None:
         """What the collection holds, or None if there is none by that name."""
@@ -790,6 +797,7 @@ class CodeCollection:
         BM25 over the stored text (see ``search_text``)."""
         client, name, timeout = self.client, self.name, self.timeout
         columns = columns or {}
+        self._check_space()
         info = self.check(n_bits, model, overwrite, vector_dim, keys, sign_bits, columns, text_index)
         if info is not None and not overwrite:
             client.load_collection(name, timeout=timeout)
@@ -828,11 +836,23 @@ class CodeCollection:
         if len(lengths) != 1:
             raise CodeFormatError(f"codes of {sorted(lengths)} bytes in one batch: every code must have the same "
                                   "length")
+        self._check_space()  # milvus-lite on a full disk retries each write for its whole timeout, then fails
         try:
             result = self.client.upsert(self.name, rows, timeout=self.timeout)
         except Exception as exc:
+            self._check_space()
             raise StoreError(_failed(f"collection {self.name!r}: upsert of {len(rows)} rows failed", exc)) from exc
         return int(result.get("upsert_count", len(rows))) if isinstance(result, dict) else len(rows)
+
+    def _check_space(self) -> None:
+        if not self.lite_file:
+            return
+        folder = Path(self.lite_file).resolve().parent
+        free = shutil.disk_usage(folder).free
+        if free < LITE_MIN_FREE_BYTES:
+            raise NoSpaceError(f"no space left on the device holding {self.lite_file} ({free // 1024} KiB free, "
+                               f"milvus-lite needs {LITE_MIN_FREE_BYTES // 2**20} MiB to write); free some space or "
+                               "ingest into a file elsewhere (--uri), then rerun the same ingest (it completes it)")
 
     def get(self, ids: Sequence[int], fields: Sequence[str], batch_size: int = 4096) -> dict[int, dict[str, Any]]:
         """Rows ``ids`` by primary key (pymilvus ``get``), their ``fields``; absent ids are left out."""

@@ -61,6 +61,12 @@ class StoreUnreachableError(StoreError):
     retriable = True
 
 
+class NoSpaceError(StoreError):
+    """The disk holding a milvus-lite file is full."""
+
+    retriable = True
+
+
 class CollectionMismatchError(StoreError):
     """An existing collection has another code width, metric or model."""
 

@@ -740,3 +740,35 @@ def test_reingesting_a_changed_source_leaves_exactly_its_rows(ray_session, model
         hits = s.search([texts[10]], k=8)[0]
     assert sorted(h["row"] for h in hits) == [0, 1, 2, 4, 5, 6, 7, 8]
     assert all(h["text"] != texts[10][:1024] for h in hits)
+
+
+def test_a_full_disk_is_said_at_once_and_a_rerun_with_room_completes(ray_session, model_dir, tmp_path, capsys):
+    """milvus-lite on a full disk retried each write for 30 s and failed with an RPC error: the
+    ingest now says 'no space left' at once (exit 1: retriable), and a rerun with room completes."""
+    import os
+
+    from dhim_ray.cli import main
+    from dhim_ray.connectors.milvus import LITE_MIN_FREE_BYTES
+
+    assert os.geteuid() == 0, "this test mounts a small tmpfs (a full disk): run the suite as root"
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={LITE_MIN_FREE_BYTES * 2}", "tmpfs", str(disk)], check=True)
+    try:
+        filler = disk / "filler"
+        filler.write_bytes(b"\0" * (LITE_MIN_FREE_BYTES + LITE_MIN_FREE_BYTES // 4))
+        args = ["ingest", "bbc", "--limit", "40", "--model", str(model_dir), "--uri", str(disk / "c.db"),
+                "--collection", "c", "--workers", "1"]
+        with pytest.raises(SystemExit) as done:
+            main(args)
+        assert done.value.code == 1
+        assert "no space left on the device holding" in capsys.readouterr().err
+        filler.unlink()
+        with pytest.raises(SystemExit) as done:
+            main(args)
+        assert done.value.code in (0, None)
+        with MilvusTarget(str(disk / "c.db"), "c").open(create=False) as collection:
+            assert collection.count() == 40
+    finally:
+        release(str(disk / "c.db"))
+        subprocess.run(["umount", "-l", str(disk)], check=False)
