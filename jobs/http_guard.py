@@ -24,6 +24,8 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 ROUTES: dict[str, tuple[tuple[str, ...], bool]] = {
     "/search": (("POST",), True),
     "/hash": (("POST",), True),
+    "/": (("GET",), False),  # the search page: it holds no data, and asks for the token
+    "/info": (("GET",), True),
     "/health": (("GET",), False),
     "/docs": (("GET",), False),
     "/openapi.json": (("GET",), False),
@@ -89,7 +91,7 @@ class RequestGuard:
         route = ROUTES.get(path.rstrip("/") or path)
         if route is None:
             await send_error(send, 404, f"{path}: no such route; the service has POST /search, POST /hash, "
-                                        "GET /health and GET /docs", "path")
+                                        "GET /, GET /info, GET /health and GET /docs", "path")
             return
         methods, protected = route
         if scope["method"] not in methods:

@@ -3,6 +3,8 @@ model and searches the Milvus collection ingested with it.
 
     POST /search  {"texts": [...], "k": 10, "rerank": 1}  -> {"results": [[hit, ...], ...]}
     POST /hash    {"texts": [...]}                        -> {"n_bits": 64, "codes": ["hex", ...]}
+    GET  /                                                -> a search page for a person (see docs/serve.md)
+    GET  /info                                            -> what the page shows: model, collection, rows, modes
     GET  /health                                          -> model, n_bits, collection, rows, complete (503: Milvus down)
     GET  /docs                                            -> the OpenAPI schema (FastAPI)
 
@@ -22,11 +24,12 @@ import os
 import socket
 import time
 from dataclasses import asdict, dataclass
+from importlib import resources
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -39,6 +42,9 @@ from dhim_ray.search import Searcher
 from .http_guard import MAX_BODY_BYTES, RequestGuard, token_matches
 
 logger = logging.getLogger(__name__)
+
+#: The search page at GET /: one file, no build step, nothing loaded from elsewhere.
+PAGE = (resources.files("dhim_ray.jobs") / "page.html").read_text(encoding="utf-8")
 
 #: Texts in one request, characters in one text, hits per text, the re-rank factor.
 MAX_TEXTS = 256
@@ -375,6 +381,31 @@ class QueryService:
         except DataError as exc:
             return _error(422, f"texts: {exc}", "texts")
         return {"n_bits": self.hasher.n_bits, "model": self.hasher.model_id, "codes": [c.tobytes().hex() for c in codes]}
+
+    @app.get("/", response_class=HTMLResponse)
+    async def page(self):
+        """A search page: a query, k, a filter and the mode; the hits, "more like this" on each."""
+        return HTMLResponse(PAGE, headers={"Content-Security-Policy": "default-src 'self'; style-src 'unsafe-inline'; "
+                                                                       "script-src 'unsafe-inline'"})
+
+    @app.get("/info")
+    async def info(self, request: Request):
+        """What the page shows and offers: the model, the collection, its size, the search modes
+        and the kept columns."""
+        if not self._authorised(request):
+            return _error(401, "authorization: missing or wrong bearer token", "authorization")
+        try:
+            searcher = await self._searcher()
+            rows = await asyncio.to_thread(searcher.count)
+            incomplete = await asyncio.to_thread(searcher.incomplete)
+        except (MilvusDown, StoreError) as exc:
+            await self._drop_searcher()
+            return self._milvus_down(exc)
+        modes = ["hybrid", "codes", "text"] if searcher.has_text_index else ["codes"]
+        return {"model": searcher.hasher.model_id, "n_bits": searcher.hasher.n_bits,
+                "collection": self.options.collection, "rows": rows, "text_index": searcher.has_text_index,
+                "modes": modes, "default_mode": searcher.resolve_mode(None), "columns": list(searcher.info.columns),
+                "filter_fields": searcher.filter_fields, **({"warning": incomplete} if incomplete else {})}
 
     @app.get("/health")
     async def health(self):

@@ -465,3 +465,44 @@ def test_hostile_filters_get_422_and_honest_clients_see_no_failure(service):
     answered = [s for statuses in good for s in statuses]
     assert answered and set(answered) == {200}, f"{answered.count(200)} of {len(answered)} honest searches answered"
     assert lite_servers(service["target"].uri) == pids  # the same milvus-lite process: nothing restarted it
+
+
+def test_the_search_page_in_a_real_browser(service):
+    """GET / as a person uses it, in headless chromium: the token asked for (a wrong one shown as
+    such), the collection named, a query typed, the hits read (as Searcher gives them), "more
+    like this" clicked (as the API's like gives them)."""
+    from browser import SearchPage, browser
+
+    page_html = httpx.get(service["url"] + "/", timeout=30)
+    assert page_html.status_code == 200 and "text/html" in page_html.headers["content-type"]
+    assert "http://" not in page_html.text.replace(service["url"], "") and "https://" not in page_html.text
+    assert post(service, "/info", {}, token=None).status_code in (401, 405)
+    assert httpx.get(service["url"] + "/info", timeout=30).status_code == 401  # nothing without the token
+
+    driver = browser()
+    try:
+        page = SearchPage(driver, service["url"])
+        assert page.auth_message() == "this service needs its API token"
+        page.give_token("not-the-token")
+        assert page.auth_message() == "wrong token: the service refused it"
+        page.give_token(TOKEN)
+        about = page.about()
+        assert "bbc16" in about and f"{N} documents" in about and "16-bit" in about
+        assert page.modes() == ["hybrid", "codes", "text"]
+
+        hits = page.search(QUERIES[1], k=5)
+        want = service["expected"]["search"][1]
+        assert [h["distance"] for h in hits] == [str(w["distance"]) for w in want]
+        assert [h["text"] for h in hits] == [" ".join(w["text"].split()) for w in want]  # newlines folded
+        assert [h["label"] for h in hits] == [w["label_name"] for w in want]
+
+        first_id = post(service, "/search", {"texts": [QUERIES[1]], "k": 5}).json()["results"][0][0]["id"]
+        like = post(service, "/search", {"like": [first_id], "k": 5}).json()["results"][0]
+        assert [h["text"] for h in page.more_like(1)] == [" ".join(w["text"].split()) for w in like]
+
+        label = want[0]["label"]
+        filtered = page.search(QUERIES[1], k=10, filter=f"label == {label}", mode="codes")
+        assert filtered and all(h["label"] == want[0]["label_name"] for h in filtered)
+        assert "bm25" not in filtered[0]  # codes only: no BM25 column
+    finally:
+        driver.quit()
