@@ -801,7 +801,7 @@ def serve(
     allow_open: Annotated[bool, typer.Option(
         rich_help_panel="Service", help="Serve without --api-token-env on an address other hosts can reach (off: refused).")] = False,
 ):
-    """Serve Hamming search over HTTP (Ray Serve): POST /search, POST /hash, GET /health, GET /docs."""
+    """Serve search over HTTP (Ray Serve): a search page at /, POST /search, POST /hash, GET /health, GET /docs."""
     import signal
     import threading
 
@@ -815,17 +815,15 @@ def serve(
     url = start_service(options, host, port, replicas, address, allow_open)
     # SIGTERM (systemd, docker stop, kill) stops the service as Ctrl-C does: cleanly, in one line.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    typer.echo(f"serving {collection} at {url} (POST /search, POST /hash, GET /health, GET /docs); Ctrl-C stops")
+    typer.echo(f"serving {collection} at {url}: a search page at {url}/ (POST /search, POST /hash, GET /health, "
+               "GET /docs); Ctrl-C stops")
     try:
         while not stop.wait(1.0):
             pass
     except KeyboardInterrupt:
         pass
     finally:
-        import ray
-
-        stop_service()
-        ray.shutdown()
+        stop_service(and_ray=True)
     typer.echo(f"stopped serving {collection}", err=True)  # printed, not logged: ray.shutdown() has reset the loggers
 
 

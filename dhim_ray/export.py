@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from dhim_ray.corpus import text as text_rules
-from dhim_ray.encoding.onnx_runtime import export_graph, optimise
 from dhim_ray.encoding.encoder import FrozenEncoder
+from dhim_ray.encoding.onnx_runtime import export_graph, optimise
 from dhim_ray.errors import ConfigError
 from dhim_ray.hasher import Hasher
 from dhim_ray.model.checkpoint import check_writable

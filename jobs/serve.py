@@ -523,8 +523,31 @@ def start_service(options: ServeOptions, host: str = "127.0.0.1", port: int = 80
     return url
 
 
-def stop_service() -> None:
+def stop_service(and_ray: bool = False) -> None:
     """Stop the service as a load balancer would want it: the replicas finish the requests they
-    hold (up to GRACEFUL_STOP_S) before the proxy goes, then Serve stops."""
+    hold (up to GRACEFUL_STOP_S) before the proxy goes, then Serve stops (and, ``and_ray``, Ray).
+    Serve's controller ends itself inside its own shutdown call, which Ray's driver reports on
+    stdout as a failed task: that one line is left out."""
+    import contextlib
+    import sys
+
+    import ray
+
     serve.delete(APP_NAME)
-    serve.shutdown()
+    with contextlib.redirect_stdout(_Without(sys.stdout, "ServeController.graceful_shutdown failed")):
+        serve.shutdown()
+        if and_ray:
+            ray.shutdown()
+
+
+class _Without:
+    """A text stream passing every write on but those holding ``words``."""
+
+    def __init__(self, stream, words: str):
+        self.stream, self.words = stream, words
+
+    def write(self, text: str) -> int:
+        return len(text) if self.words in text else self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
