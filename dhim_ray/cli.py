@@ -419,6 +419,7 @@ def train(
                                   resume=resume is not None, device=pick_device(device),
                                   feature_memory_gb=feature_memory)
     result = {"out": str(out_dir), "n_bits": bits, **{k: v for k, v in summary.items() if k != "history"}}
+    result["curve"] = _training_curve(out_dir, summary)
     choice = summary.get("target_transform")
     if isinstance(choice, dict) and not as_json:  # model.target_transform=auto: what it chose, and from what
         result["target_transform"] = f"{choice['chosen']} (auto)"
@@ -473,11 +474,12 @@ def eval_(
         rich_help_panel="Data", help="Database corpus and split, e.g. bbc:train (not with --collection: "
              "the collection is the database).")] = None,
     k: Annotated[int, typer.Option("--k", "-k", rich_help_panel="Search", help="Precision@k.")] = 100,
-    baseline: Annotated[str | None, typer.Option(
+    baseline: Annotated[list[str] | None, typer.Option(
         rich_help_panel="Baseline",
-        help="Evaluate a baseline instead: hashing (lsh, pca-sign, pca-median, itq, whitening-sign, flow-sign, "
-             "ubinary: the sign of each dimension of the encoder's sentence vector) or float cosine kNN on the "
-             "unhashed vectors (cosine, whitening-cosine, flow-cosine).")] = None,
+        help="A baseline to evaluate (repeat for several; beside a model folder, all are compared in one run): "
+             "hashing (lsh, pca-sign, pca-median, itq, whitening-sign, flow-sign, ubinary: the sign of each "
+             "dimension of the encoder's sentence vector) or float cosine kNN on the unhashed vectors (cosine, "
+             "whitening-cosine, flow-cosine).")] = None,
     bits: Annotated[int | None, typer.Option(rich_help_panel="Baseline",
                                              help="Code length for a hashing --baseline [64; ubinary: the encoder's "
                                                   "width].")] = None,
@@ -508,6 +510,9 @@ def eval_(
     fusion: Annotated[str | None, typer.Option(rich_help_panel="Search", help=(
         "How hybrid search fuses the lists: phrase:N (of BM25's first N hits, those holding the query's words, "
         "then the codes'), head:N (BM25's first N, ungated) or rrf:C (reciprocal rank fusion) [phrase:5]."))] = None,
+    plot: Annotated[Path | None, typer.Option(rich_help_panel="Output", help=(
+        "Draw precision@k (known-item: recall@k) against k, 1 to 1,000, for the model and every --baseline into "
+        "this PNG (needs matplotlib: pip install 'dhim-ray[plot]')."))] = None,
     as_json: AsJson = False,
 ):
     """Precision@k by Hamming distance of a model (or a baseline): database vs queries.
@@ -527,24 +532,16 @@ def eval_(
     if (mode is not None or fusion is not None) and collection is None:
         raise ConfigError(f"--{'mode' if mode is not None else 'fusion'}: applies to a Milvus --collection "
                           "(in-memory eval searches the codes); drop it or add --collection")
+    baselines = list(dict.fromkeys(baseline or []))
+    _check_methods(model_dir, baselines, rerank, bits, encoder, max_words, collection, plot)
     if task == "known-item":
-        return _eval_known_item(model_dir, queries, database, baseline, bits, encoder, max_words, collection, uri,
+        return _eval_known_item(model_dir, queries, database, baselines, bits, encoder, max_words, collection, uri,
                                 token_env, nprobe, rerank, text_column, drop_empty, limit, cache_dir, window_words,
-                                windows, seed, as_json, mode, fused)
-    if rerank > 1 and baseline is not None:
-        raise ConfigError(f"--rerank {rerank} with --baseline: re-ranking needs a DHIM model's scores; drop one")
-
-    if (model_dir is None) == (baseline is None):
-        raise ConfigError("eval: give a model folder (dhim-ray eval DIR ...) or --baseline NAME, not both or neither")
-    if model_dir is not None:  # options a model does not take are refused, never ignored
-        for flag, value in (("--bits", bits), ("--encoder", encoder), ("--max-words", max_words)):
-            if value is not None:
-                raise ConfigError(f"{flag} {value}: applies to --baseline only; a model uses the width, encoder "
-                                  f"and words it was trained with, drop {flag}")
+                                windows, seed, as_json, mode, fused, plot)
     from dhim_ray.retrieval.baselines import FLOAT_BASELINES
 
-    if baseline in FLOAT_BASELINES and bits is not None:
-        raise ConfigError(f"--bits {bits}: --baseline {baseline} searches the float vectors, not codes; drop --bits")
+    if bits is not None and baselines and all(b in FLOAT_BASELINES for b in baselines):
+        raise ConfigError(f"--bits {bits}: --baseline {baselines[0]} searches the float vectors, not codes; drop --bits")
     from dhim_ray.encoding.feature_store import check_cache_dir
 
     check_cache_dir(cache_dir)
@@ -552,55 +549,119 @@ def eval_(
         raise ConfigError(f"--nprobe {nprobe}: applies to a Milvus --collection only (in-memory eval is exact); "
                           "drop it")
     if not queries:
-        raise ConfigError("eval needs --queries CORPUS:SPLIT, e.g. --queries bbc:val")
+        raise ConfigError("eval needs --queries CORPUS:SPLIT, e.g. --queries bbc:test")
     q = corpus_spec(queries, text_column, label_column, drop_empty, limit)
     if collection is not None:
         if database is not None:
             raise ConfigError("eval: --database and --collection both given; the collection is the database, drop one")
-        if model_dir is None:
-            raise ConfigError("eval --collection needs the model folder the collection was ingested with")
         from dhim_ray.connectors.milvus import MilvusTarget
         from dhim_ray.search import evaluate_in_milvus
 
-        result = evaluate_in_milvus(model_dir, q, MilvusTarget(uri, collection, token_env=token_env), k=k,
-                                    nprobe=nprobe, rerank=rerank, mode=mode, fusion=fused)
+        results = [evaluate_in_milvus(model_dir, q, MilvusTarget(uri, collection, token_env=token_env), k=k,
+                                      nprobe=nprobe, rerank=rerank, mode=mode, fusion=fused)]
     else:
         if database is None:
             raise ConfigError("eval needs --database CORPUS:SPLIT (or --collection NAME to search Milvus)")
         db = corpus_spec(database, text_column, label_column, drop_empty, limit)
-        if baseline is not None:
-            from dhim_ray.config import FeatureConfig
-            from dhim_ray.evaluate import evaluate_baseline
-
-            features = FeatureConfig("all-MiniLM-L6-v2" if encoder is None else encoder,
-                                     50 if max_words is None else max_words)
-            result = evaluate_baseline(baseline, bits if bits is not None or baseline == "ubinary" else 64, db, q, k,
-                                       features=features,
-                                       progress=not as_json, cache_dir=cache_dir)
-        else:
+        results = []
+        if model_dir is not None:
             from dhim_ray.evaluate import evaluate_checkpoint
 
-            result = evaluate_checkpoint(model_dir, db, q, k, progress=not as_json, cache_dir=cache_dir,
-                                         rerank=rerank)
-    print_result(result, as_json, title=f"precision@{k}" if "precision_at_k" in result else
-                 f"cosine-neighbour recall@{k} (no labels)")
+            results.append(evaluate_checkpoint(model_dir, db, q, k, progress=not as_json, cache_dir=cache_dir,
+                                               rerank=rerank, curve=plot is not None))
+        if baselines:
+            from dhim_ray.evaluate import evaluate_baseline
+
+            features = _baseline_features(encoder, max_words)
+            for name in baselines:
+                results.append(evaluate_baseline(name, bits if bits is not None or name == "ubinary" else 64, db, q, k,
+                                                 features=features, progress=not as_json, cache_dir=cache_dir,
+                                                 curve=plot is not None))
+    if plot is not None:
+        _draw(results, plot, "precision@k", f"{results[0]['n_queries']:,} queries against {results[0]['n_database']:,} "
+                                             "documents (tie-aware for codes)")
+    title = f"precision@{k}" if "precision_at_k" in results[0] else f"cosine-neighbour recall@{k} (no labels)"
+    _print_results(results, as_json, title, ("precision_at_k", "precision_at_k_tie_aware", "neighbour_recall_at_k"))
 
 
-def _eval_known_item(model_dir, queries, database, baseline, bits, encoder, max_words, collection, uri, token_env,
+def _check_methods(model_dir, baselines, rerank, bits, encoder, max_words, collection, plot) -> None:
+    """What eval compares: a model, baselines, or both; the options each takes."""
+    from dhim_ray.errors import ConfigError
+
+    if model_dir is None and not baselines:
+        raise ConfigError("eval: give a model folder (dhim-ray eval DIR ...), --baseline NAME, or both to compare them")
+    if rerank > 1 and model_dir is None:
+        raise ConfigError(f"--rerank {rerank} with --baseline: re-ranking needs a DHIM model's scores; drop one")
+    if not baselines:  # options a model does not take are refused, never ignored
+        for flag, value in (("--bits", bits), ("--encoder", encoder), ("--max-words", max_words)):
+            if value is not None:
+                raise ConfigError(f"{flag} {value}: applies to --baseline only; a model uses the width, encoder "
+                                  f"and words it was trained with, drop {flag}")
+    if collection is not None and model_dir is None:
+        raise ConfigError("eval --collection needs the model folder the collection was ingested with")
+    if collection is not None and baselines:
+        raise ConfigError("eval --collection searches the model's codes in Milvus; a --baseline is evaluated in "
+                          "memory against --database: drop one")
+    if plot is not None:
+        from dhim_ray.plots import check_plot_path
+
+        if collection is not None:
+            raise ConfigError("--plot draws in-memory evaluations (--database); drop --collection or --plot")
+        check_plot_path(plot)
+
+
+def _baseline_features(encoder: str | None, max_words: int | None):
+    from dhim_ray.config import FeatureConfig
+
+    return FeatureConfig("all-MiniLM-L6-v2" if encoder is None else encoder, 50 if max_words is None else max_words)
+
+
+def _print_results(results: list[dict[str, Any]], as_json: bool, title: str, metrics: tuple[str, ...]) -> None:
+    """One method: its figures; several: a row each, the ``metrics`` they share."""
+    if len(results) == 1:
+        return print_result(results[0], as_json, title)
+    if as_json:
+        typer.echo(json.dumps(results, default=_json_default))
+        return
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    shown = [m for m in metrics if all(m in r for r in results)]
+    table = Table(title=Text(title))
+    table.add_column("method")
+    table.add_column("width", justify="right")
+    for metric in shown:
+        table.add_column(metric, justify="right")
+    for r in results:
+        width = f"{r['n_bits']} bits" if "n_bits" in r else f"{r.get('dims', '?')} floats"
+        table.add_row(r["method"], width, *(f"{r[m]:.4f}" for m in shown))
+    Console().print(table)
+
+
+def _draw(results: list[dict[str, Any]], plot: Path, what: str, title: str) -> None:
+    from dhim_ray.plots import k_curves
+
+    drawn = [r for r in results if "curve" in r]
+    if len(drawn) < len(results):
+        logger.warning("--plot: %s has no labels to draw precision@k by; no curve drawn for it",
+                       ", ".join(r["method"] for r in results if "curve" not in r))
+    if drawn:
+        logger.info("drew %s for %s into %s", what, ", ".join(r["method"] for r in drawn), k_curves(drawn, plot, what,
+                                                                                                   title))
+
+
+def _eval_known_item(model_dir, queries, database, baselines, bits, encoder, max_words, collection, uri, token_env,
                      nprobe, rerank, text_column, drop_empty, limit, cache_dir, window_words, windows, seed,
-                     as_json, mode=None, fusion=None) -> None:
+                     as_json, mode=None, fusion=None, plot=None) -> None:
     from dhim_ray.config import check_seed
     from dhim_ray.errors import ConfigError
     from dhim_ray.evaluate import WindowSpec
 
-    if (model_dir is None) == (baseline is None):
-        raise ConfigError("eval: give a model folder (dhim-ray eval DIR ...) or --baseline NAME, not both or neither")
-    if rerank > 1 and baseline is not None:
-        raise ConfigError(f"--rerank {rerank} with --baseline: re-ranking needs a DHIM model's scores; drop one")
     spec = WindowSpec(windows, window_words, check_seed(seed))
     q = corpus_spec(queries, text_column, None, drop_empty, limit) if queries else None
     if collection is not None:
-        if database is not None or model_dir is None:
+        if database is not None:
             raise ConfigError("eval --collection: the collection is the database; give the model it was ingested "
                               "with and no --database")
         from dhim_ray.connectors.milvus import MilvusTarget
@@ -609,33 +670,47 @@ def _eval_known_item(model_dir, queries, database, baseline, bits, encoder, max_
         if q is not None:
             raise ConfigError("eval --task known-item --collection cuts its windows from the collection's own "
                               "texts; drop --queries")
-        result = known_item_in_milvus(model_dir, MilvusTarget(uri, collection, token_env=token_env), spec,
-                                      nprobe=nprobe, rerank=rerank, mode=mode, fusion=fusion)
+        results = [known_item_in_milvus(model_dir, MilvusTarget(uri, collection, token_env=token_env), spec,
+                                        nprobe=nprobe, rerank=rerank, mode=mode, fusion=fusion)]
     else:
         if database is None:
             raise ConfigError("eval --task known-item needs --database CORPUS:SPLIT (or --collection NAME)")
         if nprobe is not None:
             raise ConfigError(f"--nprobe {nprobe}: applies to a Milvus --collection only; drop it")
         db = corpus_spec(database, text_column, None, drop_empty, limit)
-        if baseline is not None:
-            from dhim_ray.config import FeatureConfig
+        results = []
+        if model_dir is not None:
+            from dhim_ray.evaluate import known_item_checkpoint
+
+            results.append(known_item_checkpoint(model_dir, db, q, spec, rerank, progress=not as_json,
+                                                 cache_dir=cache_dir, curve=plot is not None))
+        if baselines:
             from dhim_ray.evaluate import known_item_baseline
             from dhim_ray.retrieval.baselines import FLOAT_BASELINES
 
-            if baseline in FLOAT_BASELINES and bits is not None:
-                raise ConfigError(f"--bits {bits}: --baseline {baseline} searches the float vectors; drop --bits")
-            features = FeatureConfig("all-MiniLM-L6-v2" if encoder is None else encoder,
-                                     50 if max_words is None else max_words)
-            result = known_item_baseline(baseline, bits if bits is not None or baseline == "ubinary" else 64, db, q,
-                                         spec, features, progress=not as_json, cache_dir=cache_dir)
-        else:
-            for flag, value in (("--bits", bits), ("--encoder", encoder), ("--max-words", max_words)):
-                if value is not None:
-                    raise ConfigError(f"{flag} {value}: applies to --baseline only; drop {flag}")
-            from dhim_ray.evaluate import known_item_checkpoint
+            if bits is not None and all(b in FLOAT_BASELINES for b in baselines):
+                raise ConfigError(f"--bits {bits}: --baseline {baselines[0]} searches the float vectors; drop --bits")
+            features = _baseline_features(encoder, max_words)
+            for name in baselines:
+                results.append(known_item_baseline(name, bits if bits is not None or name == "ubinary" else 64, db, q,
+                                                   spec, features, progress=not as_json, cache_dir=cache_dir,
+                                                   curve=plot is not None))
+    if plot is not None:
+        _draw(results, plot, "known-item recall@k", f"{results[0]['n_queries']:,} windows of {window_words} words "
+                                                      f"among {results[0]['n_database']:,} documents")
+    _print_results(results, as_json, f"known-item retrieval ({window_words}-word windows)",
+                   ("recall_at_1", "recall_at_10", "recall_at_100", "mrr"))
 
-            result = known_item_checkpoint(model_dir, db, q, spec, rerank, progress=not as_json, cache_dir=cache_dir)
-    print_result(result, as_json, title=f"known-item retrieval ({window_words}-word windows)")
+
+def _training_curve(out_dir: Path, summary: dict[str, Any]) -> str | None:
+    """training.png beside the checkpoint: the selection score and the loss per epoch."""
+    from dhim_ray.plots import INSTALL, plotting_available, training_curve
+
+    if not plotting_available():
+        logger.info("no training curve: %s draws %s", INSTALL, out_dir / "training.png")
+        return None
+    drawn = training_curve(summary, out_dir / "training.png")
+    return None if drawn is None else str(drawn)
 
 
 @app.command()

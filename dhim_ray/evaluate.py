@@ -25,6 +25,7 @@ from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.encoding.encoder import FrozenEncoder
 from dhim_ray.encoding.transforms import fit_transform, transform
 from dhim_ray.hasher import Hasher
+from dhim_ray.plots import CURVE_KS
 from dhim_ray.retrieval import known_item
 from dhim_ray.retrieval.baselines import FLOAT_BASELINES, check_baseline, make_baseline
 from dhim_ray.retrieval.metrics import (
@@ -68,7 +69,8 @@ class InMemoryCodes:
 
 
 def evaluate_codes(database: CodeDatabase, codes: np.ndarray, labels: np.ndarray, k: int, rerank: int = 1,
-                   scores: np.ndarray | None = None, vectors: np.ndarray | None = None) -> dict[str, Any]:
+                   scores: np.ndarray | None = None, vectors: np.ndarray | None = None,
+                   curve: bool = False) -> dict[str, Any]:
     """Precision@k of query ``codes`` with ``labels`` against ``database``; with ``rerank``
     m > 1 (and the queries' pre-threshold ``scores``, or their sentence ``vectors`` where the
     database rescores by cosine) also the precision of the k x m candidates re-ranked.
@@ -78,6 +80,10 @@ def evaluate_codes(database: CodeDatabase, codes: np.ndarray, labels: np.ndarray
     rerank = check_rerank(rerank)
     result = database.precision(codes, labels, k)
     out: dict[str, Any] = result.as_dict()
+    if curve:  # tie-aware precision at every k of the curve the database holds
+        ks = [c for c in CURVE_KS if c <= result.n_database]
+        out["curve"] = {"k": ks, "value": [database.precision(codes, labels, c).precision_at_k_tie_aware for c in ks],
+                        "metric": "precision@k (tie-aware)"}
     if rerank > 1:
         found = database.reranked_labels(codes, scores, vectors, result.k, rerank)
         out.update(rerank=rerank, rerank_by=database.rerank_by,
@@ -136,6 +142,7 @@ def evaluate_checkpoint(
     cache_dir: str | Path | None = None,
     device: str = "cpu",
     rerank: int = 1,
+    curve: bool = False,
 ) -> dict[str, Any]:
     """Precision@k of a trained model: hash database and queries, search exactly.
     ``rerank`` m > 1 also reports the precision of the k x m Hamming candidates
@@ -156,7 +163,7 @@ def evaluate_checkpoint(
             idx, _ = rerank_topk(db_codes, q_codes, q_scores, out["k"], rerank)
             out.update(rerank=rerank, rerank_by=BY_BITS, neighbour_recall_at_k_reranked=_overlap(idx, neighbours))
         return {**out, "seconds": round(time.perf_counter() - t0, 2)}
-    scores = evaluate_codes(InMemoryCodes(db_codes, db.labels), q_codes, q_labels, k, rerank, q_scores)
+    scores = evaluate_codes(InMemoryCodes(db_codes, db.labels), q_codes, q_labels, k, rerank, q_scores, curve=curve)
     return {"method": "dhim", "model": str(model_dir), "n_bits": hasher.n_bits, **scores,
             "seconds": round(time.perf_counter() - t0, 2)}
 
@@ -171,6 +178,7 @@ def evaluate_baseline(
     seed: int = 0,
     progress: bool = True,
     cache_dir: str | Path | None = None,
+    curve: bool = False,
 ) -> dict[str, Any]:
     """Precision@k of a classic hashing baseline on the frozen mean-pooled features, or of a
     float baseline (``FLOAT_BASELINES``: exact cosine kNN, ``n_bits`` unused)."""
@@ -181,18 +189,20 @@ def evaluate_baseline(
     db_f = enc.features(db.texts, progress=progress, cache_dir=cache_dir)
     q_f = enc.features(q.texts, progress=progress, cache_dir=cache_dir)
     if model is None:
-        return _float_baseline(baseline, db_f.mean, db.labels, q_f.mean, q_labels, k, seed)
+        return _float_baseline(baseline, db_f.mean, db.labels, q_f.mean, q_labels, k, seed, curve)
     model.fit(db_f.mean)
     n_bits = model.n_bits
     if q_labels is None:
         found = _codes_found(model.hash(db_f.mean), model.hash(q_f.mean))
         return {"method": baseline, "n_bits": n_bits, "bytes_per_doc": n_bits // 8,
                 **label_free_scores(cosine_topk(db_f.mean, q_f.mean, k), found, len(db_f.mean))}
-    scores = evaluate_codes(InMemoryCodes(model.hash(db_f.mean), db.labels), model.hash(q_f.mean), q_labels, k)
+    scores = evaluate_codes(InMemoryCodes(model.hash(db_f.mean), db.labels), model.hash(q_f.mean), q_labels, k,
+                            curve=curve)
     return {"method": baseline, "n_bits": n_bits, "bytes_per_doc": n_bits // 8, **scores}
 
 
-def _float_baseline(name: str, database, database_labels, queries, query_labels, k: int, seed: int) -> dict[str, Any]:
+def _float_baseline(name: str, database, database_labels, queries, query_labels, k: int, seed: int,
+                    curve: bool = False) -> dict[str, Any]:
     """Cosine kNN precision@k on float vectors, after the baseline's transform fitted on the database."""
     plain_x, plain_q = x, qv = np.asarray(database, np.float32), np.asarray(queries, np.float32)
     if FLOAT_BASELINES[name] is not None:
@@ -204,8 +214,14 @@ def _float_baseline(name: str, database, database_labels, queries, query_labels,
                                     lambda nb: _overlap(cosine_topk(x, qv, nb.shape[1]), nb), len(plain_x))}
     p = cosine_precision_at_k(x, database_labels, qv, query_labels, k)
     # distances are continuous: no ties to break, so both tie rules give the same figure
-    return {"method": name, "dims": x.shape[1], "bytes_per_doc": 4 * x.shape[1], "k": k, "precision_at_k": p,
-            "precision_at_k_tie_aware": p, "n_queries": len(qv), "n_database": len(x)}
+    out = {"method": name, "dims": x.shape[1], "bytes_per_doc": 4 * x.shape[1], "k": k, "precision_at_k": p,
+           "precision_at_k_tie_aware": p, "n_queries": len(qv), "n_database": len(x)}
+    if curve:
+        ks = [c for c in CURVE_KS if c <= len(x)]
+        relevant = np.asarray(database_labels)[cosine_topk(x, qv, ks[-1])] == np.asarray(query_labels)[:, None]
+        hits = np.cumsum(relevant, axis=1).mean(axis=0)
+        out["curve"] = {"k": ks, "value": [float(hits[c - 1] / c) for c in ks], "metric": "precision@k"}
+    return out
 
 
 # ---- known-item retrieval ----------------------------------------------------------------------
@@ -234,15 +250,21 @@ def known_item_corpus(database: CorpusSpec, queries: CorpusSpec | None) -> tuple
 
 
 def _known_item_result(method: str, better, tied, windows: known_item.KnownItemQueries, n_database: int,
-                       where: str, **extra) -> dict[str, Any]:
-    return {"task": known_item.TASK, "method": method, **extra, **known_item.known_item_scores(better, tied),
-            "primary_metric": known_item.PRIMARY, "window_words": windows.words, "n_queries": len(windows.texts),
-            "n_database": n_database, "seed": windows.seed, "queries": where}
+                       where: str, curve: bool = False, **extra) -> dict[str, Any]:
+    out = {"task": known_item.TASK, "method": method, **extra, **known_item.known_item_scores(better, tied),
+           "primary_metric": known_item.PRIMARY, "window_words": windows.words, "n_queries": len(windows.texts),
+           "n_database": n_database, "seed": windows.seed, "queries": where}
+    if curve:
+        ks = [c for c in CURVE_KS if c <= n_database]
+        at = known_item.known_item_scores(better, tied, ks)
+        out["curve"] = {"k": ks, "value": [at[f"recall_at_{c}"] for c in ks], "metric": "known-item recall@k"}
+    return out
 
 
 def known_item_checkpoint(model_dir: str | Path, database: CorpusSpec, queries: CorpusSpec | None = None,
                           windows: WindowSpec = WindowSpec(), rerank: int = 1, progress: bool = True,
-                          cache_dir: str | Path | None = None, device: str = "cpu") -> dict[str, Any]:
+                          cache_dir: str | Path | None = None, device: str = "cpu",
+                          curve: bool = False) -> dict[str, Any]:
     """Known-item retrieval of a trained model: each query is a window of words cut from a
     document, the one relevant result that document (dhim_ray.retrieval.known_item). With
     ``rerank`` m > 1 also the re-ranked list's figures (suffix ``_reranked``)."""
@@ -255,7 +277,7 @@ def known_item_checkpoint(model_dir: str | Path, database: CorpusSpec, queries: 
     db_codes = hasher.hash_features(hasher.encoder.features(texts, progress=progress, cache_dir=cache_dir))
     q_codes, q_scores, _ = hasher.encode(cut.texts, scores=True)
     better, tied = known_item.hamming_ranks(db_codes, q_codes, cut.targets)
-    out = _known_item_result("dhim", better, tied, cut, len(texts), where, model=str(model_dir),
+    out = _known_item_result("dhim", better, tied, cut, len(texts), where, curve, model=str(model_dir),
                              n_bits=hasher.n_bits, bytes_per_doc=hasher.n_bytes)
     if rerank > 1:
         idx, _ = rerank_topk(db_codes, q_codes, q_scores, max(known_item.RECALL_KS), rerank)
@@ -266,7 +288,8 @@ def known_item_checkpoint(model_dir: str | Path, database: CorpusSpec, queries: 
 
 def known_item_baseline(baseline: str, n_bits: int | None, database: CorpusSpec, queries: CorpusSpec | None = None,
                         windows: WindowSpec = WindowSpec(), features: FeatureConfig | None = None, seed: int = 0,
-                        progress: bool = True, cache_dir: str | Path | None = None) -> dict[str, Any]:
+                        progress: bool = True, cache_dir: str | Path | None = None,
+                        curve: bool = False) -> dict[str, Any]:
     """Known-item retrieval of a hashing baseline (fitted on the database's vectors) or of a
     float baseline (cosine on the vectors, after its transform)."""
     check_baseline(baseline)
@@ -282,9 +305,9 @@ def known_item_baseline(baseline: str, n_bits: int | None, database: CorpusSpec,
             fitted = fit_transform(FLOAT_BASELINES[baseline], np.asarray(x, np.float32), seed)
             x, qv = transform(fitted, np.asarray(x, np.float32)), transform(fitted, np.asarray(qv, np.float32))
         better, tied = known_item.cosine_ranks(x, qv, cut.targets)
-        return _known_item_result(baseline, better, tied, cut, len(texts), where, dims=x.shape[1],
+        return _known_item_result(baseline, better, tied, cut, len(texts), where, curve, dims=x.shape[1],
                                   bytes_per_doc=4 * x.shape[1])
     model.fit(x)
     better, tied = known_item.hamming_ranks(model.hash(x), model.hash(qv), cut.targets)
-    return _known_item_result(baseline, better, tied, cut, len(texts), where, n_bits=model.n_bits,
+    return _known_item_result(baseline, better, tied, cut, len(texts), where, curve, n_bits=model.n_bits,
                               bytes_per_doc=model.n_bits // 8)

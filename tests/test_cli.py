@@ -229,3 +229,40 @@ def test_a_terminal_hears_what_a_command_does_before_the_heavy_imports(tmp_path,
         os.close(main)
     first = re.sub(r"\x1b\[[0-9;]*m", "", heard.decode()).splitlines()[0]
     assert first.startswith(f"dhim-ray {argv[0]}: ") and first.endswith(" ..."), first
+
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_curves_beside_the_checkpoint_and_for_every_method_of_an_eval(trained, toy_folder, tiny_bert, tmp_path,
+                                                                        monkeypatch):
+    """train draws training.png beside the checkpoint; eval --plot draws precision@k (known-item:
+    recall@k) against k for the model and each --baseline of the run, from the same figures it prints."""
+    assert (trained / "training.png").read_bytes()[:8] == PNG
+    db, q = f"{toy_folder}:train", f"{toy_folder}:val"
+    plot = tmp_path / "curves" / "topic.png"
+    r = run("eval", trained, "--baseline", "itq", "--baseline", "cosine", "--bits", 16, "--encoder", tiny_bert,
+            "--max-words", 12, "--database", db, "--queries", q, "--k", 20, "--plot", plot, "--json")
+    assert r.exit_code == 0, r.output
+    results = json.loads(r.output.strip().splitlines()[-1])
+    assert [x["method"] for x in results] == ["dhim", "itq", "cosine"] and plot.read_bytes()[:8] == PNG
+    for x in results:
+        curve = dict(zip(x["curve"]["k"], x["curve"]["value"], strict=True))
+        assert curve[1] >= 0 and max(curve) <= x["n_database"]
+        assert curve[20] == pytest.approx(x["precision_at_k_tie_aware"], abs=1e-12), x["method"]
+
+    known = tmp_path / "known.png"
+    r = run("eval", trained, "--task", "known-item", "--baseline", "lsh", "--bits", 16, "--encoder", tiny_bert,
+            "--max-words", 12, "--database", db, "--windows", 50, "--window-words", 4, "--plot", known, "--json")
+    assert r.exit_code == 0, r.output
+    for x in json.loads(r.output.strip().splitlines()[-1]):
+        curve = dict(zip(x["curve"]["k"], x["curve"]["value"], strict=True))
+        assert curve[10] == pytest.approx(x["recall_at_10"]) and curve[1] == pytest.approx(x["recall_at_1"])
+    assert known.read_bytes()[:8] == PNG
+
+    # a plot asked where it cannot be drawn: refused before any work, in one line
+    r = run("eval", trained, "--database", db, "--queries", q, "--plot", tmp_path / "x.svg")
+    assert r.exit_code == 2 and "--plot" in r.output and "ending in .png" in r.output
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as on a machine without the extra
+    r = run("eval", trained, "--database", db, "--queries", q, "--plot", tmp_path / "y.png")
+    assert r.exit_code == 2 and "pip install 'dhim-ray[plot]'" in r.output and not (tmp_path / "y.png").exists()
