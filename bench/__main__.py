@@ -22,6 +22,7 @@ BENCHES: dict[str, tuple[str, str]] = {
                 "A million documents"),
     "ray_train": ("in-process training against 1 and 2 Ray Train workers", "Ray Train"),
     "gpu_path": ("encoding and training on one GPU (needs one)", "Training at scale"),
+    "figures": ("the docs' pictures: the search page, the training and precision@k curves", "docs/images"),
     "report": ("refresh the generated tables (--check: exit 1 when one is out of date)", "every table"),
 }
 

@@ -130,6 +130,11 @@ def handle_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
+            if fn.__name__ in ("train", "demo") and kwargs.get("bits") is not None:  # refused before "loading ..."
+                from dhim_ray.codes import check_n_bits
+
+                check_n_bits(kwargs["bits"])
+            starting(fn.__name__.rstrip("_"), _QUIET[0])
             return fn(*args, **kwargs)
         except DHIMRayError as exc:
             interrupted = type(exc).__name__.endswith("Interrupted")
@@ -192,7 +197,7 @@ def _global(
 ):
     """Semantic hashing of documents with DHIM: train, evaluate, ingest into Milvus, search."""
     setup_logging(verbose, quiet)
-    starting(ctx.invoked_subcommand, quiet)
+    _QUIET[0] = quiet  # the command says its first step once its own options have passed (handle_errors)
 
 
 #: What each command does first (imports, Ray, the model): said at once on a terminal.
@@ -203,6 +208,9 @@ FIRST_STEPS = {
     "demo": "training on the packaged BBC corpus, then evaluating, ingesting and searching",
     "export": "loading the model and writing the graph",
 }
+
+
+_QUIET = [False]
 
 
 def starting(command: str | None, quiet: bool) -> None:
@@ -238,8 +246,10 @@ AsJson = Annotated[bool, typer.Option("--json", rich_help_panel="Output", help="
 Uri = Annotated[str, typer.Option(rich_help_panel="Milvus", help="Milvus: a .db file (milvus-lite) or http://host:19530.")]
 TokenEnv = Annotated[str, typer.Option(rich_help_panel="Milvus", help="Env variable holding the server token or user:password.")]
 Rerank = Annotated[int, typer.Option(rich_help_panel="Search",
-    help="Re-rank k x M Hamming candidates by agreement with the query's pre-threshold scores (1 = off; "
-         "nothing extra is stored).")]
+    help="Re-rank k x M Hamming candidates (1 = off). The score column: the agreement of each candidate's "
+         "bits with the query's pre-threshold scores (higher is nearer; nothing extra stored), or, where the "
+         "collection keeps sign codes (--store-signs), minus the code's and the sign code's Hamming distances, each "
+         "over its width; with vectors (--store-vectors), their cosine.")]
 Mode = Annotated[str | None, typer.Option(rich_help_panel="Search", help=(
     "codes (Hamming distance), text (Milvus' BM25 over the stored text) or hybrid (both fused: finds the document "
     "a phrase came from, keeps the topic order) [default: hybrid where the collection has a text index]."))]
@@ -908,8 +918,8 @@ _HIT_FIELDS = {"id", "distance", "label", "label_name", "text", "source", "row",
 
 def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
     """A table per query; rank, distance, label (its name where the corpus names its
-    labels, else its number) and row (the document's own id where it was ingested with
-    --id-column) keep their width at any terminal size."""
+    labels, else its number) and id (the document's own id where it was ingested with
+    --id-column, else the row's: what --like takes) keep their width at any terminal size."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -921,7 +931,7 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
         lexical = any("bm25" in h for h in rows)  # text or hybrid search: BM25's score where it found the hit
         keyed = any(h.get("key") for h in rows)
         kept = [c for c in (rows[0] if rows else {}) if c not in _HIT_FIELDS][:3]  # --keep-columns, the first three
-        cols = ("rank", "distance", *(("score",) if reranked else ()), "label", "id" if keyed else "row",
+        cols = ("rank", "distance", *(("score",) if reranked else ()), "label", "id",
                 *(("bm25",) if lexical else ()), *kept)
         for col in cols:
             table.add_column(col, no_wrap=True, justify="right", min_width=len(col))
@@ -931,7 +941,7 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
             bm25 = (f"{h['bm25']:.2f}" if "bm25" in h else "",) if lexical else ()
             # a string label's name, else its number; -1 is the connector's "no label"
             label = h.get("label_name") or ("-" if h.get("label", -1) == -1 else str(h.get("label")))
-            where = str(h.get("key") or "") if keyed else str(h.get("row"))
+            where = str(h.get("key") or "") if keyed else str(h.get("id"))
             table.add_row(str(rank), str(h["distance"]), *score, label[:40], where[:40], *bm25,
                           *(str(h.get(c, ""))[:30] for c in kept), Text(" ".join(str(h.get("text", "")).split())[:300]))
         console.print(table)
@@ -992,9 +1002,6 @@ def _show_demo(r: dict[str, Any]) -> None:
     known = r["known_item_recall_at_10"]
     console.print(Text(f"does an 8-word phrase find its document? recall@10 through Milvus: codes "
                        f"{known['codes']:.3f}, hybrid {known['hybrid']:.3f}"))
-    ing = r["ingest"]
-    console.print(Text(f"ingested {ing['rows_in_collection']} rows into {ing['collection']} at {ing['uri']} "
-                       f"({ing['docs_per_second']} docs/s, verified={ing['verified']})"))
     h = Table(title=Text(f"search: {r['query']!r}"))
     for col in ("distance", "label", "text"):
         h.add_column(col)

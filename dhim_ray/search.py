@@ -263,8 +263,8 @@ class Searcher:
             missing = [key for key in keys if key not in found]
             if missing:
                 raise DataError(f"like: collection {self.target.collection!r} holds no document with id "
-                                f"{', '.join(shown(m, 40) for m in missing[:5])}; give a hit's id (search --json shows them) or a "
-                                "document's own id (ingest --id-column)")
+                                f"{', '.join(shown(m, 40) for m in missing[:5])}; give a hit's id (the id column of "
+                                "search's table) or a document's own id (ingest --id-column)")
             ids = [found[key] for key in keys]
         ids = [int(i) for i in ids]
         held = self.collection.get(ids, ["id"])

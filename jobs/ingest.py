@@ -151,6 +151,7 @@ class IngestResult:
     alias: str = ""  # the alias now pointing at the collection (ingest --alias)
     alias_was: str = ""  # the collection the alias pointed at before ("" for a new alias)
     text_index: bool = False  # the collection keeps Milvus' BM25 over its text (hybrid search)
+    keeps: str = "codes"  # what each row keeps beside its text: codes, sign codes or vectors, a text index, columns
 
     @property
     def docs_per_second(self) -> float:
@@ -353,7 +354,10 @@ def ingest(
         stored = collection.count_source(source, last_row)
         of_source = collection.count_source(source)
         result = IngestResult(target.collection, target.uri, source, n_documents, written, stored, of_source,
-                              seconds, writers, parallel, removed, text_index=info.text_index)
+                              seconds, writers, parallel, removed, text_index=info.text_index,
+                              keeps=", ".join(["codes"] + ["float vectors"] * bool(info.vector_dim)
+                                              + ["sign codes"] * bool(info.sign_bits)
+                                              + ["text index (BM25)"] * info.text_index + list(info.columns)))
         if stored != n_documents:
             raise StoreError(
                 f"collection {target.collection!r} holds {stored} rows of {source} up to row {last_row} but "

@@ -9,6 +9,7 @@ import os
 import socket
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -38,6 +39,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
     """
     if verbose is None:
         verbose = logging.getLogger("dhim_ray").isEnabledFor(logging.DEBUG)
+    if not verbose:  # Ray Data's advice for a corpus of fewer blocks than encoding actors: nothing to act on
+        warnings.filterwarnings("ignore", message="The minimum number of concurrent actors", category=UserWarning)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     # Workers import torch and transformers; on a loaded 2-core box that can pass the
