@@ -1002,6 +1002,9 @@ def _show_demo(r: dict[str, Any]) -> None:
     known = r["known_item_recall_at_10"]
     console.print(Text(f"does an 8-word phrase find its document? recall@10 through Milvus: codes "
                        f"{known['codes']:.3f}, hybrid {known['hybrid']:.3f}"))
+    ing = r["ingest"]
+    console.print(Text(f"ingested {ing['rows_in_collection']} rows into {ing['collection']} at {ing['uri']} "
+                       f"({ing['docs_per_second']} docs/s, verified={ing['verified']})"))
     h = Table(title=Text(f"search: {r['query']!r}"))
     for col in ("distance", "label", "text"):
         h.add_column(col)
