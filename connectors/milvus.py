@@ -53,6 +53,7 @@ from dhim_ray.errors import (
     StoreError,
     StoreUnreachableError,
 )
+from dhim_ray.stderr import stderr_to
 
 logger = logging.getLogger(__name__)
 
@@ -340,20 +341,9 @@ def _with_server_log(start):
     """Run ``start`` (which launches milvus-lite's server) with file descriptor 2 pointed at
     LITE_SERVER_LOG, so the server inherits the file as its stderr and the terminal keeps
     to dhim-ray's own lines; the caller's stderr is put back at once."""
-    if logging.getLogger("dhim_ray").isEnabledFor(logging.DEBUG):
+    verbose = logging.getLogger("dhim_ray").isEnabledFor(logging.DEBUG)
+    with stderr_to(None if verbose else LITE_SERVER_LOG):
         return start()
-    try:
-        log = os.open(LITE_SERVER_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    except OSError:
-        return start()
-    saved = os.dup(2)
-    try:
-        os.dup2(log, 2)
-        return start()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(log)
 
 
 def guard_lite_locks() -> None:

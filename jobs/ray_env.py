@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from dhim_ray.errors import ClusterError, ConfigError, DHIMRayError
+from dhim_ray.stderr import stderr_to
 
 logger = logging.getLogger(__name__)
 
@@ -105,42 +106,14 @@ def _absorb_actor_restart_warning() -> None:
     kill it. -v leaves the line alone."""
     import ray
 
-    saved, sink = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(sink, 2)
+    with stderr_to(os.devnull):
         actor = ray.remote(num_cpus=0, max_restarts=1)(_Idle).remote(ray.put(None))
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(sink)
     ray.kill(actor, no_restart=True)
 
 
 #: Where a local Ray's own processes (GCS, raylet, the workers they start) write their C++
 #: stderr without -v: their stack dumps on shutdown ("*** SIGTERM received ...") are not news.
 RAY_STDERR_LOG = os.path.join(tempfile.gettempdir(), "dhim-ray-ray-processes.log")
-
-
-@contextlib.contextmanager
-def _stderr_to(path: str | None):
-    """File descriptor 2 pointed at ``path`` while the block runs (the processes it starts
-    inherit it), then put back; None leaves it alone."""
-    if path is None:
-        yield
-        return
-    try:
-        log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    except OSError:
-        yield
-        return
-    saved = os.dup(2)
-    try:
-        os.dup2(log, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(log)
 
 
 def _start_local(num_cpus: int | None, kwargs: dict) -> None:
@@ -150,7 +123,7 @@ def _start_local(num_cpus: int | None, kwargs: dict) -> None:
     quiet = kwargs.get("logging_level", logging.ERROR) > logging.DEBUG
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
-            with _stderr_to(RAY_STDERR_LOG if quiet else None):
+            with stderr_to(RAY_STDERR_LOG if quiet else None):
                 ray.init(num_cpus=num_cpus, **kwargs)
             return
         except Exception as exc:  # Ray raises bare Exception for a node that timed out
