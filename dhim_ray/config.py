@@ -254,16 +254,10 @@ REFERENCE_HYPERPARAMETERS: dict[int, dict[str, Any]] = {
     128: {"batch_size": 128, "lr": 1e-4, "alpha": 0.1, "beta": 0.9},
 }
 
-# What dhim-ray ships, per code length, chosen on the dev corpora (docs/experiments.md).
-# At 16 bits the local MI term pulls the few bits towards telling single documents
-# apart; a heavier pull to the (neighbour-shared) sentence target wins there (dbpedia
-# P@100, model selection on a train slice: 0.56 at beta 0.4, 0.59 at 2.0, 0.69 at 5.0;
-# ITQ 0.59), and so does starting from ITQ through the linear path (0.69 vs 0.63
-# without). From 32 bits on, the CNN alone from a random start won on all four corpora.
-# At 32 bits beta 2 (20ng 0.537 vs 0.508 at 0.4, agnews 0.788 vs 0.780; dbpedia 0.750
-# vs 0.763); from 64 bits 0.4. At 64 and 128 bits half the code is identity bits (ITQ of the mean
-# word feature, fixed) and the head learns the other half: known-item recall rose on every dev
-# corpus at 64 and at 128 bits, with P@100 within a point or higher (BENCHMARKS.md, "Two tasks").
+# What dhim-ray ships, per code length, chosen on the dev corpora; the measurements are in
+# docs/experiments.md. At 16 bits a heavier pull to the sentence target and an ITQ start win;
+# from 32 bits on, the CNN alone from a random start; at 64 and 128 bits half the code is
+# identity bits (ITQ of the mean word feature, fixed) and the head learns the other half.
 SHIPPED_HYPERPARAMETERS: dict[int, dict[str, Any]] = {
     16: {"batch_size": 128, "lr": 1e-3, "alpha": 0.1, "beta": 5.0, "init": "itq"},
     32: {"batch_size": 128, "lr": 1e-3, "alpha": 0.1, "beta": 2.0, "init": "random"},

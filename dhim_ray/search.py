@@ -475,7 +475,7 @@ class MilvusCodes:
     def precision(self, codes: np.ndarray, labels: np.ndarray, k: int) -> PrecisionResult:
         """Both precisions from store results: the k nearest, then every code tied at the
         k-th distance (the hits needed for the expectation over random tie-breaking).
-        Ties are fetched with a larger top-k (doubling, up to Milvus' 16384 cap, or the
+        Ties are fetched with a larger top-k (2k, then four times more each round, up to Milvus' 16384 cap, or the
         whole collection); ordered precision sorts hits by (distance, row): the store's
         own tie order is not specified."""
         label_of, n_db, searcher = self.label_of, self.n_database, self.searcher

@@ -536,8 +536,9 @@ def fit(
     Each epoch trains on ``train`` in shuffled batches (anchor/neighbour pairs by
     default); then rank 0 searches the ``val`` codes against (a fixed sample of at most
     ``max_select_database``) ``database`` codes, default ``train``, and the tie-aware
-    precision@k picks the epoch and stops early after ``patience`` epochs without a
-    better one. The best epoch's weights are returned; without labels, the last.
+    precision@k (without labels: a label-free criterion, see ``selection_criterion``) picks the
+    epoch and stops early after ``patience`` epochs without a better one. The best epoch's
+    weights are returned; without a validation slice, the last.
 
     Args:
         train / train_labels: what this worker trains on (its shard under Ray Train).
