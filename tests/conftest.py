@@ -125,6 +125,13 @@ def train_bbc16(folder: Path, n: int) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def bbc16(tmp_path_factory) -> Path:
+    """The 16-bit BBC model the ingest, hybrid, column and service tests hash with, trained once
+    a session (on BBC's first 240 training documents); a test that changes a model copies it."""
+    return train_bbc16(tmp_path_factory.mktemp("bbc16") / "bbc-16", 240)
+
+
 def shared_corpus(name: str) -> Path:
     """A dev corpus from ../shared/data. Missing, it FAILS the test with how to get it
     (never a silent skip); deselect such tests with -m "not shared_data"."""

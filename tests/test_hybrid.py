@@ -11,7 +11,6 @@ import json
 
 import numpy as np
 import pytest
-from conftest import train_bbc16
 
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError, ConfigError
@@ -76,8 +75,8 @@ pytest_slow = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return train_bbc16(tmp_path_factory.mktemp("model") / "bbc-16", N)
+def model_dir(bbc16):
+    return bbc16
 
 
 @pytest.fixture(scope="module")

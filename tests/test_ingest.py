@@ -9,7 +9,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import train_bbc16, write_csv
+from conftest import write_csv
 
 from dhim_ray.codes import bytes_to_codes
 from dhim_ray.connectors.milvus import CodeCollection, IndexSpec, MilvusTarget, document_ids, make_rows, release
@@ -32,9 +32,8 @@ BBC = CorpusSpec("bbc", "train", limit=N)
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """A quickly trained 16-bit model on a slice of the packaged BBC corpus (real encoder)."""
-    return train_bbc16(tmp_path_factory.mktemp("model") / "bbc-16", N)
+def model_dir(bbc16):
+    return bbc16
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ import csv
 import json
 
 import pytest
-from conftest import train_bbc16
 
 from dhim_ray.connectors.milvus import MilvusTarget, _column_problems
 from dhim_ray.corpus import columns
@@ -52,8 +51,8 @@ N = 60
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return train_bbc16(tmp_path_factory.mktemp("model") / "bbc-16", 120)
+def model_dir(bbc16):
+    return bbc16
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 import pytest
-from conftest import train_bbc16
 
 from dhim_ray.connectors.milvus import MilvusTarget
 from dhim_ray.corpus.spec import CorpusSpec
@@ -38,7 +37,7 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def service(ray_session, tmp_path_factory):
+def service(ray_session, bbc16, tmp_path_factory):
     """A 16-bit BBC model, its collection, what Searcher returns for QUERIES (computed before
     the service opens the milvus-lite file), then the service itself, with a bearer token."""
 
@@ -47,7 +46,7 @@ def service(ray_session, tmp_path_factory):
     from dhim_ray.jobs.serve import ServeOptions, start_service, stop_service, token_digest
     from dhim_ray.search import Searcher
 
-    model = train_bbc16(tmp_path_factory.mktemp("model") / "bbc-16", N)
+    model = bbc16
     target = MilvusTarget(str(tmp_path_factory.mktemp("db") / "codes.db"), "bbc16")
     ingest(BBC, model, target, workers=1, progress=False)
     with Searcher(model, target) as s:
