@@ -37,6 +37,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dhim_ray.connectors.milvus import MAX_SEARCH_K, MilvusTarget, is_lite, mask_uri
 from dhim_ray.errors import ConfigError, DataError, DHIMRayError, StoreError
 from dhim_ray.hasher import Hasher, check_texts
+from dhim_ray.retrieval.rerank import MAX_RERANK
 from dhim_ray.search import Searcher
 
 from .http_guard import MAX_BODY_BYTES, RequestGuard, token_matches
@@ -46,11 +47,10 @@ logger = logging.getLogger(__name__)
 #: The search page at GET /: one file, no build step, nothing loaded from elsewhere.
 PAGE = (resources.files("dhim_ray.jobs") / "page.html").read_text(encoding="utf-8")
 
-#: Texts in one request, characters in one text, hits per text, the re-rank factor.
+#: Texts in one request, characters in one text, hits per text (the re-rank factor is the library's).
 MAX_TEXTS = 256
 MAX_TEXT_CHARS = 100_000
 MAX_K = 1000
-MAX_RERANK = 16
 #: Seconds a client is told to wait before retrying while Milvus is unreachable.
 RETRY_AFTER_S = 5
 APP_NAME = "dhim-ray"
