@@ -235,6 +235,13 @@ def onnx_file(value: str) -> Path:
     return Path(value)
 
 
+def png_file(value: str) -> Path:
+    """A .png file to draw into."""
+    if not str(value).strip() or not str(value).lower().endswith(".png"):
+        raise typer.BadParameter(f"{value!r}: give a file name ending in .png, e.g. curves.png")
+    return Path(value)
+
+
 TextColumn = Annotated[str | None, typer.Option(rich_help_panel="Data", help="Text column name [default: the preset's, else text].")]
 LabelColumn = Annotated[str | None, typer.Option(rich_help_panel="Data",
     help="Label column name [default: the preset's, else label if present]; a name given must exist.")]
@@ -520,7 +527,7 @@ def eval_(
     fusion: Annotated[str | None, typer.Option(rich_help_panel="Search", help=(
         "How hybrid search fuses the lists: phrase:N (of BM25's first N hits, those holding the query's words, "
         "then the codes'), head:N (BM25's first N, ungated) or rrf:C (reciprocal rank fusion) [phrase:5]."))] = None,
-    plot: Annotated[Path | None, typer.Option(rich_help_panel="Output", help=(
+    plot: Annotated[Path | None, typer.Option(parser=png_file, rich_help_panel="Output", help=(
         "Draw precision@k (known-item: recall@k) against k, 1 to 1,000, for the model and every --baseline into "
         "this PNG (needs matplotlib: pip install 'dhim-ray[plot]')."))] = None,
     as_json: AsJson = False,

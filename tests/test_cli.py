@@ -262,7 +262,7 @@ def test_curves_beside_the_checkpoint_and_for_every_method_of_an_eval(trained, t
 
     # a plot asked where it cannot be drawn: refused before any work, in one line
     r = run("eval", trained, "--database", db, "--queries", q, "--plot", tmp_path / "x.svg")
-    assert r.exit_code == 2 and "--plot" in r.output and "ending in .png" in r.output
+    assert r.exit_code == 2 and "--plot" in r.output and "ending in .png" in r.output, r.output
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as on a machine without the extra
     r = run("eval", trained, "--database", db, "--queries", q, "--plot", tmp_path / "y.png")
     assert r.exit_code == 2 and "pip install 'dhim-ray[plot]'" in r.output and not (tmp_path / "y.png").exists()
