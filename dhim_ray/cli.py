@@ -940,16 +940,17 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
         kept = [c for c in (rows[0] if rows else {}) if c not in _HIT_FIELDS][:3]  # --keep-columns, the first three
         cols = ("rank", "distance", *(("score",) if reranked else ()), "label", "id",
                 *(("bm25",) if lexical else ()), *kept)
-        for col in cols:
-            table.add_column(col, no_wrap=True, justify="right", min_width=len(col))
+        ids = [str(h.get("key") or "")[:40] if keyed else str(h.get("id")) for h in rows]
+        for col in cols:  # an id is shown whole: --like takes it
+            table.add_column(col, no_wrap=True, justify="right",
+                             min_width=max([len(col), *map(len, ids)]) if col == "id" else len(col))
         table.add_column("text", overflow="ellipsis", no_wrap=True, ratio=1)
         for rank, h in enumerate(rows, 1):
             score = (f"{h['rerank_score']:.2f}" if "rerank_score" in h else "",) if reranked else ()
             bm25 = (f"{h['bm25']:.2f}" if "bm25" in h else "",) if lexical else ()
             # a string label's name, else its number; -1 is the connector's "no label"
             label = h.get("label_name") or ("-" if h.get("label", -1) == -1 else str(h.get("label")))
-            where = str(h.get("key") or "") if keyed else str(h.get("id"))
-            table.add_row(str(rank), str(h["distance"]), *score, label[:40], where[:40], *bm25,
+            table.add_row(str(rank), str(h["distance"]), *score, label[:40], ids[rank - 1], *bm25,
                           *(str(h.get(c, ""))[:30] for c in kept), Text(" ".join(str(h.get("text", "")).split())[:300]))
         console.print(table)
 

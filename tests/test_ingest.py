@@ -290,8 +290,8 @@ def test_missing_split_and_bad_queries(ingested, model_dir):
     from dhim_ray.search import Searcher
 
     target, _ = ingested
-    with pytest.raises(DataError, match="has no split 'test'"):
-        ingest(CorpusSpec("bbc", "test"), model_dir, target, progress=False)
+    with pytest.raises(DataError, match="has no split 'holdout'; it has: train, val, test"):
+        ingest(CorpusSpec("bbc", "holdout"), model_dir, target, progress=False)
     with Searcher(model_dir, target) as s:
         with pytest.raises(DataError, match="text 0 .* is empty"):
             s.search([""], k=5)
@@ -318,7 +318,7 @@ def test_ingest_ids_identify_the_source_not_its_folder_name(tmp_path):
 
 
 @pytest.mark.parametrize("columns", [80, 100])
-def test_search_output_keeps_rank_distance_label_and_row_on_narrow_terminals(ingested, model_dir, columns):
+def test_search_output_keeps_rank_distance_label_and_id_on_narrow_terminals(ingested, model_dir, columns):
     """Issue 11.13: at 80 or 100 columns only the text column got width."""
     import os
     import subprocess
@@ -331,10 +331,12 @@ def test_search_output_keeps_rank_distance_label_and_row_on_narrow_terminals(ing
                          capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr
     header = next(line for line in run.stdout.splitlines() if "rank" in line)
-    assert all(col in header for col in ("rank", "distance", "label", "row", "text"))
+    assert all(col in header for col in ("rank", "distance", "label", "id", "text"))
     assert max(len(line) for line in run.stdout.splitlines()) <= columns
     body = [line for line in run.stdout.splitlines() if line.startswith("│")]
     assert len(body) == 3 and all(cell.strip() for line in body for cell in line.split("│")[1:5])
+    ids = [line.split("│")[4].strip() for line in body]  # whole: what --like takes
+    assert all(i.lstrip("-").isdigit() for i in ids), ids
     assert all(line.split("│")[3].strip() in BBC.load_split().label_names for line in body)  # names, not numbers
 
 
