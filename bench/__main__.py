@@ -20,6 +20,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "serve_load": ("the HTTP service under load against the in-process Searcher", "The query service"),
     "million": ("a million generated documents: exact search, eval, ingest memory, an interrupted ingest",
                 "A million documents"),
+    "store": ("milvus-lite against faiss at 1-10 million generated codes: load, memory, latency, recall",
+              "Where the embedded default ends"),
     "ray_train": ("in-process training against 1 and 2 Ray Train workers", "Ray Train"),
     "gpu_path": ("encoding and training on one GPU (needs one)", "Training at scale"),
     "figures": ("the docs' pictures: the search page, the training and precision@k curves", "docs/images"),

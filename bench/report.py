@@ -229,6 +229,34 @@ def million_hybrid() -> list[str] | None:
     return out
 
 
+def store() -> list[str] | None:
+    """The store alone at 1M-10M+ generated 64-bit codes: milvus-lite against faiss in one process."""
+    r = _json("store") or {}
+    runs = sorted((v for k, v in r.items() if k.startswith("lite_vs_faiss_")), key=lambda v: v["n_codes"])
+    if not runs:
+        return None
+    rows = []
+    for x in runs:
+        f, lite = x["faiss_flat"], x["milvus_lite"]
+        for name, s, load, mem, disk in (
+                ("faiss IndexBinaryFlat", f, f"{f['load_s']:.1f}", "8", "-"),
+                ("milvus-lite BIN_FLAT", lite, f"{lite['load_s']:.0f}", f"{lite['server_rss_bytes_per_code']:.0f}"
+                 if (lite.get("server_rss_bytes_per_code") or 0) > 0 else "not measured",
+                 f"{lite['disk_bytes_per_code']:.0f}")):
+            rows.append([f"{x['n_codes']:,}", name, load, mem, disk,
+                         *(f"{s[f'top{k}_{c}c']['p50_ms']:.1f} / {s[f'top{k}_{c}c']['p99_ms']:.1f}"
+                           for k in (10, 100) for c in (1, 8)),
+                         f"{s['top10_8c']['qps']:.0f}", "1.000" if s is f else f"{lite['recall_at_100']:.3f}"])
+    out = _table(["codes", "store", "load s", "memory B/code", "disk B/code", "top-10 p50/p99 ms, 1 client",
+                  "8 clients", "top-100 1 client", "8 clients", "top-10 q/s (8 clients)", "recall@100"], rows)
+    ivf = ["", *_table(["codes", "faiss IVF", "build s", *(f"nprobe {p}: recall@100 / p50 ms" for p in (8, 32, 128))],
+                       ([f"{x['n_codes']:,}", f"nlist {n}", f"{x[f'faiss_ivf{n}']['build_s']:.0f}",
+                         *(f"{x[f'faiss_ivf{n}'][f'nprobe{p}']['recall_at_100']:.3f} / "
+                           f"{x[f'faiss_ivf{n}'][f'nprobe{p}']['p50_ms']:.2f}" for p in (8, 32, 128))]
+                        for x in runs for n in (1024, 4096)))]
+    return out + ivf
+
+
 def ray_train_run_label(run: str) -> str:
     """A bench.ray_train run's name (in-process, on-disk, a worker count) as the tables print it."""
     return {"in-process": "in-process", "on-disk": "in-process, features read from disk (`--feature-memory 0`)"}.get(
@@ -477,7 +505,7 @@ TABLES: dict[str, Callable[[], list[str] | None]] = {
     "item-level-training": item_level_training,
     "encode-speed": encode_speed, "onnx-speed": onnx_speed, "ingest-speed": ingest_speed, "service": service,
     "quality": quality, "million-search": million_search, "million-ingest": million_ingest,
-    "million-hybrid": million_hybrid, "ray-train": ray_train,
+    "million-hybrid": million_hybrid, "store": store, "ray-train": ray_train,
     "gpu-memory": gpu_memory, "gpu-train": gpu_train, "gpu-encode": gpu_encode,
 }
 

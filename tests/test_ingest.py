@@ -773,3 +773,17 @@ def test_a_full_disk_is_said_at_once_and_a_rerun_with_room_completes(ray_session
     finally:
         release(str(disk / "c.db"))
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_lite_collection_past_the_advised_size_says_to_move_to_a_server(ray_session, model_dir, tmp_path,
+                                                                          monkeypatch, caplog):
+    """Past LITE_ADVISED_CODES (10 million, from bench/store.py) an ingest into milvus-lite says
+    once where a server serves better; below it, nothing."""
+    import dhim_ray.jobs.ingest as job
+
+    target = MilvusTarget(str(tmp_path / "big.db"), "big")
+    job.ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False)
+    assert "codes in milvus-lite" not in caplog.text
+    monkeypatch.setattr(job, "LITE_ADVISED_CODES", 30)  # the same rule, at a size a test can write
+    job.ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False)
+    assert "big holds 40 codes in milvus-lite" in caplog.text and "a Milvus server with BIN_IVF_FLAT" in caplog.text
