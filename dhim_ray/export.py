@@ -24,7 +24,7 @@ from dhim_ray.encoding.encoder import FrozenEncoder
 from dhim_ray.encoding.onnx_runtime import export_graph, optimise
 from dhim_ray.errors import ConfigError
 from dhim_ray.hasher import Hasher
-from dhim_ray.model.checkpoint import check_writable
+from dhim_ray.model.checkpoint import check_writable, read_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def export_codes_graph(model_dir: str | Path, out: str | Path) -> Path:
     graph is written under a temporary name and renamed when complete: a failed export (a
     full disk) leaves no partial graph, and an earlier export at ``out`` stays whole."""
     out = check_export_path(Path(out))
-    config = Hasher.check(model_dir).config
+    config = read_checkpoint(model_dir).config  # Hasher.load below checks the weights and the encoder, once
     features = config.features
     # the graph computes in float32 whatever the model encodes in (int8 runs only on ONNX
     # Runtime's own kernels, bf16/fp16 are an accelerator's): fp32 models keep every code

@@ -31,10 +31,9 @@ def plotting_available() -> bool:
 
 
 def check_plot_path(path: str | Path) -> Path:
-    """A path a curve can be written to (a .png file), and matplotlib there to draw it."""
+    """A path a curve can be written to (not a folder; the CLI's parser has checked the .png
+    name), and matplotlib there to draw it."""
     path = Path(path)
-    if path.suffix.lower() != ".png":
-        raise ConfigError(f"--plot {str(path)!r}: give a file name ending in .png, e.g. curves.png")
     if path.is_dir():
         raise ConfigError(f"--plot {path}: is a folder; give a file name ending in .png")
     if not plotting_available():

@@ -114,8 +114,8 @@ class Searcher:
         if index is None:
             self.index = info.search_index(nprobe)
         self._incomplete: tuple[float, str | None] = (-1e9, None)
-        if self.incomplete():
-            logger.warning("%s", self.incomplete())
+        if (incomplete := self.incomplete()) is not None:
+            logger.warning("%s", incomplete)
 
     def incomplete(self) -> str | None:
         """One line saying the collection is incomplete (an ingest began and has not verified

@@ -54,7 +54,8 @@ def run_demo(out_dir: str | Path, bits: int = 64, epochs: int = 15, progress: bo
     logger.info("3/5 ingest: Ray Data -> milvus-lite %s", out_dir / "dhim_ray.db")
     target = MilvusTarget(str(out_dir / "dhim_ray.db"), f"{CORPUS}_{bits}")
     ingest_log = logging.getLogger("dhim_ray.jobs.ingest")
-    level, _ = ingest_log.level, ingest_log.setLevel(logging.WARNING)  # the demo's table says what it ingested
+    level = ingest_log.level
+    ingest_log.setLevel(logging.WARNING)  # its summary line: the demo's own table says what it ingested
     try:
         ing = ingest(train_split, model_dir, target, workers=workers, overwrite=True, progress=progress)
     finally:
