@@ -365,7 +365,8 @@ def ingest(
                 f"collection {target.collection!r} holds {stored} rows of {source} up to row {last_row} but "
                 f"{n_documents} were ingested; rerun the same ingest (it upserts) to repair it"
             )
-        ledger.mark(collection.client, collection.name, ledger.VERIFIED, source, stored, timeout=collection.timeout)
+        # the name the ledger knows it by: the collection itself, where the target names an alias of it
+        ledger.mark(collection.client, info.name, ledger.VERIFIED, source, stored, timeout=collection.timeout)
         if target.lite and (total := collection.count()) > LITE_ADVISED_CODES:
             logger.warning("%s holds %s codes in milvus-lite, which scans them all for each query, one query at a "
                            "time (about 0.1 s at 10 million on 2 cores); past %s a Milvus server with BIN_IVF_FLAT "
