@@ -7,11 +7,14 @@
     python -m bench.million interrupt --docs 1000000       # Ctrl-C mid-ingest, rerun: exact count
     python -m bench.million hybrid --docs 1000000          # with and without the text index: ingest,
                                                            # disk, codes-only vs hybrid search latency
+    python -m bench.million write --docs 10000000          # the write path alone (codes precomputed):
+                                                           # rows/s, peaks, verification, Ctrl-C + rerun
 
 The corpus is generated deterministically from the dev corpora's text (../shared/data):
 document i takes a random dev document (its corpus and label are the label) and
 shuffles its words with a seeded generator, so anyone with ../shared rebuilds the same
-bytes. It is written as 100k-row Parquet shards under ``train/``. Results are appended
+bytes. Past a million, the million's shards are linked again in order (rows 1,000,000 on
+repeat the texts of rows 0 on; their row numbers, and so their ids, are new). It is written as 100k-row Parquet shards under ``train/``. Results are appended
 to bench/million.json; ``python -m bench.report`` puts them in BENCHMARKS.md.
 """
 
@@ -57,6 +60,15 @@ def make_corpus(n_docs: int, seed: int = 0) -> Path:
 
     out = corpus_dir(n_docs)
     if (out / "done").exists():
+        return out
+    if n_docs > 1_000_000 and n_docs % 1_000_000 == 0:  # the million's shards, linked again (no new bytes)
+        shards = sorted((make_corpus(1_000_000, seed) / "train").glob("*.parquet"))
+        (out / "train").mkdir(parents=True, exist_ok=True)
+        for i in range(n_docs // SHARD_ROWS):
+            link = out / "train" / f"part-{i:05d}.parquet"
+            if not link.exists():
+                os.link(shards[i % len(shards)], link)
+        (out / "done").write_text(str(n_docs))
         return out
     if not DATA.exists():
         raise SystemExit(f"{DATA} is missing: the generated corpus is built from the dev corpora there")
@@ -112,7 +124,7 @@ class PeakMemory:
     """Peak resident memory of this process and of every Ray worker process, sampled."""
 
     def __init__(self, every: float = 0.5):
-        self.every, self.workers = every, 0
+        self.every, self.workers, self.store = every, 0, 0  # store: the milvus-lite server process
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -123,13 +135,17 @@ class PeakMemory:
                     continue
                 try:
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    if b"ray::" not in cmd and b"default_worker.py" not in cmd:
+                    store = b"milvus" in cmd.split(b"\0")[0]
+                    if b"ray::" not in cmd and b"default_worker.py" not in cmd and not store:
                         continue
                     status = Path(f"/proc/{pid}/status").read_text()
                 except OSError:
                     continue
                 hwm = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM")), 0)
-                self.workers = max(self.workers, hwm * 1024)
+                if store:
+                    self.store = max(self.store, hwm * 1024)
+                else:
+                    self.workers = max(self.workers, hwm * 1024)
 
     def __enter__(self):
         self._thread.start()
@@ -206,26 +222,54 @@ def bench_eval(n_codes: int, eval_queries: int, k: int) -> None:
                              "inputs_gib": (db.nbytes + q.nbytes + labels.nbytes) / 2**30})
 
 
+class StoredCodes:
+    """The bench hook that bypasses the encoder (``--precomputed``): it takes the place of
+    jobs/ingest.py's ``CodeEncoder`` in the ingest's encoding actors and gives each row a
+    64-bit code drawn from its row number around bench/store.py's clustered centres, so the
+    rest of the ingest (scan, the writes, verification, the ledger) runs as it does for a
+    user, at sizes an encoder would take hours to reach. Not a product flag: only a bench
+    process that swaps the class in gets it."""
+
+    def __init__(self, model_dir: str, **_):
+        from dhim_ray.hasher import Hasher
+
+        self.n_bytes = Hasher.check(model_dir).n_bits // 8
+        self.centres = np.random.default_rng(0).integers(0, 256, (65536, self.n_bytes), dtype=np.uint8)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        rows = np.asarray(batch["row"], dtype=np.int64)
+        rng = np.random.default_rng(int(rows[0]) if len(rows) else 0)
+        noise = np.packbits(rng.random((len(rows), self.n_bytes * 8)) < 0.06, axis=1)
+        batch["code"] = self.centres[(rows * 2654435761) % len(self.centres)] ^ noise
+        return batch
+
+
 def run_ingest(n_docs: int, model: Path, uri: str, collection: str, workers: int,
-               text_index: bool | None = None) -> dict:
-    """One ingest in this process (run it in a fresh one: peak memory is per process)."""
+               text_index: bool | None = None, precomputed: bool = False) -> dict:
+    """One ingest in this process (run it in a fresh one: peak memory is per process).
+    ``precomputed``: the encoder is bypassed (StoredCodes)."""
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.corpus.spec import CorpusSpec
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs import ingest as job
     from dhim_ray.jobs.ray_env import init_ray
 
+    if precomputed:
+        job.CodeEncoder = StoredCodes
     init_ray(None)
     import ray
 
     ray.data.DataContext.get_current().enable_progress_bars = False
     corpus = CorpusSpec(str(make_corpus(n_docs)), "train")
+    t0 = time.perf_counter()
     with PeakMemory() as peak:
-        result = ingest(corpus, model, MilvusTarget(uri, collection, timeout=600), workers=workers, progress=False,
-                        batch_size=256, write_batch=2000, text_index=text_index)
+        result = job.ingest(corpus, model, MilvusTarget(uri, collection, timeout=3600), workers=workers,
+                            progress=False, batch_size=256, write_batch=2000, text_index=text_index)
     return {"docs": n_docs, "workers": workers, "docs_per_s": result.docs_per_second, "seconds": result.seconds,
+            # after the last write: stale rows, the two counts, the ledger
+            "verify_s": time.perf_counter() - t0 - result.seconds,
             "rows_in_collection": result.rows_in_collection, "rows_of_source": result.rows_of_source,
             "verified": result.verified, "driver_peak_gib": PeakMemory.driver() / 2**30,
-            "worker_peak_gib": peak.workers / 2**30}
+            "worker_peak_gib": peak.workers / 2**30, "store_peak_gib": peak.store / 2**30}
 
 
 def child(args: list[str], timeout: float | None = None, interrupt_after: float | None = None) -> dict | None:
@@ -265,10 +309,10 @@ def count_collection(uri: str | Path, collection: str) -> dict:
 
 
 
-def interrupt_then_rerun(uri: str, n_docs: int, after: float, workers: int) -> dict:
+def interrupt_then_rerun(uri: str, n_docs: int, after: float, workers: int, extra: tuple[str, ...] = ()) -> dict:
     """Ctrl-C an ingest after ``after`` seconds, count what it left, rerun it to the end:
     the rerun's figures, and the final count and distinct ids (duplicates would show)."""
-    args = [str(n_docs), uri, "docs", "--workers", str(workers)]
+    args = [str(n_docs), uri, "docs", "--workers", str(workers), *extra]
     first = child(args, interrupt_after=after)
     partial = count_collection(uri, "docs")
     if first is not None or partial["count"] >= n_docs:
@@ -315,6 +359,44 @@ def bench_hybrid(n_docs: int, workers: int, n_queries: int) -> dict:
     return out
 
 
+def bench_write(n_docs: int, workers: int, after: float, n_queries: int) -> dict:
+    """The write path alone at ``n_docs`` (codes precomputed, the text index on as a new
+    milvus-lite file keeps one): an ingest into a new file (rows/s, peaks, verification,
+    bytes per document, codes-only and hybrid search on it), then another Ctrl-C'd after
+    ``after`` seconds and rerun to the exact count."""
+    import pyarrow.parquet as pq
+
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.search import Searcher
+
+    model, corpus = tiny_model(), make_corpus(n_docs)
+    out: dict = {"docs": n_docs, "workers": workers}
+    for name in ("write", "interrupt"):
+        for f in CACHE.glob(f"{name}-{n_docs}.db*"):
+            f.unlink()
+    db = CACHE / f"write-{n_docs}.db"
+    run = child([str(n_docs), str(db), "docs", "--workers", str(workers), "--precomputed"])
+    out["ingest"] = {**run, **count_collection(db, "docs"), "bytes_per_doc": file_bytes(db) / n_docs}
+    logger.info("ingest: %s", out["ingest"])
+    texts = pq.read_table(sorted((corpus / "train").glob("*.parquet"))[0], columns=["text"]).column("text").to_pylist()
+    rng = np.random.default_rng(0)
+    queries = [" ".join(texts[i].split()[:8]) for i in rng.choice(len(texts), n_queries, replace=False)]
+    with Searcher(model, MilvusTarget(str(db), "docs", timeout=3600)) as searcher:
+        for mode in ("codes", "hybrid", "codes", "hybrid"):  # each twice: the second pass is the one kept
+            ms = []
+            for q in queries:
+                t0 = time.perf_counter()
+                searcher.search([q], k=10, mode=mode)
+                ms.append((time.perf_counter() - t0) * 1e3)
+            out[f"{mode}_p50_ms"], out[f"{mode}_p99_ms"] = float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
+    db.unlink()
+    out["interrupt"] = interrupt_then_rerun(str(CACHE / f"interrupt-{n_docs}.db"), n_docs, after, workers,
+                                            ("--precomputed",))
+    for f in CACHE.glob(f"interrupt-{n_docs}.db*"):
+        f.unlink()
+    return out
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -341,12 +423,18 @@ def main() -> None:
     p.add_argument("--docs", type=int, default=1_000_000)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--queries", type=int, default=200)
+    p = sub.add_parser("write")
+    p.add_argument("--docs", type=int, default=10_000_000)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--after", type=float, default=300.0, help="seconds before the second ingest's Ctrl-C")
+    p.add_argument("--queries", type=int, default=100)
     p = sub.add_parser("_one")
     p.add_argument("docs", type=int)
     p.add_argument("uri", help="a milvus-lite .db file or a server URI")
     p.add_argument("collection")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--text-index", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--precomputed", action="store_true", help="bypass the encoder (StoredCodes)")
     args = ap.parse_args()
     if args.cmd == "corpus":
         print(make_corpus(args.docs))
@@ -356,7 +444,7 @@ def main() -> None:
         bench_eval(args.n_codes, args.queries, args.k)
     elif args.cmd == "_one":
         print(json.dumps(run_ingest(args.docs, tiny_model(), args.uri, args.collection, args.workers,
-                                    args.text_index)))
+                                    args.text_index, args.precomputed)))
     elif args.cmd == "ingest":
         tiny_model()
         for n in args.docs:
@@ -366,6 +454,8 @@ def main() -> None:
                 f.unlink()
             result = child([str(n), str(db), "docs", "--workers", str(args.workers)])
             record(f"ingest_tiny_{n}", {**result, **count_collection(db, "docs")})
+    elif args.cmd == "write":
+        record(f"write_{args.docs}", bench_write(args.docs, args.workers, args.after, args.queries))
     elif args.cmd == "hybrid":
         record(f"hybrid_{args.docs}", bench_hybrid(args.docs, args.workers, args.queries))
     elif args.cmd == "interrupt":

@@ -2,6 +2,7 @@
 against faiss in one process, on generated codes clustered as learned codes are.
 
     python -m bench store --n-codes 1000000 10000000      # -> bench/store.json
+    python -m bench store --server --n-codes 1000000 10000000
 
 For each size: load time (faiss: add; milvus-lite: insert, index, load), disk and resident
 memory per code, top-10 and top-100 latency p50/p99 from 1 and 8 concurrent clients,
@@ -10,6 +11,12 @@ nprobe swept) as the index a bigger store would build. Codes are generated, not 
 encoder's rate is measured elsewhere (python -m bench ingest_speed). milvus-lite keeps a
 collection of id and code only here, so its figures are a floor for a dhim-ray collection,
 which stores the text beside each code.
+
+``--server``: the Milvus 2.3 standalone server of the tests (tests/milvus_server.py, the PyPI
+package ``milvus``) in a network namespace of its own (the bench re-runs itself under
+``unshare -n``; root and Linux), against faiss in the same run: BIN_FLAT, then BIN_IVF_FLAT
+with nlist and nprobe swept; radius search (``--max-distance``) completeness against faiss'
+exact range search on both.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ import argparse
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -171,14 +180,150 @@ def bench_lite(db: np.ndarray, queries: np.ndarray, exact: dict) -> dict:
     return out
 
 
+SERVER_NLISTS = (1024, 4096)
+SERVER_NPROBES = (8, 32, 128)
+SERVER_QUERIES = 200
+
+
+def server_pid() -> int | None:
+    """The Milvus standalone process (``milvus run standalone``)."""
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if args[0].endswith(b"milvus") and b"standalone" in args:
+                return int(pid)
+    return None
+
+
+def radius_completeness(search_within, flat, queries: np.ndarray, radii: np.ndarray) -> float:
+    """Mean over queries of (rows the store returns within R) / (rows within R by faiss' exact
+    range search), R per query; the store asked for up to Milvus' 16,384 rows."""
+    fractions = []
+    for q, r in zip(queries, radii):
+        _, dist, _ = flat.range_search(q[None], int(r) + 1)  # distance < R + 1: within R
+        want = min(len(dist), 16384)
+        got = search_within(q, int(r))
+        fractions.append(got / want if want else 1.0)
+    return round(float(np.mean(fractions)), 4)
+
+
+def bench_server(n: int) -> dict:
+    """One size on the Milvus server: load, memory, BIN_FLAT and BIN_IVF_FLAT latency, recall and
+    radius completeness, faiss' exact scan as the truth."""
+    import faiss
+    from pymilvus import DataType, MilvusClient
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from milvus_server import URI, start_server
+
+    db = codes(n, seed=1)
+    queries = codes(SERVER_QUERIES, seed=2)
+    flat = faiss.IndexBinaryFlat(BITS)
+    flat.add(db)
+    exact = {k: flat.search(queries, k)[0] for k in (10, 100)}
+    faiss_top10 = latencies(flat.search, queries, 10, 1)
+    radii = exact[100][:, -1]  # each query's 100th distance: a radius holding a hundred rows or more
+    base = CACHE / f"server-{n}"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    server = start_server(base, authorization=False)
+    out: dict = {"n_codes": n, "bits": BITS, "queries": SERVER_QUERIES, "faiss_flat_top10_1c": faiss_top10}
+    try:
+        client = MilvusClient(URI, timeout=3600)
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("id", DataType.INT64, is_primary=True)
+        schema.add_field("code", DataType.BINARY_VECTOR, dim=BITS)
+        client.create_collection("store", schema=schema)
+        pid = server_pid()
+        rss_before = rss_of(pid) if pid else 0
+        t0 = time.perf_counter()
+        for s in range(0, n, INSERT_BATCH):
+            client.insert("store", [{"id": s + i, "code": row.tobytes()} for i, row in enumerate(db[s:s + INSERT_BATCH])])
+        client.flush("store")
+        out["insert_rows_per_s"] = round(n / (time.perf_counter() - t0))
+
+        def index(kind: str, **params) -> float:
+            client.release_collection("store")
+            for name in client.list_indexes("store"):
+                client.drop_index("store", name)
+            spec = client.prepare_index_params()
+            spec.add_index(field_name="code", index_type=kind, metric_type="HAMMING", params=params)
+            t0 = time.perf_counter()
+            client.create_index("store", spec)
+            client.load_collection("store")
+            return round(time.perf_counter() - t0, 1)
+
+        def searcher(params: dict):
+            def search(q: np.ndarray, k: int):
+                return client.search("store", data=[q[0].tobytes()], anns_field="code", limit=k,
+                                     search_params={"metric_type": "HAMMING", "params": params})
+            return search
+
+        def recall(search, k: int) -> float:
+            got = [[h["distance"] for h in search(q[None], k)[0]] for q in queries]
+            return round(float(np.mean([np.mean(np.asarray(g[:k]) <= e[k - 1]) * len(g[:k]) / k
+                                        for g, e in zip(got, exact[k])])), 4)
+
+        def within(params: dict):
+            def count(q: np.ndarray, r: int) -> int:
+                hits = client.search("store", data=[q.tobytes()], anns_field="code", limit=16384,
+                                     search_params={"metric_type": "HAMMING",
+                                                    "params": {**params, "radius": r + 1, "range_filter": 0}})[0]
+                return sum(1 for h in hits if h["distance"] <= r)
+            return count
+
+        entry = {"build_and_load_s": index("BIN_FLAT")}
+        entry["server_rss_bytes_per_code"] = round((rss_of(pid) - rss_before) / n, 1) if pid else None
+        search = searcher({})
+        for k in (10, 100):
+            entry[f"recall_at_{k}"] = recall(search, k)
+            for clients in (1, 8):
+                entry[f"top{k}_{clients}c"] = latencies(search, queries, k, clients)
+        entry["radius_completeness"] = radius_completeness(within({}), flat, queries, radii)
+        out["bin_flat"] = entry
+        logger.info("server BIN_FLAT at %d: %s", n, entry)
+        for nlist in SERVER_NLISTS:
+            entry = {"build_and_load_s": index("BIN_IVF_FLAT", nlist=nlist)}
+            for nprobe in SERVER_NPROBES:
+                search = searcher({"nprobe": nprobe})
+                entry[f"nprobe{nprobe}"] = {"recall_at_100": recall(search, 100), **latencies(search, queries, 100, 1),
+                                            "top100_8c": latencies(search, queries, 100, 8)}
+            entry["radius_completeness_nprobe_nlist"] = radius_completeness(
+                within({"nprobe": nlist}), flat, queries[:50], radii[:50])
+            out[f"bin_ivf_flat{nlist}"] = entry
+            logger.info("server BIN_IVF_FLAT nlist %d at %d: %s", nlist, n, entry)
+        client.close()
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    return out
+
+
+def in_own_network() -> None:
+    """Run this bench again inside a network namespace of its own (the server listens on every
+    interface), loopback up; returns only inside it."""
+    if os.environ.get("DHIM_BENCH_NETNS") == "1":
+        return
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        raise SystemExit("--server needs Linux, root, unshare and ip: the server runs in a network namespace")
+    inner = f"ip link set lo up && DHIM_BENCH_NETNS=1 exec {sys.executable} -m bench store " + " ".join(sys.argv[1:])
+    raise SystemExit(subprocess.call(["unshare", "-n", "sh", "-c", inner], cwd=Path(__file__).resolve().parents[1]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench store", description=__doc__.split("\n\n")[0])
     ap.add_argument("--n-codes", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    ap.add_argument("--server", action="store_true", help="the Milvus 2.3 server of the tests, not milvus-lite")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.server:
+        in_own_network()
     for n in args.n_codes:
-        result = bench_size(n)
-        record_key("store", f"lite_vs_faiss_{n}", result)
+        result = bench_server(n) if args.server else bench_size(n)
+        record_key("store", f"{'server' if args.server else 'lite'}_vs_faiss_{n}", result)
         logger.info("%s", result)
 
 

@@ -175,17 +175,6 @@ class TrainConfig:
     feature_dropout: float = 0.0  # dropout on cached features: cheap stand-in for encoder dropout
     crop_tokens: int = 64  # >0: train on a random window of this many word positions (long documents only)
     neighbours: int = 10  # >0: a random one of each document's top-m cosine neighbours is also a positive
-    # >0: instance discrimination. Each document also gives a view, a random window of 4 to
-    # view_words of its words; the view's code must tell its own document's global code from
-    # the batch's others (weight view_weight, beside the local and regulariser terms). It
-    # teaches the code the document, not only its topic (known-item retrieval).
-    view_weight: float = 0.0
-    view_words: int = 16
-    # >0: similarity distillation. The batch's relaxed codes (tanh(logit / 2 alpha)) are pulled to
-    # keep the cosine similarities of the documents' centred mean-pooled vectors (weight
-    # distill_weight): the codes keep how near two documents are, not only whether they share
-    # a topic.
-    distill_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if not _is_int(self.batch_size) or not 2 <= self.batch_size <= 65536:
@@ -217,12 +206,6 @@ class TrainConfig:
                 or 0 < self.max_select_database <= self.k or self.max_select_database > 100_000_000):
             raise ConfigError(f"max_select_database={self.max_select_database}: 0 (all) or more than k={self.k} "
                               "and at most 100000000")
-        if not 0 <= self.view_weight <= 1000:
-            raise ConfigError(f"view_weight={self.view_weight}: must be between 0 (off) and 1000, e.g. 1.0")
-        if not 0 <= self.distill_weight <= 1000:
-            raise ConfigError(f"distill_weight={self.distill_weight}: must be between 0 (off) and 1000, e.g. 1.0")
-        if not _is_int(self.view_words) or not 4 <= self.view_words <= 512:
-            raise ConfigError(f"view_words={self.view_words}: must be between 4 and 512, e.g. 16")
         if not 0 <= self.feature_dropout < 1:
             raise ConfigError(f"feature_dropout={self.feature_dropout}: must be in [0, 1)")
         check_seed(self.seed)
@@ -281,6 +264,10 @@ def defaults_for_bits(n_bits: int, table: dict[int, dict[str, Any]] | None = Non
     return {"init": "random", "identity_bits": 0, **table[nearest]}
 
 
+#: Experiments retired from the training loss (their findings: docs/experiments.md), with their off values.
+RETIRED_TRAIN_FIELDS = {"view_weight": 0.0, "view_words": 16, "distill_weight": 0.0}
+
+
 @dataclass(frozen=True)
 class DHIMConfig:
     """Everything a run needs; saved as config.json in every checkpoint."""
@@ -294,11 +281,16 @@ class DHIMConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DHIMConfig:
+        train = dict(data.get("train", {}))
+        for name, off in RETIRED_TRAIN_FIELDS.items():  # a checkpoint from before they went: off is no change
+            if train.pop(name, off) != off:
+                raise ConfigError(f"this model was trained with train.{name}, an experiment this version no longer "
+                                  "has (docs/experiments.md); train it again without it")
         try:
             return cls(
                 features=FeatureConfig(**data.get("features", {})),
                 model=ModelConfig(**data.get("model", {})),
-                train=TrainConfig(**data.get("train", {})),
+                train=TrainConfig(**train),
             )
         except TypeError as exc:  # unknown or missing field, or a value of the wrong type
             raise ConfigError(f"config does not match this dhim-ray version: {exc}") from exc

@@ -110,6 +110,20 @@ def test_broken_config_is_one_clear_error(saved, edit, message):
         read_checkpoint(path)
 
 
+def test_a_checkpoint_from_before_the_retired_loss_terms(saved, tiny_config):
+    """A model saved while train.view_weight / view_words / distill_weight existed loads where
+    they were off; one trained with either term is refused, naming it."""
+    path, _ = saved
+    meta = json.loads((path / "config.json").read_text())
+    meta["config"]["train"].update(view_weight=0.0, view_words=16, distill_weight=0.0)
+    (path / "config.json").write_text(json.dumps(meta))
+    assert read_checkpoint(path).config == tiny_config
+    meta["config"]["train"]["distill_weight"] = 10.0
+    (path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=r"train\.distill_weight, an experiment this version no longer has"):
+        read_checkpoint(path)
+
+
 def test_unwritable_out_is_refused_before_work(tmp_path):
     """Issue 11.4: --out a file (or under one) fails at once, not after training."""
     (tmp_path / "afile").write_text("x")

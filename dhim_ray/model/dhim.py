@@ -132,10 +132,6 @@ class DHIM(nn.Module):
         beta: float,
         gather=None,
         pairs: torch.Tensor | None = None,
-        views: tuple[torch.Tensor, torch.Tensor] | None = None,
-        view_weight: float = 0.0,
-        similar: torch.Tensor | None = None,
-        distill_weight: float = 0.0,
     ) -> DHIMOutput:
         """Training loss for a batch.
 
@@ -149,13 +145,6 @@ class DHIM(nn.Module):
                 negatives span the whole global batch. None: this batch only.
             pairs: optional (n, n) bool over this batch: extra positives (e.g. a
                 document and one of its nearest neighbours) besides its own codes.
-            views: optional (tokens (n, W, H), mask (n, W)): a window of each document.
-                Its code (the mean of its local logits, as a document's) is scored
-                against the batch's global codes like a local code, with only its own
-                document as the positive: instance discrimination, weight ``view_weight``.
-            similar: optional (n, H) vectors (the mean-pooled features) whose centred cosine
-                similarities the relaxed codes' similarities are pulled to (mean squared
-                error over pairs, weight ``distill_weight``).
         """
         cfg = self.config
         positions = self._positions(mask)
@@ -182,31 +171,5 @@ class DHIM(nn.Module):
             reg_scores = bilinear_scores(target_codes[:, None, :], all_global, self.disc_target)  # (n, N, 1)
             ones = torch.ones(len(tokens), 1, dtype=torch.bool, device=tokens.device)
             mi_reg = jsd_mi(reg_scores, positive, ones, cfg.score_sigmoid)
-        mi_view = torch.zeros((), device=tokens.device)
-        view_logits = None
-        if views is not None and view_weight > 0:
-            view_tokens, view_mask = views
-            view_logits = self.head_logits(view_tokens, view_mask)  # (n, bits)
-            view_codes = bernoulli_straight_through(view_logits, cfg.alpha)
-            own_only = torch.zeros_like(positive)
-            own_only[torch.arange(len(tokens), device=tokens.device), own] = True
-            view_scores = bilinear_scores(view_codes[:, None, :], all_global, self.disc_local)  # (n, N, 1)
-            ones = torch.ones(len(tokens), 1, dtype=torch.bool, device=tokens.device)
-            mi_view = jsd_mi(view_scores, own_only, ones, cfg.score_sigmoid)
-        distill = torch.zeros((), device=tokens.device)
-        if similar is not None and distill_weight > 0:
-            relaxed = torch.tanh(global_logits / (2 * cfg.alpha))  # (n, bits) in (-1, 1)
-            code_sim = relaxed @ relaxed.T / relaxed.shape[1]  # (n, n)
-            centred = similar - similar.mean(0, keepdim=True)
-            unit = centred / centred.norm(dim=1, keepdim=True).clamp_min(1e-6)
-            off = ~torch.eye(len(tokens), dtype=torch.bool, device=tokens.device)
-            distill = ((code_sim - unit @ unit.T)[off] ** 2).mean()
-            if view_logits is not None:  # and each view's code against every document's
-                view_tokens, view_mask = views
-                w = view_mask.to(view_tokens.dtype)[:, :, None]
-                view_mean = (view_tokens * w).sum(1) / w.sum(1).clamp_min(1) - similar.mean(0, keepdim=True)
-                view_unit = view_mean / view_mean.norm(dim=1, keepdim=True).clamp_min(1e-6)
-                cross = torch.tanh(view_logits / (2 * cfg.alpha)) @ relaxed.T / relaxed.shape[1]
-                distill = distill + ((cross - view_unit @ unit.T) ** 2).mean()
-        loss = -(mi_local + beta * mi_reg + view_weight * mi_view) + distill_weight * distill
+        loss = -(mi_local + beta * mi_reg)
         return DHIMOutput(loss=loss, mi_local=mi_local.detach(), mi_regulariser=mi_reg.detach())

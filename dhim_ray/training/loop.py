@@ -324,25 +324,6 @@ def batch_plan(n: int, batch_size: int, rng: np.random.Generator,
     return pair_batches(n, batch_size, neighbours, rng)
 
 
-def cut_views(tokens: torch.Tensor, mask: torch.Tensor, max_words: int,
-              min_words: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
-    """A random window of each document's words (a view for instance discrimination):
-    length uniform in [min_words, max_words] (at most the document), start uniform.
-    tokens (B, T, H), mask (B, T) -> (view tokens (B, W, H), view mask (B, W)), W = max_words.
-    Drawn from torch's generator, which the run seeds."""
-    lengths = mask.sum(1)  # (B,)
-    b, t = mask.shape
-    width = min(max_words, t)
-    want = torch.randint(min_words, max_words + 1, (b,), device=mask.device)
-    size = torch.minimum(want, lengths).clamp_min(1)
-    start = (torch.rand(b, device=mask.device) * (lengths - size + 1).clamp_min(1)).long()
-    cols = (start[:, None] + torch.arange(width, device=mask.device)[None, :]).clamp_max(t - 1)  # (B, W)
-    rows = torch.arange(b, device=mask.device)[:, None]
-    view_mask = (torch.arange(width, device=mask.device)[None, :] < size[:, None]) & mask[rows, cols]
-    view_tokens = tokens[rows, cols] * view_mask[:, :, None].to(tokens.dtype)
-    return view_tokens, view_mask
-
-
 def train_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -355,15 +336,9 @@ def train_step(
 ) -> dict[str, float]:
     """One optimiser step on one batch; returns the loss and both MI terms."""
     model.train()
-    views = cut_views(tokens, mask, config.view_words) if config.view_weight > 0 else None
     if config.feature_dropout:
         tokens = F.dropout(tokens, config.feature_dropout)
-    similar = None
-    if config.distill_weight > 0:  # the documents' mean-pooled vectors, before any dropout
-        w = mask.to(tokens.dtype)[:, :, None]
-        similar = (tokens * w).sum(1) / w.sum(1).clamp_min(1)
-    out = model(tokens, mask, target, config.beta, gather=gather, pairs=pairs, views=views,
-                view_weight=config.view_weight, similar=similar, distill_weight=config.distill_weight)
+    out = model(tokens, mask, target, config.beta, gather=gather, pairs=pairs)
     optimizer.zero_grad(set_to_none=True)
     out.loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
