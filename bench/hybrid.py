@@ -37,7 +37,8 @@ import numpy as np
 from bench.harness import HERE, append_row, file_bytes, read_rows
 from bench.protocol import corpus_features, done, fit_carved, training_fields
 from dhim_ray.config import config_for_bits
-from dhim_ray.connectors.milvus import MilvusTarget, document_ids, make_rows
+from dhim_ray.connectors.milvus import MilvusTarget
+from dhim_ray.connectors.rows import document_ids, make_rows
 from dhim_ray.model.inference import hash_features
 from dhim_ray.retrieval import known_item
 from dhim_ray.retrieval.fusion import Fusion, fuse

@@ -24,73 +24,56 @@ a server (``http://host:19530``) takes many writers and BIN_IVF_FLAT.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
-import os
 import re
 import shutil
-import socket
-import tempfile
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import numpy as np
 
 from dhim_ray.codes import bytes_to_codes, check_codes, check_n_bits
+from dhim_ray.connectors.connection import (
+    DEFAULT_TIMEOUT,
+    check_server_uri,
+    connect,
+    is_lite,
+    release,
+)
 from dhim_ray.connectors.filters import MAX_FILTER_CHARS, check_filter, refused_by_milvus, shown  # noqa: F401
-from dhim_ray.corpus.columns import MILVUS_NAME, PREFIX, string_bound, wider
+from dhim_ray.connectors.rows import (
+    CODE_FIELD,
+    KEY_FIELD,
+    KEY_MAX,
+    LABEL_NAME_FIELD,
+    LABEL_NAME_MAX,
+    OUTPUT_FIELDS,
+    SIGN_FIELD,
+    TEXT_FUNCTION,
+    TEXT_PREVIEW,
+    TEXT_SPARSE_FIELD,
+    VECTOR_FIELD,
+)
+from dhim_ray.corpus.columns import MILVUS_NAME, string_bound, wider
 from dhim_ray.errors import (
     CodeFormatError,
     CollectionMismatchError,
     ConfigError,
     NoSpaceError,
-    StoreBusyError,
     StoreError,
-    StoreUnreachableError,
 )
-from dhim_ray.stderr import stderr_to
 
 logger = logging.getLogger(__name__)
 
 FORMAT = "dhim-ray/codes"
-CODE_FIELD = "code"
-VECTOR_FIELD = "vector"  # optional (ingest --store-vectors): the unit-norm sentence vector, float16
-SIGN_FIELD = "sign"  # optional (ingest --store-signs): the sign bits of the sentence vector, packed
-TEXT_SPARSE_FIELD = "text_sparse"  # optional (the text index): BM25 terms of ``text``, filled by Milvus
-TEXT_FUNCTION = "text_bm25"
-LABEL_NAME_FIELD = "label_name"
-LABEL_NAME_MAX = 256  # characters kept of a label's name
-KEY_FIELD = "key"
-KEY_MAX = 256  # characters of a document's own id (longer ones are refused, not cut)
-TEXT_PREVIEW = 1024
 MAX_SEARCH_K = 16384  # Milvus' limit on top-k
-DEFAULT_TIMEOUT = 30.0
 #: Free space below which a write to a milvus-lite file is refused at once (its server retries a
 #: write on a full disk until the call's timeout, then fails without saying why).
 LITE_MIN_FREE_BYTES = 16 * 2**20
-# milvus-lite is a local process on a unix socket: keepalive pings only earn a GOAWAY
-# ("too_many_pings") from its server while the client waits idle (e.g. on slow encoders),
-# which gRPC prints to the terminal. pymilvus pings every 10 s by default; lite needs none.
-LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 2**31 - 1, "grpc.keepalive_permit_without_calls": 0}
-OUTPUT_FIELDS = ["label", "text", "source", "row"]
-#: Every field name dhim-ray itself writes: a kept metadata column cannot take one.
-RESERVED_FIELDS = ("id", CODE_FIELD, "label", LABEL_NAME_FIELD, "text", "source", "row", KEY_FIELD, VECTOR_FIELD,
-                   SIGN_FIELD, TEXT_SPARSE_FIELD)
 INDEX_TYPES = ("BIN_FLAT", "BIN_IVF_FLAT")
-
-
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-
-
-def is_lite(uri: str) -> bool:
-    """A local file path (milvus-lite) rather than a server URL."""
-    scheme = _SCHEME.match(uri)
-    return scheme is None or scheme.group(1).lower() not in ("http", "https", "tcp", "grpc", "unix")
 
 
 @dataclass(frozen=True)
@@ -136,25 +119,6 @@ def check_index_for(uri: str, index: IndexSpec) -> IndexSpec:
 def quote(value: str) -> str:
     """A Milvus filter string literal: ``quote('a"b')`` -> ``"a\\"b"`` (backslash and quote escaped)."""
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def mask_uri(uri: str) -> str:
-    """The URI with every credential it can carry masked, for messages and logs: a
-    user:password (or a token) before the host, and the value of every query-string
-    parameter and fragment (``?token=...``, ``?password=...``: a Milvus URI needs none)."""
-    try:
-        url = urlparse(uri)
-        port = url.port
-    except ValueError:  # a malformed port or netloc: mask whatever could hold a secret
-        return re.sub(r"(\w+://)[^/\s]*@", r"\1***@", uri.split("?", 1)[0].split("#", 1)[0]) + (
-            "?***" if "?" in uri else "")
-    if url.username is not None or url.password is not None:
-        url = url._replace(netloc=f"***@{url.hostname or ''}" + (f":{port}" if port else ""))
-    if url.query:
-        url = url._replace(query="&".join(f"{part.partition('=')[0]}=***" for part in url.query.split("&")))
-    if url.fragment:
-        url = url._replace(fragment="***")
-    return url.geturl()
 
 
 def check_collection_name(name: str, what: str = "collection", example: str = "dbpedia_64") -> str:
@@ -216,310 +180,6 @@ class MilvusTarget:
         finally:
             client.close()
             release(self.uri)
-
-
-#: milvus-lite 2.5.1's own rule for a database file's name (the folder may hold any characters).
-_LITE_NAME = re.compile(r"[A-Za-z0-9.\-_]{1,36}")
-_SQLITE_HEADER = b"SQLite format 3\x00"
-
-
-def check_lite_file(uri: str) -> None:
-    """A milvus-lite file's name must be ASCII letters, digits, '.', '-', '_' (36 at most), and an
-    existing file must be a milvus-lite database (an SQLite file): said in one line, before
-    milvus-lite starts and fails with a traceback or a misleading lock error."""
-    name = os.path.basename(uri)
-    if not _LITE_NAME.fullmatch(name):
-        why = "has a space" if " " in name else "is longer than 36 characters" if len(name) > 36 else \
-            "has characters other than letters, digits, '.', '-' and '_'"
-        raise ConfigError(f"uri={uri}: the milvus-lite file name {name!r} {why}, which milvus-lite refuses; "
-                          "rename it, e.g. codes.db (its folder may have any name)")
-    if os.path.isfile(uri) and os.path.getsize(uri) > 0:
-        with open(uri, "rb") as f:
-            head = f.read(len(_SQLITE_HEADER))
-        if head != _SQLITE_HEADER:
-            raise ConfigError(f"uri={uri}: the file is not a milvus-lite database; give another .db path "
-                              "(a new one is created by 'dhim-ray ingest')")
-
-
-def _check_reachable(uri: str, timeout: float) -> None:
-    host, port = check_server_uri(uri)
-    try:
-        with socket.create_connection((host, port), timeout=min(timeout, 5.0)):
-            return
-    except OSError as exc:
-        raise StoreUnreachableError(
-            f"cannot reach Milvus at {mask_uri(uri)} ({exc.strerror or exc}); start the server or check uri"
-        ) from exc
-
-
-def _quiet_pymilvus() -> None:
-    """pymilvus logs every refused call with its whole stack at ERROR, then raises; the
-    connector turns the exception into one message, so the log stays quiet unless dhim-ray's
-    logger is at DEBUG. (Set after pymilvus is imported: its import configures its loggers.)"""
-    level = logging.DEBUG if logging.getLogger("dhim_ray").isEnabledFor(logging.DEBUG) else logging.CRITICAL
-    for name in ("pymilvus.decorators", "pymilvus.client.abstract"):
-        logging.getLogger(name).setLevel(level)
-
-
-def check_lite_path(uri: str, create: bool = True) -> None:
-    """What a milvus-lite URI must be before a server opens it (creating nothing): a .db
-    name milvus-lite takes, in a folder that exists; ``create=False``: the file exists."""
-    if not uri.endswith(".db"):
-        raise ConfigError(f"uri={uri}: a milvus-lite file must end in .db, or give http://host:19530")
-    check_lite_file(uri)
-    if not create and not os.path.isfile(uri):
-        raise StoreError(f"uri={uri}: no such milvus-lite file; check the path or run 'dhim-ray ingest' first")
-    parent = os.path.dirname(os.path.abspath(uri))
-    if not os.path.isdir(parent):
-        raise StoreError(f"uri={uri}: folder {parent} does not exist; create it or pick another path")
-
-
-def check_server_uri(uri: str) -> tuple[str, int]:
-    """(host, port) of a server URI, or a ConfigError naming what is malformed."""
-    try:
-        url = urlparse(uri)
-        host, port = url.hostname, url.port or 19530
-    except ValueError as exc:  # "Port out of range", "Invalid IPv6 URL", a port that is not a number
-        raise ConfigError(f"uri={uri}: not a Milvus address ({exc}); give http://host:19530 or a .db file") from None
-    if url.scheme not in ("http", "https", "tcp", "grpc") or not host:
-        raise ConfigError(f"uri={uri}: not a Milvus address; give http://host:19530 (a server) or a path ending "
-                          "in .db (milvus-lite)")
-    return host, port
-
-
-def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS_TOKEN", create: bool = True):
-    """A MilvusClient for a milvus-lite file or a server URL. ``create=False``: a
-    milvus-lite file must exist already (searching a mistyped path must not create one)."""
-    warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
-    from pymilvus import MilvusClient
-
-    _quiet_pymilvus()
-
-    kwargs: dict[str, Any] = {}
-    if is_lite(uri):
-        check_lite_path(uri, create)
-        guard_lite_locks()
-        kwargs["grpc_options"] = LITE_GRPC_OPTIONS
-    else:
-        _check_reachable(uri, timeout)
-        secret = os.environ.get(token_env)
-        if secret:
-            kwargs["token"] = secret
-    # The wait for the channel: pymilvus' default is 10 s, which a milvus-lite server
-    # starting on a loaded machine can pass.
-    kwargs["timeout"] = timeout
-    # A milvus-lite server now and then does not answer its first channel (seen once in a
-    # full test run on a quiet machine): its process is released and started once more.
-    attempts = 2 if is_lite(uri) else 1
-    for attempt in range(attempts):
-        try:
-            with _quiet_lite():
-                return MilvusClient(uri=uri, **kwargs)
-        except Exception as exc:  # pymilvus raises MilvusException or plain errors
-            message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-            if is_lite(uri) and "open local milvus failed" in message.lower():
-                raise StoreBusyError(
-                    f"uri={uri}: the milvus-lite file is open in another process (one process per file); "
-                    "stop it or use a Milvus server"
-                ) from exc
-            if attempt + 1 < attempts and "fail connecting" in message.lower():
-                logger.debug("milvus-lite %s did not answer (%s); starting it again", uri, message)
-                release(uri)
-                continue
-            where = "the milvus-lite file" if is_lite(uri) else "the server"
-            raise StoreUnreachableError(f"cannot open Milvus at {mask_uri(uri)} ({message}); check {where} and "
-                                        f"credentials (${token_env})") from exc
-    raise AssertionError("unreachable")
-
-
-#: Where milvus-lite's server process writes its own log (its C++ errors: a refused filter
-#: expression, a missing file), unless dhim-ray's logger is at DEBUG (``-v``).
-LITE_SERVER_LOG = os.path.join(tempfile.gettempdir(), "dhim-ray-milvus-lite.log")
-
-
-def _with_server_log(start):
-    """Run ``start`` (which launches milvus-lite's server) with file descriptor 2 pointed at
-    LITE_SERVER_LOG, so the server inherits the file as its stderr and the terminal keeps
-    to dhim-ray's own lines; the caller's stderr is put back at once."""
-    verbose = logging.getLogger("dhim_ray").isEnabledFor(logging.DEBUG)
-    with stderr_to(None if verbose else LITE_SERVER_LOG):
-        return start()
-
-
-def guard_lite_locks() -> None:
-    """Only the process that took a milvus-lite file's lock removes it.
-
-    milvus-lite 2.5.1 deletes ``.NAME.db.lock`` whenever one of its Server objects stops,
-    also one whose start was refused because another process holds the file: a refused
-    open then left the holder unprotected, and the next process opened the same file
-    beside it. Wrapped here (once per process): a server that never took the lock closes
-    its handle and deletes nothing."""
-    from milvus_lite.server import Server
-
-    if getattr(Server, "_dhim_ray_guarded", False):
-        return
-    start, stop = Server.start, Server.stop
-
-    def guarded_start(self) -> bool:
-        ok = _with_server_log(lambda: start(self))
-        # the lock is held once the server process was launched (whether or not it then stayed up)
-        self._dhim_ray_holds_lock = self._p is not None
-        return ok
-
-    def guarded_stop(self) -> None:
-        if getattr(self, "_dhim_ray_holds_lock", False):
-            stop(self)
-            self._dhim_ray_holds_lock = False
-            return
-        if self._lock_fd:  # opened to try the lock, never held: close it, remove nothing
-            self._lock_fd.close()
-            self._lock_fd = None
-
-    Server.start, Server.stop = guarded_start, guarded_stop
-    Server._dhim_ray_guarded = True
-
-
-class _LiteChatter(logging.Filter):
-    """milvus-lite logs on the root logger when it releases a file no server holds (after a
-    connect that failed) and when another process holds the file: the caller says the
-    latter in its own one line, and the former is not news."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not (message.startswith("No local milvus in path") or "has been opened by another program" in message
-                    or message == "Start milvus-lite failed")
-
-
-@contextlib.contextmanager
-def _quiet_lite() -> Iterator[None]:
-    quiet, root = _LiteChatter(), logging.getLogger()
-    root.addFilter(quiet)
-    try:
-        yield
-    finally:
-        root.removeFilter(quiet)
-
-
-def release(uri: str) -> None:
-    """Free a milvus-lite file's lock so another process may open it (close() does not)."""
-    if not is_lite(uri):
-        return
-    from milvus_lite.server_manager import server_manager_instance
-
-    with _quiet_lite():
-        try:
-            server_manager_instance.release_server(uri)  # it resolves the path itself
-        except Exception as exc:  # a server already gone is fine; say so in the debug log
-            logger.debug("release of milvus-lite %s: %s", uri, exc)
-
-
-# ---- ids and rows ------------------------------------------------------------------
-def source_label(source_id: str, display: str) -> str:
-    """The ``source`` field of a code row: readable (``dbpedia:train``) and unique to the
-    source (a hash of its full identity: resolved path or hub id, and split), in
-    characters that need no quoting."""
-    digest = hashlib.blake2b(source_id.encode(), digest_size=6).hexdigest()
-    readable = re.sub(r"[^A-Za-z0-9_.:/-]", "_", display)[-200:]
-    return f"{readable}@{digest}"
-
-
-def document_ids(source: str, rows: Sequence[int] | np.ndarray) -> np.ndarray:
-    """Deterministic INT64 ids: 23 bits from a hash of ``source`` (see source_label),
-    40 bits of row number. The same document always gets the same id, so a rerun
-    upserts onto the same rows; another source's ids differ in the top bits, and a
-    hash collision is caught by ``refuse_foreign_rows`` before anything is written."""
-    rows = np.asarray(rows, dtype=np.int64)
-    if rows.size and (rows.min() < 0 or rows.max() >= 1 << 40):
-        raise ConfigError("row numbers must be in [0, 2^40) to form document ids")
-    prefix = int.from_bytes(hashlib.blake2b(source.encode(), digest_size=8).digest(), "big") & ((1 << 23) - 1)
-    return (np.int64(prefix) << np.int64(40)) | rows
-
-
-def make_rows(
-    ids: np.ndarray,
-    codes: np.ndarray,
-    n_bits: int,
-    labels: np.ndarray | None,
-    texts: Sequence[str],
-    source: str,
-    rows: np.ndarray,
-    vectors: np.ndarray | None = None,
-    label_names: Sequence[str] | None = None,
-    name_field: bool = True,
-    keys: Sequence[str] | None = None,
-    key_field: bool = True,
-    signs: np.ndarray | None = None,
-    columns: dict[str, Sequence] | None = None,
-) -> list[dict[str, Any]]:
-    """Validated insert rows. Every code is checked for dtype and length first:
-    Milvus stores wrong-length codes silently and shifts the rest of the batch.
-    ``vectors`` (n, d): sentence vectors, stored unit-norm as float16. ``label_names``:
-    each row's label name (None: "" for every row). ``name_field``: the collection has the
-    label_name field (CollectionInfo.label_names; False for one made before it existed).
-    ``keys``: each document's own id (None: "" for every row), at most KEY_MAX characters;
-    ``key_field``: the collection has the key field (CollectionInfo.keys). ``signs``: packed
-    sign bits of each document's sentence vector (uint8 (n, width // 8)). ``columns``: kept
-    metadata, name -> one value per row (of the kind its field has)."""
-    codes = check_codes(codes, n_bits)
-    n = len(codes)
-    if signs is not None:
-        signs = check_codes(np.asarray(signs, dtype=np.uint8))
-        if len(signs) != n:
-            raise CodeFormatError(f"signs has {len(signs)} rows for {n} codes: expected one per code")
-    if vectors is not None:
-        vectors = np.asarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2 or len(vectors) != n or not np.isfinite(vectors).all():
-            raise CodeFormatError(f"vectors of shape {vectors.shape}: expected ({n}, width), finite, one per code")
-        vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True).clip(1e-12)).astype(np.float16)
-    for name, col in (("ids", ids), ("texts", texts), ("rows", rows)):
-        if len(col) != n:
-            raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
-    columns = {name: [v.item() if hasattr(v, "item") else v for v in values] for name, values in (columns or {}).items()}
-    for name, col in (("labels", labels), ("label_names", label_names), ("keys", keys), *columns.items()):
-        if col is not None and len(col) != n:
-            raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
-    if keys is not None:
-        keys = [str(k) for k in keys]
-        too_long = next((k for k in keys if len(k) > KEY_MAX), None)
-        if too_long is not None:
-            raise CodeFormatError(f"id {too_long[:40]!r}...: ids are at most {KEY_MAX} characters")
-        if not key_field:
-            raise CollectionMismatchError("the collection was made before rows kept their own ids; ingest into a new "
-                                          "collection, or drop the ids")
-    out = []
-    for i in range(n):
-        out.append({
-            "id": int(ids[i]),
-            CODE_FIELD: codes[i].tobytes(),
-            "label": int(labels[i]) if labels is not None else -1,
-            "text": _preview(texts[i]),
-            "source": source[:256],
-            "row": int(rows[i]),
-            **({VECTOR_FIELD: vectors[i]} if vectors is not None else {}),
-            **({SIGN_FIELD: signs[i].tobytes()} if signs is not None else {}),
-            **({LABEL_NAME_FIELD: _cut(str(label_names[i]), LABEL_NAME_MAX) if label_names is not None else ""}
-               if name_field else {}),
-            **({KEY_FIELD: keys[i] if keys is not None else ""} if key_field else {}),
-            **{name: values[i] for name, values in columns.items()},
-        })
-    return out
-
-
-def kept_columns(batch) -> dict[str, Any]:
-    """The kept metadata columns of a block or batch (``col:NAME``), by their field names."""
-    return {name[len(PREFIX):]: values for name, values in batch.items() if name.startswith(PREFIX)}
-
-
-def _preview(text: str) -> str:
-    return _cut(text, TEXT_PREVIEW)
-
-
-def _cut(text: str, chars: int) -> str:
-    # VARCHAR max_length counts bytes (it is chars * 4 here); keep a margin for multi-byte characters.
-    cut = text[:chars]
-    while len(cut.encode("utf-8")) > chars * 4 - 4:
-        cut = cut[: len(cut) // 2]
-    return cut
 
 
 # ---- collections ----------------------------------------------------------------------

@@ -774,7 +774,8 @@ def ingest(
     """Encode a corpus with Ray Data and upsert the codes into a Milvus binary collection.
     Ray Data reads the split itself (CSV, JSON Lines, Parquet; one file or a folder of
     parts), checks every row first, and streams it through the encoders."""
-    from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, default_index, is_lite
+    from dhim_ray.connectors.connection import is_lite
+    from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, default_index
     from dhim_ray.errors import ConfigError
     from dhim_ray.jobs.ingest import ingest as run_ingest
     from dhim_ray.model.checkpoint import read_checkpoint

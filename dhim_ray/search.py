@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from dhim_ray.connectors.connection import connect, mask_uri, release
 from dhim_ray.connectors.milvus import (
     MAX_SEARCH_K,
     CodeCollection,
@@ -26,9 +27,6 @@ from dhim_ray.connectors.milvus import (
     check_filter,
     check_search_k,
     collections_of_model,
-    connect,
-    mask_uri,
-    release,
     shown,
 )
 from dhim_ray.corpus.data import require_labels

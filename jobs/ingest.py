@@ -3,9 +3,9 @@
 Ray Data reads the source itself, shard by shard (jobs/stream.py): a counting pass
 refuses bad rows before anything is written, then the rows stream through the
 encoder actors (one model per actor) to the writers; the driver never holds the
-corpus. With milvus-lite (a local
-.db file, one process per file) the driver is the single writer; with a Milvus
-server every write task upserts in parallel through MilvusDatasink.
+corpus. The collection's lifecycle (checked, created, written, verified) is the sink's
+(jobs/milvus_sink.py): with milvus-lite (a local .db file, one process per file) the driver
+is the single writer; with a Milvus server every write task upserts in parallel.
 
 Ids are deterministic per (source, row): the source is the corpus' identity (a local
 corpus' resolved path, a hub id) and split, so a rerun upserts onto the same rows and
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,29 +24,22 @@ from typing import Any
 import numpy as np
 
 from dhim_ray.config import FeatureConfig
-from dhim_ray.connectors import ledger
+from dhim_ray.connectors.connection import check_lite_path, mask_uri
 from dhim_ray.connectors.milvus import (
-    RESERVED_FIELDS,
-    CodeCollection,
     IndexSpec,
     MilvusTarget,
     check_alias_support,
     check_index_for,
-    check_lite_path,
     default_index,
-    document_ids,
-    kept_columns,
-    make_rows,
-    mask_uri,
-    source_label,
-    text_index_support,
 )
+from dhim_ray.connectors.rows import RESERVED_FIELDS, document_ids, source_label
 from dhim_ray.corpus.sources import label_vocabulary, plan_split, with_kept_columns, with_key_column
 from dhim_ray.corpus.spec import CorpusSpec, canonical_split
 from dhim_ray.encoding.encoder import load_tokenizer, token_ids
-from dhim_ray.errors import ConfigError, IngestInterrupted, StoreError
+from dhim_ray.errors import ConfigError, IngestInterrupted
 from dhim_ray.hasher import Hasher
 
+from .milvus_sink import CodeSink, CollectionSpec
 from .ray_env import (
     actor_resources,
     check_capacity,
@@ -63,8 +55,6 @@ from .stream import Prepare, check_scan, read_documents, scan
 logger = logging.getLogger(__name__)
 
 
-#: Codes past which a milvus-lite collection is better served by a Milvus server (bench/store.py).
-LITE_ADVISED_CODES = 10_000_000
 #: Encoder batches in one Ray batch of an encoding actor, sorted by length together.
 SORTED_BATCHES = 8
 
@@ -228,8 +218,6 @@ def ingest(
         source's; CollectionMismatchError for another width, model or source's ids;
         IngestInterrupted on Ctrl-C (a rerun completes it).
     """
-    import ray
-
     if isinstance(workers, bool) or workers < 1:
         raise ConfigError(f"workers={workers}: must be >= 1, e.g. workers=2")
     if batch_size < 1 or write_batch < 1:
@@ -246,172 +234,91 @@ def ingest(
     # Everything that can be wrong with the model or the data fails here, before a
     # collection is created: the model, the columns, then (in Ray) every row's text.
     model = Hasher.check(model_dir)  # the fields the driver needs; the encoding actors load the weights
-    n_bits, mid, features = model.n_bits, model.model_id, model.config.features
-    cleaning, width = features.cleaning, model.config.model.hidden_size
+    width, features = model.config.model.hidden_size, model.config.features
     if store_vectors and store_signs:
         raise ConfigError("store_vectors and store_signs: a collection keeps one of them to re-rank by; pick one")
-    vector_dim = width if store_vectors else 0
-    sign_bits = width if store_signs else 0
-    if sign_bits % 8:
-        raise ConfigError(f"store_signs: the encoder's width {sign_bits} is not a multiple of 8")
+    if store_signs and width % 8:
+        raise ConfigError(f"store_signs: the encoder's width {width} is not a multiple of 8")
+    spec = CollectionSpec(model.n_bits, model.model_id, str(Path(model_dir).resolve()), index, overwrite,
+                          width if store_vectors else 0, width if store_signs else 0, keys=id_column is not None)
     plan = with_kept_columns(with_key_column(plan_split(corpus), id_column), tuple(keep_columns), RESERVED_FIELDS)
     source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")
     new_file = target.lite and not Path(target.uri).exists()
     if new_file:
-        check_lite_path(target.uri)  # created below, once the rows have passed the scan
-    # One Milvus session checks the collection before the scan, creates it after, and (milvus-lite:
-    # one process per file) takes the driver's writes; a second one verifies.
-    with ExitStack() as session:
-        collection = None if new_file else session.enter_context(target.open())
-        if collection is not None:  # an unreachable store or a collection that cannot take these codes fails now
-            existing = collection.check(n_bits, mid, overwrite, vector_dim, keys=id_column is not None,
-                                        sign_bits=sign_bits, columns={name: (None, 0) for name in plan.kept_columns},
-                                        text_index=text_index)
-            text_index = _text_index_choice(text_index, collection, target.uri, None if overwrite else existing)
-        elif text_index is None:  # a new milvus-lite file: it keeps one
-            text_index = True
+        check_lite_path(target.uri)  # created by the sink's start, once the rows have passed the scan
+    sink = CodeSink(target, model.n_bits, source)
+    try:  # milvus-lite: the sink holds one session from its check to its last write (one process per file)
+        text_index = sink.check(spec, plan.kept_columns, text_index, new_file)
         t0 = time.perf_counter()
         init_ray(address)
         check_capacity(workers, use_gpu)
         # read tasks open the corpus and encoder actors the model on every node
-        shared = {"--model": (Path(model_dir).resolve(), False)}
-        if Path(corpus.name).exists():
-            shared["corpus"] = (Path(corpus.name).resolve(), False)
-        check_shared_paths(shared)
-        scanned = scan(plan, cleaning)
+        check_shared_paths({"--model": (Path(model_dir).resolve(), False),
+                            **({"corpus": (Path(corpus.name).resolve(), False)} if Path(corpus.name).exists() else {})})
+        scanned = scan(plan, features.cleaning)
         n_rows, n_dropped = check_scan(plan, scanned, corpus.drop_empty, corpus.limit)
         names = label_vocabulary(corpus, {canonical_split(corpus.split): scanned.label_names})
         n_documents = n_rows - n_dropped
-        logger.debug("%s: %d documents in %d shards", plan.where, n_documents, len(plan.shards))
-
-        columns = {name: scanned.columns[name] for name in plan.kept_columns}
-        collection = collection or session.enter_context(target.open())
-        info = collection.ensure(n_bits, mid, index, overwrite, vector_dim, keys=id_column is not None,
-                                 sign_bits=sign_bits, columns=columns, model_dir=str(Path(model_dir).resolve()),
-                                 text_index=text_index)
-        first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
         # ids carry a hash of the source: a clash with another source's shows on its first rows
-        collection.refuse_foreign_rows(document_ids(source, first), source)
-        if id_column is None:
-            collection.refuse_dropping_keys(info, source)
-        ledger.mark(collection.client, info.name, ledger.WRITING, source, timeout=collection.timeout)
-        if not target.lite:
-            session.close()  # a server's rows are written by Ray tasks, each on a client of its own
+        first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
+        info = sink.start(spec, {name: scanned.columns[name] for name in plan.kept_columns}, text_index,
+                          document_ids(source, first))
         # the collection's kinds: an existing string field takes this ingest's numbers as text
         prepare = Prepare(source, tuple(scanned.offsets), n_rows, tuple(names) if names else None,
                           corpus.drop_empty, plan.label_names,
                           tuple((name, info.columns[name][0]) for name in plan.kept_columns))
-        ds = read_documents(plan, cleaning, prepare)
-        actor_cpus, threads = actor_resources(workers)
-        if use_gpu if tokenise_apart is None else tokenise_apart:
-            # As many tokenising actors as the CPUs the encoders leave allow (Ray Data scales the pool).
-            tok_cpus, most = tokeniser_resources(workers, actor_cpus)
-            ds = ds.map_batches(TokenIds, fn_constructor_kwargs={"features": features},
-                                batch_size=batch_size * SORTED_BATCHES, batch_format="numpy", num_cpus=tok_cpus,
-                                compute=ray.data.ActorPoolStrategy(min_size=1, max_size=most))
-        ds = ds.map_batches(
-            CodeEncoder,
-            fn_constructor_kwargs={"model_dir": str(Path(model_dir).resolve()), "threads": threads,
-                                   "device": "cuda" if use_gpu else "cpu", "vectors": store_vectors,
-                                   "batch_size": batch_size, "signs": store_signs},
-            batch_size=batch_size * SORTED_BATCHES,
-            # One block at a time per actor: otherwise the first actor up takes several blocks
-            # while the others are still loading the model.
-            compute=ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1),
-            num_cpus=actor_cpus,
-            num_gpus=1 if use_gpu else 0,
-            batch_format="numpy",
-        )
-        writers = parallel = 1
-        written = 0
+        ds = encoded(read_documents(plan, features.cleaning, prepare), spec.model_dir, features, workers, batch_size,
+                     use_gpu, store_vectors, store_signs, use_gpu if tokenise_apart is None else tokenise_apart)
         try:
             with task_errors():
                 if target.lite:
-                    written = write_from_driver(ds, collection, n_bits, source, n_documents, progress, write_batch,
-                                                name_field=info.label_names, key_field=info.keys)
-                else:
-                    from dhim_ray.jobs.milvus_sink import MilvusDatasink
-
-                    sink = MilvusDatasink(target, n_bits, source, info.label_names, info.keys)
-                    # Upserts wait on the network, not the CPU, and must run whatever the encoders hold
-                    # (after a node dies, its actors restart on the nodes left and can fill them): no CPU.
+                    sink.write_from(ds, n_documents, progress, write_batch)
+                else:  # upserts wait on the network, not the CPU, and must run whatever the encoders hold
+                    # (after a node dies, its actors restart on the nodes left and can fill them): no CPU
                     ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0})
-                    written, writers, parallel = sink.rows_written, sink.writers, sink.max_parallel_writes
         except KeyboardInterrupt:
             raise IngestInterrupted(
                 f"interrupted; rerun the same ingest to complete {target.collection!r}: writes are upserts, so it "
                 "ends with exactly one row per document"
             ) from None
+    finally:
+        sink.close()
     seconds = time.perf_counter() - t0
-    with target.open() as collection:
-        last_row = int(plan.id_rows([n_rows - 1])[0])
-        removed = 0
-        if corpus.limit is None:  # the whole source: the rows it no longer has go (--limit: a part, kept)
-            dropped = scanned.blank_rows[scanned.blank_rows < n_rows]
-            removed = collection.delete_stale_rows(
-                source, last_row, document_ids(source, plan.id_rows(dropped)) if len(dropped) else [])
-            if removed:
-                logger.info("removed %d rows of %s that an earlier ingest wrote and the source no longer has",
-                            removed, source)
-        stored = collection.count_source(source, last_row)
-        of_source = collection.count_source(source)
-        result = IngestResult(target.collection, target.uri, source, n_documents, written, stored, of_source,
-                              seconds, writers, parallel, removed, text_index=info.text_index,
-                              keeps=", ".join(["codes"] + ["float vectors"] * bool(info.vector_dim)
-                                              + ["sign codes"] * bool(info.sign_bits)
-                                              + ["text index (BM25)"] * info.text_index + list(info.columns)))
-        if stored != n_documents:
-            raise StoreError(
-                f"collection {target.collection!r} holds {stored} rows of {source} up to row {last_row} but "
-                f"{n_documents} were ingested; rerun the same ingest (it upserts) to repair it"
-            )
-        # the name the ledger knows it by: the collection itself, where the target names an alias of it
-        ledger.mark(collection.client, info.name, ledger.VERIFIED, source, stored, timeout=collection.timeout)
-        if target.lite and (total := collection.count()) > LITE_ADVISED_CODES:
-            logger.warning("%s holds %s codes in milvus-lite, which scans them all for each query, one query at a "
-                           "time (about 0.1 s at 10 million on 2 cores); past %s a Milvus server with BIN_IVF_FLAT "
-                           "answers in milliseconds (docs/ingest-and-search.md, 'How big')", target.collection,
-                           f"{total:,}", f"{LITE_ADVISED_CODES:,}")
-        if alias is not None:  # verified: now the applications move
-            result.alias, result.alias_was = alias, collection.point_alias(alias) or ""
-            logger.info("alias %s now points at %s%s", alias, target.collection,
-                        f" (was {result.alias_was})" if result.alias_was else "")
+    dropped = scanned.blank_rows[scanned.blank_rows < n_rows]  # empty texts left out (their ids may hold rows)
+    verified = sink.complete(n_documents, int(plan.id_rows([n_rows - 1])[0]),
+                             None if corpus.limit is not None else document_ids(source, plan.id_rows(dropped)), alias)
+    keeps = ["codes"] + ["float vectors"] * bool(info.vector_dim) + ["sign codes"] * bool(info.sign_bits) \
+        + ["text index (BM25)"] * info.text_index + list(info.columns)
+    result = IngestResult(target.collection, target.uri, source, n_documents, sink.rows_written, seconds=seconds,
+                          writers=sink.writers, max_parallel_writes=sink.max_parallel_writes,
+                          text_index=info.text_index, keeps=", ".join(keeps), **verified)
     logger.info("ingested %d documents into %s at %s (%.0f docs/s)", n_documents, target.collection,
                 mask_uri(target.uri), result.docs_per_second)
     return result
 
 
-def _text_index_choice(asked: bool | None, collection: CodeCollection, uri: str, existing) -> bool:
-    """Whether the collection keeps a text index: an existing collection's own choice (a
-    different one was refused by ``check``), else as asked where the Milvus at ``uri`` can
-    keep one. Asked where it cannot: refused; by default: codes only, said in one line."""
-    if existing is not None:
-        return existing.text_index
-    why_not = text_index_support(collection.client, uri, collection.timeout)
-    if why_not is None:
-        return True if asked is None else asked
-    if asked:
-        raise ConfigError(f"--text-index: {mask_uri(uri)} cannot keep one ({why_not}); drop --text-index to keep "
-                          "codes only, or ingest into Milvus 2.5 or later")
-    if asked is None:
-        logger.warning("no text index: %s; %s keeps codes only (search by codes)", why_not, collection.name)
-    return False
+def encoded(ds, model_dir: str, features: FeatureConfig, workers: int, batch_size: int, use_gpu: bool,
+            vectors: bool, signs: bool, tokenise_apart: bool):
+    """The documents' dataset through the encoding actors (one model each): packed codes, and
+    sentence vectors or sign codes where the collection keeps them. ``tokenise_apart``: CPU
+    actors clean and tokenise ahead of them (a GPU actor then only encodes)."""
+    import ray
 
-
-def write_from_driver(ds, collection: CodeCollection, n_bits: int, source: str, total: int, progress: bool,
-                      write_batch: int, name_field: bool = True, key_field: bool = True) -> int:
-    """milvus-lite takes one process per file: the driver upserts what the actors encode, on
-    its open ``collection``. ``name_field`` / ``key_field``: the collection has the label_name /
-    key field."""
-    from tqdm.auto import tqdm
-
-    written = 0
-    with tqdm(total=total, desc=f"ingest {collection.name}", unit="doc", disable=not progress) as bar:
-        for batch in ds.iter_batches(batch_size=write_batch, batch_format="numpy"):
-            rows = make_rows(batch["id"], np.asarray(batch["code"], dtype=np.uint8), n_bits, batch["label"],
-                             [str(t) for t in batch["text"]], source, batch["row"], batch.get("vector"),
-                             batch.get("label_name"), name_field=name_field, keys=batch.get("key"),
-                             key_field=key_field, signs=batch.get("sign"), columns=kept_columns(batch))
-            written += collection.upsert(rows)
-            bar.update(len(rows))
-    return written
+    actor_cpus, threads = actor_resources(workers)
+    if tokenise_apart:  # as many tokenising actors as the CPUs the encoders leave allow (Ray Data scales the pool)
+        tok_cpus, most = tokeniser_resources(workers, actor_cpus)
+        ds = ds.map_batches(TokenIds, fn_constructor_kwargs={"features": features},
+                            batch_size=batch_size * SORTED_BATCHES, batch_format="numpy", num_cpus=tok_cpus,
+                            compute=ray.data.ActorPoolStrategy(min_size=1, max_size=most))
+    return ds.map_batches(
+        CodeEncoder,
+        fn_constructor_kwargs={"model_dir": model_dir, "threads": threads, "device": "cuda" if use_gpu else "cpu",
+                               "vectors": vectors, "batch_size": batch_size, "signs": signs},
+        batch_size=batch_size * SORTED_BATCHES,
+        # One block at a time per actor: otherwise the first actor up takes several blocks
+        # while the others are still loading the model.
+        compute=ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1),
+        num_cpus=actor_cpus,
+        num_gpus=1 if use_gpu else 0,
+        batch_format="numpy",
+    )

@@ -1,35 +1,43 @@
-"""A Ray Data datasink writing code rows into a Milvus server collection.
+"""Where an ingest's rows go, from the first check to the verified count: ``CodeSink``.
 
-The sink holds plain config only and opens its client inside each write task (it
-must pickle); the collection exists and was checked before (jobs/ingest.py does it).
-``write`` upserts its blocks and returns the row count; ``on_write_complete`` totals
-them. For milvus-lite (one process per file) the ingest job writes from the driver
-instead.
+Its lifecycle, driven by jobs/ingest.py:
+
+1. ``check``, before the corpus is scanned: an existing collection that cannot take these
+   codes (another width, model, the fields kept) fails at once, and the text index is chosen.
+2. ``start``, once the scan has the columns' kinds: create or check the collection, refuse
+   ids that hold another source's rows, mark the ledger ``writing``.
+3. The writes, through one row builder (connectors/rows.py ``batch_rows``): ``write_from``
+   upserts from the driver on milvus-lite (one process per file); on a server Ray's write tasks
+   call ``write``, each on a client of its own (the sink pickles: plain config only).
+4. ``complete``: delete the rows the source no longer has, count this source's rows, refuse a
+   count that differs, mark the ledger ``verified``, point the alias.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from ray.data import Datasink
 from ray.data.block import BlockAccessor
 
-from dhim_ray.connectors.milvus import (
-    KEY_FIELD,
-    LABEL_NAME_FIELD,
-    MilvusTarget,
-    kept_columns,
-    make_rows,
-)
-from dhim_ray.errors import ConfigError
+from dhim_ray.connectors import ledger
+from dhim_ray.connectors.connection import mask_uri
+from dhim_ray.connectors.milvus import CodeCollection, CollectionInfo, IndexSpec, MilvusTarget, text_index_support
+from dhim_ray.connectors.rows import batch_rows
+from dhim_ray.errors import ConfigError, StoreError
+
+logger = logging.getLogger(__name__)
 
 BATCH_ROWS = 2000
+#: Codes past which a milvus-lite collection is better served by a Milvus server (bench/store.py).
+LITE_ADVISED_CODES = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -52,46 +60,114 @@ def max_concurrent(stats: list[WriteStats]) -> int:
     return peak
 
 
-def block_to_rows(table, n_bits: int, source: str, name_field: bool = True,
-                  key_field: bool = True) -> list[dict[str, Any]]:
-    """A pyarrow block with id, code (uint8 tensor), label, text, row (and label_name,
-    key, vector where present) -> validated rows; ``name_field`` / ``key_field``: the
-    collection has the label_name / key field (CollectionInfo.label_names / keys)."""
-    cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
-    codes = np.stack(cols["code"]).astype(np.uint8) if len(cols["code"]) else np.zeros((0, n_bits // 8), np.uint8)
-    labels = cols.get("label")
-    vectors = np.stack(cols["vector"]) if "vector" in cols and len(cols["vector"]) else None
-    signs = np.stack(cols["sign"]).astype(np.uint8) if "sign" in cols and len(cols["sign"]) else None
-    return make_rows(cols["id"], codes, n_bits, labels, [str(t) for t in cols["text"]], source, cols["row"], vectors,
-                     cols.get(LABEL_NAME_FIELD), name_field=name_field, keys=cols.get(KEY_FIELD),
-                     key_field=key_field, signs=signs, columns=kept_columns(cols))
+@dataclass(frozen=True)
+class CollectionSpec:
+    """What the ingest's collection keeps (CodeCollection.check / ensure take these)."""
+
+    n_bits: int
+    model: str
+    model_dir: str = ""
+    index: IndexSpec = field(default_factory=IndexSpec)
+    overwrite: bool = False
+    vector_dim: int = 0
+    sign_bits: int = 0
+    keys: bool = False  # rows keep their documents' own ids
 
 
-class MilvusDatasink(Datasink[WriteStats]):
-    """Upserts rows into ``target``'s existing collection; ``name_field`` / ``key_field``: it
-    has the label_name / key field (CollectionInfo.label_names / keys)."""
+class CodeSink(Datasink[WriteStats]):
+    """Upserts an ingest's rows into ``target``'s collection and owns that collection's
+    lifecycle (the module's docstring). ``name_field`` / ``key_field``: the collection has the
+    label_name / key field (set by ``start``; given directly where the collection was made
+    elsewhere)."""
 
     def __init__(self, target: MilvusTarget, n_bits: int, source: str, name_field: bool = True,
                  key_field: bool = True):
-        if target.lite:
-            raise ConfigError(
-                f"uri={target.uri}: MilvusDatasink writes from many processes but a milvus-lite file takes one; "
-                "write from the driver (dhim-ray ingest does) or use a Milvus server"
-            )
         self.target, self.n_bits, self.source = target, n_bits, source
         self.name_field, self.key_field = name_field, key_field
         self.rows_written = 0
         self.stats: list[WriteStats] = []
+        self.info: CollectionInfo | None = None
+        self._session: MilvusTarget | None = None
+        self._collection: CodeCollection | None = None  # milvus-lite: open from check to the last write
+
+    # ---- 1, 2: before any row -------------------------------------------------------------
+    def _open(self) -> CodeCollection:
+        if self._collection is None:
+            self._session = self.target.open()
+            self._collection = self._session.__enter__()
+        return self._collection
+
+    def close(self) -> None:
+        if self._collection is not None:
+            session, self._session, self._collection = self._session, None, None
+            session.__exit__(None, None, None)
+
+    def check(self, spec: CollectionSpec, columns: Iterable[str], text_index: bool | None, new_file: bool) -> bool:
+        """Refuse an existing collection that cannot take these codes; returns whether the
+        collection keeps a text index (``text_index``: as asked, None for the default)."""
+        if new_file:  # a new milvus-lite file keeps one; it is created by ``start``
+            return True if text_index is None else text_index
+        collection = self._open()
+        existing = collection.check(spec.n_bits, spec.model, spec.overwrite, spec.vector_dim, keys=spec.keys,
+                                    sign_bits=spec.sign_bits, columns={name: (None, 0) for name in columns},
+                                    text_index=text_index)
+        if existing is not None and not spec.overwrite:
+            return existing.text_index
+        why_not = text_index_support(collection.client, self.target.uri, collection.timeout)
+        if why_not is None:
+            return True if text_index is None else text_index
+        if text_index:
+            raise ConfigError(f"--text-index: {mask_uri(self.target.uri)} cannot keep one ({why_not}); drop "
+                              "--text-index to keep codes only, or ingest into Milvus 2.5 or later")
+        if text_index is None:
+            logger.warning("no text index: %s; %s keeps codes only (search by codes)", why_not, collection.name)
+        return False
+
+    def start(self, spec: CollectionSpec, columns: dict[str, tuple[str, int]], text_index: bool,
+              first_ids: np.ndarray) -> CollectionInfo:
+        """Create the collection (or check the existing one against the scan's ``columns``),
+        refuse ``first_ids`` where they hold another source's rows, and mark it ``writing``."""
+        collection = self._open()
+        info = collection.ensure(spec.n_bits, spec.model, spec.index, spec.overwrite, spec.vector_dim, keys=spec.keys,
+                                 sign_bits=spec.sign_bits, columns=columns, model_dir=spec.model_dir,
+                                 text_index=text_index)
+        collection.refuse_foreign_rows(first_ids, self.source)  # ids carry a hash of the source
+        if not spec.keys:
+            collection.refuse_dropping_keys(info, self.source)
+        ledger.mark(collection.client, info.name, ledger.WRITING, self.source, timeout=collection.timeout)
+        self.info, self.name_field, self.key_field = info, info.label_names, info.keys
+        if not self.target.lite:
+            self.close()  # a server's rows are written by Ray tasks, each on a client of its own
+        return info
+
+    # ---- 3: the rows ------------------------------------------------------------------------
+    def write_from(self, ds, total: int, progress: bool, batch_size: int) -> int:
+        """milvus-lite takes one process per file: the driver upserts what the actors encode."""
+        from tqdm.auto import tqdm
+
+        collection = self._open()
+        with tqdm(total=total, desc=f"ingest {collection.name}", unit="doc", disable=not progress) as bar:
+            for batch in ds.iter_batches(batch_size=batch_size, batch_format="numpy"):
+                written = collection.upsert(batch_rows(batch, self.n_bits, self.source, self.name_field,
+                                                       self.key_field))
+                self.rows_written += written
+                bar.update(written)
+        self.close()
+        return self.rows_written
 
     def write(self, blocks: Iterable, ctx) -> WriteStats:
-        started = time.time()
-        written = 0
+        """A Ray write task (a Milvus server): its blocks upserted on a client of its own."""
+        if self.target.lite:
+            raise ConfigError(f"uri={self.target.uri}: write tasks write from many processes but a milvus-lite file "
+                              "takes one; write from the driver (CodeSink.write_from) or use a Milvus server")
+        started, written = time.time(), 0
         with self.target.open(create=False) as collection:
             for block in blocks:
-                table = BlockAccessor.for_block(block).to_arrow()
-                for start in range(0, table.num_rows, BATCH_ROWS):
-                    written += collection.upsert(block_to_rows(table.slice(start, BATCH_ROWS), self.n_bits,
-                                                               self.source, self.name_field, self.key_field))
+                batch = BlockAccessor.for_block(block).to_batch_format("numpy")
+                for start in range(0, len(batch["id"]), BATCH_ROWS):
+                    part = {name: values[start : start + BATCH_ROWS] for name, values in batch.items()}
+                    written += collection.upsert(batch_rows(part, self.n_bits, self.source, self.name_field,
+                                                            self.key_field))
         return WriteStats(written, f"{socket.gethostname()}:{os.getpid()}", started, time.time())
 
     def on_write_complete(self, write_result) -> None:
@@ -100,13 +176,51 @@ class MilvusDatasink(Datasink[WriteStats]):
 
     @property
     def writers(self) -> int:
-        """How many distinct processes wrote."""
-        return len({s.writer for s in self.stats})
+        """How many distinct processes wrote (1: the driver, on milvus-lite)."""
+        return len({s.writer for s in self.stats}) or 1
 
     @property
     def max_parallel_writes(self) -> int:
         """The most write tasks that ran at the same moment."""
-        return max_concurrent(self.stats)
+        return max_concurrent(self.stats) or 1
 
     def get_name(self) -> str:
         return "Milvus"
+
+    def __getstate__(self) -> dict[str, Any]:  # write tasks get plain config, never an open client
+        return {**self.__dict__, "_session": None, "_collection": None}
+
+    # ---- 4: verified ----------------------------------------------------------------------
+    def complete(self, n_documents: int, last_row: int, dropped_ids: np.ndarray | None,
+                 alias: str | None) -> dict[str, Any]:
+        """Verify the ingest: delete this source's rows past ``last_row`` and ``dropped_ids``
+        (None: a part of the source was ingested, later rows are kept), count the source's rows
+        up to ``last_row``, raise StoreError where they are not ``n_documents``, mark the ledger
+        ``verified`` and point ``alias``. Returns the counts for IngestResult."""
+        with self.target.open() as collection:
+            removed = 0
+            if dropped_ids is not None:  # the whole source: the rows it no longer has go
+                removed = collection.delete_stale_rows(self.source, last_row, dropped_ids)
+                if removed:
+                    logger.info("removed %d rows of %s that an earlier ingest wrote and the source no longer has",
+                                removed, self.source)
+            stored = collection.count_source(self.source, last_row)
+            if stored != n_documents:
+                raise StoreError(
+                    f"collection {self.target.collection!r} holds {stored} rows of {self.source} up to row {last_row} "
+                    f"but {n_documents} were ingested; rerun the same ingest (it upserts) to repair it")
+            out = {"stale_rows_removed": removed, "rows_in_collection": stored,
+                   "rows_of_source": collection.count_source(self.source)}
+            # the name the ledger knows it by: the collection itself, where the target names an alias of it
+            ledger.mark(collection.client, self.info.name, ledger.VERIFIED, self.source, stored,
+                        timeout=collection.timeout)
+            if self.target.lite and (total := collection.count()) > LITE_ADVISED_CODES:
+                logger.warning("%s holds %s codes in milvus-lite, which scans them all for each query, one query at "
+                               "a time (about 0.1 s at 10 million on 2 cores); past %s a Milvus server with "
+                               "BIN_IVF_FLAT answers in milliseconds (docs/ingest-and-search.md, 'How big')",
+                               self.target.collection, f"{total:,}", f"{LITE_ADVISED_CODES:,}")
+            if alias is not None:  # verified: now the applications move
+                out["alias"], out["alias_was"] = alias, collection.point_alias(alias) or ""
+                logger.info("alias %s now points at %s%s", alias, self.target.collection,
+                            f" (was {out['alias_was']})" if out["alias_was"] else "")
+        return out

@@ -34,7 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dhim_ray.connectors.milvus import MAX_SEARCH_K, MilvusTarget, is_lite, mask_uri
+from dhim_ray.connectors.connection import is_lite, mask_uri
+from dhim_ray.connectors.milvus import MAX_SEARCH_K, MilvusTarget
 from dhim_ray.errors import ConfigError, DataError, DHIMRayError, StoreError
 from dhim_ray.hasher import Hasher, check_texts
 from dhim_ray.retrieval.rerank import MAX_RERANK

@@ -120,7 +120,7 @@ def summarise(block, shard: int, cleaning: str):
     """A block's findings (dhim_ray.corpus.rules.findings) as a one-row table."""
     import pyarrow as pa
 
-    from dhim_ray.connectors.milvus import KEY_MAX
+    from dhim_ray.connectors.rows import KEY_MAX
 
     found = rules.findings(block, cleaning, KEY_MAX)
     rows = pa.list_(pa.int64())
@@ -147,7 +147,7 @@ def scan(plan: SourcePlan, cleaning: str) -> ScanResult:
 def check_scan(plan: SourcePlan, result: ScanResult, drop_empty: bool, limit: int | None) -> tuple[int, int]:
     """The input rules (dhim_ray.corpus.rules.check) on a scanned split: refuse it in one
     line, or return (rows to read with the limit applied, of which empty and dropped)."""
-    from dhim_ray.connectors.milvus import KEY_MAX
+    from dhim_ray.connectors.rows import KEY_MAX
 
     return rules.check(plan.where, result, drop_empty, limit, plan.key_column, KEY_MAX)
 
@@ -172,7 +172,7 @@ class Prepare:
     def __call__(self, block, shard: int, cleaning: str):
         import pyarrow as pa
 
-        from dhim_ray.connectors.milvus import document_ids
+        from dhim_ray.connectors.rows import document_ids
 
         rows = block.column("row").to_numpy() + self.offsets[shard]
         texts = block.column("text").to_pylist()

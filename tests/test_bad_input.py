@@ -23,7 +23,9 @@ pytestmark = [pytest.mark.filterwarnings("ignore"), pytest.mark.slow]  # a subpr
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, toy_folder, tiny_bert, tiny_config):
     """A trained tiny model, a milvus-lite file with its collection, and broken copies."""
-    from dhim_ray.connectors.milvus import MilvusTarget, document_ids, make_rows, release
+    from dhim_ray.connectors.connection import release
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.connectors.rows import document_ids, make_rows
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.hasher import Hasher
     from dhim_ray.training.pipeline import train_corpus
@@ -89,7 +91,8 @@ def foreign_collections(db: str) -> None:
     list, one with dhim-ray's description but a JACCARD index, one with a VARCHAR id."""
     from pymilvus import DataType, MilvusClient
 
-    from dhim_ray.connectors.milvus import FORMAT, release
+    from dhim_ray.connectors.connection import release
+    from dhim_ray.connectors.milvus import FORMAT
 
     client = MilvusClient(db)
     ours = json.dumps({"format": FORMAT, "model": ""})
@@ -420,7 +423,8 @@ CASES = [
 
 def snapshot(world) -> str:
     """The model folder's bytes and the collection's rows."""
-    from dhim_ray.connectors.milvus import MilvusTarget, release
+    from dhim_ray.connectors.connection import release
+    from dhim_ray.connectors.milvus import MilvusTarget
 
     digest = hashlib.sha256()
     for f in sorted(world["model"].iterdir()):

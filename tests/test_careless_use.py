@@ -172,13 +172,13 @@ def test_window_and_bounds_are_checked_by_the_config_itself():
 # ---- milvus-lite's lock ----------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_refused_open_leaves_the_holders_lock(tmp_path):
-    from dhim_ray.connectors.milvus import connect
+    from dhim_ray.connectors.connection import connect
     from dhim_ray.errors import StoreBusyError
 
     db = tmp_path / "k.db"
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        from dhim_ray.connectors.milvus import connect
+        from dhim_ray.connectors.connection import connect
         client = connect({str(db)!r})
         print("held", flush=True)
         sys.stdin.read()

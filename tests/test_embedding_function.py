@@ -13,7 +13,7 @@ def test_a_milvus_client_stores_and_searches_the_codes(tmp_path, toy_folder, tin
     from pymilvus import DataType, MilvusClient
 
     from dhim_ray import DHIMEmbeddingFunction, Hasher
-    from dhim_ray.connectors.milvus import release
+    from dhim_ray.connectors.connection import release
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.training.pipeline import train_corpus
 
@@ -53,7 +53,7 @@ def test_the_docs_example_runs_as_written(tmp_path, toy_folder, tiny_config, mon
     import re
     from pathlib import Path
 
-    from dhim_ray.connectors.milvus import release
+    from dhim_ray.connectors.connection import release
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.training.pipeline import train_corpus
 

@@ -223,7 +223,8 @@ def test_cli_search_and_eval_through_milvus_take_the_mode(ingested, model_dir):
 @pytest_slow
 def test_the_text_mode_ranks_by_bm25_on_a_corpus_whose_answer_is_known(model_dir, tmp_path):
     """Three documents share a rare word 3, 2 and 1 times: text mode ranks them in that order."""
-    from dhim_ray.connectors.milvus import MilvusTarget, document_ids, make_rows
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.connectors.rows import document_ids, make_rows
     from dhim_ray.hasher import Hasher
     from dhim_ray.search import Searcher
 

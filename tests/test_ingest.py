@@ -12,7 +12,9 @@ import pytest
 from conftest import write_csv
 
 from dhim_ray.codes import bytes_to_codes
-from dhim_ray.connectors.milvus import CodeCollection, IndexSpec, MilvusTarget, document_ids, make_rows, release
+from dhim_ray.connectors.connection import release
+from dhim_ray.connectors.milvus import CodeCollection, IndexSpec, MilvusTarget
+from dhim_ray.connectors.rows import document_ids, make_rows
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import (
     CheckpointError,
@@ -307,7 +309,7 @@ def test_document_ids_are_deterministic_and_distinct():
 
 
 def test_ingest_ids_identify_the_source_not_its_folder_name(tmp_path):
-    from dhim_ray.connectors.milvus import source_label
+    from dhim_ray.connectors.rows import source_label
 
     a, b = tmp_path / "x" / "corpus", tmp_path / "y" / "corpus"
     for p in (a, b):
@@ -554,7 +556,8 @@ def test_a_collection_made_before_label_names_still_takes_ingests_and_searches(r
 
     from pymilvus import DataType, MilvusClient
 
-    from dhim_ray.connectors.milvus import CODE_FIELD, FORMAT, TEXT_PREVIEW, CodeCollection
+    from dhim_ray.connectors.milvus import FORMAT, CodeCollection
+    from dhim_ray.connectors.rows import CODE_FIELD, TEXT_PREVIEW
     from dhim_ray.hasher import Hasher
     from dhim_ray.jobs.ingest import ingest
     from dhim_ray.search import Searcher
@@ -780,10 +783,11 @@ def test_a_lite_collection_past_the_advised_size_says_to_move_to_a_server(ray_se
     """Past LITE_ADVISED_CODES (10 million, from bench/store.py) an ingest into milvus-lite says
     once where a server serves better; below it, nothing."""
     import dhim_ray.jobs.ingest as job
+    import dhim_ray.jobs.milvus_sink as sink
 
     target = MilvusTarget(str(tmp_path / "big.db"), "big")
     job.ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False)
     assert "codes in milvus-lite" not in caplog.text
-    monkeypatch.setattr(job, "LITE_ADVISED_CODES", 30)  # the same rule, at a size a test can write
+    monkeypatch.setattr(sink, "LITE_ADVISED_CODES", 30)  # the same rule, at a size a test can write
     job.ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False)
     assert "big holds 40 codes in milvus-lite" in caplog.text and "a Milvus server with BIN_IVF_FLAT" in caplog.text

@@ -95,7 +95,8 @@ def test_windows_find_their_document_under_float_cosine(tmp_path):
 
 @pytest.mark.slow
 def test_the_same_figures_in_memory_and_through_milvus(tmp_path, toy_folder, tiny_config):
-    from dhim_ray.connectors.milvus import MilvusTarget, document_ids, make_rows
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.connectors.rows import document_ids, make_rows
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.evaluate import WindowSpec, known_item_checkpoint
     from dhim_ray.hasher import Hasher

@@ -206,7 +206,9 @@ def test_packaged_encoder_codes_equal_across_backends_and_the_docs_example(tmp_p
     exec(block, scope)  # noqa: S102 - the documented example, run as written
     assert bits_changed(scope["hash_texts"](texts[:300]), torch_codes[:300]) == 0
     # and its next step, searching a collection of these codes with pymilvus alone
-    from dhim_ray.connectors.milvus import MilvusTarget, document_ids, make_rows, release
+    from dhim_ray.connectors.connection import release
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.connectors.rows import document_ids, make_rows
 
     rows = np.arange(300)
     target = MilvusTarget(str(tmp_path / "out" / "dhim_ray.db"), "bbc_64")

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.slow  # real milvus-lite
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, toy_folder, tiny_config):
-    from dhim_ray.connectors.milvus import MilvusTarget, document_ids, make_rows
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.connectors.rows import document_ids, make_rows
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.hasher import Hasher
     from dhim_ray.search import Searcher
@@ -95,7 +96,8 @@ def test_more_like_a_stored_row_by_id_or_key_leaves_the_row_out(store):
 def test_a_collection_with_sign_codes_reranks_by_both_codes(store, tmp_path):
     """ingest --store-signs keeps each document's sign code; --rerank M then orders the k x M
     Hamming candidates by d_code / bits + d_sign / sign bits, as this brute force does."""
-    from dhim_ray.connectors.milvus import MilvusTarget, document_ids, make_rows
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.connectors.rows import document_ids, make_rows
     from dhim_ray.errors import CollectionMismatchError
     from dhim_ray.retrieval.rerank import sign_codes
     from dhim_ray.search import Searcher

@@ -347,7 +347,7 @@ def test_health_answers_503_at_once_while_milvus_hangs(service):
 def test_sigterm_stops_serve_cleanly_and_frees_the_file(service, tmp_path):
     """What systemd and container runtimes send: the service stops as Ctrl-C stops it, exit 0,
     no stack, and the milvus-lite file is free for the next process."""
-    from dhim_ray.connectors.milvus import document_ids, make_rows
+    from dhim_ray.connectors.rows import document_ids, make_rows
     from dhim_ray.hasher import Hasher
 
     # rows written directly (an ingest would need Ray CPUs the running service holds)

@@ -129,8 +129,9 @@ def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus
     import pyarrow as pa
     import ray
 
-    from dhim_ray.connectors.milvus import CodeCollection, document_ids
-    from dhim_ray.jobs.milvus_sink import MilvusDatasink
+    from dhim_ray.connectors.milvus import CodeCollection
+    from dhim_ray.connectors.rows import document_ids
+    from dhim_ray.jobs.milvus_sink import CodeSink
     from dhim_ray.jobs.ray_env import split_table
 
     n = 40_000
@@ -144,7 +145,7 @@ def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus
     for attempt in range(2):
         with target.open() as collection:  # the sink writes into a collection the ingest made and checked
             collection.ensure(16, "dhim:synthetic", IndexSpec("BIN_IVF_FLAT", nlist=NLIST), overwrite=attempt == 0)
-        sink = MilvusDatasink(target, 16, "synthetic:train")
+        sink = CodeSink(target, 16, "synthetic:train")
         ray.data.from_arrow(split_table(table, 8)).write_datasink(
             sink, concurrency=4, ray_remote_args={"num_cpus": 0.25})
         assert sink.rows_written == n

@@ -1,0 +1,249 @@
+"""Connecting to Milvus: a milvus-lite file (one process per file; its server's guards and
+quiet start) or a server URL, and the checks a URI gets before anything opens it."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import socket
+import tempfile
+import warnings
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlparse
+
+from dhim_ray.errors import ConfigError, StoreBusyError, StoreError, StoreUnreachableError
+from dhim_ray.stderr import stderr_to
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 30.0
+# milvus-lite is a local process on a unix socket: keepalive pings only earn a GOAWAY
+# ("too_many_pings") from its server while the client waits idle (e.g. on slow encoders),
+# which gRPC prints to the terminal. pymilvus pings every 10 s by default; lite needs none.
+LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 2**31 - 1, "grpc.keepalive_permit_without_calls": 0}
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def is_lite(uri: str) -> bool:
+    """A local file path (milvus-lite) rather than a server URL."""
+    scheme = _SCHEME.match(uri)
+    return scheme is None or scheme.group(1).lower() not in ("http", "https", "tcp", "grpc", "unix")
+
+
+def mask_uri(uri: str) -> str:
+    """The URI with every credential it can carry masked, for messages and logs: a
+    user:password (or a token) before the host, and the value of every query-string
+    parameter and fragment (``?token=...``, ``?password=...``: a Milvus URI needs none)."""
+    try:
+        url = urlparse(uri)
+        port = url.port
+    except ValueError:  # a malformed port or netloc: mask whatever could hold a secret
+        return re.sub(r"(\w+://)[^/\s]*@", r"\1***@", uri.split("?", 1)[0].split("#", 1)[0]) + (
+            "?***" if "?" in uri else "")
+    if url.username is not None or url.password is not None:
+        url = url._replace(netloc=f"***@{url.hostname or ''}" + (f":{port}" if port else ""))
+    if url.query:
+        url = url._replace(query="&".join(f"{part.partition('=')[0]}=***" for part in url.query.split("&")))
+    if url.fragment:
+        url = url._replace(fragment="***")
+    return url.geturl()
+
+
+#: milvus-lite 2.5.1's own rule for a database file's name (the folder may hold any characters).
+_LITE_NAME = re.compile(r"[A-Za-z0-9.\-_]{1,36}")
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_lite_file(uri: str) -> None:
+    """A milvus-lite file's name must be ASCII letters, digits, '.', '-', '_' (36 at most), and an
+    existing file must be a milvus-lite database (an SQLite file): said in one line, before
+    milvus-lite starts and fails with a traceback or a misleading lock error."""
+    name = os.path.basename(uri)
+    if not _LITE_NAME.fullmatch(name):
+        why = "has a space" if " " in name else "is longer than 36 characters" if len(name) > 36 else \
+            "has characters other than letters, digits, '.', '-' and '_'"
+        raise ConfigError(f"uri={uri}: the milvus-lite file name {name!r} {why}, which milvus-lite refuses; "
+                          "rename it, e.g. codes.db (its folder may have any name)")
+    if os.path.isfile(uri) and os.path.getsize(uri) > 0:
+        with open(uri, "rb") as f:
+            head = f.read(len(_SQLITE_HEADER))
+        if head != _SQLITE_HEADER:
+            raise ConfigError(f"uri={uri}: the file is not a milvus-lite database; give another .db path "
+                              "(a new one is created by 'dhim-ray ingest')")
+
+
+def _check_reachable(uri: str, timeout: float) -> None:
+    host, port = check_server_uri(uri)
+    try:
+        with socket.create_connection((host, port), timeout=min(timeout, 5.0)):
+            return
+    except OSError as exc:
+        raise StoreUnreachableError(
+            f"cannot reach Milvus at {mask_uri(uri)} ({exc.strerror or exc}); start the server or check uri"
+        ) from exc
+
+
+def _quiet_pymilvus() -> None:
+    """pymilvus logs every refused call with its whole stack at ERROR, then raises; the
+    connector turns the exception into one message, so the log stays quiet unless dhim-ray's
+    logger is at DEBUG. (Set after pymilvus is imported: its import configures its loggers.)"""
+    level = logging.DEBUG if logging.getLogger("dhim_ray").isEnabledFor(logging.DEBUG) else logging.CRITICAL
+    for name in ("pymilvus.decorators", "pymilvus.client.abstract"):
+        logging.getLogger(name).setLevel(level)
+
+
+def check_lite_path(uri: str, create: bool = True) -> None:
+    """What a milvus-lite URI must be before a server opens it (creating nothing): a .db
+    name milvus-lite takes, in a folder that exists; ``create=False``: the file exists."""
+    if not uri.endswith(".db"):
+        raise ConfigError(f"uri={uri}: a milvus-lite file must end in .db, or give http://host:19530")
+    check_lite_file(uri)
+    if not create and not os.path.isfile(uri):
+        raise StoreError(f"uri={uri}: no such milvus-lite file; check the path or run 'dhim-ray ingest' first")
+    parent = os.path.dirname(os.path.abspath(uri))
+    if not os.path.isdir(parent):
+        raise StoreError(f"uri={uri}: folder {parent} does not exist; create it or pick another path")
+
+
+def check_server_uri(uri: str) -> tuple[str, int]:
+    """(host, port) of a server URI, or a ConfigError naming what is malformed."""
+    try:
+        url = urlparse(uri)
+        host, port = url.hostname, url.port or 19530
+    except ValueError as exc:  # "Port out of range", "Invalid IPv6 URL", a port that is not a number
+        raise ConfigError(f"uri={uri}: not a Milvus address ({exc}); give http://host:19530 or a .db file") from None
+    if url.scheme not in ("http", "https", "tcp", "grpc") or not host:
+        raise ConfigError(f"uri={uri}: not a Milvus address; give http://host:19530 (a server) or a path ending "
+                          "in .db (milvus-lite)")
+    return host, port
+
+
+def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS_TOKEN", create: bool = True):
+    """A MilvusClient for a milvus-lite file or a server URL. ``create=False``: a
+    milvus-lite file must exist already (searching a mistyped path must not create one)."""
+    warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
+    from pymilvus import MilvusClient
+
+    _quiet_pymilvus()
+
+    kwargs: dict[str, Any] = {}
+    if is_lite(uri):
+        check_lite_path(uri, create)
+        guard_lite_locks()
+        kwargs["grpc_options"] = LITE_GRPC_OPTIONS
+    else:
+        _check_reachable(uri, timeout)
+        secret = os.environ.get(token_env)
+        if secret:
+            kwargs["token"] = secret
+    # The wait for the channel: pymilvus' default is 10 s, which a milvus-lite server
+    # starting on a loaded machine can pass.
+    kwargs["timeout"] = timeout
+    # A milvus-lite server now and then does not answer its first channel (seen once in a
+    # full test run on a quiet machine): its process is released and started once more.
+    attempts = 2 if is_lite(uri) else 1
+    for attempt in range(attempts):
+        try:
+            with _quiet_lite():
+                return MilvusClient(uri=uri, **kwargs)
+        except Exception as exc:  # pymilvus raises MilvusException or plain errors
+            message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            if is_lite(uri) and "open local milvus failed" in message.lower():
+                raise StoreBusyError(
+                    f"uri={uri}: the milvus-lite file is open in another process (one process per file); "
+                    "stop it or use a Milvus server"
+                ) from exc
+            if attempt + 1 < attempts and "fail connecting" in message.lower():
+                logger.debug("milvus-lite %s did not answer (%s); starting it again", uri, message)
+                release(uri)
+                continue
+            where = "the milvus-lite file" if is_lite(uri) else "the server"
+            raise StoreUnreachableError(f"cannot open Milvus at {mask_uri(uri)} ({message}); check {where} and "
+                                        f"credentials (${token_env})") from exc
+    raise AssertionError("unreachable")
+
+
+#: Where milvus-lite's server process writes its own log (its C++ errors: a refused filter
+#: expression, a missing file), unless dhim-ray's logger is at DEBUG (``-v``).
+LITE_SERVER_LOG = os.path.join(tempfile.gettempdir(), "dhim-ray-milvus-lite.log")
+
+
+def _with_server_log(start):
+    """Run ``start`` (which launches milvus-lite's server) with file descriptor 2 pointed at
+    LITE_SERVER_LOG, so the server inherits the file as its stderr and the terminal keeps
+    to dhim-ray's own lines; the caller's stderr is put back at once."""
+    verbose = logging.getLogger("dhim_ray").isEnabledFor(logging.DEBUG)
+    with stderr_to(None if verbose else LITE_SERVER_LOG):
+        return start()
+
+
+def guard_lite_locks() -> None:
+    """Only the process that took a milvus-lite file's lock removes it.
+
+    milvus-lite 2.5.1 deletes ``.NAME.db.lock`` whenever one of its Server objects stops,
+    also one whose start was refused because another process holds the file: a refused
+    open then left the holder unprotected, and the next process opened the same file
+    beside it. Wrapped here (once per process): a server that never took the lock closes
+    its handle and deletes nothing."""
+    from milvus_lite.server import Server
+
+    if getattr(Server, "_dhim_ray_guarded", False):
+        return
+    start, stop = Server.start, Server.stop
+
+    def guarded_start(self) -> bool:
+        ok = _with_server_log(lambda: start(self))
+        # the lock is held once the server process was launched (whether or not it then stayed up)
+        self._dhim_ray_holds_lock = self._p is not None
+        return ok
+
+    def guarded_stop(self) -> None:
+        if getattr(self, "_dhim_ray_holds_lock", False):
+            stop(self)
+            self._dhim_ray_holds_lock = False
+            return
+        if self._lock_fd:  # opened to try the lock, never held: close it, remove nothing
+            self._lock_fd.close()
+            self._lock_fd = None
+
+    Server.start, Server.stop = guarded_start, guarded_stop
+    Server._dhim_ray_guarded = True
+
+
+class _LiteChatter(logging.Filter):
+    """milvus-lite logs on the root logger when it releases a file no server holds (after a
+    connect that failed) and when another process holds the file: the caller says the
+    latter in its own one line, and the former is not news."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith("No local milvus in path") or "has been opened by another program" in message
+                    or message == "Start milvus-lite failed")
+
+
+@contextlib.contextmanager
+def _quiet_lite() -> Iterator[None]:
+    quiet, root = _LiteChatter(), logging.getLogger()
+    root.addFilter(quiet)
+    try:
+        yield
+    finally:
+        root.removeFilter(quiet)
+
+
+def release(uri: str) -> None:
+    """Free a milvus-lite file's lock so another process may open it (close() does not)."""
+    if not is_lite(uri):
+        return
+    from milvus_lite.server_manager import server_manager_instance
+
+    with _quiet_lite():
+        try:
+            server_manager_instance.release_server(uri)  # it resolves the path itself
+        except Exception as exc:  # a server already gone is fine; say so in the debug log
+            logger.debug("release of milvus-lite %s: %s", uri, exc)
