@@ -7,8 +7,11 @@
     python -m bench.million interrupt --docs 1000000       # Ctrl-C mid-ingest, rerun: exact count
     python -m bench.million hybrid --docs 1000000          # with and without the text index: ingest,
                                                            # disk, codes-only vs hybrid search latency
-    python -m bench.million write --docs 10000000          # the write path alone (codes precomputed):
-                                                           # rows/s, peaks, verification, Ctrl-C + rerun
+    python -m bench.million write --docs 1000000 --no-text-index   # the write path alone (codes
+                                                           # precomputed): rows/s, peaks, verification,
+                                                           # Ctrl-C + rerun
+    python -m bench.million reopen --docs 1000000          # hybrid's two files opened again: the time to
+                                                           # the first answer (milvus-lite loads on open)
 
 The corpus is generated deterministically from the dev corpora's text (../shared/data):
 document i takes a random dev document (its corpus and label are the label) and
@@ -288,12 +291,15 @@ def child(args: list[str], timeout: float | None = None, interrupt_after: float 
 
 
 def count_collection(uri: str | Path, collection: str) -> dict:
-    from dhim_ray.connectors.milvus import CodeCollection, MilvusTarget, release
+    from dhim_ray.connectors.connection import release
+    from dhim_ray.connectors.milvus import CodeCollection, MilvusTarget
 
-    target = MilvusTarget(str(uri), collection, timeout=600)
+    target = MilvusTarget(str(uri), collection, timeout=3600)
+    t0 = time.perf_counter()
     client = target.connect(create=False)
     try:
-        n = CodeCollection(client, collection).count()
+        n = CodeCollection(client, collection, timeout=3600).count()
+        first_answer_s = time.perf_counter() - t0  # milvus-lite loads the file's collection before it answers
         ids = set()
         last = -1
         while True:  # page by primary key: every id once, duplicates would show as n > len(ids)
@@ -302,7 +308,7 @@ def count_collection(uri: str | Path, collection: str) -> dict:
                 break
             ids.update(r["id"] for r in page)
             last = max(r["id"] for r in page)
-        return {"count": n, "distinct_ids": len(ids)}
+        return {"count": n, "distinct_ids": len(ids), "open_to_count_s": first_answer_s}
     finally:
         client.close()
         release(target.uri)
@@ -359,41 +365,57 @@ def bench_hybrid(n_docs: int, workers: int, n_queries: int) -> dict:
     return out
 
 
-def bench_write(n_docs: int, workers: int, after: float, n_queries: int) -> dict:
-    """The write path alone at ``n_docs`` (codes precomputed, the text index on as a new
-    milvus-lite file keeps one): an ingest into a new file (rows/s, peaks, verification,
-    bytes per document, codes-only and hybrid search on it), then another Ctrl-C'd after
-    ``after`` seconds and rerun to the exact count."""
+def bench_write(n_docs: int, workers: int, after: float, n_queries: int, text_index: bool) -> dict:
+    """The write path alone at ``n_docs`` (codes precomputed; ``text_index``: the collection keeps
+    one, as a new milvus-lite file does by default): an ingest into a new file (rows/s, peaks,
+    verification, bytes per document, the time a reopened file takes to answer, search on it),
+    then another Ctrl-C'd after ``after`` seconds and rerun to the exact count."""
     import pyarrow.parquet as pq
 
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.search import Searcher
 
     model, corpus = tiny_model(), make_corpus(n_docs)
-    out: dict = {"docs": n_docs, "workers": workers}
+    out: dict = {"docs": n_docs, "workers": workers, "text_index": text_index}
+    extra = ("--precomputed", "--text-index" if text_index else "--no-text-index")
     for name in ("write", "interrupt"):
         for f in CACHE.glob(f"{name}-{n_docs}.db*"):
             f.unlink()
     db = CACHE / f"write-{n_docs}.db"
-    run = child([str(n_docs), str(db), "docs", "--workers", str(workers), "--precomputed"])
+    run = child([str(n_docs), str(db), "docs", "--workers", str(workers), *extra])
     out["ingest"] = {**run, **count_collection(db, "docs"), "bytes_per_doc": file_bytes(db) / n_docs}
     logger.info("ingest: %s", out["ingest"])
     texts = pq.read_table(sorted((corpus / "train").glob("*.parquet"))[0], columns=["text"]).column("text").to_pylist()
     rng = np.random.default_rng(0)
     queries = [" ".join(texts[i].split()[:8]) for i in rng.choice(len(texts), n_queries, replace=False)]
     with Searcher(model, MilvusTarget(str(db), "docs", timeout=3600)) as searcher:
-        for mode in ("codes", "hybrid", "codes", "hybrid"):  # each twice: the second pass is the one kept
-            ms = []
+        for mode in ("codes", "hybrid", "codes", "hybrid") if text_index else ("codes", "codes"):
+            ms = []  # each mode twice: the second pass is the one kept
             for q in queries:
                 t0 = time.perf_counter()
                 searcher.search([q], k=10, mode=mode)
                 ms.append((time.perf_counter() - t0) * 1e3)
             out[f"{mode}_p50_ms"], out[f"{mode}_p99_ms"] = float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
     db.unlink()
-    out["interrupt"] = interrupt_then_rerun(str(CACHE / f"interrupt-{n_docs}.db"), n_docs, after, workers,
-                                            ("--precomputed",))
+    out["interrupt"] = interrupt_then_rerun(str(CACHE / f"interrupt-{n_docs}.db"), n_docs, after, workers, extra)
     for f in CACHE.glob(f"interrupt-{n_docs}.db*"):
         f.unlink()
+    return out
+
+
+def bench_reopen(n_docs: int) -> dict:
+    """The files ``hybrid`` wrote, each opened in a fresh process: seconds to the first count
+    (milvus-lite loads a file's collection on its first use after every open)."""
+    out: dict = {"docs": n_docs}
+    for kind in ("codes", "text"):
+        db = CACHE / f"hybrid-{n_docs}-{kind}.db"
+        if not db.exists():
+            raise SystemExit(f"{db} is missing: run python -m bench million hybrid --docs {n_docs} first")
+        code = f"import json, bench.million as m; print(json.dumps(m.count_collection({str(db)!r}, 'docs')))"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).resolve().parents[1])
+        out[f"{kind}_open_to_count_s"] = json.loads(done.stdout.strip().splitlines()[-1])["open_to_count_s"]
+        logger.info("%s: %.0f s to the first count", db.name, out[f"{kind}_open_to_count_s"])
     return out
 
 
@@ -428,6 +450,9 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--after", type=float, default=300.0, help="seconds before the second ingest's Ctrl-C")
     p.add_argument("--queries", type=int, default=100)
+    p.add_argument("--text-index", action=argparse.BooleanOptionalAction, default=True)
+    p = sub.add_parser("reopen")
+    p.add_argument("--docs", type=int, default=1_000_000)
     p = sub.add_parser("_one")
     p.add_argument("docs", type=int)
     p.add_argument("uri", help="a milvus-lite .db file or a server URI")
@@ -455,7 +480,10 @@ def main() -> None:
             result = child([str(n), str(db), "docs", "--workers", str(args.workers)])
             record(f"ingest_tiny_{n}", {**result, **count_collection(db, "docs")})
     elif args.cmd == "write":
-        record(f"write_{args.docs}", bench_write(args.docs, args.workers, args.after, args.queries))
+        record(f"write_{args.docs}_{'text' if args.text_index else 'codes'}",
+               bench_write(args.docs, args.workers, args.after, args.queries, args.text_index))
+    elif args.cmd == "reopen":
+        record(f"reopen_{args.docs}", bench_reopen(args.docs))
     elif args.cmd == "hybrid":
         record(f"hybrid_{args.docs}", bench_hybrid(args.docs, args.workers, args.queries))
     elif args.cmd == "interrupt":

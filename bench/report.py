@@ -257,6 +257,72 @@ def store() -> list[str] | None:
     return out + ivf
 
 
+def store_server() -> list[str] | None:
+    """The tests' Milvus 2.3 server at 1M-10M generated 64-bit codes: BIN_FLAT, BIN_IVF_FLAT swept."""
+    r = _json("store") or {}
+    runs = sorted((v for k, v in r.items() if k.startswith("server_vs_faiss_")), key=lambda v: v["n_codes"])
+    if not runs:
+        return None
+
+    def lat(x: dict) -> str:
+        return f"{x['p50_ms']:.1f} / {x['p99_ms']:.1f}"
+
+    flat = _table(["codes", "BIN_FLAT load s", "memory B/code", "top-10 p50/p99 ms, 1 client", "8 clients",
+                   "top-100 1 client", "8 clients", "q/s (8 clients)", "recall@100", "radius complete",
+                   "faiss flat top-10 p50 ms", "ratio"],
+                  ([f"{x['n_codes']:,}", f"{f['build_and_load_s']:.0f}", f"{f['server_rss_bytes_per_code']:.0f}",
+                    lat(f["top10_1c"]), lat(f["top10_8c"]), lat(f["top100_1c"]), lat(f["top100_8c"]),
+                    f"{f['top100_8c']['qps']:.0f}", f"{f['recall_at_100']:.3f}", f"{f['radius_completeness']:.3f}",
+                    f"{x['faiss_flat_top10_1c']['p50_ms']:.1f}",
+                    f"{f['top10_1c']['p50_ms'] / x['faiss_flat_top10_1c']['p50_ms']:.1f}x"]
+                   for x in runs for f in [x["bin_flat"]]))
+    probes = sorted({int(k[len("nprobe"):]) for x in runs for key, e in x.items() if key.startswith("bin_ivf_flat")
+                     for k in e if k.startswith("nprobe")})
+    ivf = _table(["codes", "BIN_IVF_FLAT", "build and load s",
+                  *(f"nprobe {p}: recall@100 / p50 ms / q/s (8 clients)" for p in probes),
+                  "radius complete (nprobe = nlist)"],
+                 ([f"{x['n_codes']:,}", f"nlist {key[len('bin_ivf_flat'):]}", f"{e['build_and_load_s']:.0f}",
+                   *(f"{e[f'nprobe{p}']['recall_at_100']:.3f} / {e[f'nprobe{p}']['p50_ms']:.1f} / "
+                     f"{e[f'nprobe{p}']['top100_8c']['qps']:.0f}" if f"nprobe{p}" in e else "-" for p in probes),
+                   f"{e['radius_completeness_nprobe_nlist']:.3f}"]
+                  for x in runs for key, e in sorted(((k, v) for k, v in x.items() if k.startswith("bin_ivf_flat")),
+                                                     key=lambda kv: int(kv[0][len("bin_ivf_flat"):]))))
+    return flat + [""] + ivf
+
+
+def million_write() -> list[str] | None:
+    """The write path alone (codes precomputed) into milvus-lite: rates, peaks, verification, reopen."""
+    r, runs = _million_runs("write_", "docs")
+    if not runs:
+        return None
+    rows = []
+    for x in runs:
+        i, cut = x["ingest"], x["interrupt"]
+        rerun = cut["rerun"] or {}
+        rows.append([f"{x['docs']:,}", "yes" if x["text_index"] else "no", f"{i['docs_per_s']:.0f}",
+                     f"{i['seconds']:.0f}", f"{i['verify_s']:.0f}", gib(i["driver_peak_gib"]),
+                     gib(i["worker_peak_gib"]), gib(i["store_peak_gib"]), f"{i['bytes_per_doc']:,.0f}",
+                     f"{i['open_to_count_s']:.0f}", f"{i['count']:,} / {i['distinct_ids']:,}",
+                     f"{cut['interrupted_after_s']:.0f} s: {cut['rows_after_interrupt']['count']:,}",
+                     f"{bool(rerun) and rerun['verified']}, {cut['final']['count']:,} / {cut['final']['distinct_ids']:,}",
+                     f"{x['codes_p50_ms']:.0f} / {x['codes_p99_ms']:.0f}",
+                     f"{x['hybrid_p50_ms']:.0f} / {x['hybrid_p99_ms']:.0f}" if "hybrid_p50_ms" in x else "-"])
+    return _table(["documents", "text index", "rows/s", "write s", "verify s", "driver peak", "worker peak",
+                   "milvus-lite peak", "file B/doc", "reopen to first answer s", "rows / distinct ids",
+                   "Ctrl-C after: rows left", "rerun verified, rows / distinct ids", "codes search p50/p99 ms",
+                   "hybrid p50/p99 ms"], rows)
+
+
+def million_reopen() -> list[str] | None:
+    """Seconds from opening a milvus-lite file in a fresh process to its first answer."""
+    r, runs = _million_runs("reopen_", "docs")
+    if not runs:
+        return None
+    return _table(["documents", "codes only: open to first answer s", "with the text index s", "ratio"],
+                  ([f"{x['docs']:,}", f"{x['codes_open_to_count_s']:.0f}", f"{x['text_open_to_count_s']:.0f}",
+                    f"{x['text_open_to_count_s'] / x['codes_open_to_count_s']:.1f}x"] for x in runs))
+
+
 def ray_train_run_label(run: str) -> str:
     """A bench.ray_train run's name (in-process, on-disk, a worker count) as the tables print it."""
     return {"in-process": "in-process", "on-disk": "in-process, features read from disk (`--feature-memory 0`)"}.get(
@@ -505,7 +571,9 @@ TABLES: dict[str, Callable[[], list[str] | None]] = {
     "item-level-training": item_level_training,
     "encode-speed": encode_speed, "onnx-speed": onnx_speed, "ingest-speed": ingest_speed, "service": service,
     "quality": quality, "million-search": million_search, "million-ingest": million_ingest,
-    "million-hybrid": million_hybrid, "store": store, "ray-train": ray_train,
+    "million-hybrid": million_hybrid, "store": store, "store-server": store_server, "million-write": million_write,
+    "million-reopen": million_reopen,
+    "ray-train": ray_train,
     "gpu-memory": gpu_memory, "gpu-train": gpu_train, "gpu-encode": gpu_encode,
 }
 

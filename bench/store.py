@@ -22,6 +22,7 @@ exact range search on both.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -36,6 +37,7 @@ import numpy as np
 from bench.harness import record_key
 
 CACHE = Path(__file__).resolve().parent / ".cache" / "store"
+RESULTS = Path(__file__).resolve().parent / "store.json"
 BITS = 64
 CENTRES = 65536
 NOISE = 0.06
@@ -210,7 +212,7 @@ def radius_completeness(search_within, flat, queries: np.ndarray, radii: np.ndar
     return round(float(np.mean(fractions)), 4)
 
 
-def bench_server(n: int) -> dict:
+def bench_server(n: int, nlists: tuple[int, ...] = SERVER_NLISTS, nprobes: tuple[int, ...] = SERVER_NPROBES) -> dict:
     """One size on the Milvus server: load, memory, BIN_FLAT and BIN_IVF_FLAT latency, recall and
     radius completeness, faiss' exact scan as the truth."""
     import faiss
@@ -285,9 +287,9 @@ def bench_server(n: int) -> dict:
         entry["radius_completeness"] = radius_completeness(within({}), flat, queries, radii)
         out["bin_flat"] = entry
         logger.info("server BIN_FLAT at %d: %s", n, entry)
-        for nlist in SERVER_NLISTS:
+        for nlist in nlists:
             entry = {"build_and_load_s": index("BIN_IVF_FLAT", nlist=nlist)}
-            for nprobe in SERVER_NPROBES:
+            for nprobe in (p for p in nprobes if p <= nlist):
                 search = searcher({"nprobe": nprobe})
                 entry[f"nprobe{nprobe}"] = {"recall_at_100": recall(search, 100), **latencies(search, queries, 100, 1),
                                             "top100_8c": latencies(search, queries, 100, 8)}
@@ -302,28 +304,37 @@ def bench_server(n: int) -> dict:
     return out
 
 
-def in_own_network() -> None:
-    """Run this bench again inside a network namespace of its own (the server listens on every
-    interface), loopback up; returns only inside it."""
-    if os.environ.get("DHIM_BENCH_NETNS") == "1":
-        return
+def in_own_network(args: list[str]) -> int:
+    """Run this bench with ``args`` inside a network namespace of its own (the server listens on
+    every interface; a fresh namespace for each size, so no port of the last server lingers)."""
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         raise SystemExit("--server needs Linux, root, unshare and ip: the server runs in a network namespace")
-    inner = f"ip link set lo up && DHIM_BENCH_NETNS=1 exec {sys.executable} -m bench store " + " ".join(sys.argv[1:])
-    raise SystemExit(subprocess.call(["unshare", "-n", "sh", "-c", inner], cwd=Path(__file__).resolve().parents[1]))
+    inner = f"ip link set lo up && DHIM_BENCH_NETNS=1 exec {sys.executable} -m bench store " + " ".join(args)
+    return subprocess.call(["unshare", "-n", "sh", "-c", inner], cwd=Path(__file__).resolve().parents[1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench store", description=__doc__.split("\n\n")[0])
     ap.add_argument("--n-codes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     ap.add_argument("--server", action="store_true", help="the Milvus 2.3 server of the tests, not milvus-lite")
+    ap.add_argument("--nlist", type=int, nargs="+", default=list(SERVER_NLISTS), help="BIN_IVF_FLAT sizes (--server)")
+    ap.add_argument("--nprobe", type=int, nargs="+", default=list(SERVER_NPROBES), help="lists probed (--server)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if args.server:
-        in_own_network()
+    if args.server and os.environ.get("DHIM_BENCH_NETNS") != "1":
+        for n in args.n_codes:
+            if in_own_network(["--server", "--n-codes", str(n), "--nlist", *map(str, args.nlist),
+                               "--nprobe", *map(str, args.nprobe)]):
+                raise SystemExit(1)
+        return
     for n in args.n_codes:
-        result = bench_server(n) if args.server else bench_size(n)
-        record_key("store", f"{'server' if args.server else 'lite'}_vs_faiss_{n}", result)
+        key = f"{'server' if args.server else 'lite'}_vs_faiss_{n}"
+        if args.server:  # IVF sizes measured in an earlier run stay beside this run's
+            earlier = json.loads(RESULTS.read_text()).get(key, {}) if RESULTS.exists() else {}
+            result = {**{k: v for k, v in earlier.items() if k.startswith("bin_ivf_flat")}, **bench_server(n, tuple(args.nlist), tuple(args.nprobe))}
+        else:
+            result = bench_size(n)
+        record_key("store", key, result)
         logger.info("%s", result)
 
 

@@ -70,6 +70,8 @@ logger = logging.getLogger(__name__)
 
 FORMAT = "dhim-ray/codes"
 MAX_SEARCH_K = 16384  # Milvus' limit on top-k
+#: How long loading a collection may take (``CodeCollection.load``), and the rows from which it says so.
+LOAD_TIMEOUT, LOAD_NOTICE_ROWS = 3 * 3600.0, 200_000
 #: Free space below which a write to a milvus-lite file is refused at once (its server retries a
 #: write on a full disk until the call's timeout, then fails without saying why).
 LITE_MIN_FREE_BYTES = 16 * 2**20
@@ -450,7 +452,7 @@ class CodeCollection:
         self._check_space()
         info = self.check(n_bits, model, overwrite, vector_dim, keys, sign_bits, columns, text_index)
         if info is not None and not overwrite:
-            client.load_collection(name, timeout=timeout)
+            self.load()
             return info
         if info is not None:
             client.drop_collection(name, timeout=timeout)
@@ -473,7 +475,7 @@ class CodeCollection:
                                      index_params=index_params, timeout=timeout)
         except Exception as exc:
             raise StoreError(_failed(f"collection {name!r}: Milvus refused to create it", exc)) from exc
-        client.load_collection(name, timeout=timeout)
+        self.load()
         return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, vector_dim=vector_dim,
                               label_names=True, keys=True, sign_bits=sign_bits, columns=fields,
                               text_index=text_index)
@@ -585,8 +587,29 @@ class CodeCollection:
             raise StoreError(_failed(f"collection {self.name!r}: listing ids failed", exc)) from exc
         return np.sort(np.asarray(found, dtype=np.int64))
 
+    def load(self) -> None:
+        """Load the collection for searches and queries, waiting up to LOAD_TIMEOUT rather than
+        one call's timeout, with a line where it holds many rows: milvus-lite loads a file's
+        collection on its first use after every open and rebuilds the text index as it does
+        (minutes at a million rows: BENCHMARKS.md, 'Where the embedded default ends')."""
+        from pymilvus.client.types import LoadState
+
+        if self.client.get_load_state(self.name, timeout=self.timeout).get("state") == LoadState.Loaded:
+            return
+        rows = int(self.client.get_collection_stats(self.name, timeout=self.timeout).get("row_count", 0))
+        if rows >= LOAD_NOTICE_ROWS:
+            fields = {f["name"] for f in self.client.describe_collection(self.name, timeout=self.timeout)["fields"]}
+            logger.info("loading collection %s (%s rows)%s", self.name, f"{rows:,}",
+                        "; milvus-lite rebuilds its text index on every open: a few minutes a million rows"
+                        if self.lite_file and TEXT_SPARSE_FIELD in fields else "")
+        try:
+            self.client.load_collection(self.name, timeout=LOAD_TIMEOUT)
+        except Exception as exc:
+            raise StoreError(_failed(f"collection {self.name!r}: loading it failed", exc)) from exc
+
     def count(self) -> int:
         """Exact row count (strong consistency), after a flush where the server supports it."""
+        self.load()
         self.client.flush(self.name, timeout=self.timeout)
         res = self.client.query(self.name, filter="", output_fields=["count(*)"], consistency_level="Strong",
                                 timeout=self.timeout)

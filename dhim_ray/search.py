@@ -109,6 +109,7 @@ class Searcher:
         self.info = info
         if info.name != target.collection:  # an alias: search the collection it points at now
             self.collection = CodeCollection(self.client, info.name, target.timeout)
+        self.collection.load()  # a milvus-lite file loads its collection on first use: minutes at a million rows
         if index is None:
             self.index = info.search_index(nprobe)
         self._incomplete: tuple[float, str | None] = (-1e9, None)

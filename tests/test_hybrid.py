@@ -116,6 +116,26 @@ def test_an_exact_phrase_finds_its_document_first_where_the_codes_alone_do_not(i
 
 
 @pytest_slow
+def test_opening_a_big_collection_loads_it_once_and_says_so(ingested, model_dir, monkeypatch, caplog):
+    """milvus-lite loads a file's collection on its first use after every open, rebuilding the
+    text index (minutes at a million rows, past one call's timeout): the Searcher loads it with
+    a timeout of its own and says so in one line where it holds many rows; loaded, it says nothing."""
+    import logging
+
+    from dhim_ray.connectors import milvus
+    from dhim_ray.search import Searcher
+
+    target, result = ingested
+    monkeypatch.setattr(milvus, "LOAD_NOTICE_ROWS", result.rows_in_collection)  # as if it were big
+    with caplog.at_level(logging.INFO, logger="dhim_ray"), Searcher(model_dir, target) as s:
+        assert s.search(["oil prices"], k=3)[0]
+        before = caplog.text
+        s.collection.load()  # loaded: nothing more
+    assert before.count("loading collection bbc16") == 1 and "rebuilds its text index on every open" in before
+    assert caplog.text.count("loading collection") == 1
+
+
+@pytest_slow
 def test_a_topic_query_keeps_the_codes_order_below_the_lexical_head(ingested, model_dir):
     from dhim_ray.retrieval.fusion import coverage
     from dhim_ray.search import Searcher

@@ -111,27 +111,3 @@ def test_target_transform_needs_a_regulariser(tiny_config):
         tiny_config.replace(model={"target_transform": "whitening", "regulariser": "none"})
     with pytest.raises(ConfigError, match="neighbour_transform='zca': choose one of none, whitening, flow"):
         tiny_config.replace(model={"neighbour_transform": "zca"})
-
-
-def test_layer_averaged_sentence_vectors(tiny_config):
-    """'mean' pooling equals the cached Features.mean; first-last-avg averages the mean-pooled
-    first and last transformer layers (WhiteningBERT's layer average)."""
-    from conftest import make_toy_corpus
-
-    from dhim_ray.encoding.encoder import FrozenEncoder
-    from dhim_ray.errors import EncoderError
-
-    texts = [t for _, t in make_toy_corpus(2, seed=5)]
-    enc = FrozenEncoder(tiny_config.features)
-    np.testing.assert_allclose(enc.sentence_vectors(texts, "mean", batch_size=3), enc.features(texts).mean,
-                               atol=1e-5)
-    tok = enc.tokenizer(enc.prepare(texts), padding="max_length", truncation=True, max_length=enc.config.n_tokens,
-                        return_tensors="pt")
-    with torch.no_grad():
-        states = enc.model(input_ids=tok["input_ids"], attention_mask=tok["attention_mask"],
-                           output_hidden_states=True).hidden_states
-    w = tok["attention_mask"][:, :, None].float()
-    expected = ((states[1] * w).sum(1) / w.sum(1) + (states[-1] * w).sum(1) / w.sum(1)) / 2
-    np.testing.assert_allclose(enc.sentence_vectors(texts, batch_size=5), expected.numpy(), atol=1e-5)
-    with pytest.raises(EncoderError, match="pooling='max': choose one of first-last-avg, mean"):
-        enc.sentence_vectors(texts, "max")

@@ -31,8 +31,6 @@ DEFAULT_REACH = ModelConfig().pad_reach
 #: this many documents) while keeping batches of similar lengths.
 SORT_CHUNK = 1024
 
-#: Sentence-vector poolings of ``FrozenEncoder.sentence_vectors``.
-POOLINGS = ("first-last-avg", "mean")
 
 #: The fingerprint field that holds a local encoder folder's weights digest.
 DIGEST_FIELD = "weights="
@@ -308,28 +306,6 @@ class FrozenEncoder:
                 w = b.tokens.shape[1]
                 out.tokens[rows, :w], out.mask[rows, :w] = b.tokens, b.mask
                 out.cls[rows], out.mean[rows] = b.cls, b.mean
-                bar.update(len(rows))
-        return out
-
-    @torch.inference_mode()
-    def sentence_vectors(self, texts: list[str], pooling: str = "first-last-avg", batch_size: int = 64,
-                         progress: bool = False) -> np.ndarray:
-        """(n, H) float32 sentence vectors pooled another way than the cached ``Features.mean``:
-        'first-last-avg' (WhiteningBERT's layer average: the mean-pooled first and last
-        transformer layers, averaged) or 'mean' (the last layer, as Features.mean)."""
-        if pooling not in POOLINGS:
-            raise EncoderError(f"pooling={pooling!r}: choose one of {', '.join(POOLINGS)}")
-        out = np.zeros((len(texts), self.hidden_size), dtype=np.float32)
-        with tqdm(total=len(texts), desc=f"encoding ({pooling})", unit="doc", disable=not progress,
-                  leave=False) as bar:
-            for rows, input_ids, attention in self.length_batches(self.token_ids(texts), batch_size, reach=0):
-                with self._autocast():
-                    states = self.model(input_ids=input_ids, attention_mask=attention,
-                                        output_hidden_states=True).hidden_states
-                w = attention.to(states[-1].dtype)[:, :, None]
-                layers = (states[1], states[-1]) if pooling == "first-last-avg" else (states[-1],)
-                pooled = sum((h * w).sum(1) / w.sum(1).clamp_min(1) for h in layers) / len(layers)
-                out[rows] = pooled.float().cpu().numpy()
                 bar.update(len(rows))
         return out
 
