@@ -18,9 +18,11 @@ BENCHES: dict[str, tuple[str, str]] = {
     "onnx_speed": ("torch, ONNX Runtime and int8 against sentence-transformers' backends", "Backends on the CPU"),
     "ingest_speed": ("dhim-ray ingest end to end against Hasher.encode", "The hot path"),
     "serve_load": ("the HTTP service under load against the in-process Searcher", "The query service"),
-    "million": ("a million generated documents: exact search, eval, ingest memory, an interrupted ingest",
+    "million": ("a million generated documents: exact search, eval, ingest memory, an interrupted ingest, "
+                "the write path alone, a file's reopen",
                 "A million documents"),
-    "store": ("milvus-lite against faiss at 1-10 million generated codes: load, memory, latency, recall",
+    "store": ("milvus-lite or the Milvus server against faiss at 1-10 million generated codes: load, memory, "
+              "latency, recall, radius search",
               "Where the embedded default ends"),
     "ray_train": ("in-process training against 1 and 2 Ray Train workers", "Ray Train"),
     "gpu_path": ("encoding and training on one GPU (needs one)", "Training at scale"),
