@@ -397,7 +397,8 @@ def bench_write(n_docs: int, workers: int, after: float, n_queries: int, text_in
                 ms.append((time.perf_counter() - t0) * 1e3)
             out[f"{mode}_p50_ms"], out[f"{mode}_p99_ms"] = float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
     db.unlink()
-    out["interrupt"] = interrupt_then_rerun(str(CACHE / f"interrupt-{n_docs}.db"), n_docs, after, workers, extra)
+    if after > 0:  # --after 0: no interrupted run
+        out["interrupt"] = interrupt_then_rerun(str(CACHE / f"interrupt-{n_docs}.db"), n_docs, after, workers, extra)
     for f in CACHE.glob(f"interrupt-{n_docs}.db*"):
         f.unlink()
     return out
@@ -448,7 +449,7 @@ def main() -> None:
     p = sub.add_parser("write")
     p.add_argument("--docs", type=int, default=10_000_000)
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--after", type=float, default=300.0, help="seconds before the second ingest's Ctrl-C")
+    p.add_argument("--after", type=float, default=300.0, help="seconds before the second ingest's Ctrl-C (0: none)")
     p.add_argument("--queries", type=int, default=100)
     p.add_argument("--text-index", action=argparse.BooleanOptionalAction, default=True)
     p = sub.add_parser("reopen")

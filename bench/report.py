@@ -297,14 +297,15 @@ def million_write() -> list[str] | None:
         return None
     rows = []
     for x in runs:
-        i, cut = x["ingest"], x["interrupt"]
-        rerun = cut["rerun"] or {}
+        i, cut = x["ingest"], x.get("interrupt")
+        rerun = (cut or {}).get("rerun") or {}
         rows.append([f"{x['docs']:,}", "yes" if x["text_index"] else "no", f"{i['docs_per_s']:.0f}",
                      f"{i['seconds']:.0f}", f"{i['verify_s']:.0f}", gib(i["driver_peak_gib"]),
                      gib(i["worker_peak_gib"]), gib(i["store_peak_gib"]), f"{i['bytes_per_doc']:,.0f}",
                      f"{i['open_to_count_s']:.0f}", f"{i['count']:,} / {i['distinct_ids']:,}",
-                     f"{cut['interrupted_after_s']:.0f} s: {cut['rows_after_interrupt']['count']:,}",
-                     f"{bool(rerun) and rerun['verified']}, {cut['final']['count']:,} / {cut['final']['distinct_ids']:,}",
+                     f"{cut['interrupted_after_s']:.0f} s: {cut['rows_after_interrupt']['count']:,}" if cut else "not run",
+                     f"{bool(rerun) and rerun['verified']}, {cut['final']['count']:,} / {cut['final']['distinct_ids']:,}"
+                     if cut else "-",
                      f"{x['codes_p50_ms']:.0f} / {x['codes_p99_ms']:.0f}",
                      f"{x['hybrid_p50_ms']:.0f} / {x['hybrid_p99_ms']:.0f}" if "hybrid_p50_ms" in x else "-"])
     return _table(["documents", "text index", "rows/s", "write s", "verify s", "driver peak", "worker peak",
