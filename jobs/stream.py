@@ -37,6 +37,19 @@ BLOCK_BYTES = 256 << 10
 #: and can fill them; reads that needed a CPU then never ran and the ingest waited forever
 #: (found by killing a node of the multi-node test cluster mid-ingest).
 READ_TASK = {"num_cpus": 0}
+#: ... so Ray would start every shard's read at once, each in a worker process of its own (100
+#: shards at 10M documents: 107 processes, 29 GB resident): at most this many run together, or
+#: as many as the cluster has CPUs where that is more.
+MIN_READ_TASKS = 4
+
+
+def read_task(shards: int) -> dict:
+    """The read tasks' Ray arguments for ``shards`` shards: no CPU, and a bounded number at once
+    (never more than there are shards: Ray warns of a limit it cannot reach)."""
+    import ray
+
+    cap = max(MIN_READ_TASKS, int(ray.cluster_resources().get("CPU", 0)))
+    return {**READ_TASK, "concurrency": max(1, min(shards, cap))}
 
 
 def _arrow_types() -> dict:
@@ -111,7 +124,7 @@ def read_documents(plan: SourcePlan, cleaning: str, prepare: Prepare):
     ctx.target_max_block_size = BLOCK_BYTES  # the Dataset keeps a copy of the context
     try:
         return ray.data.read_datasource(ShardSource(plan, cleaning, prepare).datasource(),
-                                        override_num_blocks=len(plan.shards), **READ_TASK)
+                                        override_num_blocks=len(plan.shards), **read_task(len(plan.shards)))
     finally:
         ctx.target_max_block_size = before
 
@@ -137,7 +150,7 @@ def scan(plan: SourcePlan, cleaning: str) -> ScanResult:
     # One block stream per shard: left to itself Ray Data cuts a lone shard's output into
     # ~200 tiny blocks, and the scheduling overhead then outweighs the work.
     ds = ray.data.read_datasource(ShardSource(plan, cleaning).datasource(), override_num_blocks=len(plan.shards),
-                                  **READ_TASK)
+                                  **read_task(len(plan.shards)))
     with task_errors():
         summaries = ds.take_all()
     return ScanResult.collect(len(plan.shards), ((int(s["shard"]), {**s, "columns": json.loads(s["columns"])})
