@@ -27,6 +27,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Hasher": "dhim_ray.hasher",
     "Searcher": "dhim_ray.search",
+    "SearchRequest": "dhim_ray.search",
     "DHIMEmbeddingFunction": "dhim_ray.embedding",
     "CorpusSpec": "dhim_ray.corpus.spec",
     "DHIM": "dhim_ray.model.dhim",

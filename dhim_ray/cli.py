@@ -77,7 +77,8 @@ FLAGS = {
     "host": "--host", "window_words": "--window-words", "n_windows": "--windows",
     "filter": "--filter", "max_distance": "--max-distance", "store_vectors": "--store-vectors",
     "store_signs": "--store-signs", "keep_columns": "--keep-columns", "alias": "--alias", "mode": "--mode",
-    "fusion": "--fusion",
+    "fusion": "--fusion", "like": "--like", "bits": "--bits", "database": "--database",
+    "queries": "--queries", "task": "--task",
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
@@ -536,101 +537,40 @@ def eval_(
     Without labels: how many of each query's k nearest documents by cosine of the frozen
     encoder's sentence vectors it finds (cosine-neighbour recall@k). --task known-item: how
     often a window of a document's words finds that document."""
-    from dhim_ray.errors import ConfigError
-    from dhim_ray.retrieval.fusion import Fusion, check_mode
-    from dhim_ray.retrieval.rerank import check_rerank
+    from dhim_ray.config import check_seed
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.evaluate import WindowSpec
+    from dhim_ray.evaluation import EvalRequest, evaluate
+    from dhim_ray.retrieval.fusion import Fusion
 
-    check_rerank(rerank)
-    if task not in ("topic", "known-item"):
-        raise ConfigError(f"--task {task!r}: choose topic or known-item")
-    fused = Fusion.parse(fusion)
-    if mode is not None:
-        check_mode(mode)
-    if (mode is not None or fusion is not None) and collection is None:
-        raise ConfigError(f"--{'mode' if mode is not None else 'fusion'}: applies to a Milvus --collection "
-                          "(in-memory eval searches the codes); drop it or add --collection")
-    baselines = list(dict.fromkeys(baseline or []))
-    _check_methods(model_dir, baselines, rerank, bits, encoder, max_words, collection, plot)
-    if task == "known-item":
-        return _eval_known_item(model_dir, queries, database, baselines, bits, encoder, max_words, collection, uri,
-                                token_env, nprobe, rerank, text_column, drop_empty, limit, cache_dir, window_words,
-                                windows, seed, as_json, mode, fused, plot)
-    from dhim_ray.retrieval.baselines import FLOAT_BASELINES
+    labels = label_column if task == "topic" else None  # known-item ranks documents, not topics
 
-    if bits is not None and baselines and all(b in FLOAT_BASELINES for b in baselines):
-        raise ConfigError(f"--bits {bits}: --baseline {baselines[0]} searches the float vectors, not codes; drop --bits")
-    from dhim_ray.encoding.feature_store import check_cache_dir
+    def spec(value: str | None):
+        return corpus_spec(value, text_column, labels, drop_empty, limit) if value else None
 
-    check_cache_dir(cache_dir)
-    if nprobe is not None and collection is None:
-        raise ConfigError(f"--nprobe {nprobe}: applies to a Milvus --collection only (in-memory eval is exact); "
-                          "drop it")
-    if not queries:
-        raise ConfigError("eval needs --queries CORPUS:SPLIT, e.g. --queries bbc:test")
-    q = corpus_spec(queries, text_column, label_column, drop_empty, limit)
-    if collection is not None:
-        if database is not None:
-            raise ConfigError("eval: --database and --collection both given; the collection is the database, drop one")
-        from dhim_ray.connectors.milvus import MilvusTarget
-        from dhim_ray.search import evaluate_in_milvus
-
-        results = [evaluate_in_milvus(model_dir, q, MilvusTarget(uri, collection, token_env=token_env), k=k,
-                                      nprobe=nprobe, rerank=rerank, mode=mode, fusion=fused)]
-    else:
-        if database is None:
-            raise ConfigError("eval needs --database CORPUS:SPLIT (or --collection NAME to search Milvus)")
-        db = corpus_spec(database, text_column, label_column, drop_empty, limit)
-        results = []
-        if model_dir is not None:
-            from dhim_ray.evaluate import evaluate_checkpoint
-
-            results.append(evaluate_checkpoint(model_dir, db, q, k, progress=not as_json, cache_dir=cache_dir,
-                                               rerank=rerank, curve=plot is not None))
-        if baselines:
-            from dhim_ray.evaluate import evaluate_baseline
-
-            features = _baseline_features(encoder, max_words)
-            for name in baselines:
-                results.append(evaluate_baseline(name, bits if bits is not None or name == "ubinary" else 64, db, q, k,
-                                                 features=features, progress=not as_json, cache_dir=cache_dir,
-                                                 curve=plot is not None))
-    if plot is not None:
-        _draw(results, plot, "precision@k", f"{results[0]['n_queries']:,} queries against {results[0]['n_database']:,} "
-                                             "documents (tie-aware for codes)")
-    title = f"precision@{k}" if "precision_at_k" in results[0] else f"cosine-neighbour recall@{k} (no labels)"
-    _print_results(results, as_json, title, ("precision_at_k", "precision_at_k_tie_aware", "neighbour_recall_at_k"))
-
-
-def _check_methods(model_dir, baselines, rerank, bits, encoder, max_words, collection, plot) -> None:
-    """What eval compares: a model, baselines, or both; the options each takes."""
-    from dhim_ray.errors import ConfigError
-
-    if model_dir is None and not baselines:
-        raise ConfigError("eval: give a model folder (dhim-ray eval DIR ...), --baseline NAME, or both to compare them")
-    if rerank > 1 and model_dir is None:
-        raise ConfigError(f"--rerank {rerank} with --baseline: re-ranking needs a DHIM model's scores; drop one")
-    if not baselines:  # options a model does not take are refused, never ignored
-        for flag, value in (("--bits", bits), ("--encoder", encoder), ("--max-words", max_words)):
-            if value is not None:
-                raise ConfigError(f"{flag} {value}: applies to --baseline only; a model uses the width, encoder "
-                                  f"and words it was trained with, drop {flag}")
-    if collection is not None and model_dir is None:
-        raise ConfigError("eval --collection needs the model folder the collection was ingested with")
-    if collection is not None and baselines:
-        raise ConfigError("eval --collection searches the model's codes in Milvus; a --baseline is evaluated in "
-                          "memory against --database: drop one")
     if plot is not None:
         from dhim_ray.plots import check_plot_path
 
-        if collection is not None:
-            raise ConfigError("--plot draws in-memory evaluations (--database); drop --collection or --plot")
         check_plot_path(plot)
-
-
-def _baseline_features(encoder: str | None, max_words: int | None):
-    from dhim_ray.config import FeatureConfig
-
-    return FeatureConfig("all-MiniLM-L6-v2" if encoder is None else encoder, 50 if max_words is None else max_words)
+    request = EvalRequest(
+        model_dir, tuple(baseline or ()), spec(database), spec(queries),
+        MilvusTarget(uri, collection, token_env=token_env) if collection is not None else None, task, k, rerank,
+        bits, encoder, max_words, nprobe, mode, None if fusion is None else Fusion.parse(fusion),
+        WindowSpec(windows, window_words, check_seed(seed)), cache_dir, plot is not None)
+    results = evaluate(request, progress=not as_json)
+    first = results[0]
+    if task == "known-item":
+        what, title = "known-item recall@k", f"known-item retrieval ({window_words}-word windows)"
+        metrics = ("recall_at_1", "recall_at_10", "recall_at_100", "mrr")
+        caption = f"{first['n_queries']:,} windows of {window_words} words among {first['n_database']:,} documents"
+    else:
+        what = "precision@k"
+        title = f"precision@{k}" if "precision_at_k" in first else f"cosine-neighbour recall@{k} (no labels)"
+        metrics = ("precision_at_k", "precision_at_k_tie_aware", "neighbour_recall_at_k")
+        caption = f"{first['n_queries']:,} queries against {first['n_database']:,} documents (tie-aware for codes)"
+    if plot is not None:
+        _draw(results, plot, what, caption)
+    _print_results(results, as_json, title, metrics)
 
 
 def _print_results(results: list[dict[str, Any]], as_json: bool, title: str, metrics: tuple[str, ...]) -> None:
@@ -666,57 +606,6 @@ def _draw(results: list[dict[str, Any]], plot: Path, what: str, title: str) -> N
     if drawn:
         logger.info("drew %s for %s into %s", what, ", ".join(r["method"] for r in drawn), k_curves(drawn, plot, what,
                                                                                                    title))
-
-
-def _eval_known_item(model_dir, queries, database, baselines, bits, encoder, max_words, collection, uri, token_env,
-                     nprobe, rerank, text_column, drop_empty, limit, cache_dir, window_words, windows, seed,
-                     as_json, mode=None, fusion=None, plot=None) -> None:
-    from dhim_ray.config import check_seed
-    from dhim_ray.errors import ConfigError
-    from dhim_ray.evaluate import WindowSpec
-
-    spec = WindowSpec(windows, window_words, check_seed(seed))
-    q = corpus_spec(queries, text_column, None, drop_empty, limit) if queries else None
-    if collection is not None:
-        if database is not None:
-            raise ConfigError("eval --collection: the collection is the database; give the model it was ingested "
-                              "with and no --database")
-        from dhim_ray.connectors.milvus import MilvusTarget
-        from dhim_ray.search import known_item_in_milvus
-
-        if q is not None:
-            raise ConfigError("eval --task known-item --collection cuts its windows from the collection's own "
-                              "texts; drop --queries")
-        results = [known_item_in_milvus(model_dir, MilvusTarget(uri, collection, token_env=token_env), spec,
-                                        nprobe=nprobe, rerank=rerank, mode=mode, fusion=fusion)]
-    else:
-        if database is None:
-            raise ConfigError("eval --task known-item needs --database CORPUS:SPLIT (or --collection NAME)")
-        if nprobe is not None:
-            raise ConfigError(f"--nprobe {nprobe}: applies to a Milvus --collection only; drop it")
-        db = corpus_spec(database, text_column, None, drop_empty, limit)
-        results = []
-        if model_dir is not None:
-            from dhim_ray.evaluate import known_item_checkpoint
-
-            results.append(known_item_checkpoint(model_dir, db, q, spec, rerank, progress=not as_json,
-                                                 cache_dir=cache_dir, curve=plot is not None))
-        if baselines:
-            from dhim_ray.evaluate import known_item_baseline
-            from dhim_ray.retrieval.baselines import FLOAT_BASELINES
-
-            if bits is not None and all(b in FLOAT_BASELINES for b in baselines):
-                raise ConfigError(f"--bits {bits}: --baseline {baselines[0]} searches the float vectors; drop --bits")
-            features = _baseline_features(encoder, max_words)
-            for name in baselines:
-                results.append(known_item_baseline(name, bits if bits is not None or name == "ubinary" else 64, db, q,
-                                                   spec, features, progress=not as_json, cache_dir=cache_dir,
-                                                   curve=plot is not None))
-    if plot is not None:
-        _draw(results, plot, "known-item recall@k", f"{results[0]['n_queries']:,} windows of {window_words} words "
-                                                      f"among {results[0]['n_database']:,} documents")
-    _print_results(results, as_json, f"known-item retrieval ({window_words}-word windows)",
-                   ("recall_at_1", "recall_at_10", "recall_at_100", "mrr"))
 
 
 def _training_curve(out_dir: Path, summary: dict[str, Any]) -> str | None:
@@ -849,31 +738,20 @@ def search(
 ):
     """Hash query texts with the model and search the collection: by Hamming distance, and
     where the collection has a text index, fused with Milvus' BM25 (hybrid)."""
-    from dhim_ray.connectors.milvus import MilvusTarget, check_search_k
-    from dhim_ray.errors import ConfigError
-    from dhim_ray.retrieval.rerank import check_rerank
-    from dhim_ray.search import Searcher
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.search import Searcher, SearchRequest
 
-    check_search_k(k)
-    check_rerank(rerank)
-    if bool(text) == bool(like):
-        raise ConfigError("search: give query texts or --like ID, not both or neither")
-    if like and rerank > 1:
-        raise ConfigError(f"--rerank {rerank} with --like: a stored row has no query scores to re-rank by; drop one")
-    if like and mode not in (None, "codes"):
-        raise ConfigError(f"--mode {mode} with --like: more-like-this searches a stored row's code; drop --mode")
+    request = SearchRequest(tuple(text or ()), like=tuple(like or ()), k=k, rerank=rerank, filter=filter_,
+                            max_distance=max_distance, mode=mode)
     if collection is not None:
         MilvusTarget(uri, collection, token_env=token_env)  # a malformed name fails before the model loads
     with Searcher.open(model_dir, uri, collection, token_env=token_env, nprobe=nprobe) as searcher:
-        if like:
-            hits = searcher.like(**searcher.like_targets(like), k=k, filter=filter_, max_distance=max_distance)
-            text = [f"like {x}" for x in like]
-        else:
-            hits = searcher.search(text, k, rerank=rerank, filter=filter_, max_distance=max_distance, mode=mode)
+        result = searcher.run(request)
     if as_json:
-        typer.echo(json.dumps([{"query": q, "hits": h} for q, h in zip(text, hits)], default=_json_default))
+        typer.echo(json.dumps([{"query": q, "hits": h} for q, h in zip(result.queries, result.hits)],
+                              default=_json_default))
         return
-    _show_hits(text, hits)
+    _show_hits(result.queries, result.hits)
 
 
 @app.command()

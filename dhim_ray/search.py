@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from dhim_ray.connectors.milvus import (
     IndexSpec,
     MilvusTarget,
     check_filter,
+    check_max_distance,
     check_search_k,
     collections_of_model,
     shown,
@@ -71,6 +73,57 @@ def find_collection(model_dir: str | Path, uri: str, token_env: str = "MILVUS_TO
                           f"({', '.join(found)}); name one with --collection")
     logger.info("searching collection %s at %s (the one ingested with %s)", found[0], mask_uri(uri), model_dir)
     return found[0]
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """One search, as the library, the CLI and the HTTP service ask for it, checked once here:
+    query ``texts`` or ``like`` (stored rows: a hit's ``id`` or a document's own id), ``k`` hits
+    each, ``rerank`` (k x rerank Hamming candidates re-ranked; 1 = off), ``filter`` (a Milvus
+    expression over the stored fields), ``max_distance`` (every row within that many bits, up to
+    k; codes only) and ``mode`` (codes, text or hybrid; None: the collection's default). What
+    depends on the collection (the filter's field names, the radius against the code width, a
+    text mode without a text index) is checked by ``Searcher.run``. A bad field is a ConfigError
+    whose message starts with the field's name."""
+
+    texts: tuple[str, ...] = ()
+    like: tuple[int | str, ...] = ()
+    k: int = 10
+    rerank: int = 1
+    filter: str | None = None
+    max_distance: int | None = None
+    mode: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "texts", (self.texts,) if isinstance(self.texts, str) else tuple(self.texts or ()))
+        object.__setattr__(self, "like", tuple(self.like or ()))
+        if bool(self.texts) == bool(self.like):
+            raise ConfigError("give query texts or like=ID (a stored row's id), not both or neither")
+        check_search_k(self.k)
+        if check_rerank(self.rerank) > 1 and self.k * self.rerank > MAX_SEARCH_K:
+            raise ConfigError(f"rerank={self.rerank}: k x rerank = {self.k * self.rerank} Hamming candidates, at most "
+                              f"{MAX_SEARCH_K}; lower k or rerank")
+        if self.mode is not None:
+            check_mode(self.mode)
+        if self.max_distance is not None and (isinstance(self.max_distance, bool) or not isinstance(
+                self.max_distance, (int, np.integer)) or self.max_distance < 0):
+            raise ConfigError(f"max_distance={self.max_distance!r}: must be a whole number of bits, 0 or more")
+        object.__setattr__(self, "filter", check_filter(self.filter))
+        if self.like and self.rerank > 1:
+            raise ConfigError(f"rerank={self.rerank} with like: a stored row has no query scores to re-rank by; "
+                              "drop one")
+        if self.like and self.mode not in (None, "codes"):
+            raise ConfigError(f"mode={self.mode} with like: more-like-this searches a stored row's code; drop mode")
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """A request's answer: one list of hits per query (``queries``: the texts, or "like ID"),
+    and the mode that ran."""
+
+    queries: list[str]
+    hits: list[list[dict[str, Any]]]
+    mode: str
 
 
 class Searcher:
@@ -188,16 +241,30 @@ class Searcher:
         ``filter``: a Milvus boolean expression over the stored fields (``label == 3``,
         ``key in ["a", "b"]``); only rows it holds for are searched. ``max_distance`` R:
         every row within R bits, nearest first, at most k of them (a radius search; codes only)."""
-        if isinstance(texts, str):
-            texts = [texts]
-        check_search_k(k)  # before encoding: fail fast (encode checks the texts before any work)
-        check_filter(filter, self.filter_fields)
-        mode = self.resolve_mode(mode, max_distance)
-        if check_rerank(rerank) == 1 or mode == "text":
+        request = SearchRequest(texts, k=k, rerank=rerank, filter=filter, max_distance=max_distance, mode=mode)
+        return self.run(request, fusion=fusion).hits
+
+    def run(self, request: SearchRequest, encoded: tuple | None = None, fusion: Fusion | None = None) -> SearchResult:
+        """``request`` against this collection: the one search path of the library, the CLI and
+        the HTTP service. ``encoded``: the texts' (codes, scores, vectors), already made (the
+        service hashes concurrent requests together); else they are hashed here."""
+        check_filter(request.filter, self.filter_fields)
+        if request.max_distance is not None:
+            check_max_distance(request.max_distance, self.hasher.n_bits)
+        if request.like:
+            hits = self.like(**self.like_targets(list(request.like)), k=request.k, filter=request.filter,
+                             max_distance=request.max_distance)
+            return SearchResult([f"like {x}" for x in request.like], hits, "codes")
+        texts, mode = list(request.texts), self.resolve_mode(request.mode, request.max_distance)
+        if encoded is not None:
+            codes, scores, vectors = encoded
+        elif request.rerank == 1 or mode == "text":
             codes, scores, vectors = self.hasher.encode(texts), None, None
         else:
             codes, scores, vectors = self.hasher.encode(texts, scores=True, vectors=True)
-        return self.search_encoded(texts, codes, k, rerank, scores, vectors, filter, max_distance, mode, fusion)
+        hits = self.search_encoded(texts, codes, request.k, request.rerank, scores, vectors, request.filter,
+                                   request.max_distance, mode, fusion)
+        return SearchResult(texts, hits, mode)
 
     def search_encoded(self, texts: list[str], codes: np.ndarray, k: int, rerank: int = 1,
                        scores: np.ndarray | None = None, vectors: np.ndarray | None = None,

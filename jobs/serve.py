@@ -21,6 +21,7 @@ import hashlib
 import ipaddress
 import logging
 import os
+import re
 import socket
 import time
 from dataclasses import asdict, dataclass
@@ -30,16 +31,16 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dhim_ray.connectors.connection import is_lite, mask_uri
-from dhim_ray.connectors.milvus import MAX_SEARCH_K, MilvusTarget
+from dhim_ray.connectors.milvus import MilvusTarget
 from dhim_ray.errors import ConfigError, DataError, DHIMRayError, StoreError
 from dhim_ray.hasher import Hasher, check_texts
 from dhim_ray.retrieval.rerank import MAX_RERANK
-from dhim_ray.search import Searcher
+from dhim_ray.search import Searcher, SearchRequest
 
 from .http_guard import MAX_BODY_BYTES, RequestGuard, token_matches
 
@@ -118,16 +119,17 @@ class HashRequest(BaseModel):
         return texts
 
 
-class SearchRequest(HashRequest):
+class SearchBody(HashRequest):
+    """``SearchRequest``'s fields as JSON; the request checks them (and says which was wrong)."""
+
     texts: list[str] | None = Field(None, min_length=1, max_length=MAX_TEXTS,
                                     description=f"1 to {MAX_TEXTS} texts, each 1 to {MAX_TEXT_CHARS} characters "
                                                 "(or like)")
-    k: int = Field(10, ge=1, le=MAX_K, description=f"hits per text, 1 to {MAX_K}")
-    rerank: int = Field(1, ge=1, le=MAX_RERANK,
-                        description=f"re-rank k x rerank Hamming candidates (1 = off), at most {MAX_RERANK}")
+    k: int = Field(10, le=MAX_K, description=f"hits per text, 1 to {MAX_K}")
+    rerank: int = Field(1, description=f"re-rank k x rerank Hamming candidates (1 = off), at most {MAX_RERANK}")
     filter: str | None = Field(None, max_length=4096,
                                description="a Milvus boolean expression over the stored fields, e.g. label == 3")
-    max_distance: int | None = Field(None, ge=0, le=1024, description="every row within this many bits (up to k)")
+    max_distance: int | None = Field(None, description="every row within this many bits (up to k)")
     like: list[int | str] | None = Field(None, min_length=1, max_length=MAX_TEXTS, description=(
         "more like these stored rows: their ids (a hit's id) or their own ids (ingest --id-column), instead of "
         "texts; each row itself is left out"))
@@ -140,11 +142,16 @@ class SearchRequest(HashRequest):
     def _each_text(cls, texts: list[str] | None) -> list[str] | None:
         return None if texts is None else HashRequest._each_text(texts)
 
-    @model_validator(mode="after")
-    def _texts_or_like(self):
-        if (self.texts is None) == (self.like is None):
-            raise ValueError("give texts or like, not both or neither")
-        return self
+
+#: The request's fields, as a refusal's message names them first.
+_FIELDS = re.compile(r"(texts|like|k|rerank|filter|max_distance|mode)\b")
+
+
+def _refused(exc: Exception) -> JSONResponse:
+    """A 422 naming the field a SearchRequest's (or the collection's) refusal starts with."""
+    message = str(exc)
+    field = m.group(1) if (m := _FIELDS.match(message)) else "texts"
+    return _error(422, message if m or message.startswith("give") else f"texts: {message}", field)
 
 
 def _error(status: int, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
@@ -318,58 +325,29 @@ class QueryService:
 
     # ---- routes --------------------------------------------------------------------------
     @app.post("/search")
-    async def search(self, body: SearchRequest, request: Request):
-        """The k nearest rows per text, as ``Searcher.search`` gives them."""
+    async def search(self, body: SearchBody, request: Request):
+        """The k nearest rows per text: ``Searcher.run`` on the body's ``SearchRequest``."""
         if not self._authorised(request):
             return _error(401, "authorization: missing or wrong bearer token", "authorization")
-        if body.k * body.rerank > MAX_SEARCH_K:
-            return _error(422, f"k x rerank = {body.k * body.rerank}: at most {MAX_SEARCH_K}", "rerank")
-        if body.like is not None and body.rerank > 1:
-            return _error(422, "rerank: a stored row has no query scores to re-rank by; drop rerank or like", "rerank")
-        if body.max_distance is not None and body.max_distance > self.hasher.n_bits:
-            return _error(422, f"max_distance: at most the code's {self.hasher.n_bits} bits", "max_distance")
-        options = {"filter": body.filter, "max_distance": body.max_distance}
-        codes = scores = vectors = None
-        if body.texts is not None:
-            try:
-                check_texts(body.texts, self.hasher.config.features)
-            except DataError as exc:
-                return _error(422, f"texts: {exc}", "texts")
+        try:
+            search = SearchRequest(**body.model_dump())
+            if search.texts:
+                check_texts(list(search.texts), self.hasher.config.features)  # empty after cleaning: a 422, alone
+        except (ConfigError, DataError) as exc:
+            return _refused(exc)
         try:
             searcher = await self._searcher()  # the model comes with the collection (an alias may move)
-        except (MilvusDown, StoreError) as exc:
-            await self._drop_searcher()
-            return self._milvus_down(exc)
-        if body.texts is not None:
-            try:
-                codes, scores, vectors = await self._encode(body.texts, searcher.hasher)
-            except DataError as exc:
-                return _error(422, f"texts: {exc}", "texts")
-        t0 = time.perf_counter()
-        try:
-            if body.like is not None:
-                mode = "codes"
-                if body.mode not in (None, "codes"):
-                    return _error(422, f"mode {body.mode} with like: more-like-this searches a stored row's code; "
-                                       "drop mode", "mode")
-                targets = await asyncio.to_thread(searcher.like_targets, body.like)
-                hits = await asyncio.to_thread(lambda: searcher.like(**targets, k=body.k, **options))
-            else:
-                mode = searcher.resolve_mode(body.mode, body.max_distance)
-                hits = await asyncio.to_thread(searcher.search_encoded, body.texts, codes, body.k, body.rerank,
-                                               scores, vectors, mode=mode, **options)
-        except ConfigError as exc:  # a filter Milvus refuses, a mode the collection cannot search
-            message = str(exc)
-            field = next((f for f in ("filter", "mode", "max_distance") if message.startswith(f)), "like")
-            return _error(422, message, field)
-        except DataError as exc:  # like: an id the collection does not hold
-            return _error(422, str(exc), "like")
+            encoded = await self._encode(list(search.texts), searcher.hasher) if search.texts else None
+            t0 = time.perf_counter()
+            result = await asyncio.to_thread(searcher.run, search, encoded)
+        except (ConfigError, DataError) as exc:  # a filter Milvus refuses, an id the collection lacks
+            return _refused(exc)
         except (MilvusDown, StoreError) as exc:
             await self._drop_searcher()
             return self._milvus_down(exc)
         incomplete = await asyncio.to_thread(searcher.incomplete)
-        return {"results": hits, "n_bits": searcher.hasher.n_bits, "collection": self.options.collection,
-                "mode": mode, "search_ms": round((time.perf_counter() - t0) * 1e3, 2),
+        return {"results": result.hits, "n_bits": searcher.hasher.n_bits, "collection": self.options.collection,
+                "mode": result.mode, "search_ms": round((time.perf_counter() - t0) * 1e3, 2),
                 **({"warning": incomplete} if incomplete else {})}
 
     @app.post("/hash")

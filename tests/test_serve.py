@@ -100,7 +100,7 @@ def test_the_openapi_schema_is_served(service):
 
 @pytest.mark.parametrize("body, status, field, words", [
     (b'{"texts": ["a"', 400, "body", "not valid JSON"),
-    ({}, 422, "body", "give texts or like"),
+    ({}, 422, "texts", "give query texts or like=ID"),
     ({"texts": "one string"}, 422, "texts", "valid list"),
     ({"texts": []}, 422, "texts", "at least 1"),
     ({"texts": [""]}, 422, "texts", "texts[0] is empty"),
@@ -109,10 +109,13 @@ def test_the_openapi_schema_is_served(service):
     ({"texts": [3]}, 422, "texts.0", "valid string"),
     ({"texts": ["q"] * 257}, 422, "texts", "at most 256"),
     ({"texts": ["x" * 100_001]}, 422, "texts", "at most 100000"),
-    ({"texts": ["q"], "k": 0}, 422, "k", "greater than or equal to 1"),
+    ({"texts": ["q"], "k": 0}, 422, "k", "k=0: must be between 1 and 16384"),
     ({"texts": ["q"], "k": 1001}, 422, "k", "less than or equal to 1000"),
     ({"texts": ["q"], "k": "10"}, 422, "k", "valid integer"),
-    ({"texts": ["q"], "rerank": 0}, 422, "rerank", "greater than or equal to 1"),
+    ({"texts": ["q"], "rerank": 0}, 422, "rerank", "must be an integer in 1..64"),
+    ({"texts": ["q"], "k": 1000, "rerank": 64}, 422, "rerank", "k x rerank = 64000 Hamming candidates"),
+    ({"like": [1], "rerank": 4}, 422, "rerank", "a stored row has no query scores"),
+    ({"texts": ["q"], "max_distance": -1}, 422, "max_distance", "0 or more"),
     ({"texts": ["q"], "topk": 5}, 422, "topk", "Extra inputs"),
 ])
 def test_a_bad_request_gets_one_json_error_naming_the_field(service, body, status, field, words):

@@ -1,0 +1,163 @@
+"""The eval command's request and its one entry point.
+
+    >>> from dhim_ray import CorpusSpec
+    >>> from dhim_ray.evaluation import EvalRequest, evaluate
+    >>> request = EvalRequest("runs/bbc-64", database=CorpusSpec.parse("bbc:train"),
+    ...                       queries=CorpusSpec.parse("bbc:val"), baselines=("itq",))
+    >>> [r["precision_at_k"] for r in evaluate(request)]   # the model's, then ITQ's
+
+A request says what to measure (``task``: topic or known-item), of what (a model, baselines,
+or both) and where (in memory against a ``database`` corpus, or in a Milvus ``collection``). It
+is checked once, when made: every refusal is a ConfigError whose message names the field
+(``bits=64: applies to baseline=NAME only; ...``). It joins the in-memory evaluators
+(dhim_ray.evaluate) and the Milvus ones (dhim_ray.search); it never imports Ray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dhim_ray.config import DEFAULT_ENCODER, FeatureConfig
+from dhim_ray.corpus.spec import CorpusSpec
+from dhim_ray.errors import ConfigError
+from dhim_ray.evaluate import WindowSpec
+from dhim_ray.retrieval.baselines import FLOAT_BASELINES
+from dhim_ray.retrieval.fusion import Fusion, check_mode
+from dhim_ray.retrieval.rerank import check_rerank
+
+if TYPE_CHECKING:
+    from dhim_ray.connectors.milvus import MilvusTarget
+
+TASKS = ("topic", "known-item")
+#: A hashing baseline's width when none is given (ubinary: the encoder's own).
+BASELINE_BITS = 64
+BASELINE_WORDS = 50
+
+
+def _shown(spec: CorpusSpec) -> str:
+    return f"{spec.name}:{spec.split}" if spec.split else spec.name
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """One evaluation. ``model_dir``: a checkpoint; ``baselines``: names from
+    dhim_ray.retrieval.baselines (``bits``, ``encoder``, ``max_words`` apply to them only);
+    ``database`` and ``queries``: corpora (in memory), or ``collection``: a Milvus target whose
+    rows are the database (``nprobe``, ``mode`` and ``fusion`` apply there only). ``task``
+    topic: precision@``k`` by labels (cosine-neighbour recall@k without them); known-item:
+    ``windows`` of words cut from documents, each to find its own (``queries`` optional: the
+    windows come from its documents, added to the database). ``rerank`` m > 1: a model's
+    k x m Hamming candidates re-ranked. ``curves``: precision (recall) at every k, for a plot."""
+
+    model_dir: str | Path | None = None
+    baselines: tuple[str, ...] = ()
+    database: CorpusSpec | None = None
+    queries: CorpusSpec | None = None
+    collection: MilvusTarget | None = None
+    task: str = "topic"
+    k: int = 100
+    rerank: int = 1
+    bits: int | None = None
+    encoder: str | None = None
+    max_words: int | None = None
+    nprobe: int | None = None
+    mode: str | None = None
+    fusion: Fusion | None = None
+    windows: WindowSpec = WindowSpec()
+    cache_dir: str | Path | None = None
+    curves: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "baselines", tuple(dict.fromkeys(self.baselines or ())))
+        check_rerank(self.rerank)
+        if self.task not in TASKS:
+            raise ConfigError(f"task={self.task!r}: choose topic or known-item")
+        if self.mode is not None:
+            check_mode(self.mode)
+        self._check_methods()
+        self._check_place()
+        if self.cache_dir is not None:
+            from dhim_ray.encoding.feature_store import check_cache_dir
+
+            check_cache_dir(self.cache_dir)
+
+    def _check_methods(self) -> None:
+        """A model, baselines or both, and the options each takes."""
+        if self.model_dir is None and not self.baselines:
+            raise ConfigError("give a model folder, baseline=NAME, or both to compare them")
+        if self.rerank > 1 and self.model_dir is None:
+            raise ConfigError(f"rerank={self.rerank} with baseline={self.baselines[0]}: re-ranking needs a DHIM "
+                              "model's scores; drop one")
+        if not self.baselines:  # options a model does not take are refused, never ignored
+            for name in ("bits", "encoder", "max_words"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(f"{name}={getattr(self, name)}: applies to baseline=NAME only; a model uses the "
+                                      "width, encoder and words it was trained with, drop it")
+        elif self.bits is not None and all(b in FLOAT_BASELINES for b in self.baselines):
+            raise ConfigError(f"bits={self.bits}: baseline={self.baselines[0]} searches the float vectors, not codes; "
+                              "drop it")
+
+    def _check_place(self) -> None:
+        """In memory (a database corpus) or in Milvus (a collection), and what each needs."""
+        if self.collection is None:
+            for name in ("nprobe", "mode", "fusion"):
+                if (value := getattr(self, name)) is not None:
+                    raise ConfigError(f"{name}={getattr(value, 'method', value)}: applies to a Milvus collection=NAME only "
+                                      "(in-memory eval searches the codes exactly); drop it or add collection=NAME")
+            if self.database is None:
+                raise ConfigError("eval needs database=CORPUS:SPLIT (or collection=NAME to search Milvus)")
+        else:
+            name = self.collection.collection
+            if self.database is not None:
+                raise ConfigError(f"database={_shown(self.database)} and collection={name} both given; the "
+                                  "collection is the database, drop one")
+            if self.model_dir is None:
+                raise ConfigError(f"collection={name}: give the model folder the collection was ingested with")
+            if self.baselines:
+                raise ConfigError(f"collection={name} searches the model's codes in Milvus; baseline="
+                                  f"{self.baselines[0]} is evaluated in memory against database=CORPUS: drop one")
+            if self.curves:
+                raise ConfigError(f"collection={name}: curves are drawn from in-memory evaluations "
+                                  "(database=CORPUS); drop collection=NAME or the plot")
+            if self.task == "known-item" and self.queries is not None:
+                raise ConfigError(f"queries={_shown(self.queries)}: known-item windows in a collection are cut from "
+                                  "its own texts; drop it")
+        if self.task == "topic" and self.queries is None:
+            raise ConfigError("eval needs queries=CORPUS:SPLIT, e.g. queries=bbc:test")
+
+    def baseline_bits(self, name: str) -> int | None:
+        """A hashing baseline's width: ``bits``, else 64 (ubinary: its encoder's)."""
+        return self.bits if self.bits is not None or name == "ubinary" else BASELINE_BITS
+
+
+def evaluate(request: EvalRequest, progress: bool = True) -> list[dict[str, Any]]:
+    """Every method of ``request`` measured, the model first: one result dict each (the
+    figures of its task, ``method``, ``n_queries``, ``n_database``; ``curve`` where asked)."""
+    r = request
+    if r.collection is not None:
+        from dhim_ray.search import evaluate_in_milvus, known_item_in_milvus
+
+        if r.task == "known-item":
+            return [known_item_in_milvus(r.model_dir, r.collection, r.windows, nprobe=r.nprobe, rerank=r.rerank,
+                                         mode=r.mode, fusion=r.fusion)]
+        return [evaluate_in_milvus(r.model_dir, r.queries, r.collection, k=r.k, nprobe=r.nprobe, rerank=r.rerank,
+                                   mode=r.mode, fusion=r.fusion)]
+    from dhim_ray import evaluate as ev
+
+    features = FeatureConfig(DEFAULT_ENCODER if r.encoder is None else r.encoder,
+                             BASELINE_WORDS if r.max_words is None else r.max_words)
+    common = {"progress": progress, "cache_dir": r.cache_dir, "curve": r.curves}
+    results = []
+    if r.task == "known-item":
+        if r.model_dir is not None:
+            results.append(ev.known_item_checkpoint(r.model_dir, r.database, r.queries, r.windows, r.rerank, **common))
+        results += [ev.known_item_baseline(name, r.baseline_bits(name), r.database, r.queries, r.windows, features,
+                                           **common) for name in r.baselines]
+        return results
+    if r.model_dir is not None:
+        results.append(ev.evaluate_checkpoint(r.model_dir, r.database, r.queries, r.k, rerank=r.rerank, **common))
+    results += [ev.evaluate_baseline(name, r.baseline_bits(name), r.database, r.queries, r.k, features=features,
+                                     **common) for name in r.baselines]
+    return results

@@ -1,0 +1,86 @@
+"""A command's request is checked once, when made, and a refusal names the field it is about:
+the CLI turns that name into its flag (``k=0`` -> ``--k 0``), the HTTP service into the JSON
+field it reports."""
+
+from __future__ import annotations
+
+import pytest
+
+from dhim_ray.cli import as_flags
+from dhim_ray.connectors.milvus import MilvusTarget
+from dhim_ray.corpus.spec import CorpusSpec
+from dhim_ray.errors import ConfigError
+from dhim_ray.evaluation import EvalRequest
+from dhim_ray.retrieval.fusion import Fusion
+from dhim_ray.search import SearchRequest
+
+DB, Q = CorpusSpec.parse("bbc:train"), CorpusSpec.parse("bbc:val")
+
+
+@pytest.mark.parametrize("fields, starts", [
+    ({}, "give query texts or like=ID"),
+    ({"texts": ["a"], "like": [1]}, "give query texts or like=ID"),
+    ({"texts": ["a"], "k": 0}, "k=0: must be between 1 and 16384"),
+    ({"texts": ["a"], "rerank": 65}, "rerank=65: must be an integer in 1..64"),
+    ({"texts": ["a"], "k": 1000, "rerank": 64}, "rerank=64: k x rerank = 64000"),
+    ({"texts": ["a"], "mode": "fuzzy"}, "mode='fuzzy': choose codes, text or hybrid"),
+    ({"texts": ["a"], "max_distance": -1}, "max_distance=-1: must be a whole number of bits"),
+    ({"texts": ["a"], "filter": "(label == 3"}, "filter='(label == 3': 1 bracket left open"),
+    ({"like": [7], "rerank": 4}, "rerank=4 with like"),
+    ({"like": [7], "mode": "text"}, "mode=text with like"),
+])
+def test_a_bad_search_request_is_refused_naming_its_field(fields, starts):
+    with pytest.raises(ConfigError) as refused:
+        SearchRequest(**fields)
+    assert str(refused.value).startswith(starts), str(refused.value)
+
+
+def test_a_search_request_takes_one_text_or_many_and_keeps_them_as_given():
+    assert SearchRequest("oil prices").texts == ("oil prices",)
+    req = SearchRequest(["a", "b"], k=5, rerank=4, filter="  label == 3 ", max_distance=0)
+    assert req.texts == ("a", "b") and req.filter == "label == 3" and req.max_distance == 0
+    assert SearchRequest(like=["doc-7", 3]).like == ("doc-7", 3)
+
+
+def test_the_cli_names_the_flag_of_the_field():
+    with pytest.raises(ConfigError) as refused:
+        SearchRequest(["a"], k=20_000)
+    assert as_flags(str(refused.value)).startswith("--k 20000: must be between 1 and 16384")
+
+
+def collection():
+    return MilvusTarget("codes.db", "bbc_64")
+
+
+@pytest.mark.parametrize("fields, starts", [
+    ({"database": DB, "queries": Q}, "give a model folder, baseline=NAME, or both"),
+    ({"model_dir": "m", "database": DB, "queries": Q, "task": "topics"}, "task='topics': choose topic or known-item"),
+    ({"baselines": ("itq",), "database": DB, "queries": Q, "rerank": 4}, "rerank=4 with baseline=itq"),
+    ({"model_dir": "m", "database": DB, "queries": Q, "bits": 64}, "bits=64: applies to baseline=NAME only"),
+    ({"model_dir": "m", "database": DB, "queries": Q, "max_words": 9}, "max_words=9: applies to baseline=NAME"),
+    ({"baselines": ("cosine",), "database": DB, "queries": Q, "bits": 64}, "bits=64: baseline=cosine searches the "
+                                                                             "float vectors"),
+    ({"model_dir": "m", "database": DB, "queries": Q, "nprobe": 8}, "nprobe=8: applies to a Milvus collection=NAME"),
+    ({"model_dir": "m", "database": DB, "queries": Q, "fusion": Fusion("rrf")}, "fusion=rrf: applies to a Milvus"),
+    ({"model_dir": "m", "queries": Q}, "eval needs database=CORPUS:SPLIT"),
+    ({"model_dir": "m", "database": DB}, "eval needs queries=CORPUS:SPLIT"),
+    ({"model_dir": "m", "database": DB, "queries": Q, "collection": collection()},
+     "database=bbc:train and collection=bbc_64 both given"),
+    ({"baselines": ("itq",), "queries": Q, "collection": collection()}, "collection=bbc_64: give the model folder"),
+    ({"model_dir": "m", "queries": Q, "collection": collection(), "curves": True}, "collection=bbc_64: curves are "
+                                                                                    "drawn from in-memory"),
+    ({"model_dir": "m", "queries": Q, "collection": collection(), "task": "known-item"},
+     "queries=bbc:val: known-item windows in a collection are cut from its own texts"),
+])
+def test_a_bad_eval_request_is_refused_naming_its_field(fields, starts):
+    with pytest.raises(ConfigError) as refused:
+        EvalRequest(**fields)
+    assert str(refused.value).startswith(starts), str(refused.value)
+
+
+def test_an_eval_request_compares_a_model_with_baselines_each_once():
+    req = EvalRequest("m", ("itq", "ubinary", "itq"), DB, Q, bits=None)
+    assert req.baselines == ("itq", "ubinary")
+    assert req.baseline_bits("itq") == 64 and req.baseline_bits("ubinary") is None
+    known = EvalRequest("m", database=DB, task="known-item")  # the windows come from the database
+    assert known.queries is None and known.collection is None
