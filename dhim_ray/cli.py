@@ -77,7 +77,7 @@ FLAGS = {
     "host": "--host", "window_words": "--window-words", "n_windows": "--windows",
     "filter": "--filter", "max_distance": "--max-distance", "store_vectors": "--store-vectors",
     "store_signs": "--store-signs", "keep_columns": "--keep-columns", "alias": "--alias", "mode": "--mode",
-    "fusion": "--fusion", "like": "--like", "bits": "--bits", "database": "--database",
+    "fusion": "--fusion", "like": "--like", "feature_memory": "--feature-memory", "device": "--device", "bits": "--bits", "database": "--database",
     "queries": "--queries", "task": "--task",
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
@@ -86,30 +86,6 @@ _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=Tr
 def as_flags(message: str) -> str:
     """'n_bits=100: must be ...' -> '--bits 100: must be ...'."""
     return _PARAM.sub(lambda m: FLAGS[m.group(1)] + " ", message)
-
-
-def pick_device(name: str) -> str:
-    """'auto' -> 'cuda' when torch sees a GPU, else 'cpu'; anything else is checked and kept."""
-    import torch
-
-    from dhim_ray.errors import ConfigError
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(name)
-    except (RuntimeError, ValueError):
-        raise ConfigError(f"--device {name}: not a torch device; use auto, cpu or cuda") from None
-    if dev.type not in ("cpu", "cuda", "mps"):
-        raise ConfigError(f"--device {name}: dhim-ray runs on cpu, cuda or mps; use auto, cpu or cuda")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {name}: this machine has no CUDA GPU torch can use; use --device cpu")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ConfigError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA GPUs; "
-                          "use cuda:0 or --device auto")
-    if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"--device {name}: this machine has no Apple GPU torch can use; use --device cpu")
-    return name
 
 
 _CREDENTIALS = re.compile(r"(\w+://)[^/\s@]+@")
@@ -389,15 +365,8 @@ def train(
 
     from dhim_ray.config import parse_overrides
     from dhim_ray.errors import ConfigError
+    from dhim_ray.jobs.train import TrainRequest, run_training
 
-    if workers < 1:
-        raise ConfigError(f"workers={workers}: must be >= 1, e.g. workers=2")
-    if not 0 <= feature_memory < float("inf"):  # NaN and infinity too
-        raise ConfigError(f"--feature-memory {feature_memory}: must be a finite number >= 0 GiB (0 keeps every "
-                          "feature on disk)")
-    from dhim_ray.encoding.feature_store import check_cache_dir
-
-    check_cache_dir(cache_dir)
     overrides = parse_overrides(list(set_ or []))
     flagged = given_flags(ctx, overrides, {"encoder": ("features", "encoder"), "max_words": ("features", "max_words"),
                                  "epochs": ("train", "max_epochs"), "patience": ("train", "patience"),
@@ -412,30 +381,11 @@ def train(
             check_n_bits(bits)
         except ConfigError as exc:
             raise ConfigError(f"--set model.{exc}") from None
-    cfg = build_config(bits, formulation, overrides, flagged)
-    spec = corpus_spec(corpus, text_column, label_column, drop_empty, limit)
-    name = Path(spec.name).name if Path(spec.name).exists() else spec.name.replace("/", "_")
-    from dhim_ray.jobs.ray_env import cluster_address
-
-    distributed = workers > 1 or use_gpu or cluster_address(address) is not None
-    if resume is not None and not distributed:
-        if out_dir is not None and out_dir.resolve() != resume.resolve():
-            raise ConfigError(f"resume={resume} with out={out_dir}: an in-process run resumes in its own --out folder")
-        out_dir = resume
-    out_dir = out_dir or Path("runs") / f"{name}-{bits}"
-    if distributed:
-        from dhim_ray.jobs.train import RayTrainOptions, train_distributed
-
-        opts = RayTrainOptions(workers=workers, use_gpu=use_gpu, address=address, storage_path=storage_path,
-                               resume=resume, max_failures=max_failures)
-        summary = train_distributed(spec, cfg, out_dir, opts, cache_dir=cache_dir, feature_memory_gb=feature_memory,
-                                    progress=not as_json)
-    else:
-        from dhim_ray.training.pipeline import train_corpus
-
-        summary = train_corpus(spec, cfg, out_dir, progress=not as_json, cache_dir=cache_dir,
-                                  resume=resume is not None, device=pick_device(device),
-                                  feature_memory_gb=feature_memory)
+    request = TrainRequest(corpus_spec(corpus, text_column, label_column, drop_empty, limit),
+                           build_config(bits, formulation, overrides, flagged), out_dir, workers, use_gpu, address,
+                           storage_path, resume, max_failures, cache_dir, feature_memory, device)
+    out_dir = request.out_dir
+    summary = run_training(request, progress=not as_json)
     result = {"out": str(out_dir), "n_bits": bits, **{k: v for k, v in summary.items() if k != "history"}}
     result["curve"] = _training_curve(out_dir, summary)
     choice = summary.get("target_transform")
@@ -472,7 +422,7 @@ def refine(
 ):
     """Refine a BERT-family encoder on a corpus without labels (SG-OPT); use it with --encoder OUT."""
     from dhim_ray.encoding.refine import RefineConfig
-    from dhim_ray.training.pipeline import refine_corpus
+    from dhim_ray.training.pipeline import pick_device, refine_corpus
 
     cfg = RefineConfig(method=method, encoder=encoder, epochs=epochs, batch_size=batch_size, lr=lr,
                        temperature=temperature, lam=lam, max_words=max_words, max_steps=max_steps,
@@ -666,7 +616,7 @@ def ingest(
     from dhim_ray.connectors.connection import is_lite
     from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, default_index
     from dhim_ray.errors import ConfigError
-    from dhim_ray.jobs.ingest import ingest as run_ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
     from dhim_ray.model.checkpoint import read_checkpoint
 
     spec = corpus_spec(corpus, text_column, label_column, drop_empty, limit)
@@ -689,10 +639,11 @@ def ingest(
     collection = collection or _default_collection(spec.name, n_bits)
     target = MilvusTarget(uri, collection, token_env=token_env)
     index_spec = IndexSpec(index, nlist=nlist, nprobe=min(16, nlist)) if index else default_index(uri, nlist)
-    result = run_ingest(spec, model_dir, target, workers=workers, batch_size=batch_size, overwrite=overwrite,
-                        index=index_spec, address=address, progress=not as_json, use_gpu=use_gpu,
-                        store_vectors=store_vectors, id_column=id_column, store_signs=store_signs,
-                        keep_columns=column_names(keep_columns), alias=alias, text_index=text_index)
+    request = IngestRequest(spec, model_dir, target, workers=workers, batch_size=batch_size, overwrite=overwrite,
+                            index=index_spec, address=address, use_gpu=use_gpu, store_vectors=store_vectors,
+                            id_column=id_column, store_signs=store_signs, keep_columns=column_names(keep_columns),
+                            alias=alias, text_index=text_index)
+    result = run_ingest(request, progress=not as_json)
     print_result(result.as_dict(), as_json, title=f"ingested into {collection}")
 
 

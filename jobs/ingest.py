@@ -162,36 +162,20 @@ class IngestResult:
         return out
 
 
-def ingest(
-    corpus: CorpusSpec,
-    model_dir: str | Path,
-    target: MilvusTarget,
-    workers: int = 2,
-    batch_size: int = 64,
-    overwrite: bool = False,
-    index: IndexSpec | None = None,
-    address: str | None = None,
-    progress: bool = True,
-    write_batch: int = 500,
-    use_gpu: bool = False,
-    store_vectors: bool = False,
-    id_column: str | None = None,
-    store_signs: bool = False,
-    keep_columns: tuple[str, ...] = (),
-    alias: str | None = None,
-    tokenise_apart: bool | None = None,
-    text_index: bool | None = None,
-) -> IngestResult:
-    """Encode one split of a corpus with a trained model and upsert it into Milvus.
+@dataclass(frozen=True)
+class IngestRequest:
+    """One ingest, checked once when made (the model and the rows are checked by ``run_ingest``
+    before anything is written).
 
     Args:
         corpus: what to ingest; its split defaults to ``train``.
-        model_dir: checkpoint folder from ``dhim-ray train`` (checked here, with its encoder,
-            before any collection is created; only the encoding actors load the weights).
+        model_dir: checkpoint folder from ``dhim-ray train`` (checked, with its encoder, before
+            any collection is created; only the encoding actors load the weights).
         target: Milvus URI and collection.
-        workers: encoding actors (with ``use_gpu``, one GPU each). batch_size:
-            documents per encoder call.
-        write_batch: rows per upsert from the driver (milvus-lite).
+        workers: encoding actors (with ``use_gpu``, one GPU each). batch_size: documents per
+            encoder call. write_batch: rows per upsert from the driver (milvus-lite).
+        overwrite: drop an existing collection of another width or model. index: its index
+            (default: BIN_FLAT on milvus-lite, BIN_IVF_FLAT on a server). address: a Ray cluster.
         store_vectors: also keep each document's sentence vector (the encoder's mean-pooled
             vector, unit-norm float16: 2 x width bytes a document) for float re-scoring.
         store_signs: also keep the sign bits of each document's sentence vector (one bit per
@@ -211,6 +195,52 @@ def ingest(
             the URI can (milvus-lite, a server from 2.5; elsewhere it says so in one line and
             keeps codes only), an existing one keeps its choice. True where the Milvus cannot,
             or a choice other than an existing collection's, is refused before anything is written.
+    """
+
+    corpus: CorpusSpec
+    model_dir: str | Path
+    target: MilvusTarget
+    workers: int = 2
+    batch_size: int = 64
+    overwrite: bool = False
+    index: IndexSpec | None = None
+    address: str | None = None
+    write_batch: int = 500
+    use_gpu: bool = False
+    store_vectors: bool = False
+    id_column: str | None = None
+    store_signs: bool = False
+    keep_columns: tuple[str, ...] = ()
+    alias: str | None = None
+    tokenise_apart: bool | None = None
+    text_index: bool | None = None
+
+    def __post_init__(self):
+        if isinstance(self.workers, bool) or self.workers < 1:
+            raise ConfigError(f"workers={self.workers}: must be >= 1, e.g. workers=2")
+        if self.batch_size < 1 or self.write_batch < 1:
+            raise ConfigError(f"batch_size={min(self.batch_size, self.write_batch)}: must be >= 1, e.g. batch_size=64")
+        if self.store_vectors and self.store_signs:
+            raise ConfigError("store_vectors and store_signs: a collection keeps one of them to re-rank by; pick one")
+        object.__setattr__(self, "corpus", self.corpus.with_split(self.corpus.split or "train"))
+        object.__setattr__(self, "keep_columns", tuple(self.keep_columns))
+        check_alias_support(self.target.uri, self.alias)
+        if self.alias is not None and self.alias == self.target.collection:
+            raise ConfigError(f"alias={self.alias}: the alias and the collection need two names (the collection: a "
+                              "version)")
+        object.__setattr__(self, "index", check_index_for(self.target.uri, self.index or default_index(self.target.uri)))
+
+
+def ingest(corpus: CorpusSpec, model_dir: str | Path, target: MilvusTarget, progress: bool = True,
+           **options) -> IngestResult:
+    """Encode one split of a corpus with a trained model and upsert it into Milvus:
+    ``run_ingest(IngestRequest(corpus, model_dir, target, **options))`` (the options: IngestRequest's)."""
+    return run_ingest(IngestRequest(corpus, model_dir, target, **options), progress)
+
+
+def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
+    """``request``'s corpus through the model into its collection, verified (see the module doc).
+
     Returns:
         IngestResult with the verified row count.
     Raises:
@@ -218,39 +248,30 @@ def ingest(
         source's; CollectionMismatchError for another width, model or source's ids;
         IngestInterrupted on Ctrl-C (a rerun completes it).
     """
-    if isinstance(workers, bool) or workers < 1:
-        raise ConfigError(f"workers={workers}: must be >= 1, e.g. workers=2")
-    if batch_size < 1 or write_batch < 1:
-        raise ConfigError(f"batch_size={min(batch_size, write_batch)}: must be >= 1, e.g. batch_size=64")
-    if use_gpu and cluster_address(address) is None:  # a local Ray: count the GPUs before any work
+    r = request
+    corpus, model_dir, target, workers, use_gpu = r.corpus, r.model_dir, r.target, r.workers, r.use_gpu
+    if use_gpu and cluster_address(r.address) is None:  # a local Ray: count the GPUs before any work
         import torch
 
         check_gpus(workers, True, available=torch.cuda.device_count())
-    corpus = corpus.with_split(corpus.split or "train")
-    check_alias_support(target.uri, alias)
-    if alias is not None and alias == target.collection:
-        raise ConfigError(f"--alias {alias}: the alias and the collection need two names (the collection: a version)")
-    index = check_index_for(target.uri, index or default_index(target.uri))
     # Everything that can be wrong with the model or the data fails here, before a
     # collection is created: the model, the columns, then (in Ray) every row's text.
     model = Hasher.check(model_dir)  # the fields the driver needs; the encoding actors load the weights
     width, features = model.config.model.hidden_size, model.config.features
-    if store_vectors and store_signs:
-        raise ConfigError("store_vectors and store_signs: a collection keeps one of them to re-rank by; pick one")
-    if store_signs and width % 8:
+    if r.store_signs and width % 8:
         raise ConfigError(f"store_signs: the encoder's width {width} is not a multiple of 8")
-    spec = CollectionSpec(model.n_bits, model.model_id, str(Path(model_dir).resolve()), index, overwrite,
-                          width if store_vectors else 0, width if store_signs else 0, keys=id_column is not None)
-    plan = with_kept_columns(with_key_column(plan_split(corpus), id_column), tuple(keep_columns), RESERVED_FIELDS)
+    spec = CollectionSpec(model.n_bits, model.model_id, str(Path(model_dir).resolve()), r.index, r.overwrite,
+                          width if r.store_vectors else 0, width if r.store_signs else 0, keys=r.id_column is not None)
+    plan = with_kept_columns(with_key_column(plan_split(corpus), r.id_column), r.keep_columns, RESERVED_FIELDS)
     source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")
     new_file = target.lite and not Path(target.uri).exists()
     if new_file:
         check_lite_path(target.uri)  # created by the sink's start, once the rows have passed the scan
     sink = CodeSink(target, model.n_bits, source)
     try:  # milvus-lite: the sink holds one session from its check to its last write (one process per file)
-        text_index = sink.check(spec, plan.kept_columns, text_index, new_file)
+        text_index = sink.check(spec, plan.kept_columns, r.text_index, new_file)
         t0 = time.perf_counter()
-        init_ray(address)
+        init_ray(r.address)
         check_capacity(workers, use_gpu)
         # read tasks open the corpus and encoder actors the model on every node
         check_shared_paths({"--model": (Path(model_dir).resolve(), False),
@@ -267,12 +288,12 @@ def ingest(
         prepare = Prepare(source, tuple(scanned.offsets), n_rows, tuple(names) if names else None,
                           corpus.drop_empty, plan.label_names,
                           tuple((name, info.columns[name][0]) for name in plan.kept_columns))
-        ds = encoded(read_documents(plan, features.cleaning, prepare), spec.model_dir, features, workers, batch_size,
-                     use_gpu, store_vectors, store_signs, use_gpu if tokenise_apart is None else tokenise_apart)
+        ds = encoded(read_documents(plan, features.cleaning, prepare), spec.model_dir, features, workers, r.batch_size,
+                     use_gpu, r.store_vectors, r.store_signs, use_gpu if r.tokenise_apart is None else r.tokenise_apart)
         try:
             with task_errors():
                 if target.lite:
-                    sink.write_from(ds, n_documents, progress, write_batch)
+                    sink.write_from(ds, n_documents, progress, r.write_batch)
                 else:  # upserts wait on the network, not the CPU, and must run whatever the encoders hold
                     # (after a node dies, its actors restart on the nodes left and can fill them): no CPU
                     ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0})
@@ -286,7 +307,7 @@ def ingest(
     seconds = time.perf_counter() - t0
     dropped = scanned.blank_rows[scanned.blank_rows < n_rows]  # empty texts left out (their ids may hold rows)
     verified = sink.complete(n_documents, int(plan.id_rows([n_rows - 1])[0]),
-                             None if corpus.limit is not None else document_ids(source, plan.id_rows(dropped)), alias)
+                             None if corpus.limit is not None else document_ids(source, plan.id_rows(dropped)), r.alias)
     keeps = ["codes"] + ["float vectors"] * bool(info.vector_dim) + ["sign codes"] * bool(info.sign_bits) \
         + ["text index (BM25)"] * info.text_index + list(info.columns)
     result = IngestResult(target.collection, target.uri, source, n_documents, sink.rows_written, seconds=seconds,

@@ -45,7 +45,7 @@ from dhim_ray.model.checkpoint import (
 )
 from dhim_ray.training import target_choice
 from dhim_ray.training.loop import FitResult, LoopState, best_score, epoch_message, fit
-from dhim_ray.training.pipeline import DEFAULT_FEATURE_MEMORY_GB, Prepared, load_train_val, train
+from dhim_ray.training.pipeline import DEFAULT_FEATURE_MEMORY_GB, Prepared, load_train_val, pick_device, train
 from dhim_ray.training.schedule import TrainCallback
 
 from .ray_env import (
@@ -449,3 +449,69 @@ def train_distributed(
     out_dir = Path(out_dir).resolve()  # checked (and removed again if the run is refused) by train()
     backend = RayTrain(opts, tuple(callbacks), cache_dir, feature_memory_gb, progress)
     return train(corpus, config, out_dir, backend, resume=opts.resume is not None)[1]
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """One training run, checked once when made. ``workers`` > 1, ``use_gpu`` or a cluster
+    ``address`` train with Ray Train (``storage_path``: its checkpoints per epoch;
+    ``max_failures``: worker failures it recovers from); otherwise in this process on
+    ``device`` (auto: a GPU where torch sees one). ``resume``: an interrupted run to continue, its ``out_dir`` (in-process, where
+    it also becomes the output) or its Ray run folder. ``out_dir`` defaults to
+    runs/CORPUS-BITS. ``feature_memory_gb``: frozen features held in memory, the rest read
+    from disk (``cache_dir``, else a folder in ``out_dir`` removed at the end)."""
+
+    corpus: CorpusSpec
+    config: DHIMConfig
+    out_dir: Path | None = None
+    workers: int = 1
+    use_gpu: bool = False
+    address: str | None = None
+    storage_path: Path | None = None
+    resume: Path | None = None
+    max_failures: int = 2
+    cache_dir: Path | None = None
+    feature_memory_gb: float = DEFAULT_FEATURE_MEMORY_GB
+    device: str = "auto"
+
+    def __post_init__(self):
+        from dhim_ray.encoding.feature_store import check_cache_dir
+
+        if isinstance(self.workers, bool) or self.workers < 1:
+            raise ConfigError(f"workers={self.workers}: must be >= 1, e.g. workers=2")
+        if not 0 <= self.feature_memory_gb < float("inf"):  # NaN and infinity too
+            raise ConfigError(f"feature_memory={self.feature_memory_gb}: must be a finite number >= 0 GiB (0 keeps "
+                              "every feature on disk)")
+        check_cache_dir(self.cache_dir)
+        if not self.distributed:  # Ray Train places its workers itself (use_gpu)
+            object.__setattr__(self, "device", pick_device(self.device))
+        out = None if self.out_dir is None else Path(self.out_dir)
+        if self.resume is not None and not self.distributed:  # an in-process run resumes where it writes
+            if out is not None and out.resolve() != Path(self.resume).resolve():
+                raise ConfigError(f"resume={self.resume} with out={out}: an in-process run resumes in its own out "
+                                  "folder")
+            out = Path(self.resume)
+        if out is None:
+            name = self.corpus.name
+            name = Path(name).name if Path(name).exists() else name.replace("/", "_")
+            out = Path("runs") / f"{name}-{self.config.model.n_bits}"
+        object.__setattr__(self, "out_dir", out)
+
+    @property
+    def distributed(self) -> bool:
+        """Whether Ray Train runs it (several workers, GPUs or a cluster)."""
+        return self.workers > 1 or self.use_gpu or cluster_address(self.address) is not None
+
+
+def run_training(request: TrainRequest, progress: bool = True) -> dict[str, Any]:
+    """``request`` trained, its best checkpoint saved in ``request.out_dir``: the run summary."""
+    r = request
+    if r.distributed:
+        opts = RayTrainOptions(workers=r.workers, use_gpu=r.use_gpu, address=r.address, storage_path=r.storage_path,
+                               resume=r.resume, max_failures=r.max_failures)
+        return train_distributed(r.corpus, r.config, r.out_dir, opts, cache_dir=r.cache_dir,
+                                 feature_memory_gb=r.feature_memory_gb, progress=progress)
+    from dhim_ray.training.pipeline import train_corpus
+
+    return train_corpus(r.corpus, r.config, r.out_dir, progress=progress, cache_dir=r.cache_dir,
+                        resume=r.resume is not None, device=r.device, feature_memory_gb=r.feature_memory_gb)

@@ -19,7 +19,7 @@ from dhim_ray.corpus.data import Split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.encoding.encoder import Features, FrozenEncoder
 from dhim_ray.encoding.refine import RefineConfig, refine_encoder
-from dhim_ray.errors import CheckpointError, TrainingFailed, TrainingInterrupted
+from dhim_ray.errors import CheckpointError, ConfigError, TrainingFailed, TrainingInterrupted
 from dhim_ray.folders import removed_unless_kept
 from dhim_ray.model.checkpoint import (
     CONFIG_FILE,
@@ -87,6 +87,28 @@ def data_split_name(split: str, data) -> str:
             return canonical
     data.split(split)  # raises: the corpus has no such split, naming those it has
     return split
+
+
+def pick_device(name: str) -> str:
+    """'auto' -> 'cuda' when torch sees a GPU, else 'cpu'; anything else is checked and kept."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"device={name}: not a torch device; use auto, cpu or cuda") from None
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"device={name}: dhim-ray runs on cpu, cuda or mps; use auto, cpu or cuda")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={name}: this machine has no CUDA GPU torch can use; use device=cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ConfigError(f"device={name}: this machine has {torch.cuda.device_count()} CUDA GPUs; "
+                          "use cuda:0 or device=auto")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device={name}: this machine has no Apple GPU torch can use; use device=cpu")
+    return name
 
 
 DEFAULT_FEATURE_MEMORY_GB = 2.0
