@@ -480,8 +480,10 @@ class CodeCollection:
                               label_names=True, keys=True, sign_bits=sign_bits, columns=fields,
                               text_index=text_index)
 
-    def upsert(self, rows: list[dict[str, Any]]) -> int:
-        """Upsert validated rows (see make_rows); returns how many were written."""
+    def upsert(self, rows: list[dict[str, Any]], new: bool = False) -> int:
+        """Upsert validated rows (see make_rows); returns how many were written. ``new``: no row
+        with these ids can be in the collection, so they are inserted (milvus-lite's upsert
+        looks each id up, and slows as the collection grows)."""
         if not rows:
             return 0
         lengths = {len(r[CODE_FIELD]) for r in rows}
@@ -490,11 +492,12 @@ class CodeCollection:
                                   "length")
         self._check_space()  # milvus-lite on a full disk retries each write for its whole timeout, then fails
         try:
-            result = self.client.upsert(self.name, rows, timeout=self.timeout)
+            result = (self.client.insert if new else self.client.upsert)(self.name, rows, timeout=self.timeout)
         except Exception as exc:
             self._check_space()
             raise StoreError(_failed(f"collection {self.name!r}: upsert of {len(rows)} rows failed", exc)) from exc
-        return int(result.get("upsert_count", len(rows))) if isinstance(result, dict) else len(rows)
+        count = result.get("insert_count" if new else "upsert_count") if isinstance(result, dict) else None
+        return len(rows) if count is None else int(count)
 
     def _check_space(self) -> None:
         if not self.lite_file:
@@ -545,12 +548,12 @@ class CodeCollection:
                 "id column); ingesting without one would erase them: pass the same id column again"
             )
 
-    def delete_stale_rows(self, source: str, last_row: int, dropped_ids: Sequence[int] = ()) -> int:
+    def delete_stale_rows(self, source: str, last_row: int, dropped_ids: Sequence[int] = ()) -> tuple[int, int]:
         """After a whole source was ingested: delete its rows that the source no longer has
         (row numbers past ``last_row``, left by an earlier ingest of a longer version) and
         the rows this ingest left out (``dropped_ids``: empty texts skipped, which an
-        earlier version may have filled). Returns how many rows went; other sources' rows
-        are never touched."""
+        earlier version may have filled). Returns how many rows went and how many of the
+        source's are left; other sources' rows are never touched."""
         before = self.count_source(source)
         try:
             self.client.delete(self.name, filter=f"source == {quote(source)} and row > {int(last_row)}",
@@ -563,7 +566,8 @@ class CodeCollection:
         except Exception as exc:
             raise StoreError(_failed(f"collection {self.name!r}: deleting rows the source no longer has failed",
                                      exc)) from exc
-        return before - self.count_source(source)
+        left = self.count_source(source)
+        return before - left, left
 
     def count_source(self, source: str, max_row: int | None = None) -> int:
         """Rows of one source (``row <= max_row`` only, when given), exact (strong consistency)."""
