@@ -12,6 +12,8 @@
                                                            # Ctrl-C + rerun
     python -m bench.million reopen --docs 1000000          # hybrid's two files opened again: the time to
                                                            # the first answer (milvus-lite loads on open)
+    python -m bench.million upsert --rows 4000000          # milvus-lite's insert and upsert rates as the
+                                                           # collection grows (our rows, 500 a call)
 
 The corpus is generated deterministically from the dev corpora's text (../shared/data):
 document i takes a random dev document (its corpus and label are the label) and
@@ -404,6 +406,55 @@ def bench_write(n_docs: int, workers: int, after: float, n_queries: int, text_in
     return out
 
 
+def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000) -> dict:
+    """milvus-lite's write rates as a collection of our rows grows: insert ``n_rows`` rows, 500 a
+    call as the ingest's driver writes them (the rate of each ``every``), and at 0 rows and at
+    ``n_rows`` rows time ``probe`` rows through upsert and through insert (ids not yet held)."""
+    import pyarrow.parquet as pq
+
+    from dhim_ray.connectors.connection import release
+    from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget
+    from dhim_ray.connectors.rows import batch_rows
+
+    texts = pq.read_table(sorted((make_corpus(1_000_000) / "train").glob("*.parquet"))[0],
+                          columns=["text"]).column("text").to_pylist()
+    rng = np.random.default_rng(0)
+    db = CACHE / f"upsert-{n_rows}.db"
+    for f in CACHE.glob(f"{db.name}*"):
+        f.unlink()
+
+    def rows(start: int, n: int) -> list[dict]:
+        batch = {"id": np.arange(start, start + n, dtype=np.int64), "row": np.arange(start, start + n),
+                 "code": rng.integers(0, 256, (n, 8), dtype=np.uint8), "label": np.zeros(n, np.int64),
+                 "text": np.array([texts[(start + i) % len(texts)] for i in range(n)], dtype=object)}
+        return batch_rows(batch, 64, "bench:upsert", name_field=True, key_field=False)
+
+    def rate(collection, start: int, n: int, new: bool) -> float:
+        t0 = time.perf_counter()
+        for s in range(start, start + n, 500):
+            collection.upsert(rows(s, min(500, start + n - s)), new=new)
+        return n / (time.perf_counter() - t0)
+
+    out: dict = {"rows": n_rows, "probe": probe, "insert_rows_per_s_by_million": []}
+    try:
+        with MilvusTarget(str(db), "docs", timeout=3600).open() as c:
+            c.ensure(64, "bench:upsert", IndexSpec(), text_index=False)
+            out["at_0"] = {"upsert": rate(c, 10**12, probe, False), "insert": rate(c, 2 * 10**12, probe, True)}
+            for start in range(0, n_rows, every):
+                out["insert_rows_per_s_by_million"].append(rate(c, start, min(every, n_rows - start), True))
+                logger.info("%d rows: %.0f rows/s", start + every, out["insert_rows_per_s_by_million"][-1])
+            out["at_n"] = {"upsert": rate(c, 3 * 10**12, probe, False), "insert": rate(c, 4 * 10**12, probe, True)}
+            out["count"] = c.count()
+    finally:
+        release(str(db))
+        for f in CACHE.glob(f"{db.name}*"):
+            f.unlink()
+    out["upsert_slowdown"] = out["at_0"]["upsert"] / out["at_n"]["upsert"]
+    out["insert_over_upsert_at_n"] = out["at_n"]["insert"] / out["at_n"]["upsert"]
+    logger.info("%s", out)
+    return out
+
+
 def bench_reopen(n_docs: int) -> dict:
     """The files ``hybrid`` wrote, each opened in a fresh process: seconds to the first count
     (milvus-lite loads a file's collection on its first use after every open)."""
@@ -454,6 +505,9 @@ def main() -> None:
     p.add_argument("--text-index", action=argparse.BooleanOptionalAction, default=True)
     p = sub.add_parser("reopen")
     p.add_argument("--docs", type=int, default=1_000_000)
+    p = sub.add_parser("upsert")
+    p.add_argument("--rows", type=int, default=4_000_000)
+    p.add_argument("--probe", type=int, default=50_000, help="rows timed through upsert and insert")
     p = sub.add_parser("_one")
     p.add_argument("docs", type=int)
     p.add_argument("uri", help="a milvus-lite .db file or a server URI")
@@ -485,6 +539,8 @@ def main() -> None:
                bench_write(args.docs, args.workers, args.after, args.queries, args.text_index))
     elif args.cmd == "reopen":
         record(f"reopen_{args.docs}", bench_reopen(args.docs))
+    elif args.cmd == "upsert":
+        record(f"upsert_{args.rows}", bench_upsert(args.rows, args.probe))
     elif args.cmd == "hybrid":
         record(f"hybrid_{args.docs}", bench_hybrid(args.docs, args.workers, args.queries))
     elif args.cmd == "interrupt":

@@ -324,6 +324,21 @@ def million_reopen() -> list[str] | None:
                     f"{x['text_open_to_count_s'] / x['codes_open_to_count_s']:.1f}x"] for x in runs))
 
 
+def million_upsert() -> list[str] | None:
+    """milvus-lite's upsert and insert rates on an empty collection and on a full one."""
+    r, runs = _million_runs("upsert_", "rows")
+    if not runs:
+        return None
+    rows = []
+    for x in runs:
+        by_m = ", ".join(f"{v / 1000:.1f}k" for v in x["insert_rows_per_s_by_million"])
+        rows.append([f"{x['rows']:,}", f"{x['at_0']['upsert']:,.0f}", f"{x['at_0']['insert']:,.0f}",
+                     f"{x['at_n']['upsert']:,.0f}", f"{x['at_n']['insert']:,.0f}",
+                     f"{x['insert_over_upsert_at_n']:.0f}x", by_m])
+    return _table(["rows held", "upsert at 0 rows/s", "insert at 0 rows/s", "upsert when full rows/s",
+                   "insert when full rows/s", "insert / upsert when full", "insert rows/s, each million"], rows)
+
+
 def ray_train_run_label(run: str) -> str:
     """A bench.ray_train run's name (in-process, on-disk, a worker count) as the tables print it."""
     return {"in-process": "in-process", "on-disk": "in-process, features read from disk (`--feature-memory 0`)"}.get(
@@ -573,7 +588,7 @@ TABLES: dict[str, Callable[[], list[str] | None]] = {
     "encode-speed": encode_speed, "onnx-speed": onnx_speed, "ingest-speed": ingest_speed, "service": service,
     "quality": quality, "million-search": million_search, "million-ingest": million_ingest,
     "million-hybrid": million_hybrid, "store": store, "store-server": store_server, "million-write": million_write,
-    "million-reopen": million_reopen,
+    "million-reopen": million_reopen, "million-upsert": million_upsert,
     "ray-train": ray_train,
     "gpu-memory": gpu_memory, "gpu-train": gpu_train, "gpu-encode": gpu_encode,
 }

@@ -123,7 +123,7 @@ def label_free_scores(neighbours: np.ndarray, found, n_database: int) -> dict[st
             "n_queries": len(neighbours), "n_database": n_database}
 
 
-def _codes_found(db_codes: np.ndarray, q_codes: np.ndarray):
+def codes_found(db_codes: np.ndarray, q_codes: np.ndarray):
     """label_free_scores' ``found`` for packed codes: tie-aware recall of the neighbours."""
     return lambda neighbours: neighbour_recall_at_k(db_codes, q_codes, neighbours, neighbours.shape[1]).recall_at_k
 
@@ -158,7 +158,7 @@ def evaluate_checkpoint(
     if q_labels is None:
         neighbours = cosine_topk(db_f.mean, q_f.mean, k)  # once: the plain and the re-ranked recall share them
         out = {"method": "dhim", "model": str(model_dir), "n_bits": hasher.n_bits,
-               **label_free_scores(neighbours, _codes_found(db_codes, q_codes), len(db_codes))}
+               **label_free_scores(neighbours, codes_found(db_codes, q_codes), len(db_codes))}
         if rerank > 1:
             idx, _ = rerank_topk(db_codes, q_codes, q_scores, out["k"], rerank)
             out.update(rerank=rerank, rerank_by=BY_BITS, neighbour_recall_at_k_reranked=_overlap(idx, neighbours))
@@ -193,7 +193,7 @@ def evaluate_baseline(
     model.fit(db_f.mean)
     n_bits = model.n_bits
     if q_labels is None:
-        found = _codes_found(model.hash(db_f.mean), model.hash(q_f.mean))
+        found = codes_found(model.hash(db_f.mean), model.hash(q_f.mean))
         return {"method": baseline, "n_bits": n_bits, "bytes_per_doc": n_bits // 8,
                 **label_free_scores(cosine_topk(db_f.mean, q_f.mean, k), found, len(db_f.mean))}
     scores = evaluate_codes(InMemoryCodes(model.hash(db_f.mean), db.labels), model.hash(q_f.mean), q_labels, k,

@@ -31,14 +31,13 @@ from dhim_ray.connectors.milvus import (
     collections_of_model,
     shown,
 )
-from dhim_ray.corpus.data import require_labels
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError, ConfigError, StoreError
-from dhim_ray.evaluate import WindowSpec, evaluate_codes
+from dhim_ray.evaluate import WindowSpec, codes_found, evaluate_codes, label_free_scores
 from dhim_ray.hasher import Hasher
 from dhim_ray.retrieval import known_item
 from dhim_ray.retrieval.fusion import Fusion, check_mode, fuse
-from dhim_ray.retrieval.metrics import PrecisionResult, tie_aware_hits
+from dhim_ray.retrieval.metrics import PrecisionResult, cosine_topk, tie_aware_hits
 from dhim_ray.retrieval.rerank import (
     BY_BITS,
     BY_BOTH_CODES,
@@ -426,13 +425,17 @@ def evaluate_in_milvus(
     in the order the search returns them (a fused list has no ties to average)."""
     check_rerank(rerank)
     q = queries.load_split("val")
-    q_labels = require_labels(q, f"queries {queries.display}")
+    q_labels = q.labels
     t0 = time.perf_counter()
     with Searcher(model_dir, target, index=index, nprobe=nprobe) as searcher:
         mode = searcher.resolve_mode(mode)
         n_db = searcher.count()
         if k > n_db:
             raise ConfigError(f"k={k}: larger than the collection ({n_db} codes); use k={n_db} or less")
+        if q_labels is None:
+            out = {"method": "dhim", "mode": mode, "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
+                   "n_bits": searcher.hasher.n_bits, **label_free_in_milvus(searcher, q.texts, k, mode, rerank)}
+            return {**out, "seconds": round(time.perf_counter() - t0, 2)}
         codes, scores, vectors = searcher.hasher.encode(q.texts, scores=True, vectors=True)
         label_of = hit_labels(searcher.info.label_names, q.label_names, queries.display, target.collection)
         if mode == "codes":
@@ -448,6 +451,29 @@ def evaluate_in_milvus(
         out = {"method": "dhim", "mode": mode, "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
                "n_bits": searcher.hasher.n_bits, **result}
     return {**out, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def label_free_in_milvus(searcher: Searcher, queries: list[str], k: int, mode: str, rerank: int = 1) -> dict[str, Any]:
+    """Eval without labels on a collection: how many of each query's k nearest stored documents
+    by cosine of the frozen encoder's sentence vectors (the stored texts, their first 1,024
+    characters, encoded again) the stored codes find, tie-aware, as the in-memory eval scores
+    them (``label_free_scores``). It reads every row once: the codes by exact Hamming distance,
+    whatever the index."""
+    if mode != "codes":
+        raise ConfigError(f"mode={mode}: without labels, eval scores the codes' neighbours; use mode=codes, or give "
+                          "queries with labels (--label-column)")
+    if rerank > 1:
+        raise ConfigError(f"rerank={rerank}: without labels, eval scores the codes alone; drop rerank")
+    logger.warning("the queries have no labels: scoring by how many of each query's %d nearest documents by cosine "
+                   "of the frozen encoder's sentence vectors the stored codes find (every stored text encoded again)",
+                   k)
+    ids = searcher.collection.ids()
+    stored = searcher.collection.get(ids, ["text"])
+    db_f = searcher.hasher.encoder.features([stored[int(i)]["text"] for i in ids], progress=False)
+    q_f = searcher.hasher.encoder.features(queries, progress=False)
+    neighbours = cosine_topk(db_f.mean, q_f.mean, k)
+    db_codes = searcher.collection.fetch_codes(ids, searcher.hasher.n_bits)
+    return label_free_scores(neighbours, codes_found(db_codes, searcher.hasher.hash_features(q_f)), len(ids))
 
 
 #: Collections up to this size give their windows from every stored text (the same windows

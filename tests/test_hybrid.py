@@ -241,6 +241,26 @@ def test_cli_search_and_eval_through_milvus_take_the_mode(ingested, model_dir):
 
 
 @pytest_slow
+def test_eval_without_labels_scores_the_collection_as_in_memory(ingested, model_dir, tmp_path):
+    """Queries without labels: the collection's stored codes are scored by cosine-neighbour
+    recall@k (its stored texts encoded again), the figure the in-memory eval gives for the same
+    documents; a mode other than codes is refused in one line."""
+    from dhim_ray.evaluate import evaluate_checkpoint
+    from dhim_ray.search import evaluate_in_milvus
+
+    target, _ = ingested
+    texts = CorpusSpec("bbc", "test").load_split().texts[:40]
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    queries = CorpusSpec.parse(f"{tmp_path / 'q.jsonl'}:train")
+    milvus = evaluate_in_milvus(model_dir, queries, target, k=10, mode="codes")
+    memory = evaluate_checkpoint(model_dir, BBC, queries, k=10, progress=False)
+    assert milvus["metric"] == memory["metric"] and milvus["n_database"] == memory["n_database"] == N
+    assert milvus["neighbour_recall_at_k"] == pytest.approx(memory["neighbour_recall_at_k"], abs=1e-12)
+    assert 0 < milvus["neighbour_recall_at_k"] <= 1
+    with pytest.raises(ConfigError, match="mode=hybrid: without labels"):
+        evaluate_in_milvus(model_dir, queries, target, k=10, mode="hybrid")
+
+
 def test_the_text_mode_ranks_by_bm25_on_a_corpus_whose_answer_is_known(model_dir, tmp_path):
     """Three documents share a rare word 3, 2 and 1 times: text mode ranks them in that order."""
     from dhim_ray.connectors.milvus import MilvusTarget

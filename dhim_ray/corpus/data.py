@@ -134,11 +134,3 @@ def align_labels(database: Split, queries: Split) -> np.ndarray | None:
     lookup = np.asarray([index.get(n, -1) for n in queries.label_names], dtype=np.int64)
     return lookup[queries.labels]
 
-
-def require_labels(split: Split, where: str) -> np.ndarray:
-    """The split's labels, or a DataError saying how to provide them."""
-    if split.labels is None:
-        raise DataError(
-            f"{where} has no label column: precision@k needs labels; pass --label-column NAME"
-        )
-    return split.labels
