@@ -302,12 +302,13 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
                 f"interrupted; rerun the same ingest to complete {target.collection!r}: writes are upserts, so it "
                 "ends with exactly one row per document"
             ) from None
+        seconds = time.perf_counter() - t0
+        dropped = scanned.blank_rows[scanned.blank_rows < n_rows]  # empty texts left out (their ids may hold rows)
+        verified = sink.complete(n_documents, int(plan.id_rows([n_rows - 1])[0]),
+                                 None if corpus.limit is not None else document_ids(source, plan.id_rows(dropped)),
+                                 r.alias)
     finally:
         sink.close()
-    seconds = time.perf_counter() - t0
-    dropped = scanned.blank_rows[scanned.blank_rows < n_rows]  # empty texts left out (their ids may hold rows)
-    verified = sink.complete(n_documents, int(plan.id_rows([n_rows - 1])[0]),
-                             None if corpus.limit is not None else document_ids(source, plan.id_rows(dropped)), r.alias)
     keeps = ["codes"] + ["float vectors"] * bool(info.vector_dim) + ["sign codes"] * bool(info.sign_bits) \
         + ["text index (BM25)"] * info.text_index + list(info.columns)
     result = IngestResult(target.collection, target.uri, source, n_documents, sink.rows_written, seconds=seconds,

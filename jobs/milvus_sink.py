@@ -158,8 +158,7 @@ class CodeSink(Datasink[WriteStats]):
                                                        self.key_field), new=self.new_rows)
                 self.rows_written += written
                 bar.update(written)
-        self.close()
-        return self.rows_written
+        return self.rows_written  # the session stays open for ``complete``: reopened, a big file loads again
 
     def write(self, blocks: Iterable, ctx) -> WriteStats:
         """A Ray write task (a Milvus server): its blocks upserted on a client of its own."""
@@ -203,31 +202,31 @@ class CodeSink(Datasink[WriteStats]):
         (None: a part of the source was ingested, later rows are kept), count the source's rows
         up to ``last_row``, raise StoreError where they are not ``n_documents``, mark the ledger
         ``verified`` and point ``alias``. Returns the counts for IngestResult."""
-        with self.target.open() as collection:
-            if dropped_ids is not None:  # the whole source: the rows it no longer has go, the rest are rows <= last
-                removed, of_source = collection.delete_stale_rows(self.source, last_row, dropped_ids)
-                stored = of_source
-                if removed:
-                    logger.info("removed %d rows of %s that an earlier ingest wrote and the source no longer has",
-                                removed, self.source)
-            else:  # a part: later rows of an earlier, larger ingest stay
-                removed, stored = 0, collection.count_source(self.source, last_row)
-                of_source = collection.count_source(self.source)
-            if stored != n_documents:
-                raise StoreError(
-                    f"collection {self.target.collection!r} holds {stored} rows of {self.source} up to row {last_row} "
-                    f"but {n_documents} were ingested; rerun the same ingest (it upserts) to repair it")
-            out = {"stale_rows_removed": removed, "rows_in_collection": stored, "rows_of_source": of_source}
-            # the name the ledger knows it by: the collection itself, where the target names an alias of it
-            ledger.mark(collection.client, self.info.name, ledger.VERIFIED, self.source, stored,
-                        timeout=collection.timeout)
-            if self.target.lite and (total := collection.count()) > LITE_ADVISED_CODES:
-                logger.warning("%s holds %s codes in milvus-lite, which scans them all for each query, one query at "
-                               "a time (about 0.1 s at 10 million on 2 cores); past %s a Milvus server with "
-                               "BIN_IVF_FLAT answers in milliseconds (docs/ingest-and-search.md, 'How big')",
-                               self.target.collection, f"{total:,}", f"{LITE_ADVISED_CODES:,}")
-            if alias is not None:  # verified: now the applications move
-                out["alias"], out["alias_was"] = alias, collection.point_alias(alias) or ""
-                logger.info("alias %s now points at %s%s", alias, self.target.collection,
-                            f" (was {out['alias_was']})" if out["alias_was"] else "")
+        collection = self._open()  # milvus-lite: the session that wrote the rows
+        if dropped_ids is not None:  # the whole source: the rows it no longer has go, the rest are rows <= last
+            removed, of_source = collection.delete_stale_rows(self.source, last_row, dropped_ids)
+            stored = of_source
+            if removed:
+                logger.info("removed %d rows of %s that an earlier ingest wrote and the source no longer has",
+                            removed, self.source)
+        else:  # a part: later rows of an earlier, larger ingest stay
+            removed, stored = 0, collection.count_source(self.source, last_row)
+            of_source = collection.count_source(self.source)
+        if stored != n_documents:
+            raise StoreError(
+                f"collection {self.target.collection!r} holds {stored} rows of {self.source} up to row {last_row} "
+                f"but {n_documents} were ingested; rerun the same ingest (it upserts) to repair it")
+        out = {"stale_rows_removed": removed, "rows_in_collection": stored, "rows_of_source": of_source}
+        # the name the ledger knows it by: the collection itself, where the target names an alias of it
+        ledger.mark(collection.client, self.info.name, ledger.VERIFIED, self.source, stored,
+                    timeout=collection.timeout)
+        if self.target.lite and (total := collection.count()) > LITE_ADVISED_CODES:
+            logger.warning("%s holds %s codes in milvus-lite, which scans them all for each query, one query at "
+                           "a time (about 0.1 s at 10 million on 2 cores); past %s a Milvus server with "
+                           "BIN_IVF_FLAT answers in milliseconds (docs/ingest-and-search.md, 'How big')",
+                           self.target.collection, f"{total:,}", f"{LITE_ADVISED_CODES:,}")
+        if alias is not None:  # verified: now the applications move
+            out["alias"], out["alias_was"] = alias, collection.point_alias(alias) or ""
+            logger.info("alias %s now points at %s%s", alias, self.target.collection,
+                        f" (was {out['alias_was']})" if out["alias_was"] else "")
         return out
