@@ -427,7 +427,7 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000) -> di
         batch = {"id": np.arange(start, start + n, dtype=np.int64), "row": np.arange(start, start + n),
                  "code": rng.integers(0, 256, (n, 8), dtype=np.uint8), "label": np.zeros(n, np.int64),
                  "text": np.array([texts[(start + i) % len(texts)] for i in range(n)], dtype=object)}
-        return batch_rows(batch, 64, "bench:upsert", name_field=True, key_field=False)
+        return batch_rows(batch, 64, "bench:upsert", name_field=info.label_names, key_field=info.keys)
 
     def rate(collection, start: int, n: int, new: bool) -> float:
         t0 = time.perf_counter()
@@ -436,9 +436,10 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000) -> di
         return n / (time.perf_counter() - t0)
 
     out: dict = {"rows": n_rows, "probe": probe, "insert_rows_per_s_by_million": []}
+    info = None
     try:
         with MilvusTarget(str(db), "docs", timeout=3600).open() as c:
-            c.ensure(64, "bench:upsert", IndexSpec(), text_index=False)
+            info = c.ensure(64, "bench:upsert", IndexSpec(), text_index=False)
             out["at_0"] = {"upsert": rate(c, 10**12, probe, False), "insert": rate(c, 2 * 10**12, probe, True)}
             for start in range(0, n_rows, every):
                 out["insert_rows_per_s_by_million"].append(rate(c, start, min(every, n_rows - start), True))

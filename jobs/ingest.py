@@ -299,7 +299,7 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
                     ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0})
         except KeyboardInterrupt:
             raise IngestInterrupted(
-                f"interrupted; rerun the same ingest to complete {target.collection!r}: writes are upserts, so it "
+                f"interrupted; rerun the same ingest to complete {target.collection!r}: a rerun upserts, so it "
                 "ends with exactly one row per document"
             ) from None
         seconds = time.perf_counter() - t0
