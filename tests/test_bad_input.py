@@ -206,7 +206,7 @@ CASES = [
     (T("--set", "train.nope=1"), 2, "train has no field 'nope'"),
     (T("--set", "train.beta=high"), 2, "expected a float value"),
     (["train", "{toy}", "--encoder", "{bert}", "--resume", "{root}/nowhere"], 2, "no unfinished run there"),
-    (T("--resume", "{root}/elsewhere"), 2, "an in-process run resumes in its own --out folder"),
+    (T("--resume", "{root}/elsewhere"), 2, "out: an in-process run resumes in its own out folder"),
     (T("--seed", "x"), 2, "Invalid value for '--seed'"),
     (T("--workers", "2", "--max-failures", "-1"), 2, "--max-failures -1: must be >= 0"),
     (T("--address", "ray://127.0.0.1:1"), 1, "--address ray://127.0.0.1:1: nothing answers at 127.0.0.1:1"),
