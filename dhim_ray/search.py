@@ -457,8 +457,8 @@ def label_free_in_milvus(searcher: Searcher, queries: list[str], k: int, mode: s
     """Eval without labels on a collection: how many of each query's k nearest stored documents
     by cosine of the frozen encoder's sentence vectors (the stored texts, their first 1,024
     characters, encoded again) the stored codes find, tie-aware, as the in-memory eval scores
-    them (``label_free_scores``). It reads every row once: the codes by exact Hamming distance,
-    whatever the index."""
+    them (``label_free_scores``). It reads every row's text, then every row's code (ranked by
+    exact Hamming distance, whatever the index)."""
     if mode != "codes":
         raise ConfigError(f"mode={mode}: without labels, eval scores the codes' neighbours; use mode=codes, or give "
                           "queries with labels (--label-column)")

@@ -38,7 +38,7 @@ BLOCK_BYTES = 256 << 10
 #: (found by killing a node of the multi-node test cluster mid-ingest).
 READ_TASK = {"num_cpus": 0}
 #: ... so Ray would start every shard's read at once, each in a worker process of its own (100
-#: shards at 10M documents: 107 processes, 29 GB resident): at most this many run together, or
+#: shards at 10M documents: 107 processes, 19 of the machine's 23 GiB in use): at most this many run together, or
 #: as many as the cluster has CPUs where that is more.
 MIN_READ_TASKS = 4
 
