@@ -8,7 +8,7 @@ corpus. The collection's lifecycle (checked, created, written, verified) is the 
 is the single writer; with a Milvus server every write task upserts in parallel.
 
 Ids are deterministic per (source, row): the source is the corpus' identity (a local
-corpus' resolved path, a hub id) and split, so a rerun upserts onto the same rows and
+corpus' resolved path, a hub id) and split, so a rerun writes onto the same rows and
 another corpus never lands on them (a clash is refused before anything is written).
 Submitted to a cluster as ``ray job submit -- dhim-ray ingest CORPUS --model DIR --uri http://...``.
 """
@@ -140,6 +140,7 @@ class IngestResult:
     writers: int = 1  # processes that upserted (the driver alone on milvus-lite)
     max_parallel_writes: int = 1  # write tasks running at the same moment
     stale_rows_removed: int = 0  # rows of an earlier version of the source that it no longer has
+    rows_unchanged: int = 0  # rows an earlier run had stored as they are (milvus-lite: left alone, not written)
     alias: str = ""  # the alias now pointing at the collection (ingest --alias)
     alias_was: str = ""  # the collection the alias pointed at before ("" for a new alias)
     text_index: bool = False  # the collection keeps Milvus' BM25 over its text (hybrid search)
@@ -299,8 +300,8 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
                     ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0})
         except KeyboardInterrupt:
             raise IngestInterrupted(
-                f"interrupted; rerun the same ingest to complete {target.collection!r}: a rerun upserts, so it "
-                "ends with exactly one row per document"
+                f"interrupted; rerun the same ingest to complete {target.collection!r}: a rerun writes the rows "
+                "missing or changed and ends with exactly one row per document"
             ) from None
         seconds = time.perf_counter() - t0
         dropped = scanned.blank_rows[scanned.blank_rows < n_rows]  # empty texts left out (their ids may hold rows)
@@ -311,7 +312,8 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
         sink.close()
     keeps = ["codes"] + ["float vectors"] * bool(info.vector_dim) + ["sign codes"] * bool(info.sign_bits) \
         + ["text index (BM25)"] * info.text_index + list(info.columns)
-    result = IngestResult(target.collection, target.uri, source, n_documents, sink.rows_written, seconds=seconds,
+    result = IngestResult(target.collection, target.uri, source, n_documents, sink.rows_written,
+                          rows_unchanged=sink.rows_unchanged, seconds=seconds,
                           writers=sink.writers, max_parallel_writes=sink.max_parallel_writes,
                           text_index=info.text_index, keeps=", ".join(keeps), **verified)
     logger.info("ingested %d documents into %s at %s (%.0f docs/s)", n_documents, target.collection,

@@ -86,6 +86,7 @@ class CodeSink(Datasink[WriteStats]):
         self.name_field, self.key_field = name_field, key_field
         self.rows_written = 0
         self.new_rows = False  # milvus-lite, and the collection held none of this source's rows: insert
+        self.rows_unchanged = 0  # rows a rerun found stored as they are (an interrupted run wrote them)
         self.stats: list[WriteStats] = []
         self.info: CollectionInfo | None = None
         self._session: MilvusTarget | None = None
@@ -135,9 +136,10 @@ class CodeSink(Datasink[WriteStats]):
         collection.refuse_foreign_rows(first_ids, self.source)  # ids carry a hash of the source
         if not spec.keys:
             collection.refuse_dropping_keys(info, self.source)
-        # milvus-lite's upsert slows as the collection grows (with 4M rows held: about 500 rows/s, insert 18,000; bench million upsert): rows no
-        # earlier run wrote are inserted. The driver writes each batch once; a server's write tasks may be
-        # retried, and a retried insert would write a row twice, so they upsert.
+        # milvus-lite's upsert slows as the collection grows (with 4M rows held: about 500 rows/s, insert
+        # 18,000; bench million upsert): rows no earlier run wrote are inserted, and a rerun reads each
+        # batch's stored rows first and writes only those missing or changed. The driver writes each batch
+        # once; a server's write tasks may be retried, and a retried insert would write a row twice: they upsert.
         self.new_rows = self.target.lite and collection.count_source(self.source) == 0
         ledger.mark(collection.client, info.name, ledger.WRITING, self.source, timeout=collection.timeout)
         self.info, self.name_field, self.key_field = info, info.label_names, info.keys
@@ -148,16 +150,20 @@ class CodeSink(Datasink[WriteStats]):
     # ---- 3: the rows ------------------------------------------------------------------------
     def write_from(self, ds, total: int, progress: bool, batch_size: int) -> int:
         """milvus-lite takes one process per file: the driver writes what the actors encode
-        (inserts where no earlier run wrote this source's rows, else upserts)."""
+        (inserts where no earlier run wrote this source's rows; else the rows not stored as they are)."""
         from tqdm.auto import tqdm
 
         collection = self._open()
         with tqdm(total=total, desc=f"ingest {collection.name}", unit="doc", disable=not progress) as bar:
             for batch in ds.iter_batches(batch_size=batch_size, batch_format="numpy"):
-                written = collection.upsert(batch_rows(batch, self.n_bits, self.source, self.name_field,
-                                                       self.key_field), new=self.new_rows)
+                rows = batch_rows(batch, self.n_bits, self.source, self.name_field, self.key_field)
+                if self.new_rows:
+                    written, unchanged = collection.upsert(rows, new=True), 0
+                else:
+                    written, unchanged = collection.upsert_changed(rows)
                 self.rows_written += written
-                bar.update(written)
+                self.rows_unchanged += unchanged
+                bar.update(written + unchanged)
         return self.rows_written  # the session stays open for ``complete``: reopened, a big file loads again
 
     def write(self, blocks: Iterable, ctx) -> WriteStats:
@@ -215,7 +221,7 @@ class CodeSink(Datasink[WriteStats]):
         if stored != n_documents:
             raise StoreError(
                 f"collection {self.target.collection!r} holds {stored} rows of {self.source} up to row {last_row} "
-                f"but {n_documents} were ingested; rerun the same ingest (it upserts) to repair it")
+                f"but {n_documents} were ingested; rerun the same ingest to repair it")
         out = {"stale_rows_removed": removed, "rows_in_collection": stored, "rows_of_source": of_source}
         # the name the ledger knows it by: the collection itself, where the target names an alias of it
         ledger.mark(collection.client, self.info.name, ledger.VERIFIED, self.source, stored,

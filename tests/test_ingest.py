@@ -157,7 +157,8 @@ def test_interrupted_ingest_rerun_ends_with_one_row_per_document(ray_session, mo
     with pytest.raises(IngestInterrupted, match="rerun the same ingest"):
         job.ingest(BBC, model_dir, target, workers=2, progress=False, write_batch=50)
     monkeypatch.undo()
-    assert 0 < len(stored(target)[0]) < N  # the interruption left a partial collection
+    left = len(stored(target)[0])
+    assert 0 < left < N  # the interruption left a partial collection
     # searched before the rerun, it says it is incomplete: the library, the CLI (exit 0, one line)
     with Searcher(model_dir, target) as s:
         assert "'partial' may be incomplete: an ingest of" in s.incomplete()
@@ -167,6 +168,8 @@ def test_interrupted_ingest_rerun_ends_with_one_row_per_document(ray_session, mo
     assert run.returncode == 0 and "may be incomplete" in run.stderr, run.stderr[-2000:]
     again = job.ingest(BBC, model_dir, target, workers=2, progress=False)
     assert again.rows_in_collection == N
+    # what the interrupted run stored is read back and left alone; only the rest is written
+    assert (again.rows_unchanged, again.rows_written) == (left, N - left)
     rows, _ = stored(target)
     assert len(rows) == N and len({r["row"] for r in rows}) == N
     with Searcher(model_dir, target) as s:
@@ -483,6 +486,8 @@ def test_store_vectors_keeps_unit_float16_vectors_and_rerank_rescores_by_cosine(
     assert evaluated["rerank_by"] == "cosine of stored vectors"
     with pytest.raises(CollectionMismatchError, match="keeps float vectors and this ingest has none"):
         ingest(small, model_dir, target, workers=1, progress=False)
+    again = ingest(small, model_dir, target, workers=1, progress=False, store_vectors=True)  # read back: all alike
+    assert (again.rows_written, again.rows_unchanged) == (0, 80)
 
 
 def test_store_signs_keeps_the_sign_codes_and_rerank_uses_both_codes(ray_session, model_dir, tmp_path):
@@ -735,10 +740,19 @@ def test_reingesting_a_changed_source_leaves_exactly_its_rows(ray_session, model
     limited = ingest(CorpusSpec(str(path), limit=5), model_dir, target, workers=1, progress=False)
     assert (limited.rows_in_collection, limited.rows_of_source, limited.stale_rows_removed) == (5, 12, 0)
 
-    kept = texts[:3] + [" "] + texts[4:9]  # row 3 now empty, rows 9-11 gone
+    assert (limited.rows_written, limited.rows_unchanged) == (0, 5)  # stored as they are: left alone
+
+    edited = "The striker scored twice in the cup final and the league title went to the wire."
+    kept = texts[:1] + [edited] + texts[2:3] + [" "] + texts[4:9]  # row 1 edited, row 3 now empty, 9-11 gone
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in kept))
     again = ingest(CorpusSpec(str(path), drop_empty=True), model_dir, target, workers=1, progress=False)
     assert (again.n_documents, again.rows_in_collection, again.rows_of_source, again.stale_rows_removed) == (8, 8, 8, 4)
+    assert (again.rows_written, again.rows_unchanged) == (1, 7)  # the edited row is written again, with its code
+    rows, codes = stored(target)
+    from dhim_ray.hasher import Hasher
+
+    assert next(r["text"] for r in rows if r["row"] == 1) == edited
+    assert (codes[[r["row"] for r in rows].index(1)] == Hasher.load(model_dir).encode([edited])[0]).all()
     with Searcher(model_dir, target) as s:
         assert s.count() == 8
         hits = s.search([texts[10]], k=8)[0]

@@ -95,8 +95,9 @@ def test_kept_columns_come_back_typed_with_every_hit_and_filter(ray_session, mod
         want = {i for i, r in enumerate(rows) if r["year"] >= 2005 and r["flag"] and r["date"] < "2024-05-20"}
         assert {h["row"] for h in filtered} == want and want
 
-    # a rerun with the same columns upserts; with other columns it is refused in one line
-    assert ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False, keep_columns=kept).verified
+    # a rerun with the same columns finds every row stored as it is; with other columns it is refused in one line
+    again = ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False, keep_columns=kept)
+    assert again.verified and (again.rows_written, again.rows_unchanged) == (0, N)
     with pytest.raises(CollectionMismatchError, match=r"it keeps columns title, year, score, flag, date, this "
                                                       r"ingest title \(--keep-columns\)"):
         ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False, keep_columns=("title",))
