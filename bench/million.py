@@ -5,6 +5,8 @@
     python -m bench.million eval --queries 10000           # precision@100, 10k x 1M: time, peak memory
     python -m bench.million ingest --docs 10000 1000000    # tiny BERT: driver/worker peak memory, docs/s
     python -m bench.million interrupt --docs 1000000       # Ctrl-C mid-ingest, rerun: exact count
+    python -m bench.million interrupt --docs 10000000 --after 300 --precomputed --no-text-index
+                                                           # the same, the write path alone
     python -m bench.million hybrid --docs 1000000          # with and without the text index: ingest,
                                                            # disk, codes-only vs hybrid search latency
     python -m bench.million write --docs 1000000 --no-text-index   # the write path alone (codes
@@ -273,6 +275,7 @@ def run_ingest(n_docs: int, model: Path, uri: str, collection: str, workers: int
             # after the last write: stale rows, the two counts, the ledger
             "verify_s": time.perf_counter() - t0 - result.seconds,
             "rows_in_collection": result.rows_in_collection, "rows_of_source": result.rows_of_source,
+            "rows_written": result.rows_written, "rows_unchanged": result.rows_unchanged,
             "verified": result.verified, "driver_peak_gib": PeakMemory.driver() / 2**30,
             "worker_peak_gib": peak.workers / 2**30, "store_peak_gib": peak.store / 2**30}
 
@@ -494,6 +497,8 @@ def main() -> None:
     p.add_argument("--docs", type=int, default=1_000_000)
     p.add_argument("--after", type=float, default=120.0, help="seconds before Ctrl-C")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--precomputed", action="store_true", help="bypass the encoder (StoredCodes): the write path")
+    p.add_argument("--text-index", action=argparse.BooleanOptionalAction, default=None)
     p = sub.add_parser("hybrid")
     p.add_argument("--docs", type=int, default=1_000_000)
     p.add_argument("--workers", type=int, default=2)
@@ -550,7 +555,12 @@ def main() -> None:
         db = CACHE / f"interrupt-{args.docs}.db"
         for f in CACHE.glob(f"interrupt-{args.docs}.db*"):
             f.unlink()
-        record(f"interrupt_rerun_{args.docs}", interrupt_then_rerun(str(db), args.docs, args.after, args.workers))
+        extra = ("--precomputed",) * args.precomputed + \
+            (() if args.text_index is None else ("--text-index" if args.text_index else "--no-text-index",))
+        record(f"interrupt_rerun_{'codes_' * args.precomputed}{args.docs}",
+               interrupt_then_rerun(str(db), args.docs, args.after, args.workers, extra))
+        for f in CACHE.glob(f"interrupt-{args.docs}.db*"):
+            f.unlink()
 
 
 if __name__ == "__main__":

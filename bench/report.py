@@ -202,13 +202,16 @@ def million_ingest() -> list[str] | None:
         out.append(f"| {x['docs']:,} | {x['docs_per_s']:.0f} | {x['seconds']:.0f} | {x['count']:,} | "
                    f"{x['distinct_ids']:,} | {gib(x['driver_peak_gib'])} | {gib(x['worker_peak_gib'])} |")
     out += ["", "| interrupted, then rerun | documents | Ctrl-C after s | rows left | rerun verified | rows after | "
-            "distinct ids | rerun docs/s | rerun driver peak | rerun worker peak |", "|---|---|---|---|---|---|---|---|---|---|"]
+            "distinct ids | rerun docs/s | rows the rerun left alone | rerun driver peak | rerun worker peak |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(k for k in r if k.startswith("interrupt_rerun_")):
         x, rerun = r[key], r[key]["rerun"] or {}
         left = f"{x['rows_after_interrupt']['count']:,}" + (" (finished first)" if x["first_completed"] else "")
-        out.append(f"| into milvus-lite | {int(key.rsplit('_', 1)[1]):,} | {x['interrupted_after_s']:.0f} | {left} | "
+        how = "into milvus-lite, codes precomputed" if "_codes_" in key else "into milvus-lite"
+        alone = f"{rerun['rows_unchanged']:,}" if "rows_unchanged" in rerun else "(upserted all)"
+        out.append(f"| {how} | {int(key.rsplit('_', 1)[1]):,} | {x['interrupted_after_s']:.0f} | {left} | "
                    f"{bool(rerun) and rerun['verified']} | {x['final']['count']:,} | {x['final']['distinct_ids']:,} | "
-                   f"{rerun.get('docs_per_s', 0):.0f} | {gib(rerun.get('driver_peak_gib', 0))} | "
+                   f"{rerun.get('docs_per_s', 0):.0f} | {alone} | {gib(rerun.get('driver_peak_gib', 0))} | "
                    f"{gib(rerun.get('worker_peak_gib', 0))} |")
     return out
 
