@@ -204,12 +204,11 @@ def million_ingest() -> list[str] | None:
     out += ["", "| interrupted, then rerun | documents | Ctrl-C after s | rows left | rerun verified | rows after | "
             "distinct ids | rerun docs/s | rows the rerun left alone | rerun driver peak | rerun worker peak |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for key in sorted(k for k in r if k.startswith("interrupt_rerun_")):
+    for key in sorted(k for k in r if k.startswith("interrupt_rerun_") and "_codes_" not in k):
         x, rerun = r[key], r[key]["rerun"] or {}
         left = f"{x['rows_after_interrupt']['count']:,}" + (" (finished first)" if x["first_completed"] else "")
-        how = "into milvus-lite, codes precomputed" if "_codes_" in key else "into milvus-lite"
-        alone = f"{rerun['rows_unchanged']:,}" if "rows_unchanged" in rerun else "(upserted all)"
-        out.append(f"| {how} | {int(key.rsplit('_', 1)[1]):,} | {x['interrupted_after_s']:.0f} | {left} | "
+        alone = f"{rerun['rows_unchanged']:,}" if "rows_unchanged" in rerun else "none (upserted all)"
+        out.append(f"| into milvus-lite | {int(key.rsplit('_', 1)[1]):,} | {x['interrupted_after_s']:.0f} | {left} | "
                    f"{bool(rerun) and rerun['verified']} | {x['final']['count']:,} | {x['final']['distinct_ids']:,} | "
                    f"{rerun.get('docs_per_s', 0):.0f} | {alone} | {gib(rerun.get('driver_peak_gib', 0))} | "
                    f"{gib(rerun.get('worker_peak_gib', 0))} |")
@@ -315,6 +314,26 @@ def million_write() -> list[str] | None:
                    "milvus-lite peak", "file B/doc", "reopen to first answer s", "rows / distinct ids",
                    "Ctrl-C after: rows left", "rerun verified, rows / distinct ids", "codes search p50/p99 ms",
                    "hybrid p50/p99 ms"], rows)
+
+
+def million_rerun() -> list[str] | None:
+    """The write path alone, Ctrl-C'd and rerun (bench million interrupt --precomputed)."""
+    r, _ = _million_runs("write_", "docs")
+    keys = sorted((k for k in r if k.startswith("interrupt_rerun_codes_")), key=lambda k: int(k.rsplit("_", 1)[1]))
+    if not keys:
+        return None
+    rows = []
+    for key in keys:
+        x, rerun = r[key], r[key]["rerun"] or {}
+        rows.append([f"{int(key.rsplit('_', 1)[1]):,}", f"{x['interrupted_after_s']:.0f} s: "
+                     f"{x['rows_after_interrupt']['count']:,}", f"{rerun.get('rows_unchanged', 0):,}",
+                     f"{rerun.get('rows_written', 0):,}", f"{rerun.get('docs_per_s', 0):.0f}",
+                     f"{rerun.get('seconds', 0):.0f}", gib(rerun.get("driver_own_peak_gib", 0)),
+                     gib(rerun.get("driver_peak_gib", 0)),
+                     f"{bool(rerun) and rerun['verified']}, {x['final']['count']:,} / {x['final']['distinct_ids']:,}"])
+    return _table(["documents", "Ctrl-C after: rows left", "rerun: rows read back and left alone", "rows written",
+                   "docs/s", "s", "driver peak, own", "driver peak, with the store's pages",
+                   "verified, rows / distinct ids"], rows)
 
 
 def million_reopen() -> list[str] | None:
@@ -591,7 +610,7 @@ TABLES: dict[str, Callable[[], list[str] | None]] = {
     "encode-speed": encode_speed, "onnx-speed": onnx_speed, "ingest-speed": ingest_speed, "service": service,
     "quality": quality, "million-search": million_search, "million-ingest": million_ingest,
     "million-hybrid": million_hybrid, "store": store, "store-server": store_server, "million-write": million_write,
-    "million-reopen": million_reopen, "million-upsert": million_upsert,
+    "million-reopen": million_reopen, "million-upsert": million_upsert, "million-rerun": million_rerun,
     "ray-train": ray_train,
     "gpu-memory": gpu_memory, "gpu-train": gpu_train, "gpu-encode": gpu_encode,
 }

@@ -37,8 +37,8 @@ def _namespace_command() -> list[str]:
     return ["unshare", "-n", "sh", "-c", inner]
 
 
-def test_server_suite_in_its_own_network_namespace():
-    env = dict(os.environ, DHIM_RAY_NETNS="1", RAY_AUTH_MODE="disabled")
+def test_server_suite_in_its_own_network_namespace(bbc16):
+    env = dict(os.environ, DHIM_RAY_NETNS="1", RAY_AUTH_MODE="disabled", DHIM_RAY_BBC16=str(bbc16))
     env.pop("MILVUS_TOKEN", None)
     run = subprocess.run(_namespace_command(), cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     out = run.stdout + run.stderr

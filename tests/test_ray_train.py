@@ -25,17 +25,32 @@ def config(tiny_config, epochs):
 
 
 def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_path, corpus, tiny_config):
+    """Two workers, the features over the memory budget (on disk, in --cache-dir): each worker
+    opens only its rows; the checkpoint loads without Ray and scores what rank 0 recorded."""
     from dhim_ray.encoding.encoder import FrozenEncoder
     from dhim_ray.hasher import Hasher
     from dhim_ray.jobs.train import RayTrainOptions, build_feature_store, open_features, train_distributed
     from dhim_ray.model.inference import hash_features
 
+    seen = tmp_path / "shards.txt"
+
+    class RecordShard(TrainCallback):
+        def on_epoch_end(self, state):
+            tokens = state.train.tokens
+            with open(seen, "a") as f:
+                f.write(f"{state.rank} {tokens.start} {tokens.stop} {type(tokens).__name__}\n")
+
     out = tmp_path / "model"
     # 16 head bits and 8 identity bits: rank 0 fits the identity bits, DDP hands them to rank 1,
     # whose share of the selection search must hash as rank 0 does (checked below)
     cfg = config(tiny_config, 2).replace(model={"n_bits": 24, "identity_bits": 8})
-    summary = train_distributed(corpus, cfg, out, RayTrainOptions(workers=2, storage_path=tmp_path / "runs"))
-    assert not (tmp_path / "runs" / "features").exists()  # the run's feature stores go when it finishes
+    summary = train_distributed(corpus, cfg, out, RayTrainOptions(workers=2, storage_path=tmp_path / "runs"),
+                                callbacks=(RecordShard(),), cache_dir=tmp_path / "cache", feature_memory_gb=0)
+    n = summary["n_train"]
+    assert sorted(set(tuple(line.split()) for line in seen.read_text().splitlines())) == \
+        [("0", "0", str(n // 2), "RowFile"), ("1", str(n // 2), str(n), "RowFile")]
+    assert len(list((tmp_path / "cache").glob("features-*"))) == 2  # train and val stores, kept in --cache-dir
+    assert not list((tmp_path / "runs").rglob("features-*"))  # none of the run's own: they are in --cache-dir
     assert summary["epochs_run"] == 2 and summary["workers"] == 2
     assert 0 < summary["best_val_precision_at_k_tie_aware"] <= 1
     assert [set(h) >= {"epoch", "steps", "loss", "seconds", "val_precision"} for h in summary["history"]] == [True] * 2
@@ -95,6 +110,7 @@ def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, 
     finally:
         train_logger.removeHandler(lines)
         train_logger.setLevel(level)
+    assert not list((tmp_path / "runs").rglob("features-*"))  # the run's feature stores go when it finishes
     epoch_lines = [line for line in lines.lines if line.startswith("epoch ")]
     assert [line.split()[1] for line in epoch_lines] == ["0:", "1:", "2:"], epoch_lines
     local_summary = train_corpus(corpus, cfg, tmp_path / "local", progress=False)
@@ -103,27 +119,6 @@ def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, 
                                [h["loss"] for h in local_summary["history"]], rtol=1e-4)
     texts = corpus.with_split("val").load_split().texts
     assert np.array_equal(Hasher.load(tmp_path / "ray").encode(texts), Hasher.load(tmp_path / "local").encode(texts))
-
-
-def test_each_worker_reads_only_its_shard_of_features_on_disk(ray_session, tmp_path, corpus, tiny_config):
-    """Features over the memory budget stay on disk; each worker opens only its rows."""
-    from dhim_ray.jobs.train import RayTrainOptions, train_distributed
-
-    seen = tmp_path / "shards.txt"
-
-    class RecordShard(TrainCallback):
-        def on_epoch_end(self, state):
-            tokens = state.train.tokens
-            with open(seen, "a") as f:
-                f.write(f"{state.rank} {tokens.start} {tokens.stop} {type(tokens).__name__}\n")
-
-    summary = train_distributed(corpus, config(tiny_config, 1), tmp_path / "model",
-                                RayTrainOptions(workers=2, storage_path=tmp_path / "runs"),
-                                callbacks=(RecordShard(),), cache_dir=tmp_path / "cache", feature_memory_gb=0)
-    rows = sorted(tuple(line.split()) for line in seen.read_text().splitlines())
-    n = summary["n_train"]
-    assert rows == [("0", "0", str(n // 2), "RowFile"), ("1", str(n // 2), str(n), "RowFile")]
-    assert len(list((tmp_path / "cache").glob("features-*"))) == 2  # train and val stores, kept in --cache-dir
 
 
 def test_worker_failure_resumes_from_last_checkpoint(ray_session, tmp_path, corpus, tiny_config):

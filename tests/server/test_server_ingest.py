@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,7 +40,10 @@ def milvus_uri(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    return train_bbc16(tmp_path_factory.mktemp("model") / "bbc-16", N)
+    """The outer session's 16-bit BBC model (tests/test_milvus_server.py passes it on), else one
+    trained here as conftest's bbc16 is."""
+    given = os.environ.get("DHIM_RAY_BBC16")
+    return Path(given) if given else train_bbc16(tmp_path_factory.mktemp("model") / "bbc-16", 240)
 
 
 @pytest.fixture(scope="module")
