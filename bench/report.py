@@ -319,7 +319,7 @@ def million_write() -> list[str] | None:
 
 def million_rerun() -> list[str] | None:
     """The write path alone, Ctrl-C'd and rerun (bench million interrupt --precomputed)."""
-    r, _ = _million_runs("write_", "docs")
+    r = _json("million") or {}
     keys = sorted((k for k in r if k.startswith("interrupt_rerun_codes_")), key=lambda k: int(k.rsplit("_", 1)[1]))
     if not keys:
         return None

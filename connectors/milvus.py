@@ -731,8 +731,7 @@ class CodeCollection:
         if missing:
             raise StoreError(f"collection {self.name!r}: rows {missing[:5]} vanished between search and read; "
                              "search again")
-        values = [found[int(i)][field_name] for i in ids]
-        return [v[0] if isinstance(v, list) and len(v) == 1 else v for v in values]
+        return [_unwrapped(found[int(i)][field_name]) for i in ids]
 
     def fetch_codes(self, ids: Sequence[int], n_bits: int) -> np.ndarray:
         """The stored packed codes of rows ``ids``, in that order: uint8 (len(ids), n_bits // 8)."""
@@ -753,14 +752,17 @@ class CodeCollection:
         return out
 
 
+def _unwrapped(value: Any) -> Any:
+    """A vector field as ``get`` returns it: milvus-lite wraps its bytes in a list of one."""
+    return value[0] if isinstance(value, list) and len(value) == 1 else value
+
+
 def _same_row(stored: dict[str, Any], row: dict[str, Any]) -> bool:
-    """Whether a row read back by ``get`` holds what ``row`` (make_rows) would write; vector
-    fields come back as bytes, in a list of one on milvus-lite. A float kept in a FLOAT field
-    reads back rounded, so such a row counts as changed (it is upserted again: slower, not wrong)."""
+    """Whether a row read back by ``get`` holds what ``row`` (make_rows) would write. Kept
+    floats are DOUBLE fields and read back exactly; a row that differs in any field counts as
+    changed (it is upserted again)."""
     for name, value in row.items():
-        have = stored.get(name)
-        if isinstance(have, list) and len(have) == 1 and isinstance(have[0], (bytes, bytearray)):
-            have = have[0]
+        have = _unwrapped(stored.get(name))
         if isinstance(value, np.ndarray):  # a float16 vector
             value = value.tobytes()
             have = bytes(have) if isinstance(have, (bytes, bytearray)) else np.asarray(have, np.float16).tobytes()
