@@ -34,7 +34,7 @@ def main() -> None:
     from dhim_ray.config import config_for_bits
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.jobs.ray_env import init_ray
-    from dhim_ray.jobs.train import RayTrainOptions, train_distributed
+    from dhim_ray.jobs.train import TrainRequest, train_distributed
     from dhim_ray.training.pipeline import train_corpus
 
     init_ray(num_cpus=2)
@@ -50,8 +50,8 @@ def main() -> None:
                 s = train_corpus(corpus, cfg, Path(tmp) / "m", progress=False, cache_dir=cache,
                                     feature_memory_gb=0 if kind == "on-disk" else 2.0)
             else:
-                s = train_distributed(corpus, cfg, Path(tmp) / "m", RayTrainOptions(
-                    workers=int(kind), storage_path=Path(tmp) / "runs"), cache_dir=cache)
+                s = train_distributed(TrainRequest(corpus, cfg, Path(tmp) / "m", workers=int(kind),
+                                                   storage_path=Path(tmp) / "runs", cache_dir=cache))
             wall = time.perf_counter() - t0
         epochs = [h["seconds"] for h in s["history"]]
         to_best = wall - sum(epochs[s["best_epoch"] + 1:])  # what stopping at the best epoch would have cost

@@ -740,8 +740,7 @@ class CodeCollection:
     def fetch_signs(self, ids: Sequence[int], sign_bits: int) -> np.ndarray:
         """The stored sign codes of rows ``ids`` (ingest --store-signs), in that order:
         uint8 (len(ids), sign_bits // 8)."""
-        return bytes_to_codes([bytes(c[0] if isinstance(c, list) else c) for c in self._field_of(ids, SIGN_FIELD)],
-                              sign_bits)
+        return bytes_to_codes([bytes(c) for c in self._field_of(ids, SIGN_FIELD)], sign_bits)
 
     def fetch_vectors(self, ids: Sequence[int], dim: int) -> np.ndarray:
         """The stored unit-norm sentence vectors of rows ``ids`` (ingest --store-vectors), in

@@ -62,23 +62,6 @@ from .ray_env import (
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class RayTrainOptions:
-    workers: int = 2
-    use_gpu: bool = False
-    address: str | None = None
-    storage_path: Path | None = None
-    resume: Path | None = None
-    max_failures: int = 2
-    name: str | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.workers, bool) or self.workers < 1:
-            raise ConfigError(f"workers={self.workers}: must be >= 1, e.g. workers=2")
-        if self.max_failures < 0:
-            raise ConfigError(f"max_failures={self.max_failures}: must be >= 0")
-
-
 # ---- features with Ray Data, into a FeatureStore ------------------------------------------
 #: Documents per encoder forward pass inside a feature-writing actor.
 ENCODER_BATCH = 64
@@ -296,11 +279,10 @@ class RayTrain:
     TorchTrainer run per model trained, its checkpoints in a Ray run folder that
     ``--resume RUN_DIR`` continues."""
 
-    opts: RayTrainOptions
+    opts: TrainRequest
     callbacks: tuple[TrainCallback, ...] = ()
-    cache_dir: str | Path | None = None
-    feature_memory_gb: float | None = DEFAULT_FEATURE_MEMORY_GB
     progress: bool = False
+    name: str | None = None
     started: int = field(default_factory=lambda: int(time.time()), init=False)
 
     def storage(self, out: Path) -> Path:
@@ -327,8 +309,8 @@ class RayTrain:
         check_capacity(self.opts.workers, self.opts.use_gpu)
         # Features are computed once into stores that every worker (and every candidate
         # target) opens: a shared --cache-dir is reused by later runs, in-process ones too.
-        if self.cache_dir is not None:
-            stores = Path(self.cache_dir).resolve()
+        if self.opts.cache_dir is not None:
+            stores = Path(self.opts.cache_dir).resolve()
         elif target_choice.is_auto(config):
             stores = target_choice.candidates_folder(out) / "features"
         else:
@@ -336,8 +318,8 @@ class RayTrain:
         # Encoder actors write the stores and every worker reads them and writes checkpoints:
         # on a cluster a folder only this machine sees fails here, not at the first epoch.
         shared = {"--storage-path": (self.storage(out), True)}
-        if self.cache_dir is not None or target_choice.is_auto(config):
-            shared["--cache-dir" if self.cache_dir is not None else "--out"] = (stores, True)
+        if self.opts.cache_dir is not None or target_choice.is_auto(config):
+            shared["--cache-dir" if self.opts.cache_dir is not None else "--out"] = (stores, True)
         check_shared_paths(shared)
         t_ray = time.perf_counter()
         train_store, val_store = (
@@ -357,8 +339,8 @@ class RayTrain:
     def _run_name(self, out: Path, folder: Path | None) -> str:
         if folder not in (None, out):  # a candidate target: a run of its own
             return f"{out.name}-{folder.name}-{self.started}"
-        if self.opts.name:
-            return self.opts.name
+        if self.name:
+            return self.name
         return Path(self.opts.resume).resolve().name if self.opts.resume else f"{out.name}-{self.started}"
 
     def fit(self, prepared: Prepared, config: DHIMConfig, folder: Path,
@@ -388,7 +370,7 @@ class RayTrain:
             train_loop_config={"config": config.to_dict(), "fingerprint": prepared.fingerprint,
                                "resume_path": str(resume_from) if resume_from else None,
                                "callbacks": list(self.callbacks), "events": events, "threads": threads,
-                               "feature_memory_gb": self.feature_memory_gb, **features},
+                               "feature_memory_gb": self.opts.feature_memory_gb, **features},
             scaling_config=ScalingConfig(num_workers=opts.workers, use_gpu=opts.use_gpu,
                                          resources_per_worker={"CPU": per_worker_cpu}),
             run_config=RunConfig(name=name, storage_path=str(storage),
@@ -424,31 +406,8 @@ class RayTrain:
         return fitted, {"run_dir": str(run_dir)}
 
     def finish(self, prepared: Prepared) -> None:
-        if self.cache_dir is None:
+        if self.opts.cache_dir is None:
             shutil.rmtree(prepared.features["stores"], ignore_errors=True)
-
-
-def train_distributed(
-    corpus: CorpusSpec,
-    config: DHIMConfig,
-    out_dir: str | Path,
-    opts: RayTrainOptions,
-    callbacks: tuple[TrainCallback, ...] = (),
-    cache_dir: str | Path | None = None,
-    feature_memory_gb: float | None = DEFAULT_FEATURE_MEMORY_GB,
-    progress: bool = False,
-) -> dict[str, Any]:
-    """Train with Ray Train and save the best checkpoint to ``out_dir`` (the usual format):
-    dhim_ray.training.pipeline.train with the ``RayTrain`` backend.
-
-    ``callbacks`` run in every worker (they must pickle). Each worker reads its shard of
-    the features, in memory when it fits its share of ``feature_memory_gb``. Returns the
-    run summary written into the checkpoint. Raises TrainingInterrupted (Ctrl-C) or
-    TrainingFailed, both naming the run folder to ``--resume``.
-    """
-    out_dir = Path(out_dir).resolve()  # checked (and removed again if the run is refused) by train()
-    backend = RayTrain(opts, tuple(callbacks), cache_dir, feature_memory_gb, progress)
-    return train(corpus, config, out_dir, backend, resume=opts.resume is not None)[1]
 
 
 @dataclass(frozen=True)
@@ -479,6 +438,8 @@ class TrainRequest:
 
         if isinstance(self.workers, bool) or self.workers < 1:
             raise ConfigError(f"workers={self.workers}: must be >= 1, e.g. workers=2")
+        if self.max_failures < 0:
+            raise ConfigError(f"max_failures={self.max_failures}: must be >= 0")
         if not 0 <= self.feature_memory_gb < float("inf"):  # NaN and infinity too
             raise ConfigError(f"feature_memory={self.feature_memory_gb}: must be a finite number >= 0 GiB (0 keeps "
                               "every feature on disk)")
@@ -507,11 +468,22 @@ def run_training(request: TrainRequest, progress: bool = True) -> dict[str, Any]
     """``request`` trained, its best checkpoint saved in ``request.out_dir``: the run summary."""
     r = request
     if r.distributed:
-        opts = RayTrainOptions(workers=r.workers, use_gpu=r.use_gpu, address=r.address, storage_path=r.storage_path,
-                               resume=r.resume, max_failures=r.max_failures)
-        return train_distributed(r.corpus, r.config, r.out_dir, opts, cache_dir=r.cache_dir,
-                                 feature_memory_gb=r.feature_memory_gb, progress=progress)
+        return train_distributed(r, progress=progress)
     from dhim_ray.training.pipeline import train_corpus
 
     return train_corpus(r.corpus, r.config, r.out_dir, progress=progress, cache_dir=r.cache_dir,
                         resume=r.resume is not None, device=r.device, feature_memory_gb=r.feature_memory_gb)
+
+
+def train_distributed(request: TrainRequest, callbacks: tuple[TrainCallback, ...] = (), progress: bool = False,
+                      name: str | None = None) -> dict[str, Any]:
+    """``request`` trained with Ray Train, however many workers it asks for (one too), and its
+    best checkpoint saved in ``request.out_dir`` (the usual format): the run summary.
+
+    ``callbacks`` run in every worker (they must pickle); ``name``: the Ray run folder's
+    (default OUT-TIME). Raises TrainingInterrupted (Ctrl-C) or TrainingFailed, both naming
+    the run folder to ``--resume``.
+    """
+    out_dir = Path(request.out_dir).resolve()  # checked (and removed again if the run is refused) by train()
+    backend = RayTrain(request, tuple(callbacks), progress, name)
+    return train(request.corpus, request.config, out_dir, backend, resume=request.resume is not None)[1]

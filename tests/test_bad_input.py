@@ -1,5 +1,6 @@
-"""Bad input, as a careful new user would type it: the CLI run as a subprocess over a
-table of mistakes. Each must exit 2 (1 for the environment), print exactly one line
+"""Bad input, as a careful new user would type it: the CLI run as a process of its own over a
+table of mistakes (forked from one that has done the imports: tests/cli_fork.py; the busy
+machine's cases run ``python -m dhim_ray.cli`` itself). Each must exit 2 (1 for the environment), print exactly one line
 on stderr saying what was wrong and how to fix it, no traceback, and leave the model
 folder and the collection as they were."""
 
@@ -15,9 +16,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_fork import ForkedCLI
 from conftest import write_csv
 
-pytestmark = [pytest.mark.filterwarnings("ignore"), pytest.mark.slow]  # a subprocess per case: minutes
+pytestmark = [pytest.mark.filterwarnings("ignore"), pytest.mark.slow]  # a process per case: minutes
+
+def cli_env() -> dict[str, str]:
+    return dict(os.environ, COLUMNS="100", HF_HUB_OFFLINE="1", RAY_AUTH_MODE="disabled")
+
+
+@pytest.fixture(scope="module")
+def forked(tmp_path_factory):
+    """The CLI's parent process: each case forks a run from it."""
+    cli = ForkedCLI(cli_env(), tmp_path_factory.mktemp("runs"))
+    yield cli.run
+    cli.close()
 
 
 @pytest.fixture(scope="module")
@@ -451,8 +464,8 @@ def snapshot(world) -> str:
 
 
 @pytest.mark.parametrize("args, code, message", CASES, ids=[" ".join(a)[:80] for a, _, _ in CASES])
-def test_bad_input_is_one_line_and_changes_nothing(world, args, code, message):
-    check_one_line(world, args, code, message)
+def test_bad_input_is_one_line_and_changes_nothing(world, forked, args, code, message):
+    check_one_line(world, args, code, message, forked)
 
 
 #: Mistakes found only inside Ray Data's read tasks: Ray starts for them, which on a busy
@@ -469,19 +482,22 @@ def test_the_one_line_holds_on_a_busy_machine(world):
     hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(os.cpu_count() or 2)]
     try:
         for args, code, message in IN_RAY + [CASES[0]]:
-            check_one_line(world, args, code, message)
+            check_one_line(world, args, code, message, run_module)
     finally:
         for p in hogs:
             p.kill()
             p.wait()
 
 
-def check_one_line(world, args, code, message):
+def run_module(argv: list[str]) -> subprocess.CompletedProcess:
+    """``python -m dhim_ray.cli`` itself, imports and all."""
+    return subprocess.run([sys.executable, "-m", "dhim_ray.cli", *argv], capture_output=True, text=True, env=cli_env(),
+                          timeout=300, stdin=subprocess.DEVNULL)
+
+
+def check_one_line(world, args, code, message, run_cli):
     before = snapshot(world)
-    argv = [a.format(**{k: str(v) for k, v in world.items()}) for a in args]
-    env = dict(os.environ, COLUMNS="100", HF_HUB_OFFLINE="1", RAY_AUTH_MODE="disabled")
-    run = subprocess.run([sys.executable, "-m", "dhim_ray.cli", *argv], capture_output=True, text=True, env=env,
-                         timeout=300, stdin=subprocess.DEVNULL)
+    run = run_cli([a.format(**{k: str(v) for k, v in world.items()}) for a in args])
     lines = [line for line in run.stderr.splitlines() if line.strip() and not line.startswith(("encoding", "train "))]
     assert run.returncode == code, run.stderr[-2000:]
     assert "Traceback" not in run.stderr + run.stdout

@@ -4,6 +4,7 @@ loop, on the tiny BERT and a generated toy corpus (no data download, no ../share
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,7 +30,7 @@ def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_pat
     opens only its rows; the checkpoint loads without Ray and scores what rank 0 recorded."""
     from dhim_ray.encoding.encoder import FrozenEncoder
     from dhim_ray.hasher import Hasher
-    from dhim_ray.jobs.train import RayTrainOptions, build_feature_store, open_features, train_distributed
+    from dhim_ray.jobs.train import TrainRequest, build_feature_store, open_features, train_distributed
     from dhim_ray.model.inference import hash_features
 
     seen = tmp_path / "shards.txt"
@@ -44,8 +45,9 @@ def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_pat
     # 16 head bits and 8 identity bits: rank 0 fits the identity bits, DDP hands them to rank 1,
     # whose share of the selection search must hash as rank 0 does (checked below)
     cfg = config(tiny_config, 2).replace(model={"n_bits": 24, "identity_bits": 8})
-    summary = train_distributed(corpus, cfg, out, RayTrainOptions(workers=2, storage_path=tmp_path / "runs"),
-                                callbacks=(RecordShard(),), cache_dir=tmp_path / "cache", feature_memory_gb=0)
+    summary = train_distributed(TrainRequest(corpus, cfg, out, workers=2, storage_path=tmp_path / "runs",
+                                             cache_dir=tmp_path / "cache", feature_memory_gb=0),
+                                callbacks=(RecordShard(),))
     n = summary["n_train"]
     assert sorted(set(tuple(line.split()) for line in seen.read_text().splitlines())) == \
         [("0", "0", str(n // 2), "RowFile"), ("1", str(n // 2), str(n), "RowFile")]
@@ -88,7 +90,7 @@ def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, 
     import logging
 
     from dhim_ray.hasher import Hasher
-    from dhim_ray.jobs.train import RayTrainOptions, train_distributed
+    from dhim_ray.jobs.train import TrainRequest, train_distributed
     from dhim_ray.training.pipeline import train_corpus
 
     class Lines(logging.Handler):  # on the logger itself: the CLI stops 'dhim_ray' propagating to the root
@@ -105,8 +107,7 @@ def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, 
     train_logger.addHandler(lines)
     train_logger.setLevel(logging.INFO)
     try:
-        ray_summary = train_distributed(corpus, cfg, tmp_path / "ray", RayTrainOptions(workers=1,
-                                                                                      storage_path=tmp_path / "runs"))
+        ray_summary = train_distributed(TrainRequest(corpus, cfg, tmp_path / "ray", storage_path=tmp_path / "runs"))
     finally:
         train_logger.removeHandler(lines)
         train_logger.setLevel(level)
@@ -123,7 +124,7 @@ def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, 
 
 def test_worker_failure_resumes_from_last_checkpoint(ray_session, tmp_path, corpus, tiny_config):
     from dhim_ray.hasher import Hasher
-    from dhim_ray.jobs.train import RayTrainOptions, train_distributed
+    from dhim_ray.jobs.train import TrainRequest, train_distributed
 
     trace, marker = tmp_path / "epochs.txt", tmp_path / "failed-once"
 
@@ -137,9 +138,9 @@ def test_worker_failure_resumes_from_last_checkpoint(ray_session, tmp_path, corp
                 marker.touch()
                 raise RuntimeError("injected failure at epoch 2")
 
-    opts = RayTrainOptions(workers=2, storage_path=tmp_path / "runs", max_failures=1)
-    summary = train_distributed(corpus, config(tiny_config, 4), tmp_path / "model", opts,
-                                callbacks=(FailOnceAtEpoch2(),))
+    request = TrainRequest(corpus, config(tiny_config, 4), tmp_path / "model", workers=2,
+                           storage_path=tmp_path / "runs", max_failures=1)
+    summary = train_distributed(request, callbacks=(FailOnceAtEpoch2(),))
     # epochs 0 and 1 checkpointed; the failure at 2 restarts there, not from 0
     assert [int(x) for x in trace.read_text().split()] == [0, 1, 2, 2, 3]
     assert summary["epochs_run"] == 4 and [h["epoch"] for h in summary["history"]] == [0, 1, 2, 3]
@@ -148,27 +149,28 @@ def test_worker_failure_resumes_from_last_checkpoint(ray_session, tmp_path, corp
 
 def test_failure_past_max_failures_names_the_run_folder(ray_session, tmp_path, corpus, tiny_config):
     from dhim_ray.errors import TrainingFailed
-    from dhim_ray.jobs.train import RayTrainOptions, train_distributed
+    from dhim_ray.jobs.train import TrainRequest, train_distributed
 
     class AlwaysFail(TrainCallback):
         def on_epoch_start(self, epoch, state):
             if epoch == 1:
                 raise RuntimeError("injected failure")
 
-    opts = RayTrainOptions(workers=2, storage_path=tmp_path / "runs", max_failures=0, name="failing")
+    request = TrainRequest(corpus, config(tiny_config, 3), tmp_path / "model", workers=2,
+                           storage_path=tmp_path / "runs", max_failures=0)
     with pytest.raises(TrainingFailed, match=f"--resume {tmp_path / 'runs' / 'failing'}"):
-        train_distributed(corpus, config(tiny_config, 3), tmp_path / "model", opts, callbacks=(AlwaysFail(),))
+        train_distributed(request, callbacks=(AlwaysFail(),), name="failing")
     assert not (tmp_path / "model" / "config.json").exists()
 
 
 def test_resume_with_a_relative_path_runs_only_the_missing_epochs(ray_session, tmp_path, corpus, tiny_config,
                                                                   monkeypatch):
     """Issue 11.9: a relative --resume failed in the workers; an absolute one repeated the last epoch."""
-    from dhim_ray.jobs.train import RayTrainOptions, train_distributed
+    from dhim_ray.jobs.train import TrainRequest, train_distributed
 
     monkeypatch.chdir(tmp_path)
-    first = train_distributed(corpus, config(tiny_config, 1), "m1",
-                              RayTrainOptions(workers=2, storage_path="runs", name="run"))
+    first = train_distributed(TrainRequest(corpus, config(tiny_config, 1), Path("m1"), workers=2,
+                                           storage_path=Path("runs")), name="run")
     trace = tmp_path / "epochs.txt"
 
     class Trace(TrainCallback):
@@ -177,21 +179,22 @@ def test_resume_with_a_relative_path_runs_only_the_missing_epochs(ray_session, t
                 with open(trace, "a") as f:
                     f.write(f"{epoch}\n")
 
-    again = train_distributed(corpus, config(tiny_config, 3), "m2",
-                              RayTrainOptions(workers=2, storage_path="runs", resume="runs/run"),
-                              callbacks=(Trace(),))
+    again = train_distributed(TrainRequest(corpus, config(tiny_config, 3), Path("m2"), workers=2,
+                                           storage_path=Path("runs"), resume=Path("runs/run")), callbacks=(Trace(),))
     assert first["epochs_run"] == 1
     assert [int(x) for x in trace.read_text().split()] == [1, 2]  # epoch 0 is not repeated
     assert again["epochs_run"] == 3 and [h["epoch"] for h in again["history"]] == [0, 1, 2]
     assert json.loads((tmp_path / "m2" / "config.json").read_text())["summary"]["epochs_run"] == 3
 
 
-def test_bad_inputs(tmp_path):
+def test_bad_inputs(tmp_path, tiny_config):
     from dhim_ray.jobs.ray_env import _check_address
-    from dhim_ray.jobs.train import RayTrainOptions, find_resume_checkpoint
+    from dhim_ray.jobs.train import TrainRequest, find_resume_checkpoint
 
     with pytest.raises(ConfigError, match="workers=0: must be >= 1"):
-        RayTrainOptions(workers=0)
+        TrainRequest(CorpusSpec("bbc"), tiny_config, workers=0)
+    with pytest.raises(ConfigError, match="max_failures=-1: must be >= 0"):
+        TrainRequest(CorpusSpec("bbc"), tiny_config, workers=2, max_failures=-1)
     (tmp_path / "notarun").mkdir()
     with pytest.raises(CheckpointError, match="not a dhim-ray training run"):
         find_resume_checkpoint(tmp_path / "notarun")

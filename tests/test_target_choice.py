@@ -121,14 +121,14 @@ def test_auto_refuses_what_cannot_compare_the_targets(tmp_path, toy_folder, tiny
 
 def test_auto_under_ray_train_shares_features_and_keeps_the_better_target(ray_session, tmp_path, toy_folder,
                                                                           tiny_config):
-    from dhim_ray.jobs.train import RayTrainOptions, train_distributed
+    from dhim_ray.jobs.train import TrainRequest, train_distributed
     from dhim_ray.model.checkpoint import read_checkpoint
 
     corpus, out = CorpusSpec(str(toy_folder)), tmp_path / "auto"
     cfg = config(tiny_config, max_epochs=2, batch_size=32)
     with pytest.raises(ConfigError, match="resumes from its --out folder"):
-        train_distributed(corpus, cfg, out, RayTrainOptions(workers=2, resume=tmp_path / "elsewhere"))
-    summary = train_distributed(corpus, cfg, out, RayTrainOptions(workers=2))
+        train_distributed(TrainRequest(corpus, cfg, out, workers=2, resume=tmp_path / "elsewhere"))
+    summary = train_distributed(TrainRequest(corpus, cfg, out, workers=2))
     choice = summary["target_transform"]
     assert set(choice["scores"]) == set(AUTO_TARGET_CANDIDATES) and choice["epochs_run"] == {"none": 2, "whitening": 2}
     assert summary["workers"] == 2
