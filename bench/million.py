@@ -420,10 +420,14 @@ def bench_write(n_docs: int, workers: int, after: float, n_queries: int, text_in
     return out
 
 
-def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000) -> dict:
-    """milvus-lite's write rates as a collection of our rows grows: insert ``n_rows`` rows, 500 a
+def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: str | None = None,
+                 text_index: bool = False, max_step_s: float = 600.0) -> dict:
+    """The store's write rates as a collection of our rows grows: insert ``n_rows`` rows, 500 a
     call as the ingest's driver writes them (the rate of each ``every``), and at 0 rows and at
-    ``n_rows`` rows time ``probe`` rows through upsert and through insert (ids not yet held)."""
+    ``n_rows`` rows time ``probe`` rows through upsert and through insert (ids not yet held).
+    ``uri``: a Milvus server's (whose write tasks upsert every row); else a new milvus-lite file.
+    ``text_index``: the collection keeps Milvus' BM25 index over the text, as a new file does.
+    A step that takes over ``max_step_s`` ends the growth there (the rows held, then the probes)."""
     import pyarrow.parquet as pq
 
     from dhim_ray.connectors.connection import release
@@ -436,6 +440,8 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000) -> di
     db = CACHE / f"upsert-{n_rows}.db"
     for f in CACHE.glob(f"{db.name}*"):
         f.unlink()
+    lite = uri is None
+    uri = str(db) if lite else uri
 
     def rows(start: int, n: int) -> list[dict]:
         batch = {"id": np.arange(start, start + n, dtype=np.int64), "row": np.arange(start, start + n),
@@ -443,31 +449,68 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000) -> di
                  "text": np.array([texts[(start + i) % len(texts)] for i in range(n)], dtype=object)}
         return batch_rows(batch, 64, "bench:upsert", name_field=info.label_names, key_field=info.keys)
 
-    def rate(collection, start: int, n: int, new: bool) -> float:
+    def rate(collection, start: int, n: int, new: bool, budget: float = float("inf")) -> tuple[int, float]:
+        """Rows written (at most ``budget`` seconds of them) and their rate."""
         t0 = time.perf_counter()
-        for s in range(start, start + n, 500):
-            collection.upsert(rows(s, min(500, start + n - s)), new=new)
-        return n / (time.perf_counter() - t0)
+        done = 0
+        while done < n and time.perf_counter() - t0 < budget:
+            done += collection.upsert(rows(start + done, min(500, n - done)), new=new)
+        return done, done / (time.perf_counter() - t0)
 
-    out: dict = {"rows": n_rows, "probe": probe, "insert_rows_per_s_by_million": []}
+    out: dict = {"rows": n_rows, "probe": probe, "store": "milvus-lite" if lite else "Milvus 2.3 server",
+                 "text_index": text_index, "every": every, "insert_rows_per_s_by_million": []}
     info = None
     try:
-        with MilvusTarget(str(db), "docs", timeout=3600).open() as c:
-            info = c.ensure(64, "bench:upsert", IndexSpec(), text_index=False)
-            out["at_0"] = {"upsert": rate(c, 10**12, probe, False), "insert": rate(c, 2 * 10**12, probe, True)}
-            for start in range(0, n_rows, every):
-                out["insert_rows_per_s_by_million"].append(rate(c, start, min(every, n_rows - start), True))
-                logger.info("%d rows: %.0f rows/s", start + every, out["insert_rows_per_s_by_million"][-1])
-            out["at_n"] = {"upsert": rate(c, 3 * 10**12, probe, False), "insert": rate(c, 4 * 10**12, probe, True)}
+        with MilvusTarget(uri, "docs", timeout=3600).open() as c:
+            info = c.ensure(64, "bench:upsert", IndexSpec(), text_index=text_index)
+            out["at_0"] = {"upsert": rate(c, 10**12, probe, False)[1], "insert": rate(c, 2 * 10**12, probe, True)[1]}
+            held = 0
+            while held < n_rows:  # a step past max_step_s ends the growth where it got to
+                done, r = rate(c, held, min(every, n_rows - held), True, max_step_s)
+                held += done
+                out["insert_rows_per_s_by_million"].append(r)
+                logger.info("%d rows: %.0f rows/s", held, r)
+                if done < min(every, n_rows - held + done):
+                    out["stopped_at"] = held
+                    logger.info("a step took over %.0f s: stopped at %d rows", max_step_s, held)
+                    break
+            out["rows"] = held
+            out["at_n"] = {"upsert": rate(c, 3 * 10**12, probe, False)[1], "insert": rate(c, 4 * 10**12, probe, True)[1]}
             out["count"] = c.count()
     finally:
-        release(str(db))
+        if lite:
+            release(str(db))
         for f in CACHE.glob(f"{db.name}*"):
             f.unlink()
     out["upsert_slowdown"] = out["at_0"]["upsert"] / out["at_n"]["upsert"]
     out["insert_over_upsert_at_n"] = out["at_n"]["insert"] / out["at_n"]["upsert"]
     logger.info("%s", out)
     return out
+
+
+def upsert_on_server(n_rows: int, probe: int) -> None:
+    """bench_upsert on the tests' Milvus 2.3 server, in a network namespace of its own (the server
+    listens on every interface): this process runs itself again inside one, which starts it."""
+    import shutil
+
+    from bench.store import in_own_network
+
+    if os.environ.get("DHIM_BENCH_NETNS") != "1":
+        if in_own_network(["upsert", "--server", "--rows", str(n_rows), "--probe", str(probe)], bench="million"):
+            raise SystemExit(1)
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from milvus_server import URI, start_server
+
+    base = CACHE / "server-upsert"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    server = start_server(base, authorization=False)
+    try:
+        record(f"upsert_server_{n_rows}", bench_upsert(n_rows, probe, uri=URI))
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def bench_reopen(n_docs: int) -> dict:
@@ -525,6 +568,10 @@ def main() -> None:
     p = sub.add_parser("upsert")
     p.add_argument("--rows", type=int, default=4_000_000)
     p.add_argument("--probe", type=int, default=50_000, help="rows timed through upsert and insert")
+    p.add_argument("--server", action="store_true", help="the Milvus 2.3 server of the tests (in a network namespace)")
+    p.add_argument("--every", type=int, default=1_000_000, help="rows per measured step of the insert rate")
+    p.add_argument("--max-step-seconds", type=float, default=600.0, help="a slower step ends the growth there")
+    p.add_argument("--text-index", action="store_true", help="the collection keeps a BM25 index (milvus-lite)")
     p = sub.add_parser("_one")
     p.add_argument("docs", type=int)
     p.add_argument("uri", help="a milvus-lite .db file or a server URI")
@@ -556,8 +603,12 @@ def main() -> None:
                bench_write(args.docs, args.workers, args.after, args.queries, args.text_index))
     elif args.cmd == "reopen":
         record(f"reopen_{args.docs}", bench_reopen(args.docs))
+    elif args.cmd == "upsert" and args.server:
+        upsert_on_server(args.rows, args.probe)
     elif args.cmd == "upsert":
-        record(f"upsert_{args.rows}", bench_upsert(args.rows, args.probe))
+        record(f"upsert_{'text_' * args.text_index}{args.rows}",
+               bench_upsert(args.rows, args.probe, args.every, text_index=args.text_index,
+                            max_step_s=args.max_step_seconds))
     elif args.cmd == "hybrid":
         record(f"hybrid_{args.docs}", bench_hybrid(args.docs, args.workers, args.queries))
     elif args.cmd == "interrupt":

@@ -304,12 +304,12 @@ def bench_server(n: int, nlists: tuple[int, ...] = SERVER_NLISTS, nprobes: tuple
     return out
 
 
-def in_own_network(args: list[str]) -> int:
-    """Run this bench with ``args`` inside a network namespace of its own (the server listens on
-    every interface; a fresh namespace for each size, so no port of the last server lingers)."""
+def in_own_network(args: list[str], bench: str = "store") -> int:
+    """Run ``python -m bench BENCH`` with ``args`` inside a network namespace of its own (the server
+    listens on every interface; a fresh namespace for each size, so no port of the last server lingers)."""
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         raise SystemExit("--server needs Linux, root, unshare and ip: the server runs in a network namespace")
-    inner = f"ip link set lo up && DHIM_BENCH_NETNS=1 exec {sys.executable} -m bench store " + " ".join(args)
+    inner = f"ip link set lo up && DHIM_BENCH_NETNS=1 exec {sys.executable} -m bench {bench} " + " ".join(args)
     return subprocess.call(["unshare", "-n", "sh", "-c", inner], cwd=Path(__file__).resolve().parents[1])
 
 

@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 BATCH_ROWS = 2000
 #: Codes past which a milvus-lite collection is better served by a Milvus server (bench/store.py).
 LITE_ADVISED_CODES = 10_000_000
+#: Documents past which a milvus-lite collection with a text index writes too slowly (bench million upsert).
+LITE_TEXT_ADVISED_DOCS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class CodeSink(Datasink[WriteStats]):
         self.name_field, self.key_field = name_field, key_field
         self.rows_written = 0
         self.new_rows = False  # milvus-lite, and the collection held none of this source's rows: insert
+        self.source_held = 0  # milvus-lite: this source's rows the collection held when the ingest began
         self.rows_unchanged = 0  # rows a rerun found stored as they are (an interrupted run wrote them)
         self.stats: list[WriteStats] = []
         self.info: CollectionInfo | None = None
@@ -140,7 +143,8 @@ class CodeSink(Datasink[WriteStats]):
         # 18,000; bench million upsert): rows no earlier run wrote are inserted, and a rerun reads each
         # batch's stored rows first and writes only those missing or changed. The driver writes each batch
         # once; a server's write tasks may be retried, and a retried insert would write a row twice: they upsert.
-        self.new_rows = self.target.lite and collection.count_source(self.source) == 0
+        self.source_held = collection.count_source(self.source) if self.target.lite else 0
+        self.new_rows = self.target.lite and self.source_held == 0
         ledger.mark(collection.client, info.name, ledger.WRITING, self.source, timeout=collection.timeout)
         self.info, self.name_field, self.key_field = info, info.label_names, info.keys
         if not self.target.lite:
@@ -154,6 +158,13 @@ class CodeSink(Datasink[WriteStats]):
         from tqdm.auto import tqdm
 
         collection = self._open()
+        if self.info.text_index and (after := collection.count() - self.source_held + total) > LITE_TEXT_ADVISED_DOCS:
+            logger.warning("%s will hold %s documents in milvus-lite with a text index, whose writes slow as it "
+                           "grows (about 300 rows a second with 2 million held, against 16,000 without the index) "
+                           "and which rebuilds the index on every open; past %s, "
+                           "ingest into a Milvus server, or with --no-text-index where only topic queries come "
+                           "(docs/ingest-and-search.md, 'How big')", collection.name, f"{after:,}",
+                           f"{LITE_TEXT_ADVISED_DOCS:,}")
         with tqdm(total=total, desc=f"ingest {collection.name}", unit="doc", disable=not progress) as bar:
             for batch in ds.iter_batches(batch_size=batch_size, batch_format="numpy"):
                 rows = batch_rows(batch, self.n_bits, self.source, self.name_field, self.key_field)

@@ -795,13 +795,22 @@ def test_a_full_disk_is_said_at_once_and_a_rerun_with_room_completes(ray_session
 def test_a_lite_collection_past_the_advised_size_says_to_move_to_a_server(ray_session, model_dir, tmp_path,
                                                                           monkeypatch, caplog):
     """Past LITE_ADVISED_CODES (10 million, from bench/store.py) an ingest into milvus-lite says
-    once where a server serves better; below it, nothing."""
+    once where a server serves better, and past LITE_TEXT_ADVISED_DOCS (1 million: bench million
+    upsert --text-index) so does one into a collection with a text index; below them, nothing."""
     import dhim_ray.jobs.ingest as job
     import dhim_ray.jobs.milvus_sink as sink
 
     target = MilvusTarget(str(tmp_path / "big.db"), "big")
     job.ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False)
     assert "codes in milvus-lite" not in caplog.text
-    monkeypatch.setattr(sink, "LITE_ADVISED_CODES", 30)  # the same rule, at a size a test can write
+    assert "with a text index" not in caplog.text
+    monkeypatch.setattr(sink, "LITE_ADVISED_CODES", 30)  # the same rules, at sizes a test can write
+    monkeypatch.setattr(sink, "LITE_TEXT_ADVISED_DOCS", 30)
     job.ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False)
     assert "big holds 40 codes in milvus-lite" in caplog.text and "a Milvus server with BIN_IVF_FLAT" in caplog.text
+    # said before the writes, counting what the collection will hold: its other rows and this source's
+    assert "big will hold 40 documents in milvus-lite with a text index" in caplog.text
+    caplog.clear()
+    job.ingest(CorpusSpec("bbc", "train", limit=20), model_dir, MilvusTarget(str(tmp_path / "big.db"), "small"),
+               workers=1, progress=False, text_index=False)
+    assert "with a text index" not in caplog.text
