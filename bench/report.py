@@ -354,7 +354,7 @@ def million_upsert() -> list[str] | None:
     if not runs:
         return None
     rows = []
-    for x in sorted(runs, key=lambda x: (x.get("store", ""), x.get("text_index", False), x["rows"])):
+    for x in sorted(runs, key=lambda x: (x.get("store", "milvus-lite"), x.get("text_index", False), x["rows"])):
         every = x.get("every", 1_000_000)
         steps = x["insert_rows_per_s_by_million"]
         by_step = ", ".join(f"{min((i + 1) * every, x['rows']) / 1e6:g}M: {v / 1000:.1f}k" for i, v in enumerate(steps))
