@@ -488,7 +488,7 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
     return out
 
 
-def upsert_on_server(n_rows: int, probe: int) -> None:
+def upsert_on_server(n_rows: int, probe: int, every: int, max_step_s: float) -> None:
     """bench_upsert on the tests' Milvus 2.3 server, in a network namespace of its own (the server
     listens on every interface): this process runs itself again inside one, which starts it."""
     import shutil
@@ -496,7 +496,8 @@ def upsert_on_server(n_rows: int, probe: int) -> None:
     from bench.store import in_own_network
 
     if os.environ.get("DHIM_BENCH_NETNS") != "1":
-        if in_own_network(["upsert", "--server", "--rows", str(n_rows), "--probe", str(probe)], bench="million"):
+        if in_own_network(["upsert", "--server", "--rows", str(n_rows), "--probe", str(probe), "--every", str(every),
+                           "--max-step-seconds", str(max_step_s)], bench="million"):
             raise SystemExit(1)
         return
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -507,7 +508,7 @@ def upsert_on_server(n_rows: int, probe: int) -> None:
     base.mkdir(parents=True)
     server = start_server(base, authorization=False)
     try:
-        record(f"upsert_server_{n_rows}", bench_upsert(n_rows, probe, uri=URI))
+        record(f"upsert_server_{n_rows}", bench_upsert(n_rows, probe, every, uri=URI, max_step_s=max_step_s))
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
@@ -604,7 +605,7 @@ def main() -> None:
     elif args.cmd == "reopen":
         record(f"reopen_{args.docs}", bench_reopen(args.docs))
     elif args.cmd == "upsert" and args.server:
-        upsert_on_server(args.rows, args.probe)
+        upsert_on_server(args.rows, args.probe, args.every, args.max_step_seconds)
     elif args.cmd == "upsert":
         record(f"upsert_{'text_' * args.text_index}{args.rows}",
                bench_upsert(args.rows, args.probe, args.every, text_index=args.text_index,

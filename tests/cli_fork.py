@@ -104,11 +104,13 @@ def _serve() -> None:
         os.dup2(printed.fileno(), 2)
         import importlib
 
-        try:
-            for module in PRELOADED:
+        for module in PRELOADED:
+            try:
                 importlib.import_module(module)
-        except Exception:
-            traceback.print_exc()
+            except ModuleNotFoundError:  # another transformers' layout: that run imports it itself
+                pass
+            except Exception:
+                traceback.print_exc()
         sys.stderr.flush()
         os.dup2(saved, 2)
         printed.seek(0)
