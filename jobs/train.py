@@ -279,22 +279,22 @@ class RayTrain:
     TorchTrainer run per model trained, its checkpoints in a Ray run folder that
     ``--resume RUN_DIR`` continues."""
 
-    opts: TrainRequest
+    request: TrainRequest
     callbacks: tuple[TrainCallback, ...] = ()
     progress: bool = False
     name: str | None = None
     started: int = field(default_factory=lambda: int(time.time()), init=False)
 
     def storage(self, out: Path) -> Path:
-        return Path(self.opts.storage_path or out.parent / "ray_runs").resolve()
+        return Path(self.request.storage_path or out.parent / "ray_runs").resolve()
 
     def resume_point(self, out: Path, auto: bool) -> Path:
         if auto:
-            if Path(self.opts.resume).resolve() != out:
-                raise ConfigError(f"resume={self.opts.resume}: a model.target_transform=auto run resumes from its --out "
+            if Path(self.request.resume).resolve() != out:
+                raise ConfigError(f"resume={self.request.resume}: a model.target_transform=auto run resumes from its --out "
                                   f"folder ({out}), which keeps the targets it finished")
             return out
-        return Path(find_resume_checkpoint(self.opts.resume))
+        return Path(find_resume_checkpoint(self.request.resume))
 
     def resume_hint(self, out: Path) -> str:
         return f"--resume {out}"
@@ -305,12 +305,12 @@ class RayTrain:
         # width, fingerprint and store keys; fails fast on a bad encoder
         encoder = FrozenEncoder(config.features, reach=config.model.pad_reach)
         config = config.for_encoder(encoder.hidden_size)
-        init_ray(self.opts.address)
-        check_capacity(self.opts.workers, self.opts.use_gpu)
+        init_ray(self.request.address)
+        check_capacity(self.request.workers, self.request.use_gpu)
         # Features are computed once into stores that every worker (and every candidate
         # target) opens: a shared --cache-dir is reused by later runs, in-process ones too.
-        if self.opts.cache_dir is not None:
-            stores = Path(self.opts.cache_dir).resolve()
+        if self.request.cache_dir is not None:
+            stores = Path(self.request.cache_dir).resolve()
         elif target_choice.is_auto(config):
             stores = target_choice.candidates_folder(out) / "features"
         else:
@@ -318,17 +318,17 @@ class RayTrain:
         # Encoder actors write the stores and every worker reads them and writes checkpoints:
         # on a cluster a folder only this machine sees fails here, not at the first epoch.
         shared = {"--storage-path": (self.storage(out), True)}
-        if self.opts.cache_dir is not None or target_choice.is_auto(config):
-            shared["--cache-dir" if self.opts.cache_dir is not None else "--out"] = (stores, True)
+        if self.request.cache_dir is not None or target_choice.is_auto(config):
+            shared["--cache-dir" if self.request.cache_dir is not None else "--out"] = (stores, True)
         check_shared_paths(shared)
         t_ray = time.perf_counter()
         train_store, val_store = (
             build_feature_store(split.texts, encoder.store_path(split.texts, stores), config.features,
-                                encoder.hidden_size, encoder.fingerprint, self.opts.workers, self.opts.use_gpu,
+                                encoder.hidden_size, encoder.fingerprint, self.request.workers, self.request.use_gpu,
                                 self.progress, desc, reach=encoder.reach)
             for split, desc in ((train, "encoding train"), (val, "encoding val")))
         context = {"corpus": corpus.display, "n_train": len(train), "validation": val_source,
-                   "workers": self.opts.workers, "use_gpu": self.opts.use_gpu,
+                   "workers": self.request.workers, "use_gpu": self.request.use_gpu,
                    "ray_start_seconds": round(t_ray - t_start, 2),
                    "feature_seconds": round(time.perf_counter() - t_ray, 2)}
         features = {"train_store": str(train_store), "val_store": str(val_store), "train_labels": train.labels,
@@ -341,7 +341,7 @@ class RayTrain:
             return f"{out.name}-{folder.name}-{self.started}"
         if self.name:
             return self.name
-        return Path(self.opts.resume).resolve().name if self.opts.resume else f"{out.name}-{self.started}"
+        return Path(self.request.resume).resolve().name if self.request.resume else f"{out.name}-{self.started}"
 
     def fit(self, prepared: Prepared, config: DHIMConfig, folder: Path,
             resume_from: Path | None) -> tuple[FitResult, dict[str, Any]]:
@@ -356,7 +356,7 @@ class RayTrain:
         run_dir = storage / name
         run_dir.mkdir(parents=True, exist_ok=True)
         logger.info("Ray Train run folder: %s", run_dir)
-        opts = self.opts
+        opts = self.request  # one training run's options
         cpus = cluster_cpus()
         per_worker_cpu = 1.0 if opts.use_gpu else max(0.1, min(1.0, (cpus - 0.5) / opts.workers))
         # A local Ray shares this machine's cores among the workers; on a cluster Ray's default stands.
@@ -370,7 +370,7 @@ class RayTrain:
             train_loop_config={"config": config.to_dict(), "fingerprint": prepared.fingerprint,
                                "resume_path": str(resume_from) if resume_from else None,
                                "callbacks": list(self.callbacks), "events": events, "threads": threads,
-                               "feature_memory_gb": self.opts.feature_memory_gb, **features},
+                               "feature_memory_gb": self.request.feature_memory_gb, **features},
             scaling_config=ScalingConfig(num_workers=opts.workers, use_gpu=opts.use_gpu,
                                          resources_per_worker={"CPU": per_worker_cpu}),
             run_config=RunConfig(name=name, storage_path=str(storage),
@@ -406,7 +406,7 @@ class RayTrain:
         return fitted, {"run_dir": str(run_dir)}
 
     def finish(self, prepared: Prepared) -> None:
-        if self.opts.cache_dir is None:
+        if self.request.cache_dir is None:
             shutil.rmtree(prepared.features["stores"], ignore_errors=True)
 
 
