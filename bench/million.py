@@ -466,11 +466,12 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
             out["at_0"] = {"upsert": rate(c, 10**12, probe, False)[1], "insert": rate(c, 2 * 10**12, probe, True)[1]}
             held = 0
             while held < n_rows:  # a step past max_step_s ends the growth where it got to
-                done, r = rate(c, held, min(every, n_rows - held), True, max_step_s)
+                step = min(every, n_rows - held)
+                done, r = rate(c, held, step, True, max_step_s)
                 held += done
                 out["insert_rows_per_s_by_million"].append(r)
                 logger.info("%d rows: %.0f rows/s", held, r)
-                if done < min(every, n_rows - held + done):
+                if done < step:
                     out["stopped_at"] = held
                     logger.info("a step took over %.0f s: stopped at %d rows", max_step_s, held)
                     break
@@ -491,27 +492,15 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
 def upsert_on_server(n_rows: int, probe: int, every: int, max_step_s: float) -> None:
     """bench_upsert on the tests' Milvus 2.3 server, in a network namespace of its own (the server
     listens on every interface): this process runs itself again inside one, which starts it."""
-    import shutil
-
-    from bench.store import in_own_network
+    from bench.store import in_own_network, tests_server
 
     if os.environ.get("DHIM_BENCH_NETNS") != "1":
         if in_own_network(["upsert", "--server", "--rows", str(n_rows), "--probe", str(probe), "--every", str(every),
                            "--max-step-seconds", str(max_step_s)], bench="million"):
             raise SystemExit(1)
         return
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from milvus_server import URI, start_server
-
-    base = CACHE / "server-upsert"
-    shutil.rmtree(base, ignore_errors=True)
-    base.mkdir(parents=True)
-    server = start_server(base, authorization=False)
-    try:
-        record(f"upsert_server_{n_rows}", bench_upsert(n_rows, probe, every, uri=URI, max_step_s=max_step_s))
-    finally:
-        server.stop()
-        shutil.rmtree(base, ignore_errors=True)
+    with tests_server(CACHE / "server-upsert") as uri:
+        record(f"upsert_server_{n_rows}", bench_upsert(n_rows, probe, every, uri=uri, max_step_s=max_step_s))
 
 
 def bench_reopen(n_docs: int) -> dict:

@@ -22,6 +22,7 @@ exact range search on both.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -212,14 +213,29 @@ def radius_completeness(search_within, flat, queries: np.ndarray, radii: np.ndar
     return round(float(np.mean(fractions)), 4)
 
 
+@contextlib.contextmanager
+def tests_server(base: Path):
+    """The tests' Milvus 2.3 server (tests/milvus_server.py) with its data in a fresh ``base``, for
+    the ``with`` block: yields its URI; stopped and its data removed after. Run it inside a network
+    namespace of its own (``in_own_network``): it listens on every interface."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from milvus_server import URI, start_server
+
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    server = start_server(base, authorization=False)
+    try:
+        yield URI
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def bench_server(n: int, nlists: tuple[int, ...] = SERVER_NLISTS, nprobes: tuple[int, ...] = SERVER_NPROBES) -> dict:
     """One size on the Milvus server: load, memory, BIN_FLAT and BIN_IVF_FLAT latency, recall and
     radius completeness, faiss' exact scan as the truth."""
     import faiss
     from pymilvus import DataType, MilvusClient
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from milvus_server import URI, start_server
 
     db = codes(n, seed=1)
     queries = codes(SERVER_QUERIES, seed=2)
@@ -228,13 +244,9 @@ def bench_server(n: int, nlists: tuple[int, ...] = SERVER_NLISTS, nprobes: tuple
     exact = {k: flat.search(queries, k)[0] for k in (10, 100)}
     faiss_top10 = latencies(flat.search, queries, 10, 1)
     radii = exact[100][:, -1]  # each query's 100th distance: a radius holding a hundred rows or more
-    base = CACHE / f"server-{n}"
-    shutil.rmtree(base, ignore_errors=True)
-    base.mkdir(parents=True)
-    server = start_server(base, authorization=False)
     out: dict = {"n_codes": n, "bits": BITS, "queries": SERVER_QUERIES, "faiss_flat_top10_1c": faiss_top10}
-    try:
-        client = MilvusClient(URI, timeout=3600)
+    with tests_server(CACHE / f"server-{n}") as uri:
+        client = MilvusClient(uri, timeout=3600)
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("id", DataType.INT64, is_primary=True)
         schema.add_field("code", DataType.BINARY_VECTOR, dim=BITS)
@@ -298,9 +310,6 @@ def bench_server(n: int, nlists: tuple[int, ...] = SERVER_NLISTS, nprobes: tuple
             out[f"bin_ivf_flat{nlist}"] = entry
             logger.info("server BIN_IVF_FLAT nlist %d at %d: %s", nlist, n, entry)
         client.close()
-    finally:
-        server.stop()
-        shutil.rmtree(base, ignore_errors=True)
     return out
 
 
