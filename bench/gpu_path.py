@@ -3,6 +3,7 @@
     python -m bench.gpu_path encode --model M --data DIR    # docs/s: Hasher.encode, ingest's actor, sentence-transformers
     python -m bench.gpu_path train --data DIR               # epoch time: in-process CPU / GPU, Ray Train 1 GPU worker
     python -m bench.gpu_path memory --corpus GEN --data DIR # peak memory: features on disk vs in memory
+    python -m bench.gpu_path ingest --model M --data DIR    # dhim-ray ingest --use-gpu end to end vs its actor alone
 
 DIR holds the dev corpora (default ../shared/data); GEN is a generated corpus folder
 (``python -m bench.million corpus --docs 100000``). Every figure names the device.
@@ -17,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -174,9 +176,94 @@ def memory(args) -> dict:
     return {"corpus": args.corpus, "runs": runs}
 
 
+def _gpu_busy(stop: threading.Event, samples: list[float]) -> None:
+    """nvidia-smi's GPU utilisation (%), sampled every half second until ``stop``."""
+    while not stop.wait(0.5):
+        out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True)
+        if out.returncode == 0 and out.stdout.strip():
+            samples.append(float(out.stdout.split()[0]))
+
+
+def _repeated_corpus(data: Path, n_docs: int, out: Path) -> Path:
+    """``n_docs`` documents: dbpedia's training texts, cycled, as Parquet parts of 100,000 rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    split = CorpusSpec(str(data / "dbpedia"), "train").load_split()
+    (out / "train").mkdir(parents=True, exist_ok=True)
+    for part, start in enumerate(range(0, n_docs, 100_000)):
+        rows = [i % len(split.texts) for i in range(start, min(n_docs, start + 100_000))]
+        pq.write_table(pa.table({"text": [split.texts[i] for i in rows], "label": [split.labels[i] for i in rows]}),
+                       out / "train" / f"part-{part:05d}.parquet")
+    return out
+
+
+def ingest(args) -> dict:
+    """``dhim-ray ingest --use-gpu --workers 1`` end to end on one GPU (Ray Data scans the Parquet
+    parts, CPU actors tokenise, the GPU actor encodes, the driver writes milvus-lite and
+    verifies), against ingest's encoding actor alone fed the same token ids in one process
+    (what BENCHMARKS' encoding table calls 'fed token ids'), at each batch size without the
+    text index, and at the largest with it too. GPU utilisation is sampled through each ingest.
+    Last, the same pipeline without the encoder: the ceiling of everything else."""
+    import numpy as np
+
+    from dhim_ray.jobs.ingest import SORTED_BATCHES, CodeEncoder, TokenIds
+
+    device = args.device
+    out = {"model": str(args.model), "docs": args.ingest_docs, "runs": []}
+    with tempfile.TemporaryDirectory(dir=args.scratch) as tmp:
+        corpus = _repeated_corpus(Path(args.data), args.ingest_docs, Path(tmp) / "corpus")
+        texts = CorpusSpec(str(Path(args.data) / "dbpedia"), "train").load_split().texts
+        for batch in args.batch_sizes:
+            actor = CodeEncoder(str(args.model), device=device, batch_size=batch)
+            step = batch * SORTED_BATCHES
+            tokeniser = TokenIds(actor.hasher.config.features)
+            fed = [tokeniser({"text": np.array(texts[i : i + step], dtype=object)}) for i in range(0, len(texts), step)]
+            def alone(actor=actor, fed=fed):
+                return [actor(dict(b)) for b in fed]
+
+            best = min(_seconds(alone, device) for _ in range(1 + args.rounds))  # the first warms kernels up
+            del actor, alone
+            for text_index in (False, True) if batch == max(args.batch_sizes) else (False,):
+                db = Path(tmp) / f"b{batch}-{int(text_index)}.db"
+                cmd = [sys.executable, "-m", "dhim_ray.cli", "ingest", str(corpus), "--model", str(args.model),
+                       "--uri", str(db), "--collection", "gpu", "--workers", "1", "--batch-size", str(batch),
+                       "--text-index" if text_index else "--no-text-index", "--json"]
+                if device == "cuda":
+                    cmd.append("--use-gpu")
+                stop, busy = threading.Event(), []
+                sampler = threading.Thread(target=_gpu_busy, args=(stop, busy), daemon=True)
+                if device == "cuda":
+                    sampler.start()
+                t0 = time.perf_counter()
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                wall = time.perf_counter() - t0
+                stop.set()
+                if proc.returncode != 0:
+                    raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+                result = json.loads(proc.stdout)
+                run = {"batch_size": batch, "text_index": text_index, "wall_seconds": wall,
+                       "actor_alone_docs_per_s": len(texts) / best,
+                       "gpu_busy_mean_pct": sum(busy) / len(busy) if busy else None,
+                       **{k: result[k] for k in ("docs_per_second", "seconds", "n_documents", "rows_in_collection",
+                                                 "verified")}}
+                run["ingest_over_actor"] = run["docs_per_second"] / run["actor_alone_docs_per_s"]
+                out["runs"].append(run)
+                print(json.dumps(run), flush=True)
+        # The same pipeline with the encoder bypassed (bench.million's StoredCodes, 2,000 rows per
+        # write): what scanning, Ray Data and the milvus-lite writes allow on this machine.
+        from bench.million import run_ingest
+
+        out["without_encoder"] = run_ingest(args.ingest_docs, Path(args.model), str(Path(tmp) / "pre.db"), "pre",
+                                            workers=1, text_index=False, precomputed=True, corpus=corpus)
+        print(json.dumps(out["without_encoder"]), flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["encode", "train", "memory"])
+    ap.add_argument("what", choices=["encode", "train", "memory", "ingest"])
     ap.add_argument("--data", default=str(DATA))
     ap.add_argument("--corpus", default="dbpedia")
     ap.add_argument("--bits", type=int, default=64)
@@ -187,6 +274,7 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=4000, help="encode: dbpedia documents (20ng: half as many)")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256, 1024])
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--ingest-docs", type=int, default=200_000, help="ingest: documents (dbpedia's, cycled)")
     ap.add_argument("--precisions", nargs="+", default=["fp32", "fp16", "bf16"])
     ap.add_argument("--scratch", default=None, help="Where the memory runs write (default: the system's temp)")
     ap.add_argument("--out", default=None)

@@ -262,9 +262,10 @@ class StoredCodes:
 
 
 def run_ingest(n_docs: int, model: Path, uri: str, collection: str, workers: int,
-               text_index: bool | None = None, precomputed: bool = False) -> dict:
+               text_index: bool | None = None, precomputed: bool = False, corpus: Path | None = None) -> dict:
     """One ingest in this process (run it in a fresh one: peak memory is per process).
-    ``precomputed``: the encoder is bypassed (StoredCodes)."""
+    ``precomputed``: the encoder is bypassed (StoredCodes). ``corpus``: a folder of Parquet
+    parts holding ``n_docs`` rows (default: the generated corpus)."""
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.jobs import ingest as job
@@ -276,7 +277,7 @@ def run_ingest(n_docs: int, model: Path, uri: str, collection: str, workers: int
     import ray
 
     ray.data.DataContext.get_current().enable_progress_bars = False
-    corpus = CorpusSpec(str(make_corpus(n_docs)), "train")
+    corpus = CorpusSpec(str(corpus or make_corpus(n_docs)), "train")
     t0 = time.perf_counter()
     with PeakMemory() as peak:
         result = job.ingest(corpus, model, MilvusTarget(uri, collection, timeout=3600), workers=workers,

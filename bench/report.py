@@ -429,6 +429,24 @@ def gpu_encode() -> list[str] | None:
     return out
 
 
+def gpu_ingest() -> list[str] | None:
+    r = _json("gpu_ingest")
+    if r is None:
+        return None
+    out = ["| batch | text index | ingest docs/s | its encoding actor alone, docs/s | ingest over actor | "
+           "GPU busy (mean) | rows verified |", "|---|---|---|---|---|---|---|"]
+    for x in r["runs"]:
+        busy = "" if x["gpu_busy_mean_pct"] is None else f"{x['gpu_busy_mean_pct']:.0f}%"
+        out.append(f"| {x['batch_size']} | {'yes' if x['text_index'] else 'no'} | {x['docs_per_second']:,.0f} | "
+                   f"{x['actor_alone_docs_per_s']:,.0f} | {x['ingest_over_actor']:.2f}x | {busy} | "
+                   f"{x['rows_in_collection']:,} of {x['n_documents']:,} |")
+    w = r.get("without_encoder")
+    if w:
+        out.append(f"| the same pipeline without the encoder (2,000 rows per write) | no | {w['docs_per_s']:,.0f} | | | | "
+                   f"{w['rows_in_collection']:,} of {w['docs']:,} |")
+    return out
+
+
 def gpu_train() -> list[str] | None:
     r = _json("gpu_train")
     if r is None:
@@ -619,6 +637,7 @@ TABLES: dict[str, Callable[[], list[str] | None]] = {
     "million-reopen": million_reopen, "million-upsert": million_upsert, "million-rerun": million_rerun,
     "ray-train": ray_train,
     "gpu-memory": gpu_memory, "gpu-train": gpu_train, "gpu-encode": gpu_encode,
+    "gpu-ingest": gpu_ingest,
 }
 
 
