@@ -4,6 +4,7 @@
     python -m bench.gpu_path train --data DIR               # epoch time: in-process CPU / GPU, Ray Train 1 GPU worker
     python -m bench.gpu_path memory --corpus GEN --data DIR # peak memory: features on disk vs in memory
     python -m bench.gpu_path ingest --model M --data DIR    # dhim-ray ingest --use-gpu end to end vs its actor alone
+    python -m bench.gpu_path ingest --model M --server      # the same into the tests' Milvus server (a GPU machine)
 
 DIR holds the dev corpora (default ../shared/data); GEN is a generated corpus folder
 (``python -m bench.million corpus --docs 100000``). Every figure names the device.
@@ -199,20 +200,46 @@ def _repeated_corpus(data: Path, n_docs: int, out: Path) -> Path:
     return out
 
 
+def _timed_ingest(cmd: list[str], sample_gpu: bool) -> dict:
+    """One ``dhim-ray ingest ... --json`` in its own process: its summary, wall time and the
+    GPU's mean utilisation through it."""
+    stop, busy = threading.Event(), []
+    sampler = threading.Thread(target=_gpu_busy, args=(stop, busy), daemon=True)
+    if sample_gpu:
+        sampler.start()
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    stop.set()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    result = json.loads(proc.stdout)
+    return {"wall_seconds": wall, "gpu_busy_mean_pct": sum(busy) / len(busy) if busy else None,
+            **{k: result[k] for k in ("docs_per_second", "seconds", "n_documents", "rows_in_collection", "verified",
+                                      "writers", "max_parallel_writes")}}
+
+
 def ingest(args) -> dict:
     """``dhim-ray ingest --use-gpu --workers 1`` end to end on one GPU (Ray Data scans the Parquet
-    parts, CPU actors tokenise, the GPU actor encodes, the driver writes milvus-lite and
-    verifies), against ingest's encoding actor alone fed the same token ids in one process
-    (what BENCHMARKS' encoding table calls 'fed token ids'), at each batch size without the
-    text index, and at the largest with it too. GPU utilisation is sampled through each ingest.
-    Last, the same pipeline without the encoder: the ceiling of everything else."""
+    parts, CPU actors tokenise, the GPU actor encodes, the rows are written and verified) into
+    milvus-lite (the driver writes) or, with ``--server``, the tests' Milvus 2.3 server (write
+    tasks), against ingest's encoding actor alone fed the same token ids in one process (what
+    BENCHMARKS' encoding table calls 'fed token ids'), at each batch size without the text
+    index, and on milvus-lite at the largest with it too. GPU utilisation is sampled through
+    each ingest. Last, the same pipeline without the encoder: the ceiling of everything else."""
+    import contextlib
+
     import numpy as np
 
+    from bench.million import run_ingest
+    from bench.store import tests_server
     from dhim_ray.jobs.ingest import SORTED_BATCHES, CodeEncoder, TokenIds
 
     device = args.device
-    out = {"model": str(args.model), "docs": args.ingest_docs, "runs": []}
-    with tempfile.TemporaryDirectory(dir=args.scratch) as tmp:
+    out = {"model": str(args.model), "docs": args.ingest_docs, "store": "server" if args.server else "milvus-lite",
+           "runs": []}
+    with tempfile.TemporaryDirectory(dir=args.scratch) as tmp, \
+            (tests_server(Path(tmp) / "milvus") if args.server else contextlib.nullcontext()) as server:
         corpus = _repeated_corpus(Path(args.data), args.ingest_docs, Path(tmp) / "corpus")
         texts = CorpusSpec(str(Path(args.data) / "dbpedia"), "train").load_split().texts
         for batch in args.batch_sizes:
@@ -220,43 +247,29 @@ def ingest(args) -> dict:
             step = batch * SORTED_BATCHES
             tokeniser = TokenIds(actor.hasher.config.features)
             fed = [tokeniser({"text": np.array(texts[i : i + step], dtype=object)}) for i in range(0, len(texts), step)]
+
             def alone(actor=actor, fed=fed):
                 return [actor(dict(b)) for b in fed]
 
             best = min(_seconds(alone, device) for _ in range(1 + args.rounds))  # the first warms kernels up
             del actor, alone
-            for text_index in (False, True) if batch == max(args.batch_sizes) else (False,):
-                db = Path(tmp) / f"b{batch}-{int(text_index)}.db"
+            text_indexes = (False, True) if batch == max(args.batch_sizes) and not args.server else (False,)
+            for text_index in text_indexes:
                 cmd = [sys.executable, "-m", "dhim_ray.cli", "ingest", str(corpus), "--model", str(args.model),
-                       "--uri", str(db), "--collection", "gpu", "--workers", "1", "--batch-size", str(batch),
+                       "--uri", server or str(Path(tmp) / f"b{batch}-{int(text_index)}.db"),
+                       "--collection", f"gpu_{batch}_{int(text_index)}", "--workers", "1", "--batch-size", str(batch),
                        "--text-index" if text_index else "--no-text-index", "--json"]
                 if device == "cuda":
                     cmd.append("--use-gpu")
-                stop, busy = threading.Event(), []
-                sampler = threading.Thread(target=_gpu_busy, args=(stop, busy), daemon=True)
-                if device == "cuda":
-                    sampler.start()
-                t0 = time.perf_counter()
-                proc = subprocess.run(cmd, capture_output=True, text=True)
-                wall = time.perf_counter() - t0
-                stop.set()
-                if proc.returncode != 0:
-                    raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-                result = json.loads(proc.stdout)
-                run = {"batch_size": batch, "text_index": text_index, "wall_seconds": wall,
-                       "actor_alone_docs_per_s": len(texts) / best,
-                       "gpu_busy_mean_pct": sum(busy) / len(busy) if busy else None,
-                       **{k: result[k] for k in ("docs_per_second", "seconds", "n_documents", "rows_in_collection",
-                                                 "verified")}}
+                run = {"batch_size": batch, "text_index": text_index, "actor_alone_docs_per_s": len(texts) / best,
+                       **_timed_ingest(cmd, sample_gpu=device == "cuda")}
                 run["ingest_over_actor"] = run["docs_per_second"] / run["actor_alone_docs_per_s"]
                 out["runs"].append(run)
                 print(json.dumps(run), flush=True)
         # The same pipeline with the encoder bypassed (bench.million's StoredCodes, 2,000 rows per
-        # write): what scanning, Ray Data and the milvus-lite writes allow on this machine.
-        from bench.million import run_ingest
-
-        out["without_encoder"] = run_ingest(args.ingest_docs, Path(args.model), str(Path(tmp) / "pre.db"), "pre",
-                                            workers=1, text_index=False, precomputed=True, corpus=corpus)
+        # write): what scanning, Ray Data and the writes allow on this machine.
+        out["without_encoder"] = run_ingest(args.ingest_docs, Path(args.model), server or str(Path(tmp) / "pre.db"),
+                                            "pre", workers=1, text_index=False, precomputed=True, corpus=corpus)
         print(json.dumps(out["without_encoder"]), flush=True)
     return out
 
@@ -275,13 +288,19 @@ def main() -> None:
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256, 1024])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--ingest-docs", type=int, default=200_000, help="ingest: documents (dbpedia's, cycled)")
+    ap.add_argument("--server", action="store_true", help="ingest: into the tests' Milvus 2.3 server (loopback)")
     ap.add_argument("--precisions", nargs="+", default=["fp32", "fp16", "bf16"])
     ap.add_argument("--scratch", default=None, help="Where the memory runs write (default: the system's temp)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.server and os.environ.get("DHIM_BENCH_NETNS") != "1":  # the server listens on every interface
+        from bench.store import in_own_network
+
+        raise SystemExit(in_own_network(sys.argv[1:], bench="gpu_path"))
     result = {"what": args.what, "device": _device_names(), **globals()[args.what](args)}
     print(json.dumps(result, indent=1))
-    Path(args.out or f"bench/gpu_{args.what}.json").write_text(json.dumps(result, indent=1))
+    default = f"bench/gpu_{args.what}{'_server' if args.server else ''}.json"
+    Path(args.out or default).write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@
                                                            # the first answer (milvus-lite loads on open)
     python -m bench.million upsert --rows 4000000          # milvus-lite's insert and upsert rates as the
                                                            # collection grows (our rows, 500 a call)
+    python -m bench.million columns --docs 200000          # the write path, rows sent by column (as the
+                                                           # connector does) against by row (as before)
 
 The corpus is generated deterministically from the dev corpora's text (../shared/data):
 document i takes a random dev document (its corpus and label are the label) and
@@ -262,7 +264,8 @@ class StoredCodes:
 
 
 def run_ingest(n_docs: int, model: Path, uri: str, collection: str, workers: int,
-               text_index: bool | None = None, precomputed: bool = False, corpus: Path | None = None) -> dict:
+               text_index: bool | None = None, precomputed: bool = False, corpus: Path | None = None,
+               write_batch: int = 2000) -> dict:
     """One ingest in this process (run it in a fresh one: peak memory is per process).
     ``precomputed``: the encoder is bypassed (StoredCodes). ``corpus``: a folder of Parquet
     parts holding ``n_docs`` rows (default: the generated corpus)."""
@@ -281,7 +284,7 @@ def run_ingest(n_docs: int, model: Path, uri: str, collection: str, workers: int
     t0 = time.perf_counter()
     with PeakMemory() as peak:
         result = job.ingest(corpus, model, MilvusTarget(uri, collection, timeout=3600), workers=workers,
-                            progress=False, batch_size=256, write_batch=2000, text_index=text_index)
+                            progress=False, batch_size=256, write_batch=write_batch, text_index=text_index)
     return {"docs": n_docs, "workers": workers, "docs_per_s": result.docs_per_second, "seconds": result.seconds,
             # after the last write: stale rows, the two counts, the ledger
             "verify_s": time.perf_counter() - t0 - result.seconds,
@@ -504,6 +507,30 @@ def upsert_on_server(n_rows: int, probe: int, every: int, max_step_s: float) -> 
         record(f"upsert_server_{n_rows}", bench_upsert(n_rows, probe, every, uri=uri, max_step_s=max_step_s))
 
 
+def bench_columns(n_docs: int, workers: int, rounds: int = 2) -> dict:
+    """The write path alone (StoredCodes into milvus-lite, no text index, 500 rows a write as
+    ingest's driver writes) with rows sent by column, as the connector sends them, against by
+    row (pymilvus' public insert of row dicts, which packs them value by value): each a fresh
+    ingest in a fresh process, alternated, best of ``rounds``."""
+    tiny_model()
+    make_corpus(n_docs)
+    best: dict[str, dict] = {}
+    for _ in range(rounds):
+        for mode in ("by_column", "by_row"):
+            db = CACHE / f"columns-{n_docs}.db"
+            for f in CACHE.glob(f"columns-{n_docs}.db*"):
+                f.unlink()
+            result = child([str(n_docs), str(db), "docs", "--workers", str(workers), "--precomputed",
+                            "--no-text-index", "--write-batch", "500", *(["--by-row"] if mode == "by_row" else [])])
+            if mode not in best or result["docs_per_s"] > best[mode]["docs_per_s"]:
+                best[mode] = result
+            logger.info("%s: %.0f docs/s", mode, result["docs_per_s"])
+    for f in CACHE.glob(f"columns-{n_docs}.db*"):
+        f.unlink()
+    return {"docs": n_docs, "rounds": rounds, **best,
+            "column_over_row": best["by_column"]["docs_per_s"] / best["by_row"]["docs_per_s"]}
+
+
 def bench_reopen(n_docs: int) -> dict:
     """The files ``hybrid`` wrote, each opened in a fresh process: seconds to the first count
     (milvus-lite loads a file's collection on its first use after every open)."""
@@ -563,6 +590,9 @@ def main() -> None:
     p.add_argument("--every", type=int, default=1_000_000, help="rows per measured step of the insert rate")
     p.add_argument("--max-step-seconds", type=float, default=600.0, help="a slower step ends the growth there")
     p.add_argument("--text-index", action="store_true", help="the collection keeps a BM25 index (milvus-lite)")
+    p = sub.add_parser("columns")
+    p.add_argument("--docs", type=int, default=200_000)
+    p.add_argument("--workers", type=int, default=2)
     p = sub.add_parser("_one")
     p.add_argument("docs", type=int)
     p.add_argument("uri", help="a milvus-lite .db file or a server URI")
@@ -570,6 +600,8 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--text-index", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--precomputed", action="store_true", help="bypass the encoder (StoredCodes)")
+    p.add_argument("--write-batch", type=int, default=2000, help="rows per write from the driver (milvus-lite)")
+    p.add_argument("--by-row", action="store_true", help="send rows as pymilvus' row dicts (bench columns)")
     args = ap.parse_args()
     if args.cmd == "corpus":
         print(make_corpus(args.docs))
@@ -578,8 +610,15 @@ def main() -> None:
     elif args.cmd == "eval":
         bench_eval(args.n_codes, args.queries, args.k)
     elif args.cmd == "_one":
+        if args.by_row:  # the write before the connector sent columns: pymilvus' public row insert
+            from dhim_ray.connectors.milvus import CodeCollection
+
+            CodeCollection._write = lambda self, rows, new: (self.client.insert if new else self.client.upsert)(
+                self.name, rows, timeout=self.timeout)
         print(json.dumps(run_ingest(args.docs, tiny_model(), args.uri, args.collection, args.workers,
-                                    args.text_index, args.precomputed)))
+                                    args.text_index, args.precomputed, write_batch=args.write_batch)))
+    elif args.cmd == "columns":
+        record(f"columns_{args.docs}", bench_columns(args.docs, args.workers))
     elif args.cmd == "ingest":
         tiny_model()
         for n in args.docs:

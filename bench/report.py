@@ -192,6 +192,22 @@ def million_search() -> list[str] | None:
     return out
 
 
+def million_columns() -> list[str] | None:
+    r = _json("million")
+    keys = sorted((k for k in r or {} if k.startswith("columns_")), key=lambda k: int(k.split("_")[1]))
+    if not keys:
+        return None
+    out = ["| documents | rows sent | docs/s | seconds | rows verified |", "|---|---|---|---|---|"]
+    for key in keys:
+        x = r[key]
+        for mode, label in (("by_row", "by row (pymilvus' row dicts)"), ("by_column", "by column (the connector)")):
+            y = x[mode]
+            out.append(f"| {x['docs']:,} | {label} | {y['docs_per_s']:,.0f} | {y['seconds']:.1f} | "
+                       f"{y['rows_in_collection']:,} |")
+        out.append(f"| | by column over by row | {x['column_over_row']:.2f}x | | |")
+    return out
+
+
 def million_ingest() -> list[str] | None:
     r, ingests = _million_runs("ingest_tiny_", "docs")
     if not ingests:
@@ -430,20 +446,24 @@ def gpu_encode() -> list[str] | None:
 
 
 def gpu_ingest() -> list[str] | None:
-    r = _json("gpu_ingest")
-    if r is None:
+    results = [(r, label) for r, label in ((_json("gpu_ingest"), "milvus-lite"),
+                                            (_json("gpu_ingest_server"), "Milvus 2.3 server")) if r is not None]
+    if not results:
         return None
-    out = ["| batch | text index | ingest docs/s | its encoding actor alone, docs/s | ingest over actor | "
-           "GPU busy (mean) | rows verified |", "|---|---|---|---|---|---|---|"]
-    for x in r["runs"]:
-        busy = "" if x["gpu_busy_mean_pct"] is None else f"{x['gpu_busy_mean_pct']:.0f}%"
-        out.append(f"| {x['batch_size']} | {'yes' if x['text_index'] else 'no'} | {x['docs_per_second']:,.0f} | "
-                   f"{x['actor_alone_docs_per_s']:,.0f} | {x['ingest_over_actor']:.2f}x | {busy} | "
-                   f"{x['rows_in_collection']:,} of {x['n_documents']:,} |")
-    w = r.get("without_encoder")
-    if w:
-        out.append(f"| the same pipeline without the encoder (2,000 rows per write) | no | {w['docs_per_s']:,.0f} | | | | "
-                   f"{w['rows_in_collection']:,} of {w['docs']:,} |")
+    out = ["| store | batch | text index | ingest docs/s | its encoding actor alone, docs/s | ingest over actor | "
+           "GPU busy (mean) | writers | rows verified |", "|---|---|---|---|---|---|---|---|---|"]
+    for r, store in results:
+        for x in r["runs"]:
+            busy = "" if x["gpu_busy_mean_pct"] is None else f"{x['gpu_busy_mean_pct']:.0f}%"
+            writers = x.get("writers", 1)
+            out.append(f"| {store} | {x['batch_size']} | {'yes' if x['text_index'] else 'no'} | "
+                       f"{x['docs_per_second']:,.0f} | {x['actor_alone_docs_per_s']:,.0f} | "
+                       f"{x['ingest_over_actor']:.2f}x | {busy} | {writers} | "
+                       f"{x['rows_in_collection']:,} of {x['n_documents']:,} |")
+        w = r.get("without_encoder")
+        if w:
+            out.append(f"| {store} | the same pipeline without the encoder | no | {w['docs_per_s']:,.0f} | | | | | "
+                       f"{w['rows_in_collection']:,} of {w['docs']:,} |")
     return out
 
 
@@ -634,7 +654,7 @@ TABLES: dict[str, Callable[[], list[str] | None]] = {
     "encode-speed": encode_speed, "onnx-speed": onnx_speed, "ingest-speed": ingest_speed, "service": service,
     "quality": quality, "million-search": million_search, "million-ingest": million_ingest,
     "million-hybrid": million_hybrid, "store": store, "store-server": store_server, "million-write": million_write,
-    "million-reopen": million_reopen, "million-upsert": million_upsert, "million-rerun": million_rerun,
+    "million-reopen": million_reopen, "million-upsert": million_upsert, "million-columns": million_columns, "million-rerun": million_rerun,
     "ray-train": ray_train,
     "gpu-memory": gpu_memory, "gpu-train": gpu_train, "gpu-encode": gpu_encode,
     "gpu-ingest": gpu_ingest,

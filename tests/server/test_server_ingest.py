@@ -138,7 +138,9 @@ def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus
     from dhim_ray.jobs.milvus_sink import CodeSink
     from dhim_ray.jobs.ray_env import split_table
 
-    n = 40_000
+    # Enough rows that the eight writes outlast the start of Ray's extra worker processes (about
+    # a second): one idle worker would otherwise take every task in turn.
+    n = 200_000
     codes = np.random.default_rng(0).integers(0, 256, size=(n, 2), dtype=np.uint8)
     table = pa.table({
         "id": document_ids("synthetic:train", np.arange(n)),
