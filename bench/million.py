@@ -7,6 +7,8 @@
     python -m bench.million interrupt --docs 1000000       # Ctrl-C mid-ingest, rerun: exact count
     python -m bench.million interrupt --docs 10000000 --after 300 --precomputed --no-text-index
                                                            # the same, the write path alone
+    python -m bench.million interrupt --docs 10000000 --after 300 --precomputed --server
+                                                           # the same into the tests' Milvus server
     python -m bench.million hybrid --docs 1000000          # with and without the text index: ingest,
                                                            # disk, codes-only vs hybrid search latency
     python -m bench.million write --docs 1000000 --no-text-index   # the write path alone (codes
@@ -318,6 +320,8 @@ def count_collection(uri: str | Path, collection: str) -> dict:
     t0 = time.perf_counter()
     client = target.connect(create=False)
     try:
+        if not client.has_collection(collection):  # an ingest stopped before it made one
+            return {"count": 0, "distinct_ids": 0, "open_to_count_s": time.perf_counter() - t0}
         n = CodeCollection(client, collection, timeout=3600).count()
         first_answer_s = time.perf_counter() - t0  # milvus-lite loads the file's collection before it answers
         ids = set()
@@ -507,6 +511,23 @@ def upsert_on_server(n_rows: int, probe: int, every: int, max_step_s: float) -> 
         record(f"upsert_server_{n_rows}", bench_upsert(n_rows, probe, every, uri=uri, max_step_s=max_step_s))
 
 
+def interrupt_on_server(n_docs: int, after: float, workers: int, precomputed: bool) -> None:
+    """interrupt_then_rerun into the tests' Milvus 2.3 server (write tasks upsert every row), in a
+    network namespace of its own, as upsert_on_server runs."""
+    from bench.store import in_own_network, tests_server
+
+    if os.environ.get("DHIM_BENCH_NETNS") != "1":
+        if in_own_network(["interrupt", "--server", "--docs", str(n_docs), "--after", str(after), "--workers",
+                           str(workers), *(["--precomputed"] if precomputed else [])], bench="million"):
+            raise SystemExit(1)
+        return
+    tiny_model()
+    make_corpus(n_docs)
+    with tests_server(CACHE / "server-interrupt") as uri:
+        record(f"server_interrupt_rerun_{'codes_' * precomputed}{n_docs}",
+               interrupt_then_rerun(uri, n_docs, after, workers, ("--precomputed",) * precomputed))
+
+
 def bench_columns(n_docs: int, workers: int, rounds: int = 2) -> dict:
     """The write path alone (StoredCodes into milvus-lite, no text index, 500 rows a write as
     ingest's driver writes) with rows sent by column, as the connector sends them, against by
@@ -571,6 +592,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--precomputed", action="store_true", help="bypass the encoder (StoredCodes): the write path")
     p.add_argument("--text-index", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--server", action="store_true", help="into the tests' Milvus 2.3 server (a network namespace)")
     p = sub.add_parser("hybrid")
     p.add_argument("--docs", type=int, default=1_000_000)
     p.add_argument("--workers", type=int, default=2)
@@ -641,6 +663,8 @@ def main() -> None:
                             max_step_s=args.max_step_seconds))
     elif args.cmd == "hybrid":
         record(f"hybrid_{args.docs}", bench_hybrid(args.docs, args.workers, args.queries))
+    elif args.cmd == "interrupt" and args.server:
+        interrupt_on_server(args.docs, args.after, args.workers, args.precomputed)
     elif args.cmd == "interrupt":
         tiny_model()
         make_corpus(args.docs)

@@ -334,22 +334,24 @@ def million_write() -> list[str] | None:
 
 
 def million_rerun() -> list[str] | None:
-    """The write path alone, Ctrl-C'd and rerun (bench million interrupt --precomputed)."""
+    """The write path alone, Ctrl-C'd and rerun (bench million interrupt --precomputed [--server])."""
     r = _json("million") or {}
-    keys = sorted((k for k in r if k.startswith("interrupt_rerun_codes_")), key=lambda k: int(k.rsplit("_", 1)[1]))
+    keys = [(k, store) for prefix, store in (("interrupt_rerun_codes_", "milvus-lite"),
+                                             ("server_interrupt_rerun_codes_", "Milvus 2.3 server"))
+            for k in sorted((k for k in r if k.startswith(prefix)), key=lambda k: int(k.rsplit("_", 1)[1]))]
     if not keys:
         return None
     rows = []
-    for key in keys:
+    for key, store in keys:
         x, rerun = r[key], r[key]["rerun"] or {}
-        rows.append([f"{int(key.rsplit('_', 1)[1]):,}", f"{x['interrupted_after_s']:.0f} s: "
+        rows.append([store, f"{int(key.rsplit('_', 1)[1]):,}", f"{x['interrupted_after_s']:.0f} s: "
                      f"{x['rows_after_interrupt']['count']:,}", f"{rerun.get('rows_unchanged', 0):,}",
                      f"{rerun.get('rows_written', 0):,}", f"{rerun.get('docs_per_s', 0):.0f}",
                      f"{rerun.get('seconds', 0):.0f}", gib(rerun.get("driver_own_peak_gib", 0)),
                      gib(rerun.get("driver_peak_gib", 0)),
                      f"{bool(rerun) and rerun['verified']}, {x['final']['count']:,} / {x['final']['distinct_ids']:,}"])
-    return _table(["documents", "Ctrl-C after: rows left", "rerun: rows read back and left alone", "rows written",
-                   "docs/s", "s", "driver peak, own", "driver peak, with the store's pages",
+    return _table(["store", "documents", "Ctrl-C after: rows left", "rerun: rows read back and left alone",
+                   "rows written", "docs/s", "s", "driver peak, own", "driver peak, with the store's pages",
                    "verified, rows / distinct ids"], rows)
 
 
