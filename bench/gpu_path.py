@@ -293,10 +293,10 @@ def main() -> None:
     ap.add_argument("--scratch", default=None, help="Where the memory runs write (default: the system's temp)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    if args.server and os.environ.get("DHIM_BENCH_NETNS") != "1":  # the server listens on every interface
-        from bench.store import in_own_network
+    if args.server:  # the server listens on every interface
+        from bench.store import ensure_own_network
 
-        raise SystemExit(in_own_network(sys.argv[1:], bench="gpu_path"))
+        ensure_own_network("gpu_path")
     result = {"what": args.what, "device": _device_names(), **globals()[args.what](args)}
     print(json.dumps(result, indent=1))
     default = f"bench/gpu_{args.what}{'_server' if args.server else ''}.json"

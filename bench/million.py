@@ -499,14 +499,10 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
 
 def upsert_on_server(n_rows: int, probe: int, every: int, max_step_s: float) -> None:
     """bench_upsert on the tests' Milvus 2.3 server, in a network namespace of its own (the server
-    listens on every interface): this process runs itself again inside one, which starts it."""
-    from bench.store import in_own_network, tests_server
+    listens on every interface)."""
+    from bench.store import ensure_own_network, tests_server
 
-    if os.environ.get("DHIM_BENCH_NETNS") != "1":
-        if in_own_network(["upsert", "--server", "--rows", str(n_rows), "--probe", str(probe), "--every", str(every),
-                           "--max-step-seconds", str(max_step_s)], bench="million"):
-            raise SystemExit(1)
-        return
+    ensure_own_network("million")
     with tests_server(CACHE / "server-upsert") as uri:
         record(f"upsert_server_{n_rows}", bench_upsert(n_rows, probe, every, uri=uri, max_step_s=max_step_s))
 
@@ -514,13 +510,9 @@ def upsert_on_server(n_rows: int, probe: int, every: int, max_step_s: float) -> 
 def interrupt_on_server(n_docs: int, after: float, workers: int, precomputed: bool) -> None:
     """interrupt_then_rerun into the tests' Milvus 2.3 server (write tasks upsert every row), in a
     network namespace of its own, as upsert_on_server runs."""
-    from bench.store import in_own_network, tests_server
+    from bench.store import ensure_own_network, tests_server
 
-    if os.environ.get("DHIM_BENCH_NETNS") != "1":
-        if in_own_network(["interrupt", "--server", "--docs", str(n_docs), "--after", str(after), "--workers",
-                           str(workers), *(["--precomputed"] if precomputed else [])], bench="million"):
-            raise SystemExit(1)
-        return
+    ensure_own_network("million")
     tiny_model()
     make_corpus(n_docs)
     with tests_server(CACHE / "server-interrupt") as uri:
@@ -635,8 +627,7 @@ def main() -> None:
         if args.by_row:  # the write before the connector sent columns: pymilvus' public row insert
             from dhim_ray.connectors.milvus import CodeCollection
 
-            CodeCollection._write = lambda self, rows, new: (self.client.insert if new else self.client.upsert)(
-                self.name, rows, timeout=self.timeout)
+            CodeCollection._write = CodeCollection._write_rows
         print(json.dumps(run_ingest(args.docs, tiny_model(), args.uri, args.collection, args.workers,
                                     args.text_index, args.precomputed, write_batch=args.write_batch)))
     elif args.cmd == "columns":
