@@ -91,9 +91,11 @@ def _check_reachable(uri: str, timeout: float) -> None:
 def _quiet_pymilvus() -> None:
     """pymilvus logs every refused call with its whole stack at ERROR, then raises; the
     connector turns the exception into one message, so the log stays quiet unless dhim-ray's
-    logger is at DEBUG. (Set after pymilvus is imported: its import configures its loggers.)"""
+    logger is at DEBUG. Its query iterator warns on milvus-lite, which keeps no session
+    timestamp, that it uses the client's clock: not news after the flush ``ids`` does first.
+    (Set after pymilvus is imported: its import configures its loggers.)"""
     level = logging.DEBUG if logging.getLogger("dhim_ray").isEnabledFor(logging.DEBUG) else logging.CRITICAL
-    for name in ("pymilvus.decorators", "pymilvus.client.abstract"):
+    for name in ("pymilvus.decorators", "pymilvus.client.abstract", "pymilvus.client.iterator.query_iterator"):
         logging.getLogger(name).setLevel(level)
 
 
