@@ -78,8 +78,9 @@ def test_every_readme_command_runs_as_written(tmp_path):
     stored_id = None
     for cmd in quickstart:
         if cmd.startswith("dhim-ray serve"):
+            # Ctrl-C as in a terminal: a suite run in the background (``&``, nohup) would pass SIGINT ignored
             serve = subprocess.Popen(shlex.split(cmd), cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
+                                     text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
             try:
                 wait_for_health("http://127.0.0.1:8000/health", serve)
                 continue_at = quickstart.index(cmd) + 1
