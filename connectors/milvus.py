@@ -609,7 +609,7 @@ class CodeCollection:
 
     def count_source(self, source: str, max_row: int | None = None) -> int:
         """Rows of one source (``row <= max_row`` only, when given), exact (strong consistency)."""
-        self.count()  # flushes
+        self._flush()
         expr = f"source == {quote(source)}" + (f" and row <= {int(max_row)}" if max_row is not None else "")
         res = self.client.query(self.name, filter=expr, output_fields=["count(*)"], consistency_level="Strong",
                                 timeout=self.timeout)
@@ -617,7 +617,7 @@ class CodeCollection:
 
     def ids(self, batch_size: int = 16384) -> np.ndarray:
         """Every row's id, sorted (for one source: in the source's row order), int64."""
-        self.count()  # flushes
+        self._flush()
         try:
             it = self.client.query_iterator(self.name, batch_size=batch_size, filter="", output_fields=["id"],
                                             timeout=self.timeout)
@@ -649,10 +649,13 @@ class CodeCollection:
         except Exception as exc:
             raise StoreError(_failed(f"collection {self.name!r}: loading it failed", exc)) from exc
 
-    def count(self) -> int:
-        """Exact row count (strong consistency), after a flush where the server supports it."""
+    def _flush(self) -> None:
         self.load()
         self.client.flush(self.name, timeout=self.timeout)
+
+    def count(self) -> int:
+        """Exact row count (strong consistency), after a flush where the server supports it."""
+        self._flush()
         res = self.client.query(self.name, filter="", output_fields=["count(*)"], consistency_level="Strong",
                                 timeout=self.timeout)
         return int(res[0]["count(*)"])

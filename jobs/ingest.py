@@ -146,6 +146,16 @@ class IngestResult:
     text_index: bool = False  # the collection keeps Milvus' BM25 over its text (hybrid search)
     keeps: str = "codes"  # what each row keeps beside its text: codes, sign codes or vectors, a text index, columns
 
+    @classmethod
+    def of(cls, sink: CodeSink, info, n_documents: int, seconds: float, verified: dict[str, Any]) -> IngestResult:
+        """The result of an ingest through ``sink`` into a collection keeping ``info``'s fields."""
+        keeps = ["codes"] + ["float vectors"] * bool(info.vector_dim) + ["sign codes"] * bool(info.sign_bits) \
+            + ["text index (BM25)"] * info.text_index + list(info.columns)
+        return cls(sink.target.collection, sink.target.uri, sink.source, n_documents, sink.rows_written,
+                   rows_unchanged=sink.rows_unchanged, seconds=seconds, writers=sink.writers,
+                   max_parallel_writes=sink.max_parallel_writes, text_index=info.text_index, keeps=", ".join(keeps),
+                   **verified)
+
     @property
     def docs_per_second(self) -> float:
         return self.n_documents / self.seconds if self.seconds else 0.0
@@ -250,19 +260,11 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
         IngestInterrupted on Ctrl-C (a rerun completes it).
     """
     r = request
-    corpus, model_dir, target, workers, use_gpu = r.corpus, r.model_dir, r.target, r.workers, r.use_gpu
-    if use_gpu and cluster_address(r.address) is None:  # a local Ray: count the GPUs before any work
-        import torch
-
-        check_gpus(workers, True, available=torch.cuda.device_count())
+    corpus, target = r.corpus, r.target
     # Everything that can be wrong with the model or the data fails here, before a
     # collection is created: the model, the columns, then (in Ray) every row's text.
-    model = Hasher.check(model_dir)  # the fields the driver needs; the encoding actors load the weights
-    width, features = model.config.model.hidden_size, model.config.features
-    if r.store_signs and width % 8:
-        raise ConfigError(f"store_signs: the encoder's width {width} is not a multiple of 8")
-    spec = CollectionSpec(model.n_bits, model.model_id, str(Path(model_dir).resolve()), r.index, r.overwrite,
-                          width if r.store_vectors else 0, width if r.store_signs else 0, keys=r.id_column is not None)
+    model, spec = _checked_model(r)
+    features = model.config.features
     plan = with_kept_columns(with_key_column(plan_split(corpus), r.id_column), r.keep_columns, RESERVED_FIELDS)
     source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")
     new_file = target.lite and not Path(target.uri).exists()
@@ -273,14 +275,13 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
         text_index = sink.check(spec, plan.kept_columns, r.text_index, new_file)
         t0 = time.perf_counter()
         init_ray(r.address)
-        check_capacity(workers, use_gpu)
+        check_capacity(r.workers, r.use_gpu)
         # read tasks open the corpus and encoder actors the model on every node
-        check_shared_paths({"--model": (Path(model_dir).resolve(), False),
+        check_shared_paths({"--model": (Path(r.model_dir).resolve(), False),
                             **({"corpus": (Path(corpus.name).resolve(), False)} if Path(corpus.name).exists() else {})})
         scanned = scan(plan, features.cleaning)
         n_rows, n_dropped = check_scan(plan, scanned, corpus.drop_empty, corpus.limit)
         names = label_vocabulary(corpus, {canonical_split(corpus.split): scanned.label_names})
-        n_documents = n_rows - n_dropped
         # ids carry a hash of the source: a clash with another source's shows on its first rows
         first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
         info = sink.start(spec, {name: scanned.columns[name] for name in plan.kept_columns}, text_index,
@@ -289,36 +290,54 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
         prepare = Prepare(source, tuple(scanned.offsets), n_rows, tuple(names) if names else None,
                           corpus.drop_empty, plan.label_names,
                           tuple((name, info.columns[name][0]) for name in plan.kept_columns))
-        ds = encoded(read_documents(plan, features.cleaning, prepare), spec.model_dir, features, workers, r.batch_size,
-                     use_gpu, r.store_vectors, r.store_signs, use_gpu if r.tokenise_apart is None else r.tokenise_apart)
-        try:
-            with task_errors():
-                if target.lite:
-                    sink.write_from(ds, n_documents, progress, r.write_batch)
-                else:  # upserts wait on the network, not the CPU, and must run whatever the encoders hold
-                    # (after a node dies, its actors restart on the nodes left and can fill them): no CPU
-                    ds.write_datasink(sink, concurrency=max(2, workers), ray_remote_args={"num_cpus": 0})
-        except KeyboardInterrupt:
-            raise IngestInterrupted(
-                f"interrupted; rerun the same ingest to complete {target.collection!r}: a rerun writes the rows "
-                "missing or changed and ends with exactly one row per document"
-            ) from None
+        ds = encoded(read_documents(plan, features.cleaning, prepare), spec.model_dir, features, r.workers,
+                     r.batch_size, r.use_gpu, r.store_vectors, r.store_signs,
+                     r.use_gpu if r.tokenise_apart is None else r.tokenise_apart)
+        _write(sink, ds, r, n_rows - n_dropped, progress)
         seconds = time.perf_counter() - t0
         dropped = scanned.blank_rows[scanned.blank_rows < n_rows]  # empty texts left out (their ids may hold rows)
-        verified = sink.complete(n_documents, int(plan.id_rows([n_rows - 1])[0]),
+        verified = sink.complete(n_rows - n_dropped, int(plan.id_rows([n_rows - 1])[0]),
                                  None if corpus.limit is not None else document_ids(source, plan.id_rows(dropped)),
                                  r.alias)
     finally:
         sink.close()
-    keeps = ["codes"] + ["float vectors"] * bool(info.vector_dim) + ["sign codes"] * bool(info.sign_bits) \
-        + ["text index (BM25)"] * info.text_index + list(info.columns)
-    result = IngestResult(target.collection, target.uri, source, n_documents, sink.rows_written,
-                          rows_unchanged=sink.rows_unchanged, seconds=seconds,
-                          writers=sink.writers, max_parallel_writes=sink.max_parallel_writes,
-                          text_index=info.text_index, keeps=", ".join(keeps), **verified)
-    logger.info("ingested %d documents into %s at %s (%.0f docs/s)", n_documents, target.collection,
+    result = IngestResult.of(sink, info, n_rows - n_dropped, seconds, verified)
+    logger.info("ingested %d documents into %s at %s (%.0f docs/s)", result.n_documents, target.collection,
                 mask_uri(target.uri), result.docs_per_second)
     return result
+
+
+def _checked_model(r: IngestRequest) -> tuple[Hasher, CollectionSpec]:
+    """The checkpoint's fields the driver needs (the encoding actors load the weights) and what
+    the collection keeps; the GPUs counted first where Ray is local."""
+    if r.use_gpu and cluster_address(r.address) is None:
+        import torch
+
+        check_gpus(r.workers, True, available=torch.cuda.device_count())
+    model = Hasher.check(r.model_dir)
+    width = model.config.model.hidden_size
+    if r.store_signs and width % 8:
+        raise ConfigError(f"store_signs: the encoder's width {width} is not a multiple of 8")
+    return model, CollectionSpec(model.n_bits, model.model_id, str(Path(r.model_dir).resolve()), r.index, r.overwrite,
+                                 width if r.store_vectors else 0, width if r.store_signs else 0,
+                                 keys=r.id_column is not None)
+
+
+def _write(sink: CodeSink, ds, r: IngestRequest, n_documents: int, progress: bool) -> None:
+    """The encoded rows into the sink: from the driver on milvus-lite (one process per file), by
+    Ray's write tasks on a server."""
+    try:
+        with task_errors():
+            if r.target.lite:
+                sink.write_from(ds, n_documents, progress, r.write_batch)
+            else:  # upserts wait on the network, not the CPU, and must run whatever the encoders hold
+                # (after a node dies, its actors restart on the nodes left and can fill them): no CPU
+                ds.write_datasink(sink, concurrency=max(2, r.workers), ray_remote_args={"num_cpus": 0})
+    except KeyboardInterrupt:
+        raise IngestInterrupted(
+            f"interrupted; rerun the same ingest to complete {r.target.collection!r}: a rerun writes the rows "
+            "missing or changed and ends with exactly one row per document"
+        ) from None
 
 
 def encoded(ds, model_dir: str, features: FeatureConfig, workers: int, batch_size: int, use_gpu: bool,

@@ -88,7 +88,7 @@ class CodeSink(Datasink[WriteStats]):
         self.name_field, self.key_field = name_field, key_field
         self.rows_written = 0
         self.new_rows = False  # milvus-lite, and the collection held none of this source's rows: insert
-        self.source_held = 0  # milvus-lite: this source's rows the collection held when the ingest began
+        self.held = self.source_held = 0  # milvus-lite: the rows, and this source's, held when the ingest began
         self.rows_unchanged = 0  # rows a rerun found stored as they are (an interrupted run wrote them)
         self.stats: list[WriteStats] = []
         self.info: CollectionInfo | None = None
@@ -143,7 +143,8 @@ class CodeSink(Datasink[WriteStats]):
         # 18,000; bench million upsert): rows no earlier run wrote are inserted, and a rerun reads each
         # batch's stored rows first and writes only those missing or changed. The driver writes each batch
         # once; a server's write tasks may be retried, and a retried insert would write a row twice: they upsert.
-        self.source_held = collection.count_source(self.source) if self.target.lite else 0
+        if self.target.lite:  # counted once: the file's writer is this process until ``complete``
+            self.held, self.source_held = collection.count(), collection.count_source(self.source)
         self.new_rows = self.target.lite and self.source_held == 0
         ledger.mark(collection.client, info.name, ledger.WRITING, self.source, timeout=collection.timeout)
         self.info, self.name_field, self.key_field = info, info.label_names, info.keys
@@ -158,7 +159,7 @@ class CodeSink(Datasink[WriteStats]):
         from tqdm.auto import tqdm
 
         collection = self._open()
-        if self.info.text_index and (after := collection.count() - self.source_held + total) > LITE_TEXT_ADVISED_DOCS:
+        if self.info.text_index and (after := self.held - self.source_held + total) > LITE_TEXT_ADVISED_DOCS:
             logger.warning("%s will hold %s documents in milvus-lite with a text index, whose writes slow as it "
                            "grows (about 300 rows a second with 2 million held, against 16,000 without the index) "
                            "and which rebuilds the index on every open; past %s, "
@@ -237,7 +238,7 @@ class CodeSink(Datasink[WriteStats]):
         # the name the ledger knows it by: the collection itself, where the target names an alias of it
         ledger.mark(collection.client, self.info.name, ledger.VERIFIED, self.source, stored,
                     timeout=collection.timeout)
-        if self.target.lite and (total := collection.count()) > LITE_ADVISED_CODES:
+        if self.target.lite and (total := self.held - self.source_held + of_source) > LITE_ADVISED_CODES:
             logger.warning("%s holds %s codes in milvus-lite, which scans them all for each query, one query at "
                            "a time (about 0.1 s at 10 million on 2 cores); past %s a Milvus server with "
                            "BIN_IVF_FLAT answers in milliseconds (docs/ingest-and-search.md, 'How big')",
