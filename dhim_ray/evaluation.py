@@ -144,6 +144,13 @@ def evaluate(request: EvalRequest, progress: bool = True) -> list[dict[str, Any]
                                          mode=r.mode, fusion=r.fusion)]
         return [evaluate_in_milvus(r.model_dir, r.queries, r.collection, k=r.k, nprobe=r.nprobe, rerank=r.rerank,
                                    mode=r.mode, fusion=r.fusion)]
+    from dhim_ray.encoding.encoder import shared_features
+
+    with shared_features():  # every method encodes the same texts: once, where the settings agree
+        return _evaluate_in_memory(r, progress)
+
+
+def _evaluate_in_memory(r: EvalRequest, progress: bool) -> list[dict[str, Any]]:
     from dhim_ray import evaluate as ev
 
     features = FeatureConfig(DEFAULT_ENCODER if r.encoder is None else r.encoder,

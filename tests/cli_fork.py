@@ -25,10 +25,11 @@ from pathlib import Path
 class ForkedCLI:
     """The parent process, started once; ``run`` forks one CLI run from it."""
 
-    def __init__(self, env: dict[str, str], workdir: Path):
+    def __init__(self, env: dict[str, str], workdir: Path, cwd: Path | None = None):
+        """``workdir``: where each run's output goes; ``cwd``: the folder the runs start in."""
         self.workdir = workdir
         self.proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)
+                                     stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
         ready = self.proc.stdout.readline()
         if ready.strip() != "ready":
             self.proc.kill()

@@ -150,3 +150,31 @@ def test_two_processes_encoding_one_corpus_into_one_cache_both_succeed(tmp_path,
     np.testing.assert_array_equal(a, b)
     (folder,) = list(tmp_path.iterdir())
     assert FeatureStore.is_complete(folder) and len(FeatureStore.open(folder)) == 200
+
+
+def test_within_shared_features_the_same_texts_are_encoded_once(tiny_config, monkeypatch):
+    """An evaluation comparing several methods encodes its corpus once: within
+    shared_features() a second call with the same texts and settings returns what the first
+    encoded, another max_words encodes (and keeps only the newest settings' features), and
+    outside it nothing is kept."""
+    from dataclasses import replace
+
+    from dhim_ray.encoding import encoder as enc_module
+
+    encoded: list[int] = []
+    real = FrozenEncoder._encode
+    monkeypatch.setattr(FrozenEncoder, "_encode", lambda self, texts, *a, **k: encoded.append(len(texts))
+                        or real(self, texts, *a, **k))
+    texts = ["goal striker league final", "vote parliament minister budget"]
+    enc, other = FrozenEncoder(tiny_config.features), FrozenEncoder(replace(tiny_config.features, max_words=3))
+    with enc_module.shared_features():
+        first = enc.features(texts)
+        assert FrozenEncoder(tiny_config.features).features(list(texts)) is first  # another instance, equal texts
+        assert encoded == [2]
+        other.features(texts)
+        assert encoded == [2, 2] and len(enc_module._shared) == 2  # the settings and the newest features
+        np.testing.assert_array_equal(enc.features(texts).mean, first.mean)  # encoded again, the same
+        assert encoded == [2, 2, 2]
+    assert enc_module._shared is None
+    enc.features(texts)
+    assert encoded == [2, 2, 2, 2]

@@ -35,6 +35,25 @@ SORT_CHUNK = 1024
 #: The fingerprint field that holds a local encoder folder's weights digest.
 DIGEST_FIELD = "weights="
 
+#: Features computed within ``shared_features()`` (None outside): settings key -> the newest settings,
+#: store key -> Features.
+_shared: dict | None = None
+
+
+@contextlib.contextmanager
+def shared_features() -> Iterator[None]:
+    """Within it, ``FrozenEncoder.features`` without a cache_dir encodes the same texts with the
+    same encoder and settings once, in memory (the newest settings' only): an evaluation comparing
+    several methods on one corpus encodes it once, where each method encoded it again."""
+    global _shared
+    outer = _shared
+    _shared = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _shared = outer
+
+
 _PACKAGED_NAMES = {DEFAULT_ENCODER.lower(), f"sentence-transformers/{DEFAULT_ENCODER}".lower()}
 
 
@@ -190,13 +209,14 @@ class FrozenEncoder:
     def prepare(self, texts: list[str]) -> list[str]:
         return [clean_and_truncate(t, self.config.max_words, self.config.cleaning) for t in texts]
 
-    def store_path(self, texts: list[str], cache_dir: str | Path) -> Path:
-        """Where the features of ``texts`` are cached: a hash of the encoder, settings and texts."""
+    def _settings_key(self) -> str:
         # Stores padded to max_words (reach None) keep the key they always had.
         key = f"{self.fingerprint}|clean={self.config.cleaning}" + ("" if self.reach is None else f"|reach={self.reach}")
-        if self.precision == "int8":  # other features; fp32 through either backend keeps its key
-            key += "|int8"
-        digest = hashlib.sha256(key.encode())
+        return key + "|int8" if self.precision == "int8" else key  # fp32 through either backend keeps its key
+
+    def store_path(self, texts: list[str], cache_dir: str | Path) -> Path:
+        """Where the features of ``texts`` are cached: a hash of the encoder, settings and texts."""
+        digest = hashlib.sha256(self._settings_key().encode())
         for t in texts:
             digest.update(t.encode("utf-8", "surrogatepass") + b"\0")
         return Path(cache_dir) / f"features-{digest.hexdigest()[:24]}"
@@ -220,7 +240,15 @@ class FrozenEncoder:
         if cache_dir is None:
             if not in_memory:
                 raise ValueError("in_memory=False needs a cache_dir to keep the features in")
-            return self._encode(texts, batch_size, progress)
+            if _shared is None:
+                return self._encode(texts, batch_size, progress)
+            settings, key = self._settings_key(), self.store_path(texts, "").name
+            if _shared.get("settings") != settings:  # another encoder or settings: only the newest are kept
+                _shared.clear()
+                _shared["settings"] = settings
+            if key not in _shared:
+                _shared[key] = self._encode(texts, batch_size, progress)
+            return _shared[key]
         folder = self.store_path(texts, cache_dir)  # a cache_dir that is a file: FeatureStore.create says so
         if not FeatureStore.is_complete(folder):  # missing, or damaged: (re)built
             self.write_store(texts, folder, batch_size, progress)
