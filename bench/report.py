@@ -143,6 +143,18 @@ def ingest_speed() -> list[str] | None:
     return out
 
 
+def eval_methods() -> list[str] | None:
+    e = _json("eval_methods")
+    if e is None:
+        return None
+    methods = ", ".join(e["methods"])
+    return _table(["run", "seconds", "vs one at a time"], [
+        [f"`dhim-ray eval` of {methods} in one run (the corpus encoded once)", seconds(e["together_s"]),
+         f"{e['ratio']:.2f}x"],
+        [f"the same {len(e['methods'])} methods one at a time (each encodes it)", seconds(e["apart_s"]), "1.00x"],
+    ]) + ["", f"Figures the same both ways: {e['same_figures']}; {e['device']}, best of {e['repeats']}."]
+
+
 def service() -> list[str] | None:
     r = _json("serve_load")
     if r is None:
@@ -653,7 +665,8 @@ TABLES: dict[str, Callable[[], list[str] | None]] = {
     "hybrid-headline": hybrid_headline,
     "headline": headline, "known-item": known_item, "known-item-128": known_item_128,
     "item-level-training": item_level_training,
-    "encode-speed": encode_speed, "onnx-speed": onnx_speed, "ingest-speed": ingest_speed, "service": service,
+    "encode-speed": encode_speed, "onnx-speed": onnx_speed, "ingest-speed": ingest_speed, "eval-methods": eval_methods,
+    "service": service,
     "quality": quality, "million-search": million_search, "million-ingest": million_ingest,
     "million-hybrid": million_hybrid, "store": store, "store-server": store_server, "million-write": million_write,
     "million-reopen": million_reopen, "million-upsert": million_upsert, "million-columns": million_columns, "million-rerun": million_rerun,
