@@ -282,6 +282,7 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
         scanned = scan(plan, features.cleaning)
         n_rows, n_dropped = check_scan(plan, scanned, corpus.drop_empty, corpus.limit)
         names = label_vocabulary(corpus, {canonical_split(corpus.split): scanned.label_names})
+        n_documents = n_rows - n_dropped
         # ids carry a hash of the source: a clash with another source's shows on its first rows
         first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
         info = sink.start(spec, {name: scanned.columns[name] for name in plan.kept_columns}, text_index,
@@ -293,16 +294,16 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
         ds = encoded(read_documents(plan, features.cleaning, prepare), spec.model_dir, features, r.workers,
                      r.batch_size, r.use_gpu, r.store_vectors, r.store_signs,
                      r.use_gpu if r.tokenise_apart is None else r.tokenise_apart)
-        _write(sink, ds, r, n_rows - n_dropped, progress)
+        _write(sink, ds, r, n_documents, progress)
         seconds = time.perf_counter() - t0
         dropped = scanned.blank_rows[scanned.blank_rows < n_rows]  # empty texts left out (their ids may hold rows)
-        verified = sink.complete(n_rows - n_dropped, int(plan.id_rows([n_rows - 1])[0]),
+        verified = sink.complete(n_documents, int(plan.id_rows([n_rows - 1])[0]),
                                  None if corpus.limit is not None else document_ids(source, plan.id_rows(dropped)),
                                  r.alias)
     finally:
         sink.close()
-    result = IngestResult.of(sink, info, n_rows - n_dropped, seconds, verified)
-    logger.info("ingested %d documents into %s at %s (%.0f docs/s)", result.n_documents, target.collection,
+    result = IngestResult.of(sink, info, n_documents, seconds, verified)
+    logger.info("ingested %d documents into %s at %s (%.0f docs/s)", n_documents, target.collection,
                 mask_uri(target.uri), result.docs_per_second)
     return result
 

@@ -35,9 +35,9 @@ SORT_CHUNK = 1024
 #: The fingerprint field that holds a local encoder folder's weights digest.
 DIGEST_FIELD = "weights="
 
-#: Features computed within ``shared_features()`` (None outside): settings key -> the newest settings,
-#: store key -> Features.
-_shared: dict | None = None
+#: Features computed within ``shared_features()`` (None outside): the newest settings' key -> their
+#: features by store key.
+_shared: dict[str, dict[str, Features]] | None = None
 
 
 @contextlib.contextmanager
@@ -242,13 +242,14 @@ class FrozenEncoder:
                 raise ValueError("in_memory=False needs a cache_dir to keep the features in")
             if _shared is None:
                 return self._encode(texts, batch_size, progress)
-            settings, key = self._settings_key(), self.store_path(texts, "").name
-            if _shared.get("settings") != settings:  # another encoder or settings: only the newest are kept
+            settings = self._settings_key()
+            if settings not in _shared:  # another encoder or settings: only the newest are kept
                 _shared.clear()
-                _shared["settings"] = settings
-            if key not in _shared:
-                _shared[key] = self._encode(texts, batch_size, progress)
-            return _shared[key]
+                _shared[settings] = {}
+            held, key = _shared[settings], self.store_path(texts, "").name
+            if key not in held:
+                held[key] = self._encode(texts, batch_size, progress)
+            return held[key]
         folder = self.store_path(texts, cache_dir)  # a cache_dir that is a file: FeatureStore.create says so
         if not FeatureStore.is_complete(folder):  # missing, or damaged: (re)built
             self.write_store(texts, folder, batch_size, progress)
