@@ -59,6 +59,19 @@ def stored(target: MilvusTarget, n_bits: int = 16):
     return rows, bytes_to_codes([bytes(c) for c in codes], n_bits)
 
 
+def test_parallel_writes_count_the_tasks_running_at_one_moment():
+    """max_concurrent reads the write tasks' start and end times: back to back is one at a time."""
+    from dhim_ray.jobs.milvus_sink import WriteStats, max_concurrent
+
+    def task(start, end):
+        return WriteStats(1, f"host:{start}", start, end)
+
+    assert max_concurrent([]) == 0
+    assert max_concurrent([task(0, 1), task(1, 2), task(2, 3)]) == 1  # one ends as the next starts
+    assert max_concurrent([task(0, 4), task(1, 2), task(3, 5), task(6, 7)]) == 2
+    assert max_concurrent([task(0, 9), task(1, 8), task(2, 7)]) == 3
+
+
 def test_ingest_stores_exactly_the_encoded_codes(ingested, model_dir):
     from dhim_ray.hasher import Hasher
 
