@@ -445,9 +445,9 @@ def eval_(
     baseline: Annotated[list[str] | None, typer.Option(
         rich_help_panel="Baseline",
         help="A baseline to evaluate (repeat for several; beside a model folder, all are compared in one run): "
-             "hashing (lsh, pca-sign, pca-median, itq, whitening-sign, flow-sign, ubinary: the sign of each "
+             "hashing (lsh, pca-sign, pca-median, itq, whitening-sign, ubinary: the sign of each "
              "dimension of the encoder's sentence vector) or float cosine kNN on the unhashed vectors (cosine, "
-             "whitening-cosine, flow-cosine).")] = None,
+             "whitening-cosine).")] = None,
     bits: Annotated[int | None, typer.Option(rich_help_panel="Baseline",
                                              help="Code length for a hashing --baseline [64; ubinary: the encoder's "
                                                   "width].")] = None,

@@ -19,7 +19,7 @@ from dhim_ray.errors import ConfigError
 logger = logging.getLogger(__name__)
 
 #: Sentence-vector transforms (dhim_ray.encoding.transforms builds them; listed here so configs need no torch).
-TRANSFORMS = ("none", "whitening", "flow")
+TRANSFORMS = ("none", "whitening")
 #: target_transform "auto": train once per candidate target and keep the one the validation
 #: slice scores higher (dhim_ray.training.target_choice); a saved model holds the chosen one.
 AUTO_TARGET = "auto"
@@ -91,9 +91,8 @@ class ModelConfig:
     # head's n_bits - identity_bits bits carry the topic
     identity_bits: int = 0
     # Sentence-vector transforms fitted on the training corpus before training (dhim_ray.encoding.transforms),
-    # held in the model so they are saved with it: "none", "whitening" or "flow".
+    # held in the model so it is saved with it: "none" or "whitening".
     target_transform: str = "none"  # applied to the regulariser target before its projection
-    neighbour_transform: str = "none"  # the space whose cosine picks the neighbour positives
 
     def __post_init__(self) -> None:
         windows = tuple(self.windows)
@@ -116,8 +115,6 @@ class ModelConfig:
         if self.target_transform not in (*TRANSFORMS, AUTO_TARGET):
             raise ConfigError(f"target_transform={self.target_transform!r}: choose one of "
                               f"{', '.join((*TRANSFORMS, AUTO_TARGET))}")
-        if self.neighbour_transform not in TRANSFORMS:
-            raise ConfigError(f"neighbour_transform={self.neighbour_transform!r}: choose one of {', '.join(TRANSFORMS)}")
         if self.target_transform != "none" and self.regulariser == "none":
             raise ConfigError(f"target_transform={self.target_transform!r} transforms the regulariser target: "
                               "also set regulariser=mean or cls")
@@ -264,8 +261,10 @@ def defaults_for_bits(n_bits: int, table: dict[int, dict[str, Any]] | None = Non
     return {"init": "random", "identity_bits": 0, **table[nearest]}
 
 
-#: Experiments retired from the training loss (their findings: docs/experiments.md), with their off values.
-RETIRED_TRAIN_FIELDS = {"view_weight": 0.0, "view_words": 16, "distill_weight": 0.0}
+#: Experiments retired (their findings: docs/experiments.md), by section, with their off values.
+RETIRED_FIELDS = {"train": {"view_weight": 0.0, "view_words": 16, "distill_weight": 0.0},
+                  "model": {"neighbour_transform": "none"}}
+RETIRED_VALUES = {("model", "target_transform"): "flow"}
 
 
 @dataclass(frozen=True)
@@ -281,17 +280,18 @@ class DHIMConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DHIMConfig:
-        train = dict(data.get("train", {}))
-        for name, off in RETIRED_TRAIN_FIELDS.items():  # a checkpoint from before they went: off is no change
-            if train.pop(name, off) != off:
-                raise ConfigError(f"this model was trained with train.{name}, an experiment this version no longer "
-                                  "has (docs/experiments.md); train it again without it")
+        sections = {name: dict(data.get(name, {})) for name in ("features", "model", "train")}
+        retired = [f"{section}.{name}={value!r}" for (section, name), value in RETIRED_VALUES.items()
+                   if sections[section].get(name) == value]
+        for section, fields in RETIRED_FIELDS.items():  # a checkpoint from before they went: off is no change
+            retired += [f"{section}.{name}={value!r}" for name, off in fields.items()
+                        if (value := sections[section].pop(name, off)) != off]
+        if retired:
+            raise ConfigError(f"this model was trained with {retired[0]}, an experiment this version no longer "
+                              "has (docs/experiments.md); train it again without it")
         try:
-            return cls(
-                features=FeatureConfig(**data.get("features", {})),
-                model=ModelConfig(**data.get("model", {})),
-                train=TrainConfig(**train),
-            )
+            return cls(features=FeatureConfig(**sections["features"]), model=ModelConfig(**sections["model"]),
+                       train=TrainConfig(**sections["train"]))
         except TypeError as exc:  # unknown or missing field, or a value of the wrong type
             raise ConfigError(f"config does not match this dhim-ray version: {exc}") from exc
 
@@ -337,6 +337,9 @@ def parse_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
             raise ConfigError(f"set={pair!r}: write SECTION.FIELD=VALUE with SECTION one of "
                               f"{', '.join(SECTIONS)}, e.g. train.beta=2.0")
         fields = {f.name: f for f in dataclasses.fields(known[section])}
+        if name in RETIRED_FIELDS.get(section, {}):
+            raise ConfigError(f"set={pair!r}: {section}.{name} was an experiment this version no longer has "
+                              "(its findings: docs/experiments.md)")
         if name not in fields:
             raise ConfigError(f"set={pair!r}: {section} has no field {name!r}; it has {', '.join(fields)}")
         try:

@@ -206,7 +206,7 @@ def _float_baseline(name: str, database, database_labels, queries, query_labels,
     """Cosine kNN precision@k on float vectors, after the baseline's transform fitted on the database."""
     plain_x, plain_q = x, qv = np.asarray(database, np.float32), np.asarray(queries, np.float32)
     if FLOAT_BASELINES[name] is not None:
-        fitted = fit_transform(FLOAT_BASELINES[name], x, seed)
+        fitted = fit_transform(FLOAT_BASELINES[name], x)
         x, qv = transform(fitted, x), transform(fitted, qv)
     if query_labels is None:  # without labels: the plain vectors' neighbours the transformed ones find
         return {"method": name, "dims": x.shape[1], "bytes_per_doc": 4 * x.shape[1],
@@ -302,7 +302,7 @@ def known_item_baseline(baseline: str, n_bits: int | None, database: CorpusSpec,
     qv = enc.features(cut.texts).mean
     if model is None:
         if FLOAT_BASELINES[baseline] is not None:
-            fitted = fit_transform(FLOAT_BASELINES[baseline], np.asarray(x, np.float32), seed)
+            fitted = fit_transform(FLOAT_BASELINES[baseline], np.asarray(x, np.float32))
             x, qv = transform(fitted, np.asarray(x, np.float32)), transform(fitted, np.asarray(qv, np.float32))
         better, tied = known_item.cosine_ranks(x, qv, cut.targets)
         return _known_item_result(baseline, better, tied, cut, len(texts), where, curve, dims=x.shape[1],

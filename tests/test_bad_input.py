@@ -189,13 +189,13 @@ CASES = [
     (T("--feature-memory", "-1"), 2, "--feature-memory -1.0: must be a finite number >= 0 GiB"),
     (T("--select", "best"), 2, "--select 'best': choose one of auto, labels, neighbours, objective"),
     (T("--set", "model.target_transform=pca"), 2,
-     "--set model.target_transform='pca': choose one of none, whitening, flow, auto"),
+     "--set model.target_transform='pca': choose one of none, whitening, auto"),
     (T("--set", "model.target_transform=auto", "--select", "objective"), 2,
      "model.target_transform=auto compares the targets' val scores, but --select objective scores each by its own loss"),
     (T("--set", "model.neighbour_transform=zca"), 2,
-     "--set model.neighbour_transform='zca': choose one of none, whitening, flow"),
-    (T("--set", "model.target_transform=flow", "--set", "model.regulariser=none"), 2,
-     "target_transform='flow' transforms the regulariser target: also set regulariser=mean or cls"),
+     "--set 'model.neighbour_transform=zca': model.neighbour_transform was an experiment this version no longer has"),
+    (T("--set", "model.target_transform=whitening", "--set", "model.regulariser=none"), 2,
+     "target_transform='whitening' transforms the regulariser target: also set regulariser=mean or cls"),
     # refine
     (["refine", "{toy}", "--out", "{root}/r1", "--method", "simcse"], 2, "--method 'simcse': choose one of sg-opt"),
     (["refine", "{toy}", "--out", "{root}/r1", "--encoder", "{bert}", "--temperature", "0"], 2,
@@ -253,8 +253,8 @@ CASES = [
      "has no model/features config"),
     (["eval", "--baseline", "sh", "--database", "{toy}:train", "--queries", "{toy}:val"], 2, "--baseline 'sh'"),
     (["eval", "--baseline", "cosine-flow", "--database", "{toy}:train", "--queries", "{toy}:val"], 2,
-     "--baseline 'cosine-flow': choose one of lsh, pca-sign, pca-median, itq, whitening-sign, flow-sign, ubinary, cosine, "
-     "whitening-cosine, flow-cosine"),
+     "--baseline 'cosine-flow': choose one of lsh, pca-sign, pca-median, itq, whitening-sign, ubinary, cosine, "
+     "whitening-cosine"),
     (["eval", "--baseline", "itq", "--bits", "7", "--database", "{toy}:train", "--queries", "{toy}:val"], 2,
      "--bits 7: must be a multiple of 8"),
     (["eval", "--baseline", "itq", "--encoder", "{truncated}", "--database", "{toy}:train", "--queries",

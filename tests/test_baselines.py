@@ -72,5 +72,5 @@ def test_whitening_sign_equals_pca_sign_bits():
 
 
 def test_transform_baselines_refuse_more_bits_than_dims():
-    with pytest.raises(ConfigError, match="n_bits=64: flow-sign keeps at most the vectors' 32 dims"):
-        make_baseline("flow-sign", 64).fit(np.random.default_rng(0).standard_normal((100, 32)))
+    with pytest.raises(ConfigError, match="n_bits=64: whitening-sign keeps at most the vectors' 32 dims"):
+        make_baseline("whitening-sign", 64).fit(np.random.default_rng(0).standard_normal((100, 32)))

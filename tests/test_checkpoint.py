@@ -120,8 +120,25 @@ def test_a_checkpoint_from_before_the_retired_loss_terms(saved, tiny_config):
     assert read_checkpoint(path).config == tiny_config
     meta["config"]["train"]["distill_weight"] = 10.0
     (path / "config.json").write_text(json.dumps(meta))
-    with pytest.raises(CheckpointError, match=r"train\.distill_weight, an experiment this version no longer has"):
+    with pytest.raises(CheckpointError, match=r"train\.distill_weight=10\.0, an experiment this version no longer has"):
         read_checkpoint(path)
+
+
+def test_a_checkpoint_from_before_the_retired_transforms(saved, tiny_config):
+    """model.neighbour_transform and the flow target went (docs/experiments.md): a model saved
+    with neighbour_transform off loads; one that used either is refused, naming it."""
+    path, _ = saved
+    meta = json.loads((path / "config.json").read_text())
+    meta["config"]["model"]["neighbour_transform"] = "none"
+    (path / "config.json").write_text(json.dumps(meta))
+    assert read_checkpoint(path).config == tiny_config
+    for field, value in (("neighbour_transform", "whitening"), ("target_transform", "flow")):
+        broken = json.loads(json.dumps(meta))
+        broken["config"]["model"][field] = value
+        (path / "config.json").write_text(json.dumps(broken))
+        with pytest.raises(CheckpointError, match=rf"trained with model\.{field}='{value}', an experiment this "
+                                                  "version no longer has"):
+            read_checkpoint(path)
 
 
 def test_unwritable_out_is_refused_before_work(tmp_path):

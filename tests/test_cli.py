@@ -86,7 +86,7 @@ def test_eval_float_baselines_are_cosine_knn_on_the_unhashed_vectors(toy_folder,
         assert r.exit_code == 0, r.output
         return json.loads(r.output.strip().splitlines()[-1])
 
-    got = {name: evaluate(name) for name in ("cosine", "whitening-cosine", "flow-cosine")}
+    got = {name: evaluate(name) for name in ("cosine", "whitening-cosine")}
     corpus = load_corpus(str(toy_folder))
     train, val = corpus.split("train"), corpus.split("val")
     encoder = FrozenEncoder(FeatureConfig(tiny_bert, 12))

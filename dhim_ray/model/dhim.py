@@ -55,9 +55,8 @@ class DHIM(nn.Module):
         self.disc_local = nn.Linear(bits, bits, bias=False)
         self.disc_target = nn.Linear(bits, bits, bias=False)
         # Fitted on the training corpus before training (training.fit_transforms), never trained:
-        # kept here so a checkpoint holds the transforms its training used.
+        # kept here so a checkpoint holds the transform its training used.
         self.target_transform = build_transform(config.target_transform, h)
-        self.neighbour_transform = build_transform(config.neighbour_transform, h)
         # The identity bits: a fixed linear code of the mean word feature (ITQ, fitted with the
         # transforms by training.fit_transforms), appended to the head's bits
         r = config.identity_bits

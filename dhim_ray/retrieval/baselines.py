@@ -1,12 +1,11 @@
-"""Classic unsupervised hashing on the same frozen sentence vectors (numpy; the
-transform baselines use dhim_ray.encoding.transforms, torch), and the float references they are
-measured against (FLOAT_BASELINES: cosine kNN on the unhashed vectors).
+"""Classic unsupervised hashing on the same frozen sentence vectors (numpy; whitening uses
+dhim_ray.encoding.transforms, torch), and the float references they are measured against
+(FLOAT_BASELINES: cosine kNN on the unhashed vectors).
 
 Each baseline is fitted on the database's vectors, then hashes any vectors to
 packed codes. whitening-sign is BERT-whitening + sign of the first n_bits whitened
 dims: the same bits as pca-sign (whitening only rescales each principal axis, which
 does not change a sign), kept under its own name as the literature's baseline.
-flow-sign is BERT-flow + sign: the first n_bits dims of the flow's Gaussian space.
 """
 
 from __future__ import annotations
@@ -16,8 +15,8 @@ import numpy as np
 from dhim_ray.codes import check_n_bits, pack_codes
 from dhim_ray.errors import ConfigError
 
-BASELINES = ("lsh", "pca-sign", "pca-median", "itq", "whitening-sign", "flow-sign", "ubinary")
-FLOAT_BASELINES = {"cosine": None, "whitening-cosine": "whitening", "flow-cosine": "flow"}
+BASELINES = ("lsh", "pca-sign", "pca-median", "itq", "whitening-sign", "ubinary")
+FLOAT_BASELINES = {"cosine": None, "whitening-cosine": "whitening"}
 """The unhashed references: exact cosine kNN on the float sentence vectors, as they are or
 after a transform (dhim_ray.encoding.transforms) fitted on the database; name -> transform."""
 
@@ -136,23 +135,20 @@ class ITQ(PCASign):
         return super().project(vectors) @ self.rotation
 
 
-class TransformSign(Baseline):
-    """A sentence-vector transform fitted on the database (dhim_ray.encoding.transforms), then the
-    sign of its first n_bits output dims (principal-axis order for both transforms)."""
+class WhiteningSign(Baseline):
+    """Whitening fitted on the database (dhim_ray.encoding.transforms), then the sign of its
+    first n_bits output dims (principal-axis order)."""
 
-    kind = ""
+    name = "whitening-sign"
 
     def fit(self, vectors):
-        from dhim_ray.encoding.transforms import Flow, Whitening
+        from dhim_ray.encoding.transforms import Whitening
 
         x = np.asarray(vectors, dtype=np.float64)
         if self.n_bits > x.shape[1]:
             raise ConfigError(f"n_bits={self.n_bits}: {self.name} keeps at most the vectors' {x.shape[1]} dims; "
                               f"use n_bits={8 * (x.shape[1] // 8)} or less")
-        if self.kind == "whitening":
-            self.transform = Whitening(x.shape[1], k=self.n_bits).fit(x)
-        else:
-            self.transform = Flow(x.shape[1]).fit(x, seed=self.seed)
+        self.transform = Whitening(x.shape[1], k=self.n_bits).fit(x)
         self.mean = x.mean(axis=0)
         return self
 
@@ -160,14 +156,6 @@ class TransformSign(Baseline):
         from dhim_ray.encoding.transforms import transform
 
         return transform(self.transform, np.asarray(vectors, dtype=np.float32))[:, : self.n_bits]
-
-
-class WhiteningSign(TransformSign):
-    name, kind = "whitening-sign", "whitening"
-
-
-class FlowSign(TransformSign):
-    name, kind = "flow-sign", "flow"
 
 
 class UBinary(Baseline):
@@ -199,12 +187,11 @@ class UBinary(Baseline):
 
 
 def make_baseline(name: str, n_bits: int | None, seed: int = 0) -> Baseline:
-    """Build a baseline by name: lsh, pca-sign, pca-median, itq, whitening-sign, flow-sign
-    or ubinary (whose width is the vectors': ``n_bits`` None)."""
+    """Build a baseline by name: lsh, pca-sign, pca-median, itq, whitening-sign or ubinary (whose width is the vectors': ``n_bits`` None)."""
     if name == "ubinary":
         return UBinary(n_bits, seed)
     classes = {"lsh": LSH, "pca-sign": PCASign, "pca-median": PCAMedian, "itq": ITQ,
-               "whitening-sign": WhiteningSign, "flow-sign": FlowSign}
+               "whitening-sign": WhiteningSign}
     if name not in classes:
         raise ConfigError(f"baseline={name!r}: choose one of {', '.join(BASELINES)}")
     return classes[name](n_bits, seed)

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from dhim_ray.config import AUTO_TARGET, DHIMConfig, TrainConfig
 from dhim_ray.encoding.encoder import Features
-from dhim_ray.encoding.transforms import fit_transform, fitting_sample, transform
+from dhim_ray.encoding.transforms import fitting_sample
 from dhim_ray.errors import ConfigError, DataError
 from dhim_ray.model.dhim import DHIM
 from dhim_ray.model.inference import hash_features, to_tensors, trim_margin
@@ -115,7 +115,7 @@ class Selection:
         neighbours = cosine_topk(db.mean, val.mean[np.arange(len(val))], k)
         val_pairs = None
         if config.train.neighbours and len(val) > 1:
-            val_pairs = neighbour_table(neighbour_vectors(val, model), config.train.neighbours)
+            val_pairs = neighbour_table(val.mean[:], config.train.neighbours)
         return cls(db, None if labels is None else labels[idx], neighbours, k, config, val_pairs)
 
     def score(self, model: DHIM, val: Features, val_labels: np.ndarray | None, device: torch.device,
@@ -235,23 +235,13 @@ TRANSFORM_SAMPLE = 20_000
 
 def fit_transforms(model: DHIM, database: Features, seed: int = 0) -> None:
     """Fit the model's fixed parts on a fixed sample of at most TRANSFORM_SAMPLE database
-    documents: its identity bits (ITQ of the mean token feature) and its sentence-vector
-    transforms (ModelConfig.target_transform: on the regulariser target; neighbour_transform:
-    on the mean-pooled vectors)."""
+    documents: its identity bits (ITQ of the mean token feature) and its regulariser target's
+    transform (ModelConfig.target_transform)."""
     rows = fitting_sample(len(database), TRANSFORM_SAMPLE, seed)
     if model.config.identity_bits:
         model.set_identity(*identity_projection(database, model.config.identity_bits, seed, rows))
-    for module, column in ((model.target_transform, model.config.regulariser),
-                           (model.neighbour_transform, "mean")):
-        if module is not None:
-            fitted = fit_transform(module.kind, np.asarray(database.target(column)[rows], dtype=np.float64), seed)
-            module.load_state_dict(fitted.state_dict())
-
-
-def neighbour_vectors(feats: Features, model: DHIM) -> np.ndarray:
-    """The vectors whose cosine picks each document's neighbour positives: the mean-pooled
-    vectors, through the model's neighbour transform when it has one."""
-    return transform(model.neighbour_transform, feats.mean)
+    if model.target_transform is not None:
+        model.target_transform.fit(np.asarray(database.target(model.config.regulariser)[rows], dtype=np.float64))
 
 
 def neighbour_table(vectors: np.ndarray, m: int, chunk: int | None = None) -> np.ndarray:
@@ -569,7 +559,7 @@ def fit(
                                     config, model)
     table = None
     if config.train.neighbours:
-        table = neighbour_table(neighbour_vectors(train, model), config.train.neighbours)
+        table = neighbour_table(train.mean[:], config.train.neighbours)
     batch_size = max(2, config.train.batch_size // collective.world_size)
     n_batches = None
     if collective.world_size > 1:
