@@ -38,7 +38,7 @@ from bench.harness import HERE, append_row, file_bytes, read_rows
 from bench.protocol import corpus_features, done, fit_carved, training_fields
 from dhim_ray.config import config_for_bits
 from dhim_ray.connectors.milvus import MilvusTarget
-from dhim_ray.connectors.rows import document_ids, make_rows
+from dhim_ray.connectors.rows import code_rows, document_ids
 from dhim_ray.model.inference import hash_features
 from dhim_ray.retrieval import known_item
 from dhim_ray.retrieval.fusion import Fusion, fuse
@@ -63,8 +63,9 @@ def build(path: Path, name: str, codes: np.ndarray, labels: np.ndarray, texts: l
             part = slice(start, start + 2000)
             for source in sorted(set(sources[part])):
                 keep = [i for i in rows[part] if sources[i] == source]
-                collection.upsert(make_rows(document_ids(source, keep), codes[keep], 64, labels[keep],
-                                            [texts[i] for i in keep], source, np.asarray(keep)))
+                collection.upsert(code_rows({"id": document_ids(source, keep), "code": codes[keep],
+                                             "label": labels[keep], "text": [texts[i] for i in keep],
+                                             "row": np.asarray(keep)}, 64, source))
         collection.count()
     return target
 

@@ -440,7 +440,7 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
 
     from dhim_ray.connectors.connection import release
     from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget
-    from dhim_ray.connectors.rows import batch_rows
+    from dhim_ray.connectors.rows import code_rows
 
     texts = pq.read_table(sorted((make_corpus(1_000_000) / "train").glob("*.parquet"))[0],
                           columns=["text"]).column("text").to_pylist()
@@ -451,11 +451,11 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
     lite = uri is None
     uri = str(db) if lite else uri
 
-    def rows(start: int, n: int) -> list[dict]:
+    def rows(start: int, n: int) -> dict[str, list]:
         batch = {"id": np.arange(start, start + n, dtype=np.int64), "row": np.arange(start, start + n),
                  "code": rng.integers(0, 256, (n, 8), dtype=np.uint8), "label": np.zeros(n, np.int64),
                  "text": np.array([texts[(start + i) % len(texts)] for i in range(n)], dtype=object)}
-        return batch_rows(batch, 64, "bench:upsert", name_field=info.label_names, key_field=info.keys)
+        return code_rows(batch, 64, "bench:upsert", name_field=info.label_names, key_field=info.keys)
 
     def rate(collection, start: int, n: int, new: bool, budget: float = float("inf")) -> tuple[int, float]:
         """Rows written (at most ``budget`` seconds of them) and their rate."""

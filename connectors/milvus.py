@@ -56,6 +56,8 @@ from dhim_ray.connectors.rows import (
     TEXT_PREVIEW,
     TEXT_SPARSE_FIELD,
     VECTOR_FIELD,
+    Columns,
+    take,
 )
 from dhim_ray.corpus.columns import MILVUS_NAME, string_bound, wider
 from dhim_ray.errors import (
@@ -351,7 +353,8 @@ class CodeCollection:
 
         >>> coll = target.bind(client)
         >>> coll.ensure(64, model_id)
-        >>> coll.upsert(make_rows(...)); coll.search(codes, 64, k=10)
+        >>> coll.upsert(code_rows({"id": ids, "code": codes, "text": texts, "row": rows}, 64, source))
+        >>> coll.search(codes, 64, k=10)
     """
 
     client: Any
@@ -482,13 +485,14 @@ class CodeCollection:
                               label_names=True, keys=True, sign_bits=sign_bits, columns=fields,
                               text_index=text_index)
 
-    def upsert(self, rows: list[dict[str, Any]], new: bool = False) -> int:
-        """Upsert validated rows (see make_rows); returns how many were written. ``new``: no row
-        with these ids can be in the collection, so they are inserted (milvus-lite's upsert
-        looks each id up, and slows as the collection grows)."""
-        if not rows:
+    def upsert(self, rows: Columns, new: bool = False) -> int:
+        """Upsert validated rows, by column (``code_rows``); returns how many were written.
+        ``new``: no row with these ids can be in the collection, so they are inserted
+        (milvus-lite's upsert looks each id up, and slows as the collection grows)."""
+        n = len(rows["id"])
+        if not n:
             return 0
-        lengths = {len(r[CODE_FIELD]) for r in rows}
+        lengths = {len(code) for code in rows[CODE_FIELD]}
         if len(lengths) != 1:
             raise CodeFormatError(f"codes of {sorted(lengths)} bytes in one batch: every code must have the same "
                                   "length")
@@ -497,12 +501,12 @@ class CodeCollection:
             result = self._write(rows, new)
         except Exception as exc:
             self._check_space()
-            raise StoreError(_failed(f"collection {self.name!r}: upsert of {len(rows)} rows failed", exc)) from exc
+            raise StoreError(_failed(f"collection {self.name!r}: upsert of {n} rows failed", exc)) from exc
         key = "insert_count" if new else "upsert_count"
         count = result.get(key) if isinstance(result, dict) else getattr(result, key, None)
-        return len(rows) if count is None else int(count)
+        return n if count is None else int(count)
 
-    def _write(self, rows: list[dict[str, Any]], new: bool) -> Any:
+    def _write(self, rows: Columns, new: bool) -> Any:
         """One insert (``new``) or upsert of ``rows``, sent by column where pymilvus' connection
         handler has that path: given a list of row dicts, pymilvus packs them value by value
         in Python, which took 68% of a milvus-lite ingest driver's time (profiled); by column
@@ -517,25 +521,28 @@ class CodeCollection:
         if self._schema is None:  # the field types, described once per bound collection
             self._schema = handler.describe_collection(self.name, timeout=self.timeout, context=context)
         types = {f["name"]: f["type"] for f in self._schema["fields"]}
-        entities = [{"name": name, "type": types[name], "values": [r[name] for r in rows]} for name in rows[0]]
+        entities = [{"name": name, "type": types[name], "values": values} for name, values in rows.items()]
         return send(self.name, entities, timeout=self.timeout, context=context, schema=self._schema)
 
-    def _write_rows(self, rows: list[dict[str, Any]], new: bool) -> Any:
+    def _write_rows(self, rows: Columns, new: bool) -> Any:
         """The same write by row, through the client's public insert or upsert."""
-        return (self.client.insert if new else self.client.upsert)(self.name, rows, timeout=self.timeout)
+        by_row = [dict(zip(rows, values)) for values in zip(*rows.values())]
+        return (self.client.insert if new else self.client.upsert)(self.name, by_row, timeout=self.timeout)
 
-    def upsert_changed(self, rows: list[dict[str, Any]]) -> tuple[int, int]:
-        """Write the validated ``rows`` the collection does not already hold as they are: ids it
-        lacks are inserted, rows that differ are upserted, identical rows are left alone. A rerun
-        of an interrupted milvus-lite ingest: reading a row by id stays fast as the collection
-        grows where upserting it does not (bench million upsert). Returns (written, unchanged)."""
-        if not rows:
+    def upsert_changed(self, rows: Columns) -> tuple[int, int]:
+        """Write the validated ``rows`` (by column) the collection does not already hold as they
+        are: ids it lacks are inserted, rows that differ are upserted, identical rows are left
+        alone. A rerun of an interrupted milvus-lite ingest: reading a row by id stays fast as
+        the collection grows where upserting it does not (bench million upsert). Returns
+        (written, unchanged)."""
+        ids = rows["id"]
+        if not ids:
             return 0, 0
-        stored = self.get([r["id"] for r in rows], list(rows[0]))
-        new = [r for r in rows if r["id"] not in stored]
-        changed = [r for r in rows if r["id"] in stored and not _same_row(stored[r["id"]], r)]
-        written = self.upsert(new, new=True) + self.upsert(changed)
-        return written, len(rows) - len(new) - len(changed)
+        stored = self.get(ids, list(rows))
+        new = [i for i, key in enumerate(ids) if key not in stored]
+        changed = [i for i, key in enumerate(ids) if key in stored and not _same_row(stored[key], rows, i)]
+        written = self.upsert(take(rows, new), new=True) + self.upsert(take(rows, changed))
+        return written, len(ids) - len(new) - len(changed)
 
     def _check_space(self) -> None:
         if not self.lite_file:
@@ -784,12 +791,12 @@ def _unwrapped(value: Any) -> Any:
     return value[0] if isinstance(value, list) and len(value) == 1 else value
 
 
-def _same_row(stored: dict[str, Any], row: dict[str, Any]) -> bool:
-    """Whether a row read back by ``get`` holds what ``row`` (make_rows) would write. Kept
-    floats are DOUBLE fields and read back exactly; a row that differs in any field counts as
-    changed (it is upserted again)."""
-    for name, value in row.items():
-        have = _unwrapped(stored.get(name))
+def _same_row(stored: dict[str, Any], rows: Columns, i: int) -> bool:
+    """Whether a row read back by ``get`` holds what row ``i`` of ``rows`` (code_rows) would
+    write. Kept floats are DOUBLE fields and read back exactly; a row that differs in any field
+    counts as changed (it is upserted again)."""
+    for name, values in rows.items():
+        value, have = values[i], _unwrapped(stored.get(name))
         if isinstance(value, np.ndarray):  # a float16 vector
             value = value.tobytes()
             have = bytes(have) if isinstance(have, (bytes, bytearray)) else np.asarray(have, np.float16).tobytes()

@@ -1,11 +1,11 @@
-"""What a code row holds: its fields, deterministic document ids, and the validated rows an
-upsert takes (from arrays, or from a columnar batch of the ingest)."""
+"""What a code row holds: its fields, deterministic document ids, and the validated columns
+an upsert takes (``code_rows``, from a columnar batch)."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,95 +51,70 @@ def document_ids(source: str, rows: Sequence[int] | np.ndarray) -> np.ndarray:
     return (np.int64(prefix) << np.int64(40)) | rows
 
 
-def make_rows(
-    ids: np.ndarray,
-    codes: np.ndarray,
-    n_bits: int,
-    labels: np.ndarray | None,
-    texts: Sequence[str],
-    source: str,
-    rows: np.ndarray,
-    vectors: np.ndarray | None = None,
-    label_names: Sequence[str] | None = None,
-    name_field: bool = True,
-    keys: Sequence[str] | None = None,
-    key_field: bool = True,
-    signs: np.ndarray | None = None,
-    columns: dict[str, Sequence] | None = None,
-) -> list[dict[str, Any]]:
-    """Validated insert rows. Every code is checked for dtype and length first:
-    Milvus stores wrong-length codes silently and shifts the rest of the batch.
-    ``vectors`` (n, d): sentence vectors, stored unit-norm as float16. ``label_names``:
-    each row's label name (None: "" for every row). ``name_field``: the collection has the
-    label_name field (CollectionInfo.label_names; False for one made before it existed).
-    ``keys``: each document's own id (None: "" for every row), at most KEY_MAX characters;
-    ``key_field``: the collection has the key field (CollectionInfo.keys). ``signs``: packed
-    sign bits of each document's sentence vector (uint8 (n, width // 8)). ``columns``: kept
-    metadata, name -> one value per row (of the kind its field has)."""
-    codes = check_codes(codes, n_bits)
+#: A write's rows by column: field name -> one value per row, as CodeCollection.upsert takes them.
+Columns = dict[str, list]
+
+
+def code_rows(batch: Mapping[str, Any], n_bits: int, source: str, name_field: bool = True,
+              key_field: bool = True) -> Columns:
+    """The validated columns an upsert takes, from a columnar batch: ``id``, ``code`` (packed,
+    uint8 (n, n_bits / 8)), ``text`` and ``row``, and where present ``label``, ``label_name``,
+    ``key`` (each document's own id, at most KEY_MAX characters), ``vector`` (sentence vectors,
+    stored unit-norm as float16), ``sign`` (packed sign bits of the sentence vector) and
+    ``col:NAME`` (kept metadata, of the kind its field has). The one row builder of the ingest's
+    writes; every code is checked for dtype and length first: Milvus stores wrong-length codes
+    silently and shifts the rest of the batch. ``name_field`` / ``key_field``: the collection has
+    the label_name / key field (CollectionInfo.label_names / keys; False for one made before it)."""
+
+    def column(name: str, dtype=None) -> np.ndarray | None:
+        col = batch.get(name)
+        if col is None or len(col) == 0:
+            return None
+        if isinstance(col, np.ndarray) and col.dtype == object:  # a tensor column as Arrow gives it: one array a row
+            return np.stack(col).astype(dtype or np.uint8)
+        return np.asarray(col, dtype=dtype)
+
+    codes = column(CODE_FIELD)
+    codes = check_codes(np.zeros((0, n_bits // 8), np.uint8) if codes is None else codes, n_bits)
     n = len(codes)
-    if signs is not None:
-        signs = check_codes(np.asarray(signs, dtype=np.uint8))
-        if len(signs) != n:
-            raise CodeFormatError(f"signs has {len(signs)} rows for {n} codes: expected one per code")
-    if vectors is not None:
-        vectors = np.asarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2 or len(vectors) != n or not np.isfinite(vectors).all():
+    kept = {name: [v.item() if hasattr(v, "item") else v for v in values]
+            for name, values in kept_columns(batch).items()}
+    given = {name: batch.get(name) for name in ("id", "text", "row", "label", LABEL_NAME_FIELD, KEY_FIELD,
+                                                 VECTOR_FIELD, SIGN_FIELD)}
+    for name, col in (*given.items(), *kept.items()):
+        if (col is not None or name in ("id", "text", "row")) and len(col if col is not None else ()) != n:
+            raise CodeFormatError(f"{name} has {0 if col is None else len(col)} entries for {n} codes: expected "
+                                  "one per code")
+    out: Columns = {"id": [int(i) for i in given["id"]], CODE_FIELD: [c.tobytes() for c in codes],
+                    "label": [-1] * n if given["label"] is None else [int(v) for v in given["label"]],
+                    "text": [_preview(str(t)) for t in given["text"]], "source": [source[:256]] * n,
+                    "row": [int(r) for r in given["row"]]}
+    if (vectors := column(VECTOR_FIELD, np.float32)) is not None:
+        if vectors.ndim != 2 or not np.isfinite(vectors).all():
             raise CodeFormatError(f"vectors of shape {vectors.shape}: expected ({n}, width), finite, one per code")
-        vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True).clip(1e-12)).astype(np.float16)
-    for name, col in (("ids", ids), ("texts", texts), ("rows", rows)):
-        if len(col) != n:
-            raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
-    columns = {name: [v.item() if hasattr(v, "item") else v for v in values] for name, values in (columns or {}).items()}
-    for name, col in (("labels", labels), ("label_names", label_names), ("keys", keys), *columns.items()):
-        if col is not None and len(col) != n:
-            raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
+        out[VECTOR_FIELD] = list((vectors / np.linalg.norm(vectors, axis=1, keepdims=True).clip(1e-12))
+                                 .astype(np.float16))
+    if (signs := column(SIGN_FIELD, np.uint8)) is not None:
+        out[SIGN_FIELD] = [s.tobytes() for s in check_codes(signs)]
+    if name_field:
+        names = given[LABEL_NAME_FIELD]
+        out[LABEL_NAME_FIELD] = [""] * n if names is None else [_cut(str(v), LABEL_NAME_MAX) for v in names]
+    keys = None if given[KEY_FIELD] is None else [str(k) for k in given[KEY_FIELD]]
     if keys is not None:
-        keys = [str(k) for k in keys]
         too_long = next((k for k in keys if len(k) > KEY_MAX), None)
         if too_long is not None:
             raise CodeFormatError(f"id {too_long[:40]!r}...: ids are at most {KEY_MAX} characters")
         if not key_field:
             raise CollectionMismatchError("the collection was made before rows kept their own ids; ingest into a new "
                                           "collection, or drop the ids")
-    out = []
-    for i in range(n):
-        out.append({
-            "id": int(ids[i]),
-            CODE_FIELD: codes[i].tobytes(),
-            "label": int(labels[i]) if labels is not None else -1,
-            "text": _preview(texts[i]),
-            "source": source[:256],
-            "row": int(rows[i]),
-            **({VECTOR_FIELD: vectors[i]} if vectors is not None else {}),
-            **({SIGN_FIELD: signs[i].tobytes()} if signs is not None else {}),
-            **({LABEL_NAME_FIELD: _cut(str(label_names[i]), LABEL_NAME_MAX) if label_names is not None else ""}
-               if name_field else {}),
-            **({KEY_FIELD: keys[i] if keys is not None else ""} if key_field else {}),
-            **{name: values[i] for name, values in columns.items()},
-        })
-    return out
+    if key_field:
+        out[KEY_FIELD] = [""] * n if keys is None else keys
+    return {**out, **kept}
 
 
-def batch_rows(batch: dict[str, Any], n_bits: int, source: str, name_field: bool = True,
-               key_field: bool = True) -> list[dict[str, Any]]:
-    """Validated rows from a columnar batch of the ingest (numpy columns id, code, label, text,
-    row, and label_name, key, vector, sign and ``col:NAME`` where present): the one row builder
-    of the driver's writes and the write tasks'. ``name_field`` / ``key_field``: the collection
-    has the label_name / key field (CollectionInfo.label_names / keys)."""
-
-    def matrix(name: str, dtype=None) -> np.ndarray | None:  # a tensor column, stacked where Arrow gave rows
-        col = batch.get(name)
-        if col is None or len(col) == 0:
-            return None
-        out = np.stack(col) if col.dtype == object else np.asarray(col)
-        return out.astype(dtype) if dtype else out
-
-    codes = matrix("code", np.uint8)
-    return make_rows(batch["id"], np.zeros((0, n_bits // 8), np.uint8) if codes is None else codes, n_bits,
-                     batch.get("label"), [str(t) for t in batch["text"]], source, batch["row"], matrix("vector"),
-                     batch.get(LABEL_NAME_FIELD), name_field=name_field, keys=batch.get(KEY_FIELD),
-                     key_field=key_field, signs=matrix("sign", np.uint8), columns=kept_columns(batch))
+def take(columns: Columns, positions: Sequence[int]) -> Columns:
+    """The rows at ``positions`` of ``columns``."""
+    return {name: [values[i] for i in positions] for name, values in columns.items()}
 
 
 def kept_columns(batch) -> dict[str, Any]:

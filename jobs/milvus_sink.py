@@ -6,7 +6,7 @@ Its lifecycle, driven by jobs/ingest.py:
    codes (another width, model, the fields kept) fails at once, and the text index is chosen.
 2. ``start``, once the scan has the columns' kinds: create or check the collection, refuse
    ids that hold another source's rows, mark the ledger ``writing``.
-3. The writes, through one row builder (connectors/rows.py ``batch_rows``): ``write_from``
+3. The writes, through one row builder (connectors/rows.py ``code_rows``): ``write_from``
    upserts from the driver on milvus-lite (one process per file); on a server Ray's write tasks
    call ``write``, each on a client of its own (the sink pickles: plain config only).
 4. ``complete``: delete the rows the source no longer has, count this source's rows, refuse a
@@ -30,7 +30,7 @@ from ray.data.block import BlockAccessor
 from dhim_ray.connectors import ledger
 from dhim_ray.connectors.connection import mask_uri
 from dhim_ray.connectors.milvus import CodeCollection, CollectionInfo, IndexSpec, MilvusTarget, text_index_support
-from dhim_ray.connectors.rows import batch_rows
+from dhim_ray.connectors.rows import code_rows
 from dhim_ray.errors import ConfigError, StoreError
 
 logger = logging.getLogger(__name__)
@@ -168,7 +168,7 @@ class CodeSink(Datasink[WriteStats]):
                            f"{LITE_TEXT_ADVISED_DOCS:,}")
         with tqdm(total=total, desc=f"ingest {collection.name}", unit="doc", disable=not progress) as bar:
             for batch in ds.iter_batches(batch_size=batch_size, batch_format="numpy"):
-                rows = batch_rows(batch, self.n_bits, self.source, self.name_field, self.key_field)
+                rows = code_rows(batch, self.n_bits, self.source, self.name_field, self.key_field)
                 if self.new_rows:
                     written, unchanged = collection.upsert(rows, new=True), 0
                 else:
@@ -189,7 +189,7 @@ class CodeSink(Datasink[WriteStats]):
                 batch = BlockAccessor.for_block(block).to_batch_format("numpy")
                 for start in range(0, len(batch["id"]), BATCH_ROWS):
                     part = {name: values[start : start + BATCH_ROWS] for name, values in batch.items()}
-                    written += collection.upsert(batch_rows(part, self.n_bits, self.source, self.name_field,
+                    written += collection.upsert(code_rows(part, self.n_bits, self.source, self.name_field,
                                                             self.key_field))
         return WriteStats(written, f"{socket.gethostname()}:{os.getpid()}", started, time.time())
 

@@ -38,7 +38,7 @@ def world(tmp_path_factory, toy_folder, tiny_bert, tiny_config):
     """A trained tiny model, a milvus-lite file with its collection, and broken copies."""
     from dhim_ray.connectors.connection import release
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.connectors.rows import document_ids, make_rows
+    from dhim_ray.connectors.rows import code_rows, document_ids
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.hasher import Hasher
     from dhim_ray.training.pipeline import train_corpus
@@ -52,8 +52,8 @@ def world(tmp_path_factory, toy_folder, tiny_bert, tiny_config):
     client = target.connect()
     texts = ["football goal", "vote party", "chip data"]
     target.bind(client).ensure(16, hasher.model_id)
-    target.bind(client).upsert(make_rows(document_ids("toy@1", range(3)), hasher.encode(texts), 16, None, texts,
-                                         "toy@1", np.arange(3)))
+    target.bind(client).upsert(code_rows({"id": document_ids("toy@1", range(3)), "code": hasher.encode(texts),
+                                          "text": texts, "row": np.arange(3)}, 16, "toy@1"))
     client.close()
     release(str(db))
     for name, edit in (("no_model_section", lambda m: m["config"].pop("model")),

@@ -264,7 +264,7 @@ def test_eval_without_labels_scores_the_collection_as_in_memory(ingested, model_
 def test_the_text_mode_ranks_by_bm25_on_a_corpus_whose_answer_is_known(model_dir, tmp_path):
     """Three documents share a rare word 3, 2 and 1 times: text mode ranks them in that order."""
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.connectors.rows import document_ids, make_rows
+    from dhim_ray.connectors.rows import code_rows, document_ids
     from dhim_ray.hasher import Hasher
     from dhim_ray.search import Searcher
 
@@ -275,7 +275,8 @@ def test_the_text_mode_ranks_by_bm25_on_a_corpus_whose_answer_is_known(model_dir
     target = MilvusTarget(str(tmp_path / "known.db"), "known16")
     with target.open() as collection:
         collection.ensure(16, hasher.model_id, text_index=True)
-        collection.upsert(make_rows(document_ids("k@1", rows), hasher.encode(texts), 16, None, texts, "k@1", rows))
+        collection.upsert(code_rows({"id": document_ids("k@1", rows), "code": hasher.encode(texts), "text": texts,
+                                     "row": rows}, 16, "k@1"))
     with Searcher(model_dir, target) as s:
         text = s.search(["zephyr"], k=4, mode="text")[0]
         assert [h["row"] for h in text] == [0, 1, 2]  # the fourth shares no word: not found

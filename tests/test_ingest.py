@@ -14,7 +14,7 @@ from conftest import write_csv
 from dhim_ray.codes import bytes_to_codes
 from dhim_ray.connectors.connection import release
 from dhim_ray.connectors.milvus import CodeCollection, IndexSpec, MilvusTarget
-from dhim_ray.connectors.rows import document_ids, make_rows
+from dhim_ray.connectors.rows import code_rows, document_ids
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import (
     CheckpointError,
@@ -224,7 +224,8 @@ def test_an_id_clash_with_another_source_is_refused(model_dir, tmp_path):
         clash = CodeCollection(client, "clash")
         clash.ensure(16, "m")
         ids = document_ids("first@1", np.arange(3))
-        clash.upsert(make_rows(ids, np.zeros((3, 2), np.uint8), 16, None, ["a", "b", "c"], "first@1", np.arange(3)))
+        clash.upsert(code_rows({"id": ids, "code": np.zeros((3, 2), np.uint8), "text": ["a", "b", "c"],
+                                "row": np.arange(3)}, 16, "first@1"))
         with pytest.raises(CollectionMismatchError, match="already hold rows of first@1; refusing to overwrite"):
             clash.refuse_foreign_rows(ids, "second@2")
         clash.refuse_foreign_rows(ids, "first@1")  # its own rows: an upsert is fine
@@ -284,11 +285,13 @@ def test_wrong_length_code_refused_before_insert(tmp_path):
     try:
         CodeCollection(client, "x").ensure(64, "m")
         bad = np.zeros((2, 7), dtype=np.uint8)
+        batch = {"id": document_ids("s", [0, 1]), "code": bad, "text": ["a", "b"], "row": np.arange(2)}
         with pytest.raises(CodeFormatError, match="56 bits .* expected 64 bits"):
-            make_rows(document_ids("s", [0, 1]), bad, 64, None, ["a", "b"], "s", np.arange(2))
-        rows = make_rows(document_ids("s", [0, 1]), np.zeros((2, 8), np.uint8), 64, None, ["a", "b"], "s",
-                         np.arange(2))
-        rows[1]["code"] = rows[1]["code"][:7]
+            code_rows(batch, 64, "s")
+        with pytest.raises(CodeFormatError, match="codes of dtype int64"):
+            code_rows({**batch, "code": np.zeros((2, 8), np.int64)}, 64, "s")
+        rows = code_rows({**batch, "code": np.zeros((2, 8), np.uint8)}, 64, "s")
+        rows["code"][1] = rows["code"][1][:7]
         with pytest.raises(CodeFormatError, match="codes of \\[7, 8\\] bytes"):
             CodeCollection(client, "x").upsert(rows)
         assert client.query("x", filter="", output_fields=["count(*)"])[0]["count(*)"] == 0
@@ -635,8 +638,9 @@ def test_search_without_a_collection_name_finds_the_one_ingested_with_the_model(
     client = target.connect()
     try:
         CodeCollection(client, "news_16").ensure(16, hasher.model_id)
-        CodeCollection(client, "news_16").upsert(make_rows(document_ids("bbc@1", range(30)), hasher.encode(texts), 16,
-                                                           None, texts, "bbc@1", np.arange(30)))
+        CodeCollection(client, "news_16").upsert(code_rows({"id": document_ids("bbc@1", range(30)),
+                                                            "code": hasher.encode(texts), "text": texts,
+                                                            "row": np.arange(30)}, 16, "bbc@1"))
         CodeCollection(client, "other_16").ensure(16, "another-model")  # another model's codes: not a candidate
     finally:
         client.close()

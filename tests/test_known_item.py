@@ -96,7 +96,7 @@ def test_windows_find_their_document_under_float_cosine(tmp_path):
 @pytest.mark.slow
 def test_the_same_figures_in_memory_and_through_milvus(tmp_path, toy_folder, tiny_config):
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.connectors.rows import document_ids, make_rows
+    from dhim_ray.connectors.rows import code_rows, document_ids
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.evaluate import WindowSpec, known_item_checkpoint
     from dhim_ray.hasher import Hasher
@@ -111,8 +111,8 @@ def test_the_same_figures_in_memory_and_through_milvus(tmp_path, toy_folder, tin
     with target.open() as collection:
         collection.ensure(16, hasher.model_id)
         rows = np.arange(len(split.texts))
-        collection.upsert(make_rows(document_ids("toy@1", rows), hasher.encode(split.texts), 16, split.labels,
-                                    split.texts, "toy@1", rows))
+        collection.upsert(code_rows({"id": document_ids("toy@1", rows), "code": hasher.encode(split.texts),
+                                     "label": split.labels, "text": split.texts, "row": rows}, 16, "toy@1"))
     spec = WindowSpec(60, 4, 3)
     memory = known_item_checkpoint(model, CorpusSpec(str(toy_folder), "train"), None, spec, rerank=4, progress=False)
     milvus = known_item_in_milvus(model, target, spec, rerank=4)

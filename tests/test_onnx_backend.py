@@ -208,14 +208,14 @@ def test_packaged_encoder_codes_equal_across_backends_and_the_docs_example(tmp_p
     # and its next step, searching a collection of these codes with pymilvus alone
     from dhim_ray.connectors.connection import release
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.connectors.rows import document_ids, make_rows
+    from dhim_ray.connectors.rows import code_rows, document_ids
 
     rows = np.arange(300)
     target = MilvusTarget(str(tmp_path / "out" / "dhim_ray.db"), "bbc_64")
     with target.open() as collection:
         collection.ensure(64, Hasher.load(ck).model_id)
-        collection.upsert(make_rows(document_ids("bbc@1", rows), torch_codes[:300], 64, None, texts[:300], "bbc@1",
-                                    rows))
+        collection.upsert(code_rows({"id": document_ids("bbc@1", rows), "code": torch_codes[:300], "text": texts[:300],
+                                     "row": rows}, 64, "bbc@1"))
     search = re.findall(r"```python\n(.*?)```", (DOCS / "serve.md").read_text(), re.S)[-1]
     assert "MilvusClient" in search and "import dhim_ray" not in search
     try:

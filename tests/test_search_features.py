@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow  # real milvus-lite
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, toy_folder, tiny_config):
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.connectors.rows import document_ids, make_rows
+    from dhim_ray.connectors.rows import code_rows, document_ids
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.hasher import Hasher
     from dhim_ray.search import Searcher
@@ -32,8 +32,8 @@ def store(tmp_path_factory, toy_folder, tiny_config):
     target = MilvusTarget(str(root / "f.db"), "toy16")
     with target.open() as collection:
         collection.ensure(16, hasher.model_id, keys=True)
-        collection.upsert(make_rows(ids, codes, 16, split.labels, split.texts, "toy@1", rows,
-                                    keys=[f"doc-{r}" for r in rows]))
+        collection.upsert(code_rows({"id": ids, "code": codes, "label": split.labels, "text": split.texts, "row": rows,
+                                     "key": [f"doc-{r}" for r in rows]}, 16, "toy@1"))
     searcher = Searcher(model, target)
     yield {"searcher": searcher, "codes": codes, "ids": ids, "labels": split.labels, "texts": split.texts,
            "hasher": hasher, "model": model}
@@ -97,7 +97,7 @@ def test_a_collection_with_sign_codes_reranks_by_both_codes(store, tmp_path):
     """ingest --store-signs keeps each document's sign code; --rerank M then orders the k x M
     Hamming candidates by d_code / bits + d_sign / sign bits, as this brute force does."""
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.connectors.rows import document_ids, make_rows
+    from dhim_ray.connectors.rows import code_rows, document_ids
     from dhim_ray.errors import CollectionMismatchError
     from dhim_ray.retrieval.rerank import sign_codes
     from dhim_ray.search import Searcher
@@ -111,7 +111,7 @@ def test_a_collection_with_sign_codes_reranks_by_both_codes(store, tmp_path):
     with target.open() as collection:
         info = collection.ensure(16, hasher.model_id, sign_bits=8 * signs.shape[1])
         assert info.sign_bits == 32
-        collection.upsert(make_rows(ids, codes, 16, None, texts, "toy@2", rows, signs=signs))
+        collection.upsert(code_rows({"id": ids, "code": codes, "text": texts, "row": rows, "sign": signs}, 16, "toy@2"))
         with pytest.raises(CollectionMismatchError, match="keeps sign codes and this ingest has none"):
             collection.check(16, hasher.model_id, sign_bits=0)
     query = ["football match goal"]

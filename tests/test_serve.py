@@ -350,7 +350,7 @@ def test_health_answers_503_at_once_while_milvus_hangs(service):
 def test_sigterm_stops_serve_cleanly_and_frees_the_file(service, tmp_path):
     """What systemd and container runtimes send: the service stops as Ctrl-C stops it, exit 0,
     no stack, and the milvus-lite file is free for the next process."""
-    from dhim_ray.connectors.rows import document_ids, make_rows
+    from dhim_ray.connectors.rows import code_rows, document_ids
     from dhim_ray.hasher import Hasher
 
     # rows written directly (an ingest would need Ray CPUs the running service holds)
@@ -360,7 +360,8 @@ def test_sigterm_stops_serve_cleanly_and_frees_the_file(service, tmp_path):
     with target.open() as collection:
         collection.ensure(16, hasher.model_id)
         rows = np.arange(len(texts))
-        collection.upsert(make_rows(document_ids("bbc@t", rows), hasher.encode(texts), 16, None, texts, "bbc@t", rows))
+        collection.upsert(code_rows({"id": document_ids("bbc@t", rows), "code": hasher.encode(texts), "text": texts,
+                                     "row": rows}, 16, "bbc@t"))
     port = free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     proc = subprocess.Popen([sys.executable, "-m", "dhim_ray.cli", "serve", str(service["model"]), "--collection",
