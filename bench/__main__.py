@@ -26,6 +26,7 @@ BENCHES: dict[str, tuple[str, str]] = {
               "latency, recall, radius search",
               "Where the embedded default ends"),
     "ray_train": ("in-process training against 1 and 2 Ray Train workers", "Ray Train"),
+    "ray_poll": ("Ray Train polling its workers every 2 s (Ray's default) against every 0.25 s", "Ray Train"),
     "gpu_path": ("encoding and training on one GPU (needs one)", "Training at scale"),
     "figures": ("the docs' pictures: the search page, the training and precision@k curves", "docs/images"),
     "report": ("refresh the generated tables (--check: exit 1 when one is out of date)", "every table"),

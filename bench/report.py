@@ -427,6 +427,25 @@ def ray_train() -> list[str] | None:
 
 
 
+def ray_poll() -> list[str] | None:
+    r = _json("ray_poll")
+    if r is None:
+        return None
+    rows = []
+    for x in r.values():
+        docs = "the whole corpus" if x["limit"] is None else f"its first {x['limit']} documents"
+        for name, label in (("ray_default", "every 2 s (Ray's default)"), ("dhim_ray", "every 0.25 s (dhim-ray)")):
+            y = x[name]
+            rows.append([f"{x['corpus']}, {docs}", label, f"{y['mean_epoch_s']:.2f}", f"{y['training_s']:.1f}",
+                         f"{y['wall_s']:.1f}", f"{y['best_val_p']:.4f} (epoch {y['best_epoch']})",
+                         "1.00x" if name == "ray_default" else f"{x['training_ratio']:.2f}x"])
+    last = list(r.values())[-1]
+    return _table(["corpus", "controller polls", "mean epoch s", "training s", "wall s", "best val P@100",
+                   "training speed-up"], rows) + [
+        "", f"{last['bits']} bits, {last['epochs']} epochs, {last['workers']} workers; the same training both ways: "
+        f"{all(x['same_training'] for x in r.values())}; {last['device']}, best of {last['repeats']}."]
+
+
 def gpu_memory() -> list[str] | None:
     r = _json("gpu_memory")
     if r is None:
@@ -665,6 +684,7 @@ TABLES: dict[str, Callable[[], list[str] | None]] = {
     "hybrid-headline": hybrid_headline,
     "headline": headline, "known-item": known_item, "known-item-128": known_item_128,
     "item-level-training": item_level_training,
+    "ray-poll": ray_poll,
     "encode-speed": encode_speed, "onnx-speed": onnx_speed, "ingest-speed": ingest_speed, "eval-methods": eval_methods,
     "service": service,
     "quality": quality, "million-search": million_search, "million-ingest": million_ingest,

@@ -29,6 +29,10 @@ def cluster_address(address: str | None = None) -> str | None:
     return address or os.environ.get("RAY_ADDRESS") or None
 
 
+#: How often Ray Train's controller polls its workers (Ray's default: 2 s); bench ray_poll.
+TRAIN_POLL_SECONDS = 0.25
+
+
 def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: bool | None = None) -> None:
     """Start a local Ray (address None) or join one ('auto', 'ray://host:10001', 'host:6379').
 
@@ -47,6 +51,10 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
     # Workers import torch and transformers; on a loaded 2-core box that can pass the
     # 60 s default and fail the group start.
     os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "300")
+    # Ray Train's controller takes one report per worker each time it polls them, every 2 s by
+    # default, and a worker's next report waits for the last: epochs shorter than that (a GPU, a
+    # small corpus) ran 2 s apart (bench ray_poll). The driver's value reaches the controller.
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", str(TRAIN_POLL_SECONDS))
     os.environ.setdefault("RAY_gcs_server_request_timeout_seconds", "120")
     address = cluster_address(address)
     if address is None:
