@@ -68,43 +68,55 @@ ENCODER_BATCH = 64
 
 class FeatureWriter:
     """Ray Data callable class: one frozen encoder per actor; encodes a batch of texts and
-    writes its rows straight into the FeatureStore being built. Only row counts travel
-    back to the driver, so neither the driver nor Ray's object store holds features."""
+    writes each row straight into its FeatureStore (column ``store``: which of ``writers``).
+    Only row counts travel back to the driver, so neither the driver nor Ray's object store
+    holds features."""
 
-    def __init__(self, features: dict, writer: StoreWriter, threads: int = 1, device: str = "cpu",
+    def __init__(self, features: dict, writers: list[StoreWriter], threads: int = 1, device: str = "cpu",
                  reach: int | None = None):
         import torch
 
         torch.set_num_threads(max(1, threads))
         self.encoder = FrozenEncoder(FeatureConfig(**features), device=device, reach=reach)
-        self.writer = writer
+        self.writers = writers
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         # A Ray batch is many encoder batches: sorted by length inside it, padded per encoder batch.
         f = self.encoder.features([str(t) for t in batch["text"]], batch_size=ENCODER_BATCH)
-        self.writer.write_rows(batch["idx"], f.tokens, f.mask, f.cls, f.mean)
-        return {"rows": np.array([len(f.tokens)], dtype=np.int64)}
+        stores, rows = np.unique(batch["store"], return_counts=True)
+        for store in stores:
+            at = batch["store"] == store
+            self.writers[store].write_rows(batch["idx"][at], f.tokens[at], f.mask[at], f.cls[at], f.mean[at])
+        return {"store": stores, "rows": rows}
 
 
-def build_feature_store(texts: list[str], folder: Path, features: FeatureConfig, hidden: int, fingerprint: str,
-                        workers: int, use_gpu: bool = False, progress: bool = False, desc: str = "encoding",
-                        reach: int | None = None) -> Path:
-    """Frozen features of ``texts`` in a FeatureStore at ``folder``, computed by Ray Data
-    encoder actors (one per worker) that write their rows themselves. An existing
-    complete store is reused. On a multi-node cluster ``folder`` must be on a file
-    system every node mounts (as Ray Train's storage path)."""
+def build_feature_stores(parts: list[tuple[list[str], Path]], features: FeatureConfig, hidden: int,
+                         fingerprint: str, workers: int, use_gpu: bool = False, progress: bool = False,
+                         reach: int | None = None) -> list[Path]:
+    """Frozen features of each (texts, folder) of ``parts`` in a FeatureStore at its folder,
+    computed by one pool of Ray Data encoder actors (one per worker) that write their rows
+    themselves: train and val take one actor start-up, not two. An existing complete store is
+    reused. On a multi-node cluster the folders must be on a file system every node mounts (as
+    Ray Train's storage path)."""
     import pyarrow as pa
     import ray
     from tqdm.auto import tqdm
 
-    if FeatureStore.is_complete(folder):
-        return folder
-    store = FeatureStore.create(folder, len(texts), features.n_tokens - 1, hidden)
-    table = pa.table({"idx": np.arange(len(texts), dtype=np.int64), "text": pa.array(texts, pa.string())})
+    todo: dict[Path, list[str]] = {}  # the stores to build, each once
+    for texts, folder in parts:
+        if folder not in todo and not FeatureStore.is_complete(folder):
+            todo[folder] = texts
+    if not todo:
+        return [folder for _, folder in parts]
+    folders = list(todo)
+    stores = [FeatureStore.create(folder, len(todo[folder]), features.n_tokens - 1, hidden) for folder in folders]
+    table = pa.table({"store": np.repeat(np.arange(len(folders)), [len(todo[f]) for f in folders]),
+                      "idx": np.concatenate([np.arange(len(todo[f]), dtype=np.int64) for f in folders]),
+                      "text": pa.array([t for f in folders for t in todo[f]], pa.string())})
     actor_cpus, threads = actor_resources(workers)
     ds = ray.data.from_arrow(split_table(table, workers * 4)).map_batches(
         FeatureWriter,
-        fn_constructor_kwargs={"features": dataclasses.asdict(features), "writer": store.writer(),
+        fn_constructor_kwargs={"features": dataclasses.asdict(features), "writers": [s.writer() for s in stores],
                                "threads": threads, "device": "cuda" if use_gpu else "cpu", "reach": reach},
         batch_size=ENCODER_BATCH * 8,
         compute=ray.data.ActorPoolStrategy(size=workers),
@@ -112,16 +124,17 @@ def build_feature_store(texts: list[str], folder: Path, features: FeatureConfig,
         num_gpus=1 if use_gpu else 0,
         batch_format="numpy",
     )
-    done = 0
-    with tqdm(total=len(texts), desc=desc, unit="doc", disable=not progress, leave=False) as bar, task_errors():
+    done = np.zeros(len(folders), dtype=np.int64)
+    with tqdm(total=table.num_rows, desc="encoding", unit="doc", disable=not progress, leave=False) as bar, \
+            task_errors():
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
-            n = int(batch["rows"].sum())
-            done += n
-            bar.update(n)
-    if done != len(texts):
-        raise TrainingFailed(f"feature encoding wrote {done} of {len(texts)} documents into {folder}; rerun")
-    store.finish(fingerprint=fingerprint, cleaning=features.cleaning)
-    return folder
+            np.add.at(done, batch["store"], batch["rows"])
+            bar.update(int(batch["rows"].sum()))
+    for folder, store, n in zip(folders, stores, done):
+        if n != len(todo[folder]):
+            raise TrainingFailed(f"feature encoding wrote {n} of {len(todo[folder])} documents into {folder}; rerun")
+        store.finish(fingerprint=fingerprint, cleaning=features.cleaning)
+    return [folder for _, folder in parts]
 
 
 def open_features(folder: str | Path, memory_gb: float | None, rows: tuple[int, int] | None = None) -> Features:
@@ -322,11 +335,10 @@ class RayTrain:
             shared["--cache-dir" if self.request.cache_dir is not None else "--out"] = (stores, True)
         check_shared_paths(shared)
         t_ray = time.perf_counter()
-        train_store, val_store = (
-            build_feature_store(split.texts, encoder.store_path(split.texts, stores), config.features,
-                                encoder.hidden_size, encoder.fingerprint, self.request.workers, self.request.use_gpu,
-                                self.progress, desc, reach=encoder.reach)
-            for split, desc in ((train, "encoding train"), (val, "encoding val")))
+        train_store, val_store = build_feature_stores(
+            [(split.texts, encoder.store_path(split.texts, stores)) for split in (train, val)], config.features,
+            encoder.hidden_size, encoder.fingerprint, self.request.workers, self.request.use_gpu, self.progress,
+            reach=encoder.reach)
         context = {"corpus": corpus.display, "n_train": len(train), "validation": val_source,
                    "workers": self.request.workers, "use_gpu": self.request.use_gpu,
                    "ray_start_seconds": round(t_ray - t_start, 2),

@@ -30,7 +30,7 @@ def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_pat
     opens only its rows; the checkpoint loads without Ray and scores what rank 0 recorded."""
     from dhim_ray.encoding.encoder import FrozenEncoder
     from dhim_ray.hasher import Hasher
-    from dhim_ray.jobs.train import TrainRequest, build_feature_store, open_features, train_distributed
+    from dhim_ray.jobs.train import TrainRequest, build_feature_stores, open_features, train_distributed
     from dhim_ray.model.inference import hash_features
 
     seen = tmp_path / "shards.txt"
@@ -76,8 +76,8 @@ def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_pat
     assert objective == pytest.approx(summary["best_val_objective"], rel=1e-5)
     # the same weights on features written by the Ray Data actors give the same codes
     enc = FrozenEncoder(hasher.config.features)
-    store = build_feature_store(texts, tmp_path / "store", hasher.config.features, enc.hidden_size, enc.fingerprint,
-                                workers=2)
+    store, = build_feature_stores([(texts, tmp_path / "store")], hasher.config.features, enc.hidden_size,
+                                  enc.fingerprint, workers=2)
     ray_feats = open_features(store, memory_gb=0.0)
     assert ray_feats.on_disk
     assert np.array_equal(hash_features(hasher.model, ray_feats), in_process)
