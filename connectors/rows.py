@@ -79,12 +79,11 @@ def code_rows(batch: Mapping[str, Any], n_bits: int, source: str, name_field: bo
     n = len(codes)
     kept = {name: [v.item() if hasattr(v, "item") else v for v in values]
             for name, values in kept_columns(batch).items()}
-    given = {name: batch.get(name) for name in ("id", "text", "row", "label", LABEL_NAME_FIELD, KEY_FIELD,
-                                                 VECTOR_FIELD, SIGN_FIELD)}
+    given = {name: batch.get(name, () if name in ("id", "text", "row") else None)  # the others are optional
+             for name in ("id", "text", "row", "label", LABEL_NAME_FIELD, KEY_FIELD, VECTOR_FIELD, SIGN_FIELD)}
     for name, col in (*given.items(), *kept.items()):
-        if (col is not None or name in ("id", "text", "row")) and len(col if col is not None else ()) != n:
-            raise CodeFormatError(f"{name} has {0 if col is None else len(col)} entries for {n} codes: expected "
-                                  "one per code")
+        if col is not None and len(col) != n:
+            raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
     out: Columns = {"id": [int(i) for i in given["id"]], CODE_FIELD: [c.tobytes() for c in codes],
                     "label": [-1] * n if given["label"] is None else [int(v) for v in given["label"]],
                     "text": [_preview(str(t)) for t in given["text"]], "source": [source[:256]] * n,

@@ -189,7 +189,7 @@ def evaluate_baseline(
     db_f = enc.features(db.texts, progress=progress, cache_dir=cache_dir)
     q_f = enc.features(q.texts, progress=progress, cache_dir=cache_dir)
     if model is None:
-        return _float_baseline(baseline, db_f.mean, db.labels, q_f.mean, q_labels, k, seed, curve)
+        return _float_baseline(baseline, db_f.mean, db.labels, q_f.mean, q_labels, k, curve)
     model.fit(db_f.mean)
     n_bits = model.n_bits
     if q_labels is None:
@@ -201,13 +201,19 @@ def evaluate_baseline(
     return {"method": baseline, "n_bits": n_bits, "bytes_per_doc": n_bits // 8, **scores}
 
 
-def _float_baseline(name: str, database, database_labels, queries, query_labels, k: int, seed: int,
+def _transformed(name: str, database, queries) -> tuple[np.ndarray, np.ndarray]:
+    """A float baseline's database and query vectors, float32, through its transform fitted on
+    the database (as they are for cosine)."""
+    kind = FLOAT_BASELINES[name]
+    fitted = None if kind is None else fit_transform(kind, np.asarray(database, np.float32))
+    return transform(fitted, np.asarray(database, np.float32)), transform(fitted, np.asarray(queries, np.float32))
+
+
+def _float_baseline(name: str, database, database_labels, queries, query_labels, k: int,
                     curve: bool = False) -> dict[str, Any]:
     """Cosine kNN precision@k on float vectors, after the baseline's transform fitted on the database."""
-    plain_x, plain_q = x, qv = np.asarray(database, np.float32), np.asarray(queries, np.float32)
-    if FLOAT_BASELINES[name] is not None:
-        fitted = fit_transform(FLOAT_BASELINES[name], x)
-        x, qv = transform(fitted, x), transform(fitted, qv)
+    plain_x, plain_q = np.asarray(database, np.float32), np.asarray(queries, np.float32)
+    x, qv = _transformed(name, plain_x, plain_q)
     if query_labels is None:  # without labels: the plain vectors' neighbours the transformed ones find
         return {"method": name, "dims": x.shape[1], "bytes_per_doc": 4 * x.shape[1],
                 **label_free_scores(cosine_topk(plain_x, plain_q, k),
@@ -301,9 +307,7 @@ def known_item_baseline(baseline: str, n_bits: int | None, database: CorpusSpec,
     x = enc.features(texts, progress=progress, cache_dir=cache_dir).mean
     qv = enc.features(cut.texts).mean
     if model is None:
-        if FLOAT_BASELINES[baseline] is not None:
-            fitted = fit_transform(FLOAT_BASELINES[baseline], np.asarray(x, np.float32))
-            x, qv = transform(fitted, np.asarray(x, np.float32)), transform(fitted, np.asarray(qv, np.float32))
+        x, qv = _transformed(baseline, x, qv)
         better, tied = known_item.cosine_ranks(x, qv, cut.targets)
         return _known_item_result(baseline, better, tied, cut, len(texts), where, curve, dims=x.shape[1],
                                   bytes_per_doc=4 * x.shape[1])

@@ -73,7 +73,6 @@ class Whitening(nn.Module):
         w = axes[:, order] / np.sqrt(values)[None, :]
         self.mu.copy_(torch.from_numpy(mu))
         self.weight.copy_(torch.from_numpy(w[:, : self.k]))
-        self.log_det.fill_(float(-0.5 * np.log(values).sum()))
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
