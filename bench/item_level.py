@@ -105,7 +105,7 @@ def two_stage(model, tr, va, wf, train, val, windows, k: int = 100, m: int = 4) 
     (windows against train + val)."""
     from dhim_ray.retrieval.baselines import make_baseline
     from dhim_ray.retrieval.metrics import hamming_distances, hamming_topk
-    from dhim_ray.retrieval.rerank import rerank, rescore_cosine
+    from dhim_ray.retrieval.rerank import rerank
 
     ub = make_baseline("ubinary", None, 0)
     ub.fit(tr.mean)
@@ -127,8 +127,9 @@ def two_stage(model, tr, va, wf, train, val, windows, k: int = 100, m: int = 4) 
         mixed = dh / (8 * db_codes.shape[1]) + d / (8 * db_ub.shape[1])
         lists["mixed"] = np.take_along_axis(cand, np.argsort(mixed, axis=1, kind="stable")[:, :k], axis=1)
         unit = db_mean / np.linalg.norm(db_mean, axis=1, keepdims=True)
-        order, _ = rescore_cosine(q_f.mean, unit[cand].astype(np.float16).astype(np.float32), k)
-        lists["cosine"] = np.take_along_axis(cand, order, axis=1)
+        q_unit = q_f.mean / np.linalg.norm(q_f.mean, axis=1, keepdims=True)
+        cosine = np.einsum("ncd,nd->nc", unit[cand].astype(np.float16).astype(np.float32), q_unit)
+        lists["cosine"] = np.take_along_axis(cand, np.argsort(-cosine, axis=1, kind="stable")[:, :k], axis=1)
         for how, ranked in lists.items():
             if task == "topic":
                 out[f"p_{how}"] = round(float((train.labels[ranked] == val.labels[:, None]).mean()), 5)

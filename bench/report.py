@@ -550,17 +550,16 @@ def known_item() -> list[str] | None:
     def get(corpus: str, method: str) -> dict | None:
         return _latest_item_row(rows, corpus, method, None if method in ("ubinary", "cosine") else 64)
 
-    out = _table(["corpus", "DHIM 64 (8 B)", "DHIM 64, re-ranked by both codes (8 + 48 B)", "ITQ 64 (8 B)",
-                  "ubinary 384 (48 B)", "float cosine (1,536 B)", "DHIM recall@10 / ITQ's"], [])
+    out = _table(["corpus", "DHIM 64 (8 B)", "ITQ 64 (8 B)", "ubinary 384 (48 B)", "float cosine (1,536 B)",
+                  "DHIM recall@10 / ITQ's"], [])
     for corpus in ("dbpedia", "agnews", "r8", "20ng"):
         d, itq, ub, cos = (get(corpus, m) for m in ("dhim shipped", "itq", "ubinary", "cosine"))
 
-        def cell(r: dict | None, p: str = "p_tie", rec: str = "recall_at_10") -> str:
-            return f"{r[p]:.3f} / {r[rec]:.3f}" if r and p in r and rec in r else ""
+        def cell(r: dict | None) -> str:
+            return f"{r['p_tie']:.3f} / {r['recall_at_10']:.3f}" if r and "recall_at_10" in r else ""
 
         ratio = f"{d['recall_at_10'] / itq['recall_at_10']:.2f}x" if d and itq else ""
-        out.append(f"| {corpus} | {cell(d)} | {cell(d, 'p_mixed', 'recall_at_10_mixed')} | {cell(itq)} | "
-                   f"{cell(ub)} | {cell(cos)} | {ratio} |")
+        out.append(f"| {corpus} | {cell(d)} | {cell(itq)} | {cell(ub)} | {cell(cos)} | {ratio} |")
     return out
 
 

@@ -51,11 +51,9 @@ from dhim_ray.connectors.rows import (
     LABEL_NAME_FIELD,
     LABEL_NAME_MAX,
     OUTPUT_FIELDS,
-    SIGN_FIELD,
     TEXT_FUNCTION,
     TEXT_PREVIEW,
     TEXT_SPARSE_FIELD,
-    VECTOR_FIELD,
     Columns,
     take,
 )
@@ -197,8 +195,6 @@ class CollectionInfo:
     count: int = 0
     nlist: int = 0  # BIN_IVF_FLAT clusters, 0 for other index types
     meta: dict[str, Any] = field(default_factory=dict)
-    vector_dim: int = 0  # width of the stored float16 sentence vectors; 0: codes only
-    sign_bits: int = 0  # width of the stored sign codes of the sentence vectors; 0: none
     label_names: bool = False  # rows carry their label's name (the label_name field)
     keys: bool = False  # rows carry their document's own id (the key field)
     columns: dict[str, tuple[str, int]] = field(default_factory=dict)  # kept metadata: name -> (kind, string bound)
@@ -218,8 +214,7 @@ class CollectionInfo:
         return IndexSpec("BIN_IVF_FLAT", nlist=nlist, nprobe=min(nprobe or IndexSpec().nprobe, nlist))
 
 
-def _schema(n_bits: int, meta: dict[str, Any], vector_dim: int = 0, sign_bits: int = 0,
-            columns: dict[str, tuple[str, int]] | None = None, text_index: bool = False):
+def _schema(n_bits: int, meta: dict[str, Any], columns: dict[str, tuple[str, int]] | None = None, text_index: bool = False):
     from pymilvus import DataType, MilvusClient
 
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False, description=json.dumps(meta))
@@ -232,10 +227,6 @@ def _schema(n_bits: int, meta: dict[str, Any], vector_dim: int = 0, sign_bits: i
     schema.add_field("source", DataType.VARCHAR, max_length=256)
     schema.add_field("row", DataType.INT64)
     schema.add_field(KEY_FIELD, DataType.VARCHAR, max_length=KEY_MAX * 4)
-    if vector_dim:
-        schema.add_field(VECTOR_FIELD, DataType.FLOAT16_VECTOR, dim=vector_dim)
-    if sign_bits:
-        schema.add_field(SIGN_FIELD, DataType.BINARY_VECTOR, dim=sign_bits)
     kinds = {"bool": DataType.BOOL, "int": DataType.INT64, "float": DataType.DOUBLE, "string": DataType.VARCHAR}
     for name, (kind, bound) in (columns or {}).items():
         schema.add_field(name, kinds[kind], **({"max_length": bound} if kind == "string" else {}))
@@ -338,8 +329,8 @@ def _fields_are_ours(fields: list[dict]) -> bool:
 
     expected = {"id": DataType.INT64, CODE_FIELD: DataType.BINARY_VECTOR, "label": DataType.INT64,
                 "text": DataType.VARCHAR, "source": DataType.VARCHAR, "row": DataType.INT64,
-                LABEL_NAME_FIELD: DataType.VARCHAR, KEY_FIELD: DataType.VARCHAR, VECTOR_FIELD: DataType.FLOAT16_VECTOR,
-                SIGN_FIELD: DataType.BINARY_VECTOR, TEXT_SPARSE_FIELD: DataType.SPARSE_FLOAT_VECTOR}
+                LABEL_NAME_FIELD: DataType.VARCHAR, KEY_FIELD: DataType.VARCHAR,
+                TEXT_SPARSE_FIELD: DataType.SPARSE_FLOAT_VECTOR}
     types = {f["name"]: f.get("type") for f in fields}
     return all(types.get(name, kind) == kind for name, kind in expected.items()) and all(
         name in types for name in ("id", CODE_FIELD, "label", "text", "source", "row"))
@@ -388,20 +379,17 @@ class CodeCollection:
             nlist = int(index.get("nlist", 0) or 0)
         fields = {f["name"] for f in desc["fields"]}
         return CollectionInfo(name, int(code["params"].get("dim", 0)), metric, index_type, meta.get("model", ""),
-                              nlist=nlist, meta=meta, vector_dim=int(meta.get("vector_dim", 0)),
-                              sign_bits=int(meta.get("sign_bits", 0)),
-                              label_names=LABEL_NAME_FIELD in fields, keys=KEY_FIELD in fields,
+                              nlist=nlist, meta=meta, label_names=LABEL_NAME_FIELD in fields, keys=KEY_FIELD in fields,
                               columns={n: (str(k), int(b)) for n, (k, b) in dict(meta.get("columns") or {}).items()},
                               text_index=TEXT_SPARSE_FIELD in fields and meta.get("text_index") == "bm25")
 
-    def check(self, n_bits: int, model: str, overwrite: bool = False, vector_dim: int | None = None,
-              keys: bool = False, sign_bits: int | None = None,
+    def check(self, n_bits: int, model: str, overwrite: bool = False, keys: bool = False,
               columns: dict[str, tuple[str | None, int]] | None = None,
-              text_index: bool | None = None) -> CollectionInfo | None:
+              text_index: bool | None = None, writing: bool = False) -> CollectionInfo | None:
         """The existing collection (None if there is none), refused with
         CollectionMismatchError when it cannot take these codes: another code width,
-        metric or model, not made by dhim-ray, (``vector_dim`` given) float vectors kept
-        or not against this ingest's, (``text_index`` given) a text index kept or not against
+        metric or model, not made by dhim-ray, (``writing``) float vectors or sign codes kept
+        beside the codes (an earlier version's --store-vectors / --store-signs), (``text_index`` given) a text index kept or not against
         this ingest's, or (``keys``) made before rows kept their own ids (unless
         ``overwrite``). Creates nothing."""
         check_n_bits(n_bits)
@@ -418,15 +406,9 @@ class CodeCollection:
                 problems.append(f"its metric is {info.metric}, not HAMMING")
             if info.model and model and info.model != model:
                 problems.append(f"it holds codes of model {info.model}, not {model}")
-            if vector_dim is not None and info.vector_dim != vector_dim:
-                problems.append(f"it keeps float vectors of width {info.vector_dim}, this ingest {vector_dim}"
-                                if info.vector_dim and vector_dim else
-                                "it keeps float vectors and this ingest has none (add --store-vectors)"
-                                if info.vector_dim else
-                                "it keeps codes only and this ingest adds float vectors (drop --store-vectors)")
-            if sign_bits is not None and info.sign_bits != sign_bits:
-                problems.append("it keeps sign codes and this ingest has none (add --store-signs)" if info.sign_bits
-                                else "it keeps no sign codes and this ingest adds them (drop --store-signs)")
+            if writing and (info.meta.get("vector_dim") or info.meta.get("sign_bits")):
+                problems.append("it keeps float vectors or sign codes beside its codes, which this version no longer "
+                                "writes (searching it still works)")
             if text_index is not None and info.text_index != text_index:
                 problems.append("it keeps a text index (BM25) and this ingest has none (drop --no-text-index)"
                                 if info.text_index else
@@ -442,8 +424,7 @@ class CodeCollection:
         return info
 
     def ensure(self, n_bits: int, model: str, index: IndexSpec = IndexSpec(), overwrite: bool = False,
-               vector_dim: int = 0, keys: bool = False, sign_bits: int = 0,
-               columns: dict[str, tuple[str, int]] | None = None, model_dir: str = "",
+               keys: bool = False, columns: dict[str, tuple[str, int]] | None = None, model_dir: str = "",
                text_index: bool = False) -> CollectionInfo:
         """Create the collection, or check an existing one matches (see ``check``);
         ``overwrite`` drops and recreates one that does not. ``columns``: metadata fields,
@@ -454,7 +435,7 @@ class CodeCollection:
         client, name, timeout = self.client, self.name, self.timeout
         columns = columns or {}
         self._check_space()
-        info = self.check(n_bits, model, overwrite, vector_dim, keys, sign_bits, columns, text_index)
+        info = self.check(n_bits, model, overwrite, keys, columns, text_index, writing=True)
         if info is not None and not overwrite:
             self.load()
             return info
@@ -462,28 +443,22 @@ class CodeCollection:
             client.drop_collection(name, timeout=timeout)
         self._schema = None  # a new collection: its fields are described again at the next write
         fields = {n: (kind, string_bound(longest) if kind == "string" else 0) for n, (kind, longest) in columns.items()}
-        meta = {"format": FORMAT, "n_bits": n_bits, "model": model, **({"vector_dim": vector_dim} if vector_dim else {}),
-                **({"sign_bits": sign_bits} if sign_bits else {}),
+        meta = {"format": FORMAT, "n_bits": n_bits, "model": model,
                 **({"columns": {n: list(v) for n, v in fields.items()}} if fields else {}),
                 **({"model_dir": model_dir} if model_dir else {}), **({"text_index": "bm25"} if text_index else {})}
         index_params = client.prepare_index_params()
         index_params.add_index(field_name=CODE_FIELD, index_type=index.index_type, metric_type="HAMMING",
                                params=index.params())
-        if vector_dim:  # every vector field needs an index to load; the vectors are read by id, never searched
-            index_params.add_index(field_name=VECTOR_FIELD, index_type="FLAT", metric_type="COSINE")
-        if sign_bits:  # likewise: read by id to re-rank, never searched
-            index_params.add_index(field_name=SIGN_FIELD, index_type="BIN_FLAT", metric_type="HAMMING")
         if text_index:
             index_params.add_index(field_name=TEXT_SPARSE_FIELD, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
         try:
-            client.create_collection(name, schema=_schema(n_bits, meta, vector_dim, sign_bits, fields, text_index),
+            client.create_collection(name, schema=_schema(n_bits, meta, fields, text_index),
                                      index_params=index_params, timeout=timeout)
         except Exception as exc:
             raise StoreError(_failed(f"collection {name!r}: Milvus refused to create it", exc)) from exc
         self.load()
-        return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, vector_dim=vector_dim,
-                              label_names=True, keys=True, sign_bits=sign_bits, columns=fields,
-                              text_index=text_index)
+        return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, label_names=True,
+                              keys=True, columns=fields, text_index=text_index)
 
     def upsert(self, rows: Columns, new: bool = False) -> int:
         """Upsert validated rows, by column (``code_rows``); returns how many were written.
@@ -772,18 +747,6 @@ class CodeCollection:
         """The stored packed codes of rows ``ids``, in that order: uint8 (len(ids), n_bits // 8)."""
         return bytes_to_codes([bytes(c) for c in self._field_of(ids, CODE_FIELD)], n_bits)
 
-    def fetch_signs(self, ids: Sequence[int], sign_bits: int) -> np.ndarray:
-        """The stored sign codes of rows ``ids`` (ingest --store-signs), in that order:
-        uint8 (len(ids), sign_bits // 8)."""
-        return bytes_to_codes([bytes(c) for c in self._field_of(ids, SIGN_FIELD)], sign_bits)
-
-    def fetch_vectors(self, ids: Sequence[int], dim: int) -> np.ndarray:
-        """The stored unit-norm sentence vectors of rows ``ids`` (ingest --store-vectors), in
-        that order: float32 (len(ids), dim)."""
-        out = np.empty((len(ids), dim), dtype=np.float32)
-        for i, v in enumerate(self._field_of(ids, VECTOR_FIELD)):
-            out[i] = np.frombuffer(v, dtype=np.float16) if isinstance(v, (bytes, bytearray)) else np.asarray(v)
-        return out
 
 
 def _unwrapped(value: Any) -> Any:
@@ -797,9 +760,6 @@ def _same_row(stored: dict[str, Any], rows: Columns, i: int) -> bool:
     counts as changed (it is upserted again)."""
     for name, values in rows.items():
         value, have = values[i], _unwrapped(stored.get(name))
-        if isinstance(value, np.ndarray):  # a float16 vector
-            value = value.tobytes()
-            have = bytes(have) if isinstance(have, (bytes, bytearray)) else np.asarray(have, np.float16).tobytes()
         if have != value:
             return False
     return True

@@ -15,8 +15,6 @@ from dhim_ray.corpus.columns import PREFIX
 from dhim_ray.errors import CodeFormatError, CollectionMismatchError, ConfigError
 
 CODE_FIELD = "code"
-VECTOR_FIELD = "vector"  # optional (ingest --store-vectors): the unit-norm sentence vector, float16
-SIGN_FIELD = "sign"  # optional (ingest --store-signs): the sign bits of the sentence vector, packed
 TEXT_SPARSE_FIELD = "text_sparse"  # optional (the text index): BM25 terms of ``text``, filled by Milvus
 TEXT_FUNCTION = "text_bm25"
 LABEL_NAME_FIELD = "label_name"
@@ -26,8 +24,7 @@ KEY_MAX = 256  # characters of a document's own id (longer ones are refused, not
 TEXT_PREVIEW = 1024
 OUTPUT_FIELDS = ["label", "text", "source", "row"]
 #: Every field name dhim-ray itself writes: a kept metadata column cannot take one.
-RESERVED_FIELDS = ("id", CODE_FIELD, "label", LABEL_NAME_FIELD, "text", "source", "row", KEY_FIELD, VECTOR_FIELD,
-                   SIGN_FIELD, TEXT_SPARSE_FIELD)
+RESERVED_FIELDS = ("id", CODE_FIELD, "label", LABEL_NAME_FIELD, "text", "source", "row", KEY_FIELD, TEXT_SPARSE_FIELD)
 
 
 def source_label(source_id: str, display: str) -> str:
@@ -59,28 +56,22 @@ def code_rows(batch: Mapping[str, Any], n_bits: int, source: str, name_field: bo
               key_field: bool = True) -> Columns:
     """The validated columns an upsert takes, from a columnar batch: ``id``, ``code`` (packed,
     uint8 (n, n_bits / 8)), ``text`` and ``row``, and where present ``label``, ``label_name``,
-    ``key`` (each document's own id, at most KEY_MAX characters), ``vector`` (sentence vectors,
-    stored unit-norm as float16), ``sign`` (packed sign bits of the sentence vector) and
-    ``col:NAME`` (kept metadata, of the kind its field has). The one row builder of the ingest's
+    ``key`` (each document's own id, at most KEY_MAX characters) and ``col:NAME`` (kept metadata, of the kind its field has). The one row builder of the ingest's
     writes; every code is checked for dtype and length first: Milvus stores wrong-length codes
     silently and shifts the rest of the batch. ``name_field`` / ``key_field``: the collection has
     the label_name / key field (CollectionInfo.label_names / keys; False for one made before it)."""
 
-    def column(name: str, dtype=None) -> np.ndarray | None:
-        col = batch.get(name)
-        if col is None or len(col) == 0:
-            return None
-        if isinstance(col, np.ndarray) and col.dtype == object:  # a tensor column as Arrow gives it: one array a row
-            return np.stack(col).astype(dtype or np.uint8)
-        return np.asarray(col, dtype=dtype)
-
-    codes = column(CODE_FIELD)
-    codes = check_codes(np.zeros((0, n_bits // 8), np.uint8) if codes is None else codes, n_bits)
+    codes = batch.get(CODE_FIELD)
+    if codes is None or len(codes) == 0:
+        codes = np.zeros((0, n_bits // 8), np.uint8)
+    elif isinstance(codes, np.ndarray) and codes.dtype == object:  # a tensor column as Arrow gives it: one array a row
+        codes = np.stack(codes).astype(np.uint8)
+    codes = check_codes(np.asarray(codes), n_bits)
     n = len(codes)
     kept = {name: [v.item() if hasattr(v, "item") else v for v in values]
             for name, values in kept_columns(batch).items()}
     given = {name: batch.get(name, () if name in ("id", "text", "row") else None)  # the others are optional
-             for name in ("id", "text", "row", "label", LABEL_NAME_FIELD, KEY_FIELD, VECTOR_FIELD, SIGN_FIELD)}
+             for name in ("id", "text", "row", "label", LABEL_NAME_FIELD, KEY_FIELD)}
     for name, col in (*given.items(), *kept.items()):
         if col is not None and len(col) != n:
             raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
@@ -88,13 +79,6 @@ def code_rows(batch: Mapping[str, Any], n_bits: int, source: str, name_field: bo
                     "label": [-1] * n if given["label"] is None else [int(v) for v in given["label"]],
                     "text": [_preview(str(t)) for t in given["text"]], "source": [source[:256]] * n,
                     "row": [int(r) for r in given["row"]]}
-    if (vectors := column(VECTOR_FIELD, np.float32)) is not None:
-        if vectors.ndim != 2 or not np.isfinite(vectors).all():
-            raise CodeFormatError(f"vectors of shape {vectors.shape}: expected ({n}, width), finite, one per code")
-        out[VECTOR_FIELD] = list((vectors / np.linalg.norm(vectors, axis=1, keepdims=True).clip(1e-12))
-                                 .astype(np.float16))
-    if (signs := column(SIGN_FIELD, np.uint8)) is not None:
-        out[SIGN_FIELD] = [s.tobytes() for s in check_codes(signs)]
     if name_field:
         names = given[LABEL_NAME_FIELD]
         out[LABEL_NAME_FIELD] = [""] * n if names is None else [_cut(str(v), LABEL_NAME_MAX) for v in names]

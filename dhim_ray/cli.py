@@ -71,12 +71,10 @@ FLAGS = {
     "max_failures": "--max-failures", "use_gpu": "--use-gpu", "token_env": "--token-env",
     **{name: f"--{name}" for name in ("encoder", "lr", "patience", "k", "baseline", "index", "nlist", "nprobe", "collection", "uri",
                                       "resume", "out", "workers", "limit", "address", "set", "split", "select",
-                                      "rerank", "method", "temperature", "lam", "epochs")},
-    "max_steps": "--max-steps", "save_every": "--save-every",
+                                      "rerank", "epochs")},
     "replicas": "--replicas", "cache_dir": "--cache-dir", "seed": "--seed", "port": "--port", "api_token_env": "--api-token-env", "max_batch_size": "--max-batch-size",
     "host": "--host", "window_words": "--window-words", "n_windows": "--windows",
-    "filter": "--filter", "max_distance": "--max-distance", "store_vectors": "--store-vectors",
-    "store_signs": "--store-signs", "keep_columns": "--keep-columns", "alias": "--alias", "mode": "--mode",
+    "filter": "--filter", "max_distance": "--max-distance", "keep_columns": "--keep-columns", "alias": "--alias", "mode": "--mode",
     "fusion": "--fusion", "like": "--like", "feature_memory": "--feature-memory", "device": "--device", "bits": "--bits", "database": "--database",
     "queries": "--queries", "task": "--task",
 }
@@ -181,7 +179,7 @@ def _global(
 FIRST_STEPS = {
     "train": "loading the corpus and the encoder", "eval": "loading the model and the corpora",
     "ingest": "checking the model and the corpus, then starting Ray", "search": "loading the model, opening the collection",
-    "serve": "starting Ray and the service", "refine": "loading the corpus and the encoder",
+    "serve": "starting Ray and the service",
     "demo": "training on the packaged BBC corpus, then evaluating, ingesting and searching",
     "export": "loading the model and writing the graph",
 }
@@ -231,9 +229,7 @@ Uri = Annotated[str, typer.Option(rich_help_panel="Milvus", help="Milvus: a .db 
 TokenEnv = Annotated[str, typer.Option(rich_help_panel="Milvus", help="Env variable holding the server token or user:password.")]
 Rerank = Annotated[int, typer.Option(rich_help_panel="Search",
     help="Re-rank k x M Hamming candidates (1 = off). The score column: the agreement of each candidate's "
-         "bits with the query's pre-threshold scores (higher is nearer; nothing extra stored), or, where the "
-         "collection keeps sign codes (--store-signs), minus the code's and the sign code's Hamming distances, each "
-         "over its width; with vectors (--store-vectors), their cosine.")]
+         "bits with the query's pre-threshold scores (higher is nearer; nothing extra stored).")]
 Mode = Annotated[str | None, typer.Option(rich_help_panel="Search", help=(
     "codes (Hamming distance), text (Milvus' BM25 over the stored text) or hybrid (both fused: finds the document "
     "a phrase came from, keeps the topic order) [default: hybrid where the collection has a text index]."))]
@@ -337,8 +333,8 @@ def train(
         rich_help_panel="Training", help="Stop after this many epochs without a better selection score (see --select).")] = 6,
     select: Annotated[str, typer.Option(
         rich_help_panel="Training", help="What picks the epoch on the val slice: labels (tie-aware P@100), neighbours (label-free: how much of each "
-             "val document's cosine top-100 under the frozen encoder its codes recover), objective (label-free: the "
-             "training loss on the val slice), or auto: labels when the corpus has them, else neighbours.")] = "auto",
+             "val document's cosine top-100 under the frozen encoder its codes recover), or auto: labels when the "
+             "corpus has them, else neighbours.")] = "auto",
     formulation: Annotated[str, typer.Option(rich_help_panel="Model", help="shipped, or paper (the reference code and its quirks).")] = "shipped",
     seed: Annotated[int, typer.Option(rich_help_panel="Training", help="Random seed.")] = 0,
     set_: Annotated[list[str] | None, typer.Option("--set", rich_help_panel="Model", help="Any config field, SECTION.FIELD=VALUE (repeatable), e.g. model.alpha=0.5 or train.lr=1e-3: docs/configuration.md lists them all.")] = None,
@@ -393,44 +389,6 @@ def train(
         result["target_transform"] = f"{choice['chosen']} (auto)"
         result["target_scores"] = ", ".join(f"{t} {v:.4f}" for t, v in choice["scores"].items())
     print_result(result, as_json, title=f"trained {out_dir}")
-
-
-@app.command()
-@handle_errors
-def refine(
-    corpus: Annotated[str, typer.Argument(help="Corpus whose training texts refine the encoder (no labels used).")],
-    out_dir: Annotated[Path, typer.Option("--out", "-o", parser=folder, rich_help_panel="Output", help="Folder for the refined encoder (a Hugging Face "
-                                                               "folder; then --encoder OUT).")],
-    method: Annotated[str, typer.Option(rich_help_panel="Model", help="Refinement: sg-opt (self-guided contrastive fine-tuning).")] = "sg-opt",
-    encoder: Encoder = "all-MiniLM-L6-v2",
-    max_words: Annotated[int, typer.Option(rich_help_panel="Model", help="Words kept per document.")] = 50,
-    epochs: Annotated[int, typer.Option(rich_help_panel="Training", help="Passes over the corpus (paper: 1).")] = 1,
-    batch_size: Annotated[int, typer.Option(rich_help_panel="Training", help="Documents per step (paper: 16).")] = 16,
-    lr: Annotated[float, typer.Option(rich_help_panel="Training", help="AdamW learning rate.")] = 1e-5,
-    temperature: Annotated[float, typer.Option(rich_help_panel="Training", help="Contrastive temperature tau (paper: 0.01).")] = 0.01,
-    lam: Annotated[float, typer.Option(rich_help_panel="Training", help="Weight of ||theta - theta_start||^2 (paper: 0.1).")] = 0.1,
-    max_steps: Annotated[int, typer.Option(rich_help_panel="Training", help="Stop after N steps (0 = every batch of every epoch).")] = 0,
-    save_every: Annotated[int, typer.Option(rich_help_panel="Training", help="Steps between resumable states.")] = 200,
-    seed: Annotated[int, typer.Option(rich_help_panel="Training", help="Random seed.")] = 0,
-    cleaning: Annotated[str, typer.Option(rich_help_panel="Data", help="Text cleaning: unicode or ascii.")] = "unicode",
-    text_column: TextColumn = None,
-    drop_empty: DropEmpty = False,
-    limit: Limit = None,
-    device: Device = "auto",
-    resume: Annotated[bool, typer.Option(rich_help_panel="Training", help="Continue an interrupted refine into the same --out.")] = False,
-    as_json: AsJson = False,
-):
-    """Refine a BERT-family encoder on a corpus without labels (SG-OPT); use it with --encoder OUT."""
-    from dhim_ray.encoding.refine import RefineConfig
-    from dhim_ray.training.pipeline import pick_device, refine_corpus
-
-    cfg = RefineConfig(method=method, encoder=encoder, epochs=epochs, batch_size=batch_size, lr=lr,
-                       temperature=temperature, lam=lam, max_words=max_words, max_steps=max_steps,
-                       save_every=save_every, seed=seed, cleaning=cleaning)
-    spec = corpus_spec(corpus, text_column, None, drop_empty, limit)
-    summary = refine_corpus(spec, cfg, out_dir, device=pick_device(device), resume=resume, progress=not as_json)
-    result = {"out": str(out_dir), **{k: v for k, v in summary.items() if k != "config"}}
-    print_result(result, as_json, title=f"refined encoder {out_dir}")
 
 
 @app.command("eval")
@@ -586,12 +544,6 @@ def ingest(
     overwrite: Annotated[bool, typer.Option(rich_help_panel="Milvus", help="Drop an existing collection with another width or model.")] = False,
     address: Annotated[str | None, typer.Option(rich_help_panel="Cluster", help="Ray cluster address ('auto', ray://host:10001).")] = None,
     use_gpu: Annotated[bool, typer.Option(rich_help_panel="Cluster", help="One GPU per encoding actor (--workers actors, as many GPUs).")] = False,
-    store_vectors: Annotated[bool, typer.Option(
-        rich_help_panel="Milvus", help="Also keep each document's sentence vector (float16, 2 x encoder width bytes) so search --rerank "
-             "re-scores candidates by cosine.")] = False,
-    store_signs: Annotated[bool, typer.Option(
-        rich_help_panel="Milvus", help="Also keep the sign bits of each document's sentence vector (1 bit per encoder dimension: 48 B with "
-             "MiniLM) so search --rerank orders candidates by both codes: finds specific documents, keeps topics.")] = False,
     text_column: TextColumn = None,
     label_column: LabelColumn = None,
     id_column: Annotated[str | None, typer.Option(
@@ -640,9 +592,8 @@ def ingest(
     target = MilvusTarget(uri, collection, token_env=token_env)
     index_spec = IndexSpec(index, nlist=nlist, nprobe=min(16, nlist)) if index else default_index(uri, nlist)
     request = IngestRequest(spec, model_dir, target, workers=workers, batch_size=batch_size, overwrite=overwrite,
-                            index=index_spec, address=address, use_gpu=use_gpu, store_vectors=store_vectors,
-                            id_column=id_column, store_signs=store_signs, keep_columns=column_names(keep_columns),
-                            alias=alias, text_index=text_index)
+                            index=index_spec, address=address, use_gpu=use_gpu, id_column=id_column,
+                            keep_columns=column_names(keep_columns), alias=alias, text_index=text_index)
     result = run_ingest(request, progress=not as_json)
     print_result(result.as_dict(), as_json, title=f"ingested into {collection}")
 

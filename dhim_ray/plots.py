@@ -18,8 +18,7 @@ CURVE_KS = (1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 150, 200, 300, 500, 700,
 
 #: A run's selection criterion -> (its per-epoch figure, what to call it).
 SCORES = {"labels": ("val_precision", "val precision@k (tie-aware)"),
-          "neighbours": ("val_neighbour_recall", "val cosine-neighbour recall"),
-          "objective": ("val_objective", "val loss (label-free)")}
+          "neighbours": ("val_neighbour_recall", "val cosine-neighbour recall")}
 
 
 def plotting_available() -> bool:

@@ -38,16 +38,7 @@ from dhim_ray.hasher import Hasher
 from dhim_ray.retrieval import known_item
 from dhim_ray.retrieval.fusion import Fusion, check_mode, fuse
 from dhim_ray.retrieval.metrics import PrecisionResult, cosine_topk, tie_aware_hits
-from dhim_ray.retrieval.rerank import (
-    BY_BITS,
-    BY_BOTH_CODES,
-    BY_COSINE,
-    check_rerank,
-    rerank,
-    rerank_by_both_codes,
-    rescore_cosine,
-    sign_codes,
-)
+from dhim_ray.retrieval.rerank import check_rerank, rerank
 
 logger = logging.getLogger(__name__)
 
@@ -195,13 +186,8 @@ class Searcher:
         return self.info.name if info is None else info.name
 
     @property
-    def rescores_by_cosine(self) -> bool:
-        """Whether re-ranking uses the stored float vectors (ingest --store-vectors)."""
-        return self.info.vector_dim > 0
-
-    @property
     def filter_fields(self) -> list[str]:
-        """The fields a filter may name: every stored field but the vectors."""
+        """The fields a filter may name: every stored field but the code."""
         return ["id", *self.info.output_fields]
 
     @property
@@ -230,9 +216,8 @@ class Searcher:
                max_distance: int | None = None, mode: str | None = None,
                fusion: Fusion | None = None) -> list[list[dict[str, Any]]]:
         """The k best rows per text. ``mode`` codes: by Hamming distance, or (``rerank`` m > 1)
-        the k x m nearest re-ranked: by cosine against the query's float vector where the
-        collection keeps float vectors, else by agreement with the query's pre-threshold scores
-        (each hit then carries its ``rerank_score``). ``mode`` text: by Milvus' BM25 over the
+        the k x m nearest re-ranked by agreement with the query's pre-threshold scores (each hit
+        then carries its ``rerank_score``). ``mode`` text: by Milvus' BM25 over the
         stored text (hits carry ``bm25``). ``mode`` hybrid: both lists fused (``fusion``, see
         dhim_ray.retrieval.fusion). Default: hybrid where the collection has a text index.
         Every hit carries its Hamming ``distance``.
@@ -245,7 +230,7 @@ class Searcher:
 
     def run(self, request: SearchRequest, encoded: tuple | None = None, fusion: Fusion | None = None) -> SearchResult:
         """``request`` against this collection: the one search path of the library, the CLI and
-        the HTTP service. ``encoded``: the texts' (codes, scores, vectors), already made (the
+        the HTTP service. ``encoded``: the texts' (codes, scores), already made (the
         service hashes concurrent requests together); else they are hashed here."""
         check_filter(request.filter, self.filter_fields)
         if request.max_distance is not None:
@@ -256,22 +241,21 @@ class Searcher:
             return SearchResult([f"like {x}" for x in request.like], hits, "codes")
         texts, mode = list(request.texts), self.resolve_mode(request.mode, request.max_distance)
         if encoded is not None:
-            codes, scores, vectors = encoded
+            codes, scores = encoded
         elif request.rerank == 1 or mode == "text":
-            codes, scores, vectors = self.hasher.encode(texts), None, None
+            codes, scores = self.hasher.encode(texts), None
         else:
-            codes, scores, vectors = self.hasher.encode(texts, scores=True, vectors=True)
-        hits = self.search_encoded(texts, codes, request.k, request.rerank, scores, vectors, request.filter,
+            codes, scores = self.hasher.encode(texts, scores=True)[:2]
+        hits = self.search_encoded(texts, codes, request.k, request.rerank, scores, request.filter,
                                    request.max_distance, mode, fusion)
         return SearchResult(texts, hits, mode)
 
     def search_encoded(self, texts: list[str], codes: np.ndarray, k: int, rerank: int = 1,
-                       scores: np.ndarray | None = None, vectors: np.ndarray | None = None,
+                       scores: np.ndarray | None = None,
                        filter: str | None = None, max_distance: int | None = None, mode: str = "codes",
                        fusion: Fusion | None = None,
                        output_fields: tuple[str, ...] | None = None) -> list[list[dict[str, Any]]]:
-        """``search`` on texts already hashed (``codes``; ``scores`` and ``vectors`` where
-        ``rerank`` > 1): the one search path of the library, the CLI and the service."""
+        """``search`` on texts already hashed (``codes``; ``scores`` where ``rerank`` > 1): the one search path of the library, the CLI and the service."""
         mode = check_mode(mode)
         check_filter(filter, self.filter_fields)
         fusion = fusion or Fusion()
@@ -279,8 +263,8 @@ class Searcher:
             if check_rerank(rerank) == 1:
                 code_hits = self.search_codes(codes, k, output_fields, filter=filter, max_distance=max_distance)
             else:
-                code_hits = self.search_reranked(codes, scores, k, rerank, output_fields, vectors=vectors,
-                                                 filter=filter, max_distance=max_distance)
+                code_hits = self.search_reranked(codes, scores, k, rerank, output_fields, filter=filter,
+                                                 max_distance=max_distance)
             if mode == "codes":
                 return code_hits
         fields = self.info.output_fields if output_fields is None else list(output_fields)
@@ -354,33 +338,19 @@ class Searcher:
         return {"keys": [str(v) for v in values]}
 
     def search_reranked(self, codes: np.ndarray, scores: np.ndarray, k: int, m: int,
-                        output_fields: tuple[str, ...] | None = None,
-                        vectors: np.ndarray | None = None, filter: str | None = None,
+                        output_fields: tuple[str, ...] | None = None, filter: str | None = None,
                         max_distance: int | None = None) -> list[list[dict[str, Any]]]:
-        """Fetch min(k x m, 16384) Hamming candidates per query and keep the k best: by
-        cosine of the stored float vectors against ``vectors`` (the queries' sentence
-        vectors) where the collection keeps them, else by agreement of their codes with
-        the query's ``scores``. Equal scores keep Hamming order."""
+        """Fetch min(k x m, 16384) Hamming candidates per query and keep the k best by agreement
+        of their codes with the query's ``scores``. Equal scores keep Hamming order."""
         fetch = min(k * check_rerank(m), MAX_SEARCH_K)
-        by_cosine = self.rescores_by_cosine and vectors is not None
-        by_signs = self.info.sign_bits > 0 and vectors is not None
         out = []
         for i, hits in enumerate(self.search_codes(codes, fetch, output_fields, filter=filter,
                                                    max_distance=max_distance)):
             if not hits:
                 out.append([])
                 continue
-            ids = [h["id"] for h in hits]
-            if by_cosine:
-                cand = self.collection.fetch_vectors(ids, self.info.vector_dim)
-                order, score = rescore_cosine(vectors[i : i + 1], cand[None], k)
-            elif by_signs:
-                cand = self.collection.fetch_signs(ids, self.info.sign_bits)
-                order, score = rerank_by_both_codes(np.array([h["distance"] for h in hits]), self.hasher.n_bits,
-                                                    sign_codes(vectors[i : i + 1]), cand, k)
-            else:
-                cand = self.collection.fetch_codes(ids, self.hasher.n_bits)
-                order, score = rerank(scores[i : i + 1], cand[None], k)
+            cand = self.collection.fetch_codes([h["id"] for h in hits], self.hasher.n_bits)
+            order, score = rerank(scores[i : i + 1], cand[None], k)
             out.append([{**hits[j], "rerank_score": round(float(a), 4)} for j, a in zip(order[0], score[0])])
         return out
 
@@ -436,13 +406,13 @@ def evaluate_in_milvus(
             out = {"method": "dhim", "mode": mode, "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
                    "n_bits": searcher.hasher.n_bits, **label_free_in_milvus(searcher, q.texts, k, mode, rerank)}
             return {**out, "seconds": round(time.perf_counter() - t0, 2)}
-        codes, scores, vectors = searcher.hasher.encode(q.texts, scores=True, vectors=True)
+        codes, scores = searcher.hasher.encode(q.texts, scores=True)[:2]
         label_of = hit_labels(searcher.info.label_names, q.label_names, queries.display, target.collection)
         if mode == "codes":
-            result = evaluate_codes(MilvusCodes(searcher, label_of, n_db), codes, q_labels, k, rerank, scores, vectors)
+            result = evaluate_codes(MilvusCodes(searcher, label_of, n_db), codes, q_labels, k, rerank, scores)
         else:
             fusion = fusion or Fusion()
-            hits = searcher.search_encoded(q.texts, codes, k, rerank, scores, vectors, mode=mode, fusion=fusion,
+            hits = searcher.search_encoded(q.texts, codes, k, rerank, scores, mode=mode, fusion=fusion,
                                            output_fields=label_of.fields)
             found = sum(int((label_of(row) == label).sum()) for row, label in zip(hits, q_labels) if row)
             result = {"k": k, "precision_at_k": found / (len(hits) * k), "n_queries": len(hits), "n_database": n_db,
@@ -562,7 +532,6 @@ class MilvusCodes:
 
     def __init__(self, searcher: Searcher, label_of: HitLabels, n_database: int):
         self.searcher, self.label_of, self.n_database = searcher, label_of, n_database
-        self.rerank_by = BY_COSINE if searcher.rescores_by_cosine else BY_BOTH_CODES if searcher.info.sign_bits else BY_BITS
 
     def precision(self, codes: np.ndarray, labels: np.ndarray, k: int) -> PrecisionResult:
         """Both precisions from store results: the k nearest, then every code tied at the
@@ -592,9 +561,8 @@ class MilvusCodes:
         n = len(codes)
         return PrecisionResult(k, ordered / (n * k), expected / (n * k), n, n_db)
 
-    def reranked_labels(self, codes: np.ndarray, scores: np.ndarray | None, vectors: np.ndarray | None, k: int,
-                        m: int) -> np.ndarray:
-        hits = self.searcher.search_reranked(codes, scores, k, m, output_fields=self.label_of.fields, vectors=vectors)
+    def reranked_labels(self, codes: np.ndarray, scores: np.ndarray | None, k: int, m: int) -> np.ndarray:
+        hits = self.searcher.search_reranked(codes, scores, k, m, output_fields=self.label_of.fields)
         return np.array([self.label_of(row) for row in hits])
 
 

@@ -78,17 +78,13 @@ class TokenIds:
 
 
 class CodeEncoder:
-    """Ray Data callable class: loads the checkpoint once per actor, emits packed codes
-    (and, with ``vectors``, each document's mean-pooled sentence vector, float16)."""
+    """Ray Data callable class: loads the checkpoint once per actor, emits packed codes."""
 
-    def __init__(self, model_dir: str, threads: int = 1, device: str = "cpu", vectors: bool = False,
-                 batch_size: int = 64, signs: bool = False):
+    def __init__(self, model_dir: str, threads: int = 1, device: str = "cpu", batch_size: int = 64):
         import torch
 
         torch.set_num_threads(max(1, threads))
         self.hasher = Hasher.load(model_dir, device=device)
-        self.vectors = vectors
-        self.signs = signs
         self.batch_size = batch_size
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -98,22 +94,11 @@ class CodeEncoder:
         else:
             texts = [str(t) for t in batch["text"]]
         codes = np.empty((len(texts), self.hasher.n_bytes), dtype=np.uint8)  # uint8 (n, n_bytes)
-        width = self.hasher.encoder.hidden_size
-        vectors = np.empty((len(texts), width), dtype=np.float16) if self.vectors else None
-        signs = np.empty((len(texts), width // 8), dtype=np.uint8) if self.signs else None
         # A Ray batch holds SORTED_BATCHES encoder batches: sorted by length, each as wide as its longest.
         for rows, feats in self.hasher.encoder.iter_batches(texts, self.batch_size, on_device=True,
                                                                  tokenised=tokenised):
             codes[rows] = self.hasher.hash_features(feats)
-            if vectors is not None:
-                vectors[rows] = feats.mean
-            if signs is not None:  # the sign of each dimension: sentence-transformers' "ubinary"
-                signs[rows] = np.packbits(np.asarray(feats.mean) > 0, axis=1)
         batch["code"] = codes
-        if vectors is not None:
-            batch["vector"] = vectors
-        if signs is not None:
-            batch["sign"] = signs
         return batch
 
 
@@ -144,13 +129,12 @@ class IngestResult:
     alias: str = ""  # the alias now pointing at the collection (ingest --alias)
     alias_was: str = ""  # the collection the alias pointed at before ("" for a new alias)
     text_index: bool = False  # the collection keeps Milvus' BM25 over its text (hybrid search)
-    keeps: str = "codes"  # what each row keeps beside its text: codes, sign codes or vectors, a text index, columns
+    keeps: str = "codes"  # what each row keeps beside its text: codes, a text index, columns
 
     @classmethod
     def of(cls, sink: CodeSink, info, n_documents: int, seconds: float, verified: dict[str, Any]) -> IngestResult:
         """The result of an ingest through ``sink`` into a collection keeping ``info``'s fields."""
-        keeps = ["codes"] + ["float vectors"] * bool(info.vector_dim) + ["sign codes"] * bool(info.sign_bits) \
-            + ["text index (BM25)"] * info.text_index + list(info.columns)
+        keeps = ["codes"] + ["text index (BM25)"] * info.text_index + list(info.columns)
         return cls(sink.target.collection, sink.target.uri, sink.source, n_documents, sink.rows_written,
                    rows_unchanged=sink.rows_unchanged, seconds=seconds, writers=sink.writers,
                    max_parallel_writes=sink.max_parallel_writes, text_index=info.text_index, keeps=", ".join(keeps),
@@ -187,10 +171,6 @@ class IngestRequest:
             encoder call. write_batch: rows per upsert from the driver (milvus-lite).
         overwrite: drop an existing collection of another width or model. index: its index
             (default: BIN_FLAT on milvus-lite, BIN_IVF_FLAT on a server). address: a Ray cluster.
-        store_vectors: also keep each document's sentence vector (the encoder's mean-pooled
-            vector, unit-norm float16: 2 x width bytes a document) for float re-scoring.
-        store_signs: also keep the sign bits of each document's sentence vector (one bit per
-            encoder dimension: 48 bytes with MiniLM) to re-rank Hamming candidates by both codes.
         id_column: the source's column of the documents' own ids, kept in each row's
             ``key`` field and returned with every hit (every row must have one).
         keep_columns: metadata columns of the source kept as fields of their own (bool, int,
@@ -218,9 +198,7 @@ class IngestRequest:
     address: str | None = None
     write_batch: int = 500
     use_gpu: bool = False
-    store_vectors: bool = False
     id_column: str | None = None
-    store_signs: bool = False
     keep_columns: tuple[str, ...] = ()
     alias: str | None = None
     tokenise_apart: bool | None = None
@@ -231,8 +209,6 @@ class IngestRequest:
             raise ConfigError(f"workers={self.workers}: must be >= 1, e.g. workers=2")
         if self.batch_size < 1 or self.write_batch < 1:
             raise ConfigError(f"batch_size={min(self.batch_size, self.write_batch)}: must be >= 1, e.g. batch_size=64")
-        if self.store_vectors and self.store_signs:
-            raise ConfigError("store_vectors and store_signs: a collection keeps one of them to re-rank by; pick one")
         object.__setattr__(self, "corpus", self.corpus.with_split(self.corpus.split or "train"))
         object.__setattr__(self, "keep_columns", tuple(self.keep_columns))
         check_alias_support(self.target.uri, self.alias)
@@ -292,8 +268,7 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
                           corpus.drop_empty, plan.label_names,
                           tuple((name, info.columns[name][0]) for name in plan.kept_columns))
         ds = encoded(read_documents(plan, features.cleaning, prepare), spec.model_dir, features, r.workers,
-                     r.batch_size, r.use_gpu, r.store_vectors, r.store_signs,
-                     r.use_gpu if r.tokenise_apart is None else r.tokenise_apart)
+                     r.batch_size, r.use_gpu, r.use_gpu if r.tokenise_apart is None else r.tokenise_apart)
         _write(sink, ds, r, n_documents, progress)
         seconds = time.perf_counter() - t0
         dropped = scanned.blank_rows[scanned.blank_rows < n_rows]  # empty texts left out (their ids may hold rows)
@@ -316,11 +291,7 @@ def _checked_model(r: IngestRequest) -> tuple[Hasher, CollectionSpec]:
 
         check_gpus(r.workers, True, available=torch.cuda.device_count())
     model = Hasher.check(r.model_dir)
-    width = model.config.model.hidden_size
-    if r.store_signs and width % 8:
-        raise ConfigError(f"store_signs: the encoder's width {width} is not a multiple of 8")
     return model, CollectionSpec(model.n_bits, model.model_id, str(Path(r.model_dir).resolve()), r.index, r.overwrite,
-                                 width if r.store_vectors else 0, width if r.store_signs else 0,
                                  keys=r.id_column is not None)
 
 
@@ -342,10 +313,10 @@ def _write(sink: CodeSink, ds, r: IngestRequest, n_documents: int, progress: boo
 
 
 def encoded(ds, model_dir: str, features: FeatureConfig, workers: int, batch_size: int, use_gpu: bool,
-            vectors: bool, signs: bool, tokenise_apart: bool):
-    """The documents' dataset through the encoding actors (one model each): packed codes, and
-    sentence vectors or sign codes where the collection keeps them. ``tokenise_apart``: CPU
-    actors clean and tokenise ahead of them (a GPU actor then only encodes)."""
+            tokenise_apart: bool):
+    """The documents' dataset through the encoding actors (one model each): packed codes.
+    ``tokenise_apart``: CPU actors clean and tokenise ahead of them (a GPU actor then only
+    encodes)."""
     import ray
 
     actor_cpus, threads = actor_resources(workers)
@@ -357,7 +328,7 @@ def encoded(ds, model_dir: str, features: FeatureConfig, workers: int, batch_siz
     return ds.map_batches(
         CodeEncoder,
         fn_constructor_kwargs={"model_dir": model_dir, "threads": threads, "device": "cuda" if use_gpu else "cpu",
-                               "vectors": vectors, "batch_size": batch_size, "signs": signs},
+                               "batch_size": batch_size},
         batch_size=batch_size * SORTED_BATCHES,
         # One block at a time per actor: otherwise the first actor up takes several blocks
         # while the others are still loading the model.

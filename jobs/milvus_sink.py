@@ -71,8 +71,6 @@ class CollectionSpec:
     model_dir: str = ""
     index: IndexSpec = field(default_factory=IndexSpec)
     overwrite: bool = False
-    vector_dim: int = 0
-    sign_bits: int = 0
     keys: bool = False  # rows keep their documents' own ids
 
 
@@ -113,9 +111,9 @@ class CodeSink(Datasink[WriteStats]):
         if new_file:  # a new milvus-lite file keeps one; it is created by ``start``
             return True if text_index is None else text_index
         collection = self._open()
-        existing = collection.check(spec.n_bits, spec.model, spec.overwrite, spec.vector_dim, keys=spec.keys,
-                                    sign_bits=spec.sign_bits, columns={name: (None, 0) for name in columns},
-                                    text_index=text_index)
+        existing = collection.check(spec.n_bits, spec.model, spec.overwrite, keys=spec.keys,
+                                    columns={name: (None, 0) for name in columns},
+                                    text_index=text_index, writing=True)
         if existing is not None and not spec.overwrite:
             return existing.text_index
         why_not = text_index_support(collection.client, self.target.uri, collection.timeout)
@@ -133,8 +131,7 @@ class CodeSink(Datasink[WriteStats]):
         """Create the collection (or check the existing one against the scan's ``columns``),
         refuse ``first_ids`` where they hold another source's rows, and mark it ``writing``."""
         collection = self._open()
-        info = collection.ensure(spec.n_bits, spec.model, spec.index, spec.overwrite, spec.vector_dim, keys=spec.keys,
-                                 sign_bits=spec.sign_bits, columns=columns, model_dir=spec.model_dir,
+        info = collection.ensure(spec.n_bits, spec.model, spec.index, spec.overwrite, keys=spec.keys, columns=columns, model_dir=spec.model_dir,
                                  text_index=text_index)
         collection.refuse_foreign_rows(first_ids, self.source)  # ids carry a hash of the source
         if not spec.keys:

@@ -295,7 +295,7 @@ class QueryService:
                     logger.debug("closing a failed Milvus connection", exc_info=True)
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
-    async def _encode_batch(self, requests: list[tuple[Hasher, list[str]]]) -> list[tuple[Any, Any, Any]]:
+    async def _encode_batch(self, requests: list[tuple[Hasher, list[str]]]) -> list[tuple[Any, Any]]:
         """Every waiting request's texts through one encoder pass per model (one, unless an alias
         moved while they waited); each request gets its own rows back."""
         out: list[Any] = [None] * len(requests)
@@ -306,11 +306,11 @@ class QueryService:
             hasher = requests[members[0]][0]
             flat = [t for i in members for t in requests[i][1]]
             self.passes, self.requests = self.passes + 1, self.requests + len(members)
-            codes, scores, vectors = await asyncio.to_thread(hasher.encode, flat, scores=True, vectors=True)
+            codes, scores, _ = await asyncio.to_thread(hasher.encode, flat, scores=True)
             start = 0
             for i in members:
                 stop = start + len(requests[i][1])
-                out[i] = (codes[start:stop], scores[start:stop], vectors[start:stop])
+                out[i] = (codes[start:stop], scores[start:stop])
                 start = stop
         return out
 
@@ -356,7 +356,7 @@ class QueryService:
         if not self._authorised(request):
             return _error(401, "authorization: missing or wrong bearer token", "authorization")
         try:
-            codes, _, _ = await self._encode(body.texts)
+            codes, _ = await self._encode(body.texts)
         except DataError as exc:
             return _error(422, f"texts: {exc}", "texts")
         return {"n_bits": self.hasher.n_bits, "model": self.hasher.model_id, "codes": [c.tobytes().hex() for c in codes]}

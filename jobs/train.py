@@ -8,7 +8,7 @@
    training loop (``dhim_ray.training.loop.fit``) with a ``ProcessGroup`` collective:
    ``train.batch_size`` stays the global batch (each of N workers takes batch/N documents
    and all-gathers the codes); each rank hashes its share of the selection sample,
-   scores its share of the val split and of the held-out objective, one all-reduce
+   scores its share of the val split, one all-reduce
    sums the shares, and rank 0 decides early stopping for all.
 3. After every epoch rank 0 reports a resumable checkpoint; a worker failure restarts
    the group from it (``FailureConfig(max_failures)``), ``--resume RUN_DIR`` continues
@@ -43,7 +43,6 @@ from dhim_ray.model.checkpoint import (
     load_checkpoint,
     save_training_state,
 )
-from dhim_ray.training import target_choice
 from dhim_ray.training.loop import FitResult, LoopState, best_score, epoch_message, fit
 from dhim_ray.training.pipeline import DEFAULT_FEATURE_MEMORY_GB, Prepared, load_train_val, pick_device, train
 from dhim_ray.training.schedule import TrainCallback
@@ -301,16 +300,8 @@ class RayTrain:
     def storage(self, out: Path) -> Path:
         return Path(self.request.storage_path or out.parent / "ray_runs").resolve()
 
-    def resume_point(self, out: Path, auto: bool) -> Path:
-        if auto:
-            if Path(self.request.resume).resolve() != out:
-                raise ConfigError(f"resume={self.request.resume}: a model.target_transform=auto run resumes from its --out "
-                                  f"folder ({out}), which keeps the targets it finished")
-            return out
+    def resume_point(self, out: Path) -> Path:
         return Path(find_resume_checkpoint(self.request.resume))
-
-    def resume_hint(self, out: Path) -> str:
-        return f"--resume {out}"
 
     def prepare(self, corpus: CorpusSpec, config: DHIMConfig, out: Path) -> Prepared:
         t_start = time.perf_counter()
@@ -320,19 +311,17 @@ class RayTrain:
         config = config.for_encoder(encoder.hidden_size)
         init_ray(self.request.address)
         check_capacity(self.request.workers, self.request.use_gpu)
-        # Features are computed once into stores that every worker (and every candidate
-        # target) opens: a shared --cache-dir is reused by later runs, in-process ones too.
+        # Features are computed once into stores that every worker opens: a shared --cache-dir
+        # is reused by later runs, in-process ones too.
         if self.request.cache_dir is not None:
             stores = Path(self.request.cache_dir).resolve()
-        elif target_choice.is_auto(config):
-            stores = target_choice.candidates_folder(out) / "features"
         else:
-            stores = self.storage(out) / self._run_name(out, None) / "features"
+            stores = self.storage(out) / self._run_name(out) / "features"
         # Encoder actors write the stores and every worker reads them and writes checkpoints:
         # on a cluster a folder only this machine sees fails here, not at the first epoch.
         shared = {"--storage-path": (self.storage(out), True)}
-        if self.request.cache_dir is not None or target_choice.is_auto(config):
-            shared["--cache-dir" if self.request.cache_dir is not None else "--out"] = (stores, True)
+        if self.request.cache_dir is not None:
+            shared["--cache-dir"] = (stores, True)
         check_shared_paths(shared)
         t_ray = time.perf_counter()
         train_store, val_store = build_feature_stores(
@@ -348,9 +337,7 @@ class RayTrain:
         features["stores"], features["out"] = stores, out
         return Prepared(config, encoder.fingerprint, context, features)
 
-    def _run_name(self, out: Path, folder: Path | None) -> str:
-        if folder not in (None, out):  # a candidate target: a run of its own
-            return f"{out.name}-{folder.name}-{self.started}"
+    def _run_name(self, out: Path) -> str:
         if self.name:
             return self.name
         return Path(self.request.resume).resolve().name if self.request.resume else f"{out.name}-{self.started}"
@@ -364,7 +351,7 @@ class RayTrain:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         out = prepared.features["out"]
-        storage, name = self.storage(out), self._run_name(out, folder)
+        storage, name = self.storage(out), self._run_name(out)
         run_dir = storage / name
         run_dir.mkdir(parents=True, exist_ok=True)
         logger.info("Ray Train run folder: %s", run_dir)

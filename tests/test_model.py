@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from dhim_ray.config import ModelConfig, TrainConfig, as_published, config_for_bits
+from dhim_ray.config import DHIMConfig, ModelConfig, TrainConfig, as_published, config_for_bits
 from dhim_ray.encoding.encoder import Features
 from dhim_ray.errors import ConfigError
 from dhim_ray.model.dhim import DHIM, bernoulli_straight_through
@@ -131,47 +131,12 @@ def test_one_label_cannot_pick_the_epoch_so_auto_selects_by_neighbours():
         fit(feats.take(tr), feats.take(va), cfg.replace(train={"select": "labels"}), one, labels[va], progress=False)
 
 
-def test_held_out_objective_criterion_picks_the_lowest_val_loss():
-    from dhim_ray.training.loop import held_out_sums, neighbour_table
-
-    feats, labels = toy_features(n=160, seed=1)
-    cfg = config_for_bits(16, model={"hidden_size": 24, "n_filters": 16, "alpha": 0.3},
-                          train={"batch_size": 32, "lr": 3e-3, "max_epochs": 40, "patience": 2, "k": 10,
-                                 "select": "objective"})
-    tr, va = np.arange(120), np.arange(120, 160)
-    result = fit(feats.take(tr), feats.take(va), cfg, labels[tr], labels[va], progress=False)
-    loss = [h.val_objective for h in result.history]
-    assert result.selected_by == "val held-out objective (DHIM loss)"
-    assert result.best_epoch == int(np.argmin(loss)) and result.best_objective == min(loss)
-    assert len(result.history) == min(40, result.best_epoch + 1 + 2)  # stopped by patience (or the cap)
-    assert loss[result.best_epoch] < loss[0]  # training lowers the held-out loss too
-    # the returned model is the chosen epoch's: the same fixed batches and draws give its loss again,
-    # and computing it leaves the caller's torch RNG where it was
-    val = feats.take(va)
-    pairs = neighbour_table(val.mean[:], cfg.train.neighbours)
-    torch.manual_seed(5)
-    total, n = held_out_sums(result.model, val, cfg, torch.device("cpu"), pairs)
-    again = total / n
-    after = torch.rand(3)
-    torch.manual_seed(5)
-    assert torch.equal(after, torch.rand(3))
-    assert again == pytest.approx(result.best_objective)
-    # split across ranks (batch i is rank i % world's), the shares' sums are the whole objective
-    from dhim_ray.training.distributed import Collective
-    from dhim_ray.training.loop import held_out_sums
-
-    class Rank(Collective):
-        def __init__(self, rank, world):
-            self.rank, self.world_size = rank, world
-
-    shares = [held_out_sums(result.model, val, cfg, torch.device("cpu"), pairs, Rank(r, 3)) for r in range(3)]
-    assert all(n > 0 for _, n in shares)
-    assert sum(t for t, _ in shares) / sum(n for _, n in shares) == pytest.approx(again, rel=1e-6)
-    # the objective is recorded under every criterion and does not change what training does
-    labelled = fit(feats.take(tr), feats.take(va), cfg.replace(train={"select": "labels"}), labels[tr], labels[va],
-                   progress=False)
-    assert [h.loss for h in labelled.history[:3]] == [h.loss for h in result.history[:3]]
-    assert [h.val_objective for h in labelled.history[:3]] == loss[:3]
+def test_a_model_trained_with_the_retired_objective_criterion_loads_and_the_option_is_refused():
+    cfg = config_for_bits(16).to_dict()
+    cfg["train"]["select"] = "objective"  # it chose an epoch; the weights are a model like any other
+    assert DHIMConfig.from_dict(cfg).train.select == "auto"
+    with pytest.raises(ConfigError, match="select='objective': choose one of auto, labels, neighbours"):
+        config_for_bits(16, train={"select": "objective"})
 
 
 def test_as_published_formulation():
@@ -412,7 +377,7 @@ def test_interrupted_in_process_training_keeps_the_best_epoch_and_resumes(tmp_pa
 
 def test_best_score_is_none_until_the_criterion_has_picked_an_epoch():
     """The progress bar and the epoch log show "best -" during the label-free warm-up,
-    not -inf; then the best value as the criterion reads it (a loss for "objective")."""
+    not -inf; then the best value."""
     from dhim_ray.training.loop import LoopState, best_score
     from dhim_ray.training.schedule import EarlyStopping
 
@@ -420,8 +385,4 @@ def test_best_score_is_none_until_the_criterion_has_picked_an_epoch():
                       criterion="neighbours")
     assert not state.stopper.update(0.31, epoch=0) and best_score(state) is None
     assert state.stopper.update(0.35, epoch=2) and best_score(state) == pytest.approx(0.35)
-    loss = LoopState(None, None, None, EarlyStopping(patience=6), np.random.default_rng(0), criterion="objective")
-    assert best_score(loss) is None
-    loss.stopper.update(-2.5, epoch=0)
-    assert best_score(loss) == pytest.approx(2.5)
     assert best_score(LoopState(None, None, None, EarlyStopping(patience=6), np.random.default_rng(0))) is None

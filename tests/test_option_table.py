@@ -15,7 +15,6 @@ from dhim_ray.cli import app, main
 #: option value is refused before any is opened).
 PREFIX = {
     "train": ["corpus-dir"],
-    "refine": ["corpus-dir", "--out", "out-dir"],
     "eval": ["model-dir", "--queries", "c:val", "--database", "c:train"],
     "ingest": ["corpus-dir", "--model", "model-dir"],
     "search": ["query", "--model", "model-dir"],
@@ -55,7 +54,7 @@ CASES = cases()
 
 def test_the_table_covers_every_numeric_option_of_every_command():
     covered = {(c, f) for c, f, v in CASES if v == "abc"}
-    assert {c for c, _ in covered} >= {"train", "eval", "ingest", "search", "serve", "refine", "demo"}
+    assert {c for c, _ in covered} >= {"train", "eval", "ingest", "search", "serve", "demo"}
     assert ("train", "--epochs") in covered and ("serve", "--port") in covered and len(CASES) > 80
     assert {("train", "--out"), ("train", "--cache-dir"), ("search", "--model")} <= {(c, f) for c, f, v in CASES
                                                                                      if v == ""}

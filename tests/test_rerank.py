@@ -72,20 +72,3 @@ def test_scores_are_the_models_bernoulli_probabilities_and_sign_is_the_code(tiny
 def test_bad_rerank(bad):
     with pytest.raises(ConfigError, match="rerank="):
         check_rerank(bad)
-
-
-def test_rescore_cosine_orders_by_cosine_and_keeps_hamming_order_on_ties():
-    from dhim_ray.retrieval.rerank import rescore_cosine
-
-    rng = np.random.default_rng(3)
-    cand = rng.normal(size=(4, 30, 6)).astype(np.float32)
-    cand /= np.linalg.norm(cand, axis=2, keepdims=True)
-    cand[:, 7] = cand[:, 2]  # equal cosine: the earlier (nearer in Hamming) candidate first
-    q = rng.normal(size=(4, 6)).astype(np.float32) * 3
-    order, score = rescore_cosine(q, cand, 10)
-    for i in range(4):
-        cos = cand[i] @ (q[i] / np.linalg.norm(q[i]))
-        assert np.array_equal(order[i], np.argsort(-cos, kind="stable")[:10])
-        assert np.allclose(score[i], cos[order[i]], atol=1e-6)
-    ranks = {int(j): r for r, j in enumerate(np.argsort(-(cand[0] @ q[0]), kind="stable"))}
-    assert ranks[2] < ranks[7]

@@ -93,34 +93,41 @@ def test_more_like_a_stored_row_by_id_or_key_leaves_the_row_out(store):
         searcher.like(ids=[12345])
 
 
-def test_a_collection_with_sign_codes_reranks_by_both_codes(store, tmp_path):
-    """ingest --store-signs keeps each document's sign code; --rerank M then orders the k x M
-    Hamming candidates by d_code / bits + d_sign / sign bits, as this brute force does."""
-    from dhim_ray.connectors.milvus import MilvusTarget
+def test_a_collection_with_sign_codes_from_an_earlier_version_searches_and_refuses_an_ingest(store, tmp_path):
+    """Collections of an earlier version could keep sign codes (or float vectors) beside the
+    codes: they still search, --rerank ordering by the query's bit scores, and an ingest into
+    one is refused in one line (its rows would lack the field)."""
+    from pymilvus import DataType
+
+    from dhim_ray.connectors.milvus import FORMAT, MilvusTarget, _schema
     from dhim_ray.connectors.rows import code_rows, document_ids
     from dhim_ray.errors import CollectionMismatchError
-    from dhim_ray.retrieval.rerank import sign_codes
+    from dhim_ray.retrieval.rerank import agreement
     from dhim_ray.search import Searcher
 
     hasher, texts = store["hasher"], store["texts"]
-    codes, _, vectors = hasher.encode(texts, vectors=True)
-    signs = sign_codes(vectors)
+    codes, _, vectors = hasher.encode(texts, scores=True, vectors=True)
     rows = np.arange(len(texts))
     ids = document_ids("toy@2", rows)
     target = MilvusTarget(str(tmp_path / "s.db"), "toy16s")
     with target.open() as collection:
-        info = collection.ensure(16, hasher.model_id, sign_bits=8 * signs.shape[1])
-        assert info.sign_bits == 32
-        collection.upsert(code_rows({"id": ids, "code": codes, "text": texts, "row": rows, "sign": signs}, 16, "toy@2"))
-        with pytest.raises(CollectionMismatchError, match="keeps sign codes and this ingest has none"):
-            collection.check(16, hasher.model_id, sign_bits=0)
+        schema = _schema(16, {"format": FORMAT, "n_bits": 16, "model": hasher.model_id, "sign_bits": 32})
+        schema.add_field("sign", DataType.BINARY_VECTOR, dim=32)
+        index = collection.client.prepare_index_params()
+        index.add_index(field_name="code", index_type="BIN_FLAT", metric_type="HAMMING")
+        index.add_index(field_name="sign", index_type="BIN_FLAT", metric_type="HAMMING")
+        collection.client.create_collection("toy16s", schema=schema, index_params=index)
+        columns = code_rows({"id": ids, "code": codes, "text": texts, "row": rows}, 16, "toy@2")
+        columns["sign"] = [s.tobytes() for s in np.packbits(vectors > 0, axis=1)]
+        collection.upsert(columns)
+        with pytest.raises(CollectionMismatchError, match="keeps float vectors or sign codes beside its codes"):
+            collection.check(16, hasher.model_id, writing=True)
     query = ["football match goal"]
-    q_code, _, q_vec = hasher.encode(query, vectors=True)
-    d_code = np.bitwise_count(codes ^ q_code[0]).sum(1)
-    d_sign = np.bitwise_count(signs ^ sign_codes(q_vec)[0]).sum(1)
+    q_codes, q_scores, _ = hasher.encode(query, scores=True)
+    d_code = np.bitwise_count(codes ^ q_codes[0]).sum(1)
     candidates = sorted(range(len(texts)), key=lambda i: (d_code[i], ids[i]))[:5 * 4]
-    want = sorted(candidates, key=lambda i: (d_code[i] / 16 + d_sign[i] / 32, candidates.index(i)))[:5]
+    agree = agreement(q_scores, codes[candidates][None])[0]  # the re-rank's own score, over the candidates
+    want = [candidates[j] for j in np.argsort(-agree, kind="stable")[:5]]
     with Searcher(store["model"], target) as searcher:
-        assert searcher.rescores_by_cosine is False and searcher.info.sign_bits == 32
-        hits = searcher.search(query, k=5, rerank=4)[0]
+        hits = searcher.search(query, k=5, rerank=4, mode="codes")[0]
     assert [h["id"] for h in hits] == [int(ids[i]) for i in want]

@@ -1,1 +1,1 @@
-"""The frozen encoder, its on-disk features, and its refinements (whitening, SG-OPT)."""
+"""The frozen encoder, its on-disk features, and the whitening transform."""

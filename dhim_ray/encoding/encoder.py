@@ -82,7 +82,7 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".h5", ".msgpack")
 def weights_digest(folder: str | Path) -> str:
     """The first 16 hex digits of a sha256 over a local encoder folder's weight files.
 
-    Two folders of the same architecture (an encoder and its ``dhim-ray refine``d copy)
+    Two folders of the same architecture (an encoder and its fine-tuned copy)
     differ only in their weights, and a folder's path differs between machines, so a
     local encoder is known by this digest: the same weights anywhere give the same one.
     """
@@ -446,7 +446,7 @@ def check_positions(config: FeatureConfig, model_config) -> None:
 def fingerprint(config: FeatureConfig, model_config, digest: str) -> str:
     """Identifies an encoder and its tokenisation, for caches and checkpoints: the name, the
     architecture and the token settings, and for a local folder its ``weights_digest``
-    (which tells a refined encoder from the one it was refined from)."""
+    (which tells a fine-tuned encoder from the one it was tuned from)."""
     parts = [config.encoder, model_config.model_type, str(model_config.hidden_size),
              str(getattr(model_config, "num_hidden_layers", "")), str(getattr(model_config, "vocab_size", "")),
              str(config.n_tokens), str(config.max_words)]

@@ -77,8 +77,8 @@ def check_writable(path: str | Path) -> Path:
 
 def check_checkpoint_folder(path: str | Path) -> Path:
     """``check_writable``, and refuse a folder that holds something other than a dhim-ray
-    checkpoint under the names a checkpoint writes (a Hugging Face model, a refined
-    encoder): saving there would overwrite its config.json and weights."""
+    checkpoint under the names a checkpoint writes (a Hugging Face model, a
+    fine-tuned encoder): saving there would overwrite its config.json and weights."""
     path = check_writable(path)
     config = path / CONFIG_FILE
     if not config.exists():

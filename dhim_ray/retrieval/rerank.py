@@ -19,8 +19,6 @@ from dhim_ray.errors import ConfigError
 
 MAX_RERANK = 64
 BY_BITS = "agreement with the query's bit scores"
-BY_COSINE = "cosine of stored vectors"
-BY_BOTH_CODES = "Hamming distance of the code plus that of the stored sign code, each over its width"
 RERANK_CHUNK = 256  # queries scored at a time: (chunk, k * m, bits) float32 stays small
 
 
@@ -49,33 +47,6 @@ def rerank(scores: np.ndarray, candidate_codes: np.ndarray, k: int) -> tuple[np.
     agreement, best first; equal agreement keeps the Hamming order.
     Returns (positions into the candidate list (n, k), agreement (n, k))."""
     return _best(agreement(scores, candidate_codes), k)
-
-
-def rescore_cosine(query_vectors: np.ndarray, candidate_vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Order each query's candidates by cosine of their unit-norm vectors (n, c, d) with the
-    query's vector (n, d), best first; equal scores keep the Hamming order.
-    Returns (positions into the candidate list (n, k), cosine (n, k))."""
-    q = np.asarray(query_vectors, dtype=np.float32)
-    q = q / np.linalg.norm(q, axis=1, keepdims=True).clip(1e-12)
-    return _best(np.einsum("ncd,nd->nc", np.asarray(candidate_vectors, dtype=np.float32), q), k)
-
-
-def sign_codes(vectors: np.ndarray) -> np.ndarray:
-    """Sentence vectors (n, d) -> their sign bits, packed: uint8 (n, d // 8) (sentence-transformers'
-    "ubinary")."""
-    return np.packbits(np.asarray(vectors) > 0, axis=1)
-
-
-def rerank_by_both_codes(code_distances: np.ndarray, n_bits: int, query_signs: np.ndarray,
-                         candidate_signs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Order one query's candidates by d_code / n_bits + d_sign / sign_bits, best first: the
-    short code keeps the topic, the long sign code tells its documents apart. Equal scores
-    keep the Hamming order. Returns (positions into the candidate list (1, k), score (1, k),
-    higher is better: minus the summed distance)."""
-    sign_bits = 8 * candidate_signs.shape[1]
-    d_sign = np.bitwise_count(candidate_signs ^ query_signs.reshape(1, -1)).sum(1)
-    score = -(np.asarray(code_distances, dtype=np.float32) / n_bits + d_sign.astype(np.float32) / sign_bits)
-    return _best(score[None, :], k)
 
 
 def rerank_topk(database: np.ndarray, queries: np.ndarray, scores: np.ndarray, k: int,

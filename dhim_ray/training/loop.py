@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from dhim_ray.config import AUTO_TARGET, DHIMConfig, TrainConfig
+from dhim_ray.config import DHIMConfig, TrainConfig
 from dhim_ray.encoding.encoder import Features
 from dhim_ray.encoding.transforms import fitting_sample
 from dhim_ray.errors import ConfigError, DataError
@@ -86,8 +86,7 @@ def selection_criterion(select: str, has_val: bool, has_labels: bool, n_labels: 
     return select
 
 
-CRITERIA = {"labels": "val P@{k} (tie-aware)", "neighbours": "val cosine-neighbour recall@{k} (tie-aware)",
-            "objective": "val held-out objective (DHIM loss)"}
+CRITERIA = {"labels": "val P@{k} (tie-aware)", "neighbours": "val cosine-neighbour recall@{k} (tie-aware)"}
 
 
 @dataclass
@@ -95,16 +94,13 @@ class Selection:
     """What model selection searches each epoch: a fixed sample of the training
     documents (see selection_database), their labels when there are, and each val
     document's k nearest of them by cosine of the frozen encoder's sentence vectors
-    (the label-free criterion's reference; computed once). ``val_pairs``: each val
-    document's nearest other val documents, the neighbour positives of the held-out
-    objective (None when training uses none)."""
+    (the label-free criterion's reference; computed once)."""
 
     database: Features
     labels: np.ndarray | None
     neighbours: np.ndarray
     k: int
     config: DHIMConfig
-    val_pairs: np.ndarray | None = None
 
     @classmethod
     def build(cls, database: Features, labels: np.ndarray | None, val: Features, config: DHIMConfig,
@@ -113,18 +109,14 @@ class Selection:
         db = database.take(idx)
         k = min(config.train.k, len(db))
         neighbours = cosine_topk(db.mean, val.mean[np.arange(len(val))], k)
-        val_pairs = None
-        if config.train.neighbours and len(val) > 1:
-            val_pairs = neighbour_table(val.mean[:], config.train.neighbours)
-        return cls(db, None if labels is None else labels[idx], neighbours, k, config, val_pairs)
+        return cls(db, None if labels is None else labels[idx], neighbours, k, config)
 
     def score(self, model: DHIM, val: Features, val_labels: np.ndarray | None, device: torch.device,
-              collective: Collective) -> tuple[float | None, float, float]:
-        """(tie-aware P@k or None without labels, tie-aware neighbour recall@k, held-out
-        objective) of the model. The work is split across ranks: every rank hashes a share
-        of the database sample (all ranks get every code), then searches and scores only
-        its share of the val documents and its share of the objective's batches; one
-        all-reduce of the sums gives every rank the whole figures."""
+              collective: Collective) -> tuple[float | None, float]:
+        """(tie-aware P@k or None without labels, tie-aware neighbour recall@k) of the model.
+        The work is split across ranks: every rank hashes a share of the database sample (all
+        ranks get every code), then searches and scores only its share of the val documents;
+        one all-reduce of the sums gives every rank the whole figures."""
         db_codes = hash_shared(model, self.database, device, collective)
         a, b = collective.my_rows(len(val))
         labelled = self.labels is not None and val_labels is not None
@@ -135,45 +127,9 @@ class Selection:
                 p_sum = precision_at_k(db_codes, self.labels, val_codes, np.asarray(val_labels)[a:b],
                                        self.k).precision_at_k_tie_aware * (b - a)
             recall_sum = neighbour_recall_at_k(db_codes, val_codes, self.neighbours[a:b], self.k).recall_at_k * (b - a)
-        loss_sum, n_loss = held_out_sums(model, val, self.config, device, self.val_pairs, collective)
-        p_sum, recall_sum, loss_sum, n_loss = collective.sum([p_sum, recall_sum, loss_sum, n_loss])
+        p_sum, recall_sum = collective.sum([p_sum, recall_sum])
         n = max(len(val), 1)
-        return (p_sum / n if labelled else None), recall_sum / n, loss_sum / max(n_loss, 1)
-
-
-def held_out_sums(model: DHIM, feats: Features, config: DHIMConfig, device: torch.device,
-                  pairs: np.ndarray | None = None, collective: Collective | None = None) -> tuple[float, int]:
-    """(summed loss x batch size, documents) of this rank's share of the held-out batches:
-    batch i is rank i % world's. The training loss on held-out documents: the same batches,
-    crops and Bernoulli draws every call (each batch seeded by its index, the caller's RNG
-    streams untouched), so epochs compare, and the sums over ranks equal one process
-    computing every batch. ``pairs``: a neighbour table over ``feats`` (see neighbour_table)."""
-    total, n = 0.0, 0
-    for out, size in held_out_outputs(model, feats, config, device, pairs, collective):
-        total += out.loss.item() * size
-        n += size
-    return total, n
-
-
-@torch.no_grad()
-def held_out_outputs(model: DHIM, feats: Features, config: DHIMConfig, device: torch.device,
-                     pairs: np.ndarray | None = None, collective: Collective | None = None):
-    """Yield (the model's output, batch size) for this rank's share of the held-out
-    batches (see held_out_sums): the loss and its two terms, as training computes them."""
-    collective = collective or Collective()
-    model.eval()
-    plan = batch_plan(len(feats), config.train.batch_size, np.random.default_rng(config.train.seed + 2), pairs)
-    trim = trim_margin(config.model)
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        for i, (idx, batch_pairs) in enumerate(plan):
-            if i % collective.world_size != collective.rank:
-                continue
-            torch.manual_seed(config.train.seed + 2 + 7919 * i)
-            tokens, mask, target = to_tensors(feats, idx, config.model.regulariser, device, trim,
-                                              config.train.crop_tokens, np.random.default_rng([config.train.seed + 2, i]))
-            out = model(tokens, mask, target, config.train.beta,
-                        pairs=None if batch_pairs is None else torch.from_numpy(batch_pairs).to(device))
-            yield out, len(tokens)
+        return (p_sum / n if labelled else None), recall_sum / n
 
 
 def token_mean(feats: Features, rows: np.ndarray | None = None, chunk: int = 1024) -> np.ndarray:
@@ -357,7 +313,6 @@ class EpochRecord:
     seconds: float = 0.0
     val_precision: float | None = None  # tie-aware P@k of the selection search; None without labels
     val_neighbour_recall: float | None = None  # tie-aware recall of the val docs' cosine top-k (label-free)
-    val_objective: float | None = None  # the training loss on the val slice (label-free; lower is better)
     validate_seconds: float = 0.0  # of ``seconds``, the selection search (every rank hashes a share)
 
     def as_dict(self) -> dict[str, Any]:
@@ -421,9 +376,8 @@ class FitResult:
     best_epoch: int = -1
     best_precision: float | None = None  # tie-aware val P@k of the chosen epoch (None without labels)
     best_neighbour_recall: float | None = None  # tie-aware val cosine-neighbour recall@k of the chosen epoch
-    best_objective: float | None = None  # the val slice's training loss at the chosen epoch
     selected_by: str = "last epoch (no validation)"
-    criterion: str | None = None  # "labels", "neighbours" or "objective"; None: the last epoch was kept
+    criterion: str | None = None  # "labels" or "neighbours"; None: the last epoch was kept
     seconds: float = 0.0
 
     @classmethod
@@ -442,19 +396,7 @@ class FitResult:
         chosen = [h for h in history if h.epoch == result.best_epoch]
         if chosen:
             result.best_precision, result.best_neighbour_recall = chosen[0].val_precision, chosen[0].val_neighbour_recall
-            result.best_objective = chosen[0].val_objective
         return result
-
-    @classmethod
-    def from_summary(cls, model: DHIM, config: DHIMConfig, summary: dict[str, Any]) -> FitResult:
-        """The result a saved run summary (``summary()``) describes, with ``model``'s weights."""
-        return cls(model, config, [EpochRecord.from_dict(h) for h in summary.get("history", [])],
-                   best_epoch=summary.get("best_epoch", -1),
-                   best_precision=summary.get("best_val_precision_at_k_tie_aware"),
-                   best_neighbour_recall=summary.get("best_val_neighbour_recall_at_k"),
-                   best_objective=summary.get("best_val_objective"),
-                   selected_by=summary.get("selected_by", "last epoch (no validation)"),
-                   criterion=summary.get("criterion"), seconds=summary.get("train_seconds", 0.0))
 
     def summary(self, **context: Any) -> dict[str, Any]:
         """The run summary written into the checkpoint and printed by the CLI:
@@ -468,7 +410,6 @@ class FitResult:
             "criterion": self.criterion,
             "best_val_precision_at_k_tie_aware": self.best_precision,
             "best_val_neighbour_recall_at_k": self.best_neighbour_recall,
-            "best_val_objective": self.best_objective,
             "train_seconds": round(self.seconds, 2),
             "mean_epoch_seconds": round(float(np.mean(epoch_seconds)), 3) if epoch_seconds else None,
             "history": [h.as_dict() for h in self.history],
@@ -524,9 +465,6 @@ def fit(
     """
     device = torch.device(device)
     collective = collective or Collective()
-    if config.model.target_transform == AUTO_TARGET:
-        raise ConfigError("target_transform=auto is a choice between trainings: train through train_corpus or "
-                          "train_distributed (dhim_ray.training.target_choice), which fit each candidate target")
     if train.tokens.shape[-1] != config.model.hidden_size:
         raise ConfigError(
             f"features of width {train.tokens.shape[-1]} do not match hidden_size {config.model.hidden_size}"
@@ -587,11 +525,10 @@ def fit(
         record = EpochRecord(epoch, steps, *(sums[key] / steps for key in ("loss", "mi_local", "mi_regulariser")))
         if selection is not None:
             t_val = time.perf_counter()
-            record.val_precision, record.val_neighbour_recall, record.val_objective = selection.score(
-                model, val, val_labels, device, collective)
+            record.val_precision, record.val_neighbour_recall = selection.score(model, val, val_labels, device,
+                                                                                collective)
             record.validate_seconds = time.perf_counter() - t_val
-            score = {"labels": record.val_precision, "neighbours": record.val_neighbour_recall,
-                     "objective": -record.val_objective}[criterion]
+            score = record.val_precision if criterion == "labels" else record.val_neighbour_recall
             if state.stopper.update(score, epoch):
                 state.best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         record.seconds = time.perf_counter() - t0
@@ -618,16 +555,16 @@ def _fmt(x: float | None) -> str:
 def epoch_message(record: dict[str, Any], k: int, best: float | None) -> str:
     """One epoch's log line, the same in-process and on the Ray driver (``record``: EpochRecord.as_dict())."""
     return (f"epoch {record['epoch']}: loss {record['loss']:.4f}, val P@{k} {_fmt(record.get('val_precision'))}, "
-            f"neighbour recall@{k} {_fmt(record.get('val_neighbour_recall'))}, "
-            f"val loss {_fmt(record.get('val_objective'))}, best {_fmt(best)} ({record['seconds']:.1f} s)")
+            f"neighbour recall@{k} {_fmt(record.get('val_neighbour_recall'))}, best {_fmt(best)} "
+            f"({record['seconds']:.1f} s)")
 
 
 def best_score(state: LoopState) -> float | None:
-    """The criterion's best value so far, as the criterion reads (a loss for "objective");
-    None before there is one (no selection, or still in the criterion's warm-up)."""
+    """The criterion's best value so far; None before there is one (no selection, or still in
+    the criterion's warm-up)."""
     if not state.selecting or state.stopper.best_epoch < 0:
         return None
-    return -state.stopper.best if state.criterion == "objective" else state.stopper.best
+    return state.stopper.best
 
 
 def _log_epoch(record: EpochRecord, state: LoopState, k: int, bar) -> None:

@@ -1,7 +1,6 @@
-"""Training, orchestrated once: read the corpus, compute features, resume, the
-``model.target_transform=auto`` choice, the summary and the save (no Ray, no Milvus). Where
-the epochs run is a ``TrainBackend``: this process (``InProcess``) or Ray Train workers
-(dhim_ray.jobs.train.RayTrain). Also the encoder refinement's entry point."""
+"""Training, orchestrated once: read the corpus, compute features, resume, the summary and
+the save (no Ray, no Milvus). Where the epochs run is a ``TrainBackend``: this process
+(``InProcess``) or Ray Train workers (dhim_ray.jobs.train.RayTrain)."""
 
 from __future__ import annotations
 
@@ -14,24 +13,21 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from dhim_ray.config import AUTO_TARGET, DHIMConfig, FeatureConfig
+from dhim_ray.config import DHIMConfig, FeatureConfig
 from dhim_ray.corpus.data import Split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.encoding.encoder import Features, FrozenEncoder
-from dhim_ray.encoding.refine import RefineConfig, refine_encoder
-from dhim_ray.errors import CheckpointError, ConfigError, TrainingFailed, TrainingInterrupted
+from dhim_ray.errors import CheckpointError, ConfigError, TrainingInterrupted
 from dhim_ray.folders import removed_unless_kept
 from dhim_ray.model.checkpoint import (
     CONFIG_FILE,
     check_checkpoint_folder,
-    check_writable,
     clear_training_state,
     has_training_state,
     read_checkpoint,
     save_checkpoint,
     save_training_state,
 )
-from dhim_ray.training import target_choice
 from dhim_ray.training.loop import ONE_LABEL_HINT, FitResult, LoopState, carve_validation, fit, selection_criterion
 from dhim_ray.training.schedule import TrainCallback
 
@@ -187,13 +183,10 @@ def resume_config(out: Path, requested: DHIMConfig, corpus: str | None = None) -
     # the command's config as the run had it: the shipped identity bits fitted to the encoder's width
     asked = requested.for_encoder(info.config.model.hidden_size, warn=False).to_dict()
     stored = info.config.to_dict()
-    skip = set(RESUMABLE_CHANGES)
-    if requested.model.target_transform == AUTO_TARGET:  # each candidate run holds the target it trains
-        skip.add("model.target_transform")
     for section, fields in asked.items():
         for name, value in fields.items():
             key, before = f"{section}.{name}", stored.get(section, {}).get(name)
-            if key not in skip and _comparable(before) != _comparable(value):
+            if key not in RESUMABLE_CHANGES and _comparable(before) != _comparable(value):
                 raise CheckpointError(f"resume={out}: that run was started with {key}={before!r}, this command "
                                       f"asks for {value!r}; resume with the settings it was started with")
     return info.config.replace(train={"max_epochs": requested.train.max_epochs, "patience": requested.train.patience})
@@ -207,11 +200,10 @@ class TrainBackend(Protocol):
     """Where a run's epochs run: this process (``InProcess``) or Ray Train workers
     (dhim_ray.jobs.train.RayTrain). ``train`` does the rest once for both."""
 
-    def resume_point(self, out: Path, auto: bool) -> Path: ...  # the checkpoint --resume continues, or an error
+    def resume_point(self, out: Path) -> Path: ...  # the checkpoint --resume continues, or an error
     def prepare(self, corpus: CorpusSpec, config: DHIMConfig, out: Path) -> Prepared: ...  # corpus + features, once
     def fit(self, prepared: Prepared, config: DHIMConfig, folder: Path,  # one model: (fit, summary fields)
             resume_from: Path | None) -> tuple[FitResult, dict[str, Any]]: ...
-    def resume_hint(self, out: Path) -> str: ...  # the option that continues an interrupted run in out
     def finish(self, prepared: Prepared) -> None: ...  # remove what the run kept for itself
 
 
@@ -231,9 +223,7 @@ def train(corpus: CorpusSpec, config: DHIMConfig, out: str | Path, backend: Trai
     """Train DHIM on a corpus with ``backend`` and save the best checkpoint to ``out``.
 
     ``resume=True`` continues an interrupted run (the settings must be the run's but the
-    epoch budget and patience). ``config.model.target_transform == "auto"`` trains once
-    per candidate target on the same features and keeps the better one
-    (dhim_ray.training.target_choice). Returns (fit result, the summary written into the
+    epoch budget and patience). Returns (fit result, the summary written into the
     checkpoint).
     """
     out = Path(out)
@@ -243,21 +233,13 @@ def train(corpus: CorpusSpec, config: DHIMConfig, out: str | Path, backend: Trai
 
 def _worth_keeping(out: Path) -> bool:
     """A failed run's folder is kept when it holds something to resume or a finished model."""
-    return has_training_state(out) or any(out.rglob(CONFIG_FILE))
+    return has_training_state(out) or (out / CONFIG_FILE).is_file()
 
 
 def _train(corpus: CorpusSpec, config: DHIMConfig, out: Path, backend: TrainBackend,
            resume: bool) -> tuple[FitResult, dict[str, Any]]:
-    auto = target_choice.is_auto(config) or (resume and target_choice.unfinished(out))
-    point = backend.resume_point(out, auto) if resume else None
-    if auto:
-        target_choice.check_auto(config)
-        target_choice.check_resume(out, resume)
-        started = [f for f in sorted(target_choice.candidates_folder(out).glob("*")) if (f / CONFIG_FILE).is_file()]
-        if resume and started:  # the interrupted run's settings, as a plain resume takes them
-            config = resume_config(started[0], config, corpus.display).replace(
-                model={"target_transform": AUTO_TARGET})
-    elif resume:
+    if resume:
+        point = backend.resume_point(out)
         config = resume_config(point, config, corpus.display)
     elif has_training_state(out):
         raise CheckpointError(f"out={out} holds an unfinished run; continue it with --resume {out} or pick another "
@@ -267,32 +249,10 @@ def _train(corpus: CorpusSpec, config: DHIMConfig, out: Path, backend: TrainBack
         raise CheckpointError(f"out={out} holds a trained model (codes ingested with it would no longer match a new "
                               "one's); pick another --out, or remove that folder to train anew")
     prepared = backend.prepare(corpus, config, out)
-    results: dict[Path, FitResult] = {}
-
-    def train_one(run_config: DHIMConfig, folder: Path, resume_run: bool) -> dict[str, Any]:
-        start = (folder if auto else point) if resume_run else None
-        if auto and resume_run:  # a candidate continues with the settings it started with (a plain run's: above)
-            run_config = resume_config(folder, run_config)
-        try:
-            result, extra = backend.fit(prepared, run_config, folder, start)
-        except (TrainingInterrupted, TrainingFailed) as exc:
-            if not auto:
-                raise
-            raise type(exc)(f"{str(exc).split('; ')[0]} while training regulariser target {folder.name}; targets "
-                            f"finished in {target_choice.candidates_folder(out)} are kept; continue with the same "
-                            f"command and {backend.resume_hint(out)}") from exc
-        summary = result.summary(**prepared.context, **extra)
-        save_checkpoint(folder, result.model, run_config, prepared.fingerprint, summary)
-        clear_training_state(folder)
-        results[folder] = result
-        return summary
-
-    if auto:
-        model, chosen, summary = target_choice.train_each_target(prepared.config, out, train_one, resume)
-        result = FitResult.from_summary(model, chosen, summary)
-    else:
-        summary = train_one(prepared.config, out, resume)
-        result = results[out]
+    result, extra = backend.fit(prepared, prepared.config, out, point if resume else None)
+    summary = result.summary(**prepared.context, **extra)
+    save_checkpoint(out, result.model, prepared.config, prepared.fingerprint, summary)
+    clear_training_state(out)
     backend.finish(prepared)
     return result, summary
 
@@ -310,8 +270,8 @@ class InProcess:
     progress: bool = True
     callbacks: tuple[TrainCallback, ...] = ()
 
-    def resume_point(self, out: Path, auto: bool) -> Path:
-        if not auto and not has_training_state(out):
+    def resume_point(self, out: Path) -> Path:
+        if not has_training_state(out):
             raise CheckpointError(f"resume={out}: no unfinished run there (it finished, or never started)")
         return out
 
@@ -334,9 +294,6 @@ class InProcess:
                        device=self.device, callbacks=(saver, *self.callbacks), resume_from=resume_from), {}
         except KeyboardInterrupt:
             raise TrainingInterrupted(_interrupted_message(folder)) from None
-
-    def resume_hint(self, out: Path) -> str:
-        return f"--resume {out}"
 
     def finish(self, prepared: Prepared) -> None:
         scratch = prepared.features[1]
@@ -371,15 +328,3 @@ def _interrupted_message(out: Path) -> str:
     info = read_checkpoint(out)
     return (f"interrupted after epoch {info.summary.get('epochs_run', 0) - 1}; {out} holds the best epoch so far "
             f"({info.summary.get('best_epoch')}); continue with the same command and --resume {out}")
-
-
-def refine_corpus(corpus: CorpusSpec, config: RefineConfig, out: str | Path, device: str = "cpu",
-                  resume: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Refine an encoder (SG-OPT) on a corpus' training texts, no labels used, into a
-    Hugging Face folder at ``out`` that ``FeatureConfig(encoder=out)`` loads."""
-    out = Path(out)
-    if not resume:
-        check_writable(out.parent)
-    texts = corpus.with_split(None).load().split("train").texts
-    return refine_encoder(texts, out, config, device=device, resume=resume, progress=progress,
-                          context={"corpus": corpus.display, "method": config.method})
