@@ -17,6 +17,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "encode_speed": ("Hasher.encode against SentenceTransformer.encode on the CPU", "The hot path"),
     "onnx_speed": ("torch, ONNX Runtime and int8 against sentence-transformers' backends", "Backends on the CPU"),
     "ingest_speed": ("dhim-ray ingest end to end against Hasher.encode", "The hot path"),
+    "startup": ("a process's start-up with a model (Hasher.load, dhim-ray search) against loading the torch "
+                "encoder too", "The hot path"),
     "eval_methods": ("one evaluation of the model and three baselines against each evaluated alone", "The hot path"),
     "serve_load": ("the HTTP service under load against the in-process Searcher", "The query service"),
     "million": ("a million generated documents: exact search, eval, ingest memory, an interrupted ingest, "

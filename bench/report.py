@@ -143,6 +143,17 @@ def ingest_speed() -> list[str] | None:
     return out
 
 
+def startup() -> list[str] | None:
+    r = _json("startup")
+    if r is None:
+        return None
+    rows = [[what, f"{r[key]['shipped']:.2f}", f"{r[key]['eager']:.2f}", f"{r[key]['ratio']:.2f}x"]
+            for key, what in (("library", "`Hasher.load` and one `encode`, a fresh process"),
+                              ("search", "`dhim-ray search` on a milvus-lite collection, end to end"))]
+    return _table(["start-up", "s, the torch encoder when asked", "s, the torch encoder always (as before)",
+                   "speed-up"], rows) + ["", f"{r['device']}, Python {r['python']}, best of {r['repeats']}."]
+
+
 def eval_methods() -> list[str] | None:
     e = _json("eval_methods")
     if e is None:
@@ -684,7 +695,7 @@ TABLES: dict[str, Callable[[], list[str] | None]] = {
     "headline": headline, "known-item": known_item, "known-item-128": known_item_128,
     "item-level-training": item_level_training,
     "ray-poll": ray_poll,
-    "encode-speed": encode_speed, "onnx-speed": onnx_speed, "ingest-speed": ingest_speed, "eval-methods": eval_methods,
+    "startup": startup, "encode-speed": encode_speed, "onnx-speed": onnx_speed, "ingest-speed": ingest_speed, "eval-methods": eval_methods,
     "service": service,
     "quality": quality, "million-search": million_search, "million-ingest": million_ingest,
     "million-hybrid": million_hybrid, "store": store, "store-server": store_server, "million-write": million_write,

@@ -214,7 +214,8 @@ class CollectionInfo:
         return IndexSpec("BIN_IVF_FLAT", nlist=nlist, nprobe=min(nprobe or IndexSpec().nprobe, nlist))
 
 
-def _schema(n_bits: int, meta: dict[str, Any], columns: dict[str, tuple[str, int]] | None = None, text_index: bool = False):
+def _schema(n_bits: int, meta: dict[str, Any], columns: dict[str, tuple[str, int]] | None = None,
+            text_index: bool = False):
     from pymilvus import DataType, MilvusClient
 
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False, description=json.dumps(meta))

@@ -131,8 +131,8 @@ class CodeSink(Datasink[WriteStats]):
         """Create the collection (or check the existing one against the scan's ``columns``),
         refuse ``first_ids`` where they hold another source's rows, and mark it ``writing``."""
         collection = self._open()
-        info = collection.ensure(spec.n_bits, spec.model, spec.index, spec.overwrite, keys=spec.keys, columns=columns, model_dir=spec.model_dir,
-                                 text_index=text_index)
+        info = collection.ensure(spec.n_bits, spec.model, spec.index, spec.overwrite, keys=spec.keys, columns=columns,
+                                 model_dir=spec.model_dir, text_index=text_index)
         collection.refuse_foreign_rows(first_ids, self.source)  # ids carry a hash of the source
         if not spec.keys:
             collection.refuse_dropping_keys(info, self.source)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 from functools import lru_cache
 from urllib.parse import urlparse
 
@@ -33,7 +34,8 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 
 @contextlib.contextmanager
 def offline_unless_reachable():
-    """Within the block, datasets/transformers run offline if the hub is unreachable."""
+    """Within the block, datasets (where imported before it) and transformers run offline if
+    the hub is unreachable."""
     if hub_reachable():
         yield True
         return
@@ -41,13 +43,11 @@ def offline_unless_reachable():
 
     saved = [(hub_constants, "HF_HUB_OFFLINE", hub_constants.HF_HUB_OFFLINE)]
     hub_constants.HF_HUB_OFFLINE = True
-    try:
+    if "datasets" in sys.modules:  # its own copy of the flag; importing datasets for it costs seconds
         import datasets.config as ds_config
 
         saved.append((ds_config, "HF_HUB_OFFLINE", ds_config.HF_HUB_OFFLINE))
         ds_config.HF_HUB_OFFLINE = True
-    except ImportError:
-        pass
     try:
         yield False
     finally:

@@ -178,22 +178,44 @@ class FrozenEncoder:
         self.reach = reach
         self.precision = precision
         self.source = resolve_encoder(config.encoder)
-        if model is None or tokenizer is None:
-            model, tokenizer = _load(self.source, config.encoder)
-        self.model = model.to(self.device).eval()
-        for p in self.model.parameters():
-            p.requires_grad_(False)
-        self.tokenizer = tokenizer
-        self.hidden_size = int(self.model.config.hidden_size)
+        from transformers import AutoConfig, AutoTokenizer
+
+        self.tokenizer = tokenizer or _pretrained(AutoTokenizer, self.source, config.encoder)
+        self.model_config = model.config if model is not None else _pretrained(AutoConfig, self.source, config.encoder)
+        check_width(self.model_config, config.encoder)
+        self.hidden_size = int(self.model_config.hidden_size)
+        check_positions(config, self.model_config)
         # Hashed now, beside the load: a digest taken later (a fingerprint is first asked for after
         # the features, possibly hours on) would describe whatever the folder holds by then.
-        self._weights_digest = weights_digest(self.source) if os.path.isdir(config.encoder) else ""
-        check_positions(config, self.model.config)
+        files = weights_digest(self.source) if os.path.isdir(self.source) else ""
+        self._weights_digest = files if os.path.isdir(config.encoder) else ""
+        self._model = None if model is None else _frozen(model, self.device)
+        # A local encoder's ONNX graph is known by its weight files: where it is cached, the torch
+        # weights load only if something asks for them (a torch pass, an export): seconds at start-up
+        self._graph_key = files and model is None and onnx_runtime.graph_key(self.fingerprint, precision, weights=files)
+        if self._model is None and not (self.runs_onnx and self._graph_key
+                                        and onnx_runtime.cached_graph(self._graph_key) is not None):
+            self._torch()
+
+    @property
+    def model(self):
+        """The torch encoder, frozen. Handed out, its weights may change in memory: from then on
+        the ONNX graph is keyed by its tensors, not by the folder's files."""
+        self._graph_key = ""
+        return self._torch()
+
+    def _torch(self):
+        """The torch encoder, loaded on first use where a cached ONNX graph runs instead."""
+        if self._model is None:
+            from transformers import AutoModel
+
+            self._model = _frozen(_pretrained(AutoModel, self.source, self.config.encoder), self.device)
+        return self._model
 
     @property
     def fingerprint(self) -> str:
         """Identifies the encoder and tokenisation, for caches and checkpoints (see ``fingerprint``)."""
-        return fingerprint(self.config, self.model.config, self._weights_digest)
+        return fingerprint(self.config, self.model_config, self._weights_digest)
 
     @property
     def runs_onnx(self) -> bool:
@@ -202,8 +224,8 @@ class FrozenEncoder:
     def onnx_session(self) -> onnx_runtime.OnnxEncoder:
         """The ONNX Runtime session of this encoder, exported on first use (then cached)."""
         if self._onnx is None:
-            graph = onnx_runtime.encoder_graph(self.model, self.fingerprint, self.precision)
-            self._onnx = onnx_runtime.OnnxEncoder(graph)
+            key = self._graph_key or onnx_runtime.graph_key(self.fingerprint, self.precision, model=self._torch())
+            self._onnx = onnx_runtime.OnnxEncoder(onnx_runtime.encoder_graph(self._torch, key, self.precision))
         return self._onnx
 
     def prepare(self, texts: list[str]) -> list[str]:
@@ -345,7 +367,7 @@ class FrozenEncoder:
             hidden = torch.from_numpy(self.onnx_session()(input_ids.numpy(), attention_mask.numpy()))
         else:
             with self._autocast():
-                hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+                hidden = self._torch()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
             hidden = hidden.float()
         attn = attention_mask.bool()  # (B, W)
         special = torch.zeros_like(attn)
@@ -409,6 +431,8 @@ def _pretrained(loader, source: str, name: str):
     hf_logging.disable_progress_bar()
     online = True
     try:
+        if os.path.isdir(source):  # a local folder (the packaged encoder among them) never asks the hub
+            return loader.from_pretrained(source)
         with offline_unless_reachable() as online:
             return loader.from_pretrained(source)
     except Exception as exc:  # a truncated or foreign folder fails in many ways (safetensors, json, ...)
@@ -470,10 +494,8 @@ def encoder_identity(config: FeatureConfig) -> tuple[str, int]:
     return fingerprint(config, model_config, digest), int(model_config.hidden_size)
 
 
-def _load(source: str, name: str):
-    from transformers import AutoModel, AutoTokenizer
-
-    tokenizer = _pretrained(AutoTokenizer, source, name)
-    model = _pretrained(AutoModel, source, name)
-    check_width(model.config, name)
-    return model, tokenizer
+def _frozen(model, device: torch.device):
+    model = model.to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model

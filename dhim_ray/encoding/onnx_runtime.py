@@ -15,6 +15,7 @@ import logging
 import os
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -44,17 +45,27 @@ def cache_folder() -> Path:
     return Path(root) / "onnx"
 
 
-def graph_key(model: torch.nn.Module, fingerprint: str, precision: str) -> str:
-    """The cache key of a graph: the encoder's fingerprint and the bytes of its weights (a model
-    object changed in memory is another graph), the precision and the exporting versions."""
+def graph_key(fingerprint: str, precision: str, weights: str = "", model: torch.nn.Module | None = None) -> str:
+    """The cache key of a graph: the encoder's fingerprint, its weights (``weights``: the digest of
+    a local folder's weight files, else the bytes of ``model``'s tensors: a model object changed in
+    memory is another graph), the precision and the exporting versions."""
     import onnxruntime
 
     text = f"{fingerprint}|{precision}|torch={torch.__version__}|ort={onnxruntime.__version__}|opset={OPSET}"
     digest = hashlib.sha256(text.encode())
-    for name, tensor in model.state_dict().items():
-        digest.update(name.encode() + b"\0")
-        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    if weights:
+        digest.update(f"|files={weights}".encode())
+    else:
+        for name, tensor in model.state_dict().items():
+            digest.update(name.encode() + b"\0")
+            digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:20]
+
+
+def cached_graph(key: str, folder: Path | None = None) -> Path | None:
+    """The cached graph of ``key``, or None."""
+    path = (folder or cache_folder()) / f"encoder-{key}.onnx"
+    return path if path.is_file() else None
 
 
 class _LastHidden(torch.nn.Module):
@@ -132,17 +143,18 @@ def _quiet_logging():
         logging.disable(logging.NOTSET)
 
 
-def encoder_graph(model: torch.nn.Module, fingerprint: str, precision: str = "fp32",
+def encoder_graph(load_model: Callable[[], torch.nn.Module], key: str, precision: str = "fp32",
                   folder: Path | None = None) -> Path:
-    """The ONNX graph of ``model`` at ``precision`` ("fp32" or "int8"): read from the cache
-    when it is there, else exported (a few seconds, once per model and machine). A cache that
-    cannot be written gets a graph in a temporary folder instead."""
+    """The ONNX graph of the model ``load_model`` gives, at ``precision`` ("fp32" or "int8"), by
+    its ``graph_key``: read from the cache when it is there, else exported (a few seconds, once
+    per model and machine). A cache that cannot be written gets a graph in a temporary folder."""
     if precision not in ("fp32", "int8"):
         raise EncoderError(f"precision={precision!r}: the ONNX backend runs fp32 or int8")
     folder = folder or cache_folder()
-    path = folder / f"encoder-{graph_key(model, fingerprint, precision)}.onnx"
+    path = folder / f"encoder-{key}.onnx"
     if path.is_file():
         return path
+    model = load_model()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".export-", dir=folder))
