@@ -390,9 +390,9 @@ class CodeCollection:
         """The existing collection (None if there is none), refused with
         CollectionMismatchError when it cannot take these codes: another code width,
         metric or model, not made by dhim-ray, (``writing``) float vectors or sign codes kept
-        beside the codes (an earlier version's --store-vectors / --store-signs), (``text_index`` given) a text index kept or not against
-        this ingest's, or (``keys``) made before rows kept their own ids (unless
-        ``overwrite``). Creates nothing."""
+        beside the codes (an earlier version's --store-vectors / --store-signs), (``text_index``
+        given) a text index kept or not against this ingest's, or (``keys``) made before rows
+        kept their own ids (unless ``overwrite``). Creates nothing."""
         check_n_bits(n_bits)
         info = self.describe()
         if info is None or overwrite:

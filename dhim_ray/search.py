@@ -255,7 +255,8 @@ class Searcher:
                        filter: str | None = None, max_distance: int | None = None, mode: str = "codes",
                        fusion: Fusion | None = None,
                        output_fields: tuple[str, ...] | None = None) -> list[list[dict[str, Any]]]:
-        """``search`` on texts already hashed (``codes``; ``scores`` where ``rerank`` > 1): the one search path of the library, the CLI and the service."""
+        """``search`` on texts already hashed (``codes``; ``scores`` where ``rerank`` > 1): the one
+        search path of the library, the CLI and the service."""
         mode = check_mode(mode)
         check_filter(filter, self.filter_fields)
         fusion = fusion or Fusion()

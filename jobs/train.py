@@ -334,7 +334,7 @@ class RayTrain:
                    "feature_seconds": round(time.perf_counter() - t_ray, 2)}
         features = {"train_store": str(train_store), "val_store": str(val_store), "train_labels": train.labels,
                     "val_labels": val.labels}
-        features["stores"], features["out"] = stores, out
+        features["stores"] = stores
         return Prepared(config, encoder.fingerprint, context, features)
 
     def _run_name(self, out: Path) -> str:
@@ -342,15 +342,14 @@ class RayTrain:
             return self.name
         return Path(self.request.resume).resolve().name if self.request.resume else f"{out.name}-{self.started}"
 
-    def fit(self, prepared: Prepared, config: DHIMConfig, folder: Path,
-            resume_from: Path | None) -> tuple[FitResult, dict[str, Any]]:
+    def fit(self, prepared: Prepared, out: Path, resume_from: Path | None) -> tuple[FitResult, dict[str, Any]]:
         import ray
         from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
         from ray.train.torch import TorchTrainer
         from ray.util.queue import Queue
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        out = prepared.features["out"]
+        config = prepared.config
         storage, name = self.storage(out), self._run_name(out)
         run_dir = storage / name
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -363,7 +362,7 @@ class RayTrain:
         # On the driver's node: a worker node that dies must not take the epoch log with it.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         events = Queue(maxsize=10_000, actor_options={"num_cpus": 0, "scheduling_strategy": here})
-        features = {k: v for k, v in prepared.features.items() if k not in ("stores", "out")}
+        features = {k: v for k, v in prepared.features.items() if k != "stores"}
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config={"config": config.to_dict(), "fingerprint": prepared.fingerprint,

@@ -69,7 +69,7 @@ def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_pat
     cfg = hasher.config
     train, val, _ = load_train_val(corpus, cfg)
     val_f = hasher.encoder.features(val.texts)
-    selection = Selection.build(hasher.encoder.features(train.texts), train.labels, val_f, cfg, hasher.model)
+    selection = Selection.build(hasher.encoder.features(train.texts), train.labels, val_f, cfg)
     p, recall = selection.score(hasher.model, val_f, val.labels, hasher.encoder.device, Collective())
     assert p == pytest.approx(summary["best_val_precision_at_k_tie_aware"], abs=1e-9)
     assert recall == pytest.approx(summary["best_val_neighbour_recall_at_k"], abs=1e-9)

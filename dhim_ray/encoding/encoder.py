@@ -178,23 +178,21 @@ class FrozenEncoder:
         self.reach = reach
         self.precision = precision
         self.source = resolve_encoder(config.encoder)
-        from transformers import AutoConfig, AutoTokenizer
+        from transformers import AutoTokenizer
 
         self.tokenizer = tokenizer or _pretrained(AutoTokenizer, self.source, config.encoder)
-        self.model_config = model.config if model is not None else _pretrained(AutoConfig, self.source, config.encoder)
-        check_width(self.model_config, config.encoder)
+        self.model_config = _checked_config(config, self.source, model)
         self.hidden_size = int(self.model_config.hidden_size)
-        check_positions(config, self.model_config)
-        # Hashed now, beside the load: a digest taken later (a fingerprint is first asked for after
-        # the features, possibly hours on) would describe whatever the folder holds by then.
-        files = weights_digest(self.source) if os.path.isdir(self.source) else ""
-        self._weights_digest = files if os.path.isdir(config.encoder) else ""
-        self._model = None if model is None else _frozen(model, self.device)
         # A local encoder's ONNX graph is known by its weight files: where it is cached, the torch
         # weights load only if something asks for them (a torch pass, an export): seconds at start-up
-        self._graph_key = files and model is None and onnx_runtime.graph_key(self.fingerprint, precision, weights=files)
-        if self._model is None and not (self.runs_onnx and self._graph_key
-                                        and onnx_runtime.cached_graph(self._graph_key) is not None):
+        keyed_by_files = model is None and self.runs_onnx and os.path.isdir(self.source)
+        # Hashed now, beside the load: a digest taken later (a fingerprint is first asked for after
+        # the features, possibly hours on) would describe whatever the folder holds by then.
+        files = weights_digest(self.source) if os.path.isdir(config.encoder) or keyed_by_files else ""
+        self._weights_digest = files if os.path.isdir(config.encoder) else ""
+        self._model = None if model is None else _frozen(model, self.device)
+        self._graph_key = onnx_runtime.graph_key(self.fingerprint, precision, weights=files) if keyed_by_files else ""
+        if self._model is None and not (self._graph_key and onnx_runtime.cached_graph(self._graph_key)):
             self._torch()
 
     @property
@@ -484,14 +482,21 @@ def fingerprint(config: FeatureConfig, model_config, digest: str) -> str:
 def encoder_identity(config: FeatureConfig) -> tuple[str, int]:
     """(fingerprint, hidden size) of ``config``'s encoder, what ``FrozenEncoder(config)`` would
     report, from its config.json and (a local folder) its weights' digest: no weights loaded."""
-    from transformers import AutoConfig
-
     source = resolve_encoder(config.encoder)
-    model_config = _pretrained(AutoConfig, source, config.encoder)
-    check_width(model_config, config.encoder)
-    check_positions(config, model_config)
+    model_config = _checked_config(config, source)
     digest = weights_digest(source) if os.path.isdir(config.encoder) else ""
     return fingerprint(config, model_config, digest), int(model_config.hidden_size)
+
+
+def _checked_config(config: FeatureConfig, source: str, model=None):
+    """The encoder's config (``model``'s, else read from ``source``: no weights), refused where it
+    has no width or ``config`` needs more positions than it takes."""
+    from transformers import AutoConfig
+
+    model_config = model.config if model is not None else _pretrained(AutoConfig, source, config.encoder)
+    check_width(model_config, config.encoder)
+    check_positions(config, model_config)
+    return model_config
 
 
 def _frozen(model, device: torch.device):

@@ -62,9 +62,14 @@ def graph_key(fingerprint: str, precision: str, weights: str = "", model: torch.
     return digest.hexdigest()[:20]
 
 
+def graph_path(key: str, folder: Path | None = None) -> Path:
+    """Where the graph of ``key`` is cached."""
+    return (folder or cache_folder()) / f"encoder-{key}.onnx"
+
+
 def cached_graph(key: str, folder: Path | None = None) -> Path | None:
     """The cached graph of ``key``, or None."""
-    path = (folder or cache_folder()) / f"encoder-{key}.onnx"
+    path = graph_path(key, folder)
     return path if path.is_file() else None
 
 
@@ -151,7 +156,7 @@ def encoder_graph(load_model: Callable[[], torch.nn.Module], key: str, precision
     if precision not in ("fp32", "int8"):
         raise EncoderError(f"precision={precision!r}: the ONNX backend runs fp32 or int8")
     folder = folder or cache_folder()
-    path = folder / f"encoder-{key}.onnx"
+    path = graph_path(key, folder)
     if path.is_file():
         return path
     model = load_model()

@@ -100,16 +100,14 @@ class Selection:
     labels: np.ndarray | None
     neighbours: np.ndarray
     k: int
-    config: DHIMConfig
 
     @classmethod
-    def build(cls, database: Features, labels: np.ndarray | None, val: Features, config: DHIMConfig,
-              model: DHIM) -> Selection:
+    def build(cls, database: Features, labels: np.ndarray | None, val: Features, config: DHIMConfig) -> Selection:
         idx = selection_database(len(database), config.train)
         db = database.take(idx)
         k = min(config.train.k, len(db))
         neighbours = cosine_topk(db.mean, val.mean[np.arange(len(val))], k)
-        return cls(db, None if labels is None else labels[idx], neighbours, k, config)
+        return cls(db, None if labels is None else labels[idx], neighbours, k)
 
     def score(self, model: DHIM, val: Features, val_labels: np.ndarray | None, device: torch.device,
               collective: Collective) -> tuple[float | None, float]:
@@ -493,8 +491,7 @@ def fit(
     trained = wrap_model(model) if wrap_model is not None else model
     selection = None
     if criterion is not None:
-        selection = Selection.build(database, database_labels if val_labels is not None else None, val,
-                                    config, model)
+        selection = Selection.build(database, database_labels if val_labels is not None else None, val, config)
     table = None
     if config.train.neighbours:
         table = neighbour_table(train.mean[:], config.train.neighbours)

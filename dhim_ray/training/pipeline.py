@@ -202,7 +202,7 @@ class TrainBackend(Protocol):
 
     def resume_point(self, out: Path) -> Path: ...  # the checkpoint --resume continues, or an error
     def prepare(self, corpus: CorpusSpec, config: DHIMConfig, out: Path) -> Prepared: ...  # corpus + features, once
-    def fit(self, prepared: Prepared, config: DHIMConfig, folder: Path,  # one model: (fit, summary fields)
+    def fit(self, prepared: Prepared, out: Path,  # the epochs: (fit, summary fields)
             resume_from: Path | None) -> tuple[FitResult, dict[str, Any]]: ...
     def finish(self, prepared: Prepared) -> None: ...  # remove what the run kept for itself
 
@@ -238,8 +238,8 @@ def _worth_keeping(out: Path) -> bool:
 
 def _train(corpus: CorpusSpec, config: DHIMConfig, out: Path, backend: TrainBackend,
            resume: bool) -> tuple[FitResult, dict[str, Any]]:
-    if resume:
-        point = backend.resume_point(out)
+    point = backend.resume_point(out) if resume else None
+    if point is not None:
         config = resume_config(point, config, corpus.display)
     elif has_training_state(out):
         raise CheckpointError(f"out={out} holds an unfinished run; continue it with --resume {out} or pick another "
@@ -249,7 +249,7 @@ def _train(corpus: CorpusSpec, config: DHIMConfig, out: Path, backend: TrainBack
         raise CheckpointError(f"out={out} holds a trained model (codes ingested with it would no longer match a new "
                               "one's); pick another --out, or remove that folder to train anew")
     prepared = backend.prepare(corpus, config, out)
-    result, extra = backend.fit(prepared, prepared.config, out, point if resume else None)
+    result, extra = backend.fit(prepared, out, point)
     summary = result.summary(**prepared.context, **extra)
     save_checkpoint(out, result.model, prepared.config, prepared.fingerprint, summary)
     clear_training_state(out)
@@ -285,15 +285,15 @@ class InProcess:
                    "features": "on disk" if data.train.on_disk else "in memory"}
         return Prepared(data.config, data.encoder.fingerprint, context, (data, out / SCRATCH_FEATURES))
 
-    def fit(self, prepared: Prepared, config: DHIMConfig, folder: Path,
-            resume_from: Path | None) -> tuple[FitResult, dict[str, Any]]:
+    def fit(self, prepared: Prepared, out: Path, resume_from: Path | None) -> tuple[FitResult, dict[str, Any]]:
         data = prepared.features[0]
-        saver = CheckpointEachEpoch(folder, prepared.fingerprint, prepared.context)
+        saver = CheckpointEachEpoch(out, prepared.fingerprint, prepared.context)
         try:
-            return fit(data.train, data.val, config, data.train_labels, data.val_labels, progress=self.progress,
-                       device=self.device, callbacks=(saver, *self.callbacks), resume_from=resume_from), {}
+            return fit(data.train, data.val, prepared.config, data.train_labels, data.val_labels,
+                       progress=self.progress, device=self.device, callbacks=(saver, *self.callbacks),
+                       resume_from=resume_from), {}
         except KeyboardInterrupt:
-            raise TrainingInterrupted(_interrupted_message(folder)) from None
+            raise TrainingInterrupted(_interrupted_message(out)) from None
 
     def finish(self, prepared: Prepared) -> None:
         scratch = prepared.features[1]
