@@ -43,7 +43,7 @@ def test_server_suite_in_its_own_network_namespace(bbc16):
     run = subprocess.run(_namespace_command(), cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     out = run.stdout + run.stderr
     print(out[-6000:])
-    summary = out.strip().splitlines()[-1] if out.strip() else ""
+    summary = next((line for line in reversed(out.splitlines()) if re.search(r"\d+ (passed|failed)", line)), "")
     assert run.returncode == 0, out[-6000:]
     passed = int(re.search(r"(\d+) passed", summary).group(1))
     assert passed >= 6 and "skipped" not in summary and "failed" not in summary, summary

@@ -163,7 +163,7 @@ def lite_servers(db: str) -> list[int]:
     found = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "milvus" in cmd and os.path.basename(db) in cmd and p.info["pid"] != os.getpid():
+        if "milvus" in cmd and os.path.abspath(db) in cmd.split() and p.info["pid"] != os.getpid():
             found.append(p.info["pid"])
     return found
 
