@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from dhim_ray.connectors.milvus import quote
+from dhim_ray.connectors.milvus import create_loaded, quote
 
 LEDGER = "dhim_ray_ingests"
 WRITING, VERIFIED = "writing", "verified"
@@ -40,8 +40,7 @@ def mark(client: Any, collection: str, state: str, source: str, rows: int = 0, t
     if not client.has_collection(LEDGER, timeout=timeout):
         index = client.prepare_index_params()
         index.add_index(field_name="unused", index_type="BIN_FLAT", metric_type="HAMMING")
-        client.create_collection(LEDGER, schema=_schema(), index_params=index, timeout=timeout)
-        client.load_collection(LEDGER, timeout=timeout)
+        create_loaded(client, LEDGER, _schema(), index, timeout)
     at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     client.upsert(LEDGER, [{"collection": collection, "state": state, "source": source[:_SOURCE_BYTES // 4],
                             "at": at, "rows": int(rows), "unused": b"\0"}], timeout=timeout)
