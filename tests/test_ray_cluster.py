@@ -115,7 +115,7 @@ def test_a_worker_node_killed_at_an_epoch_boundary_training_resumes_to_the_same_
 
     import numpy as np
 
-    epochs = 24  # reported 0.25 s apart at least: after the second, the kill has seconds to land before the end
+    epochs = 12  # reported 0.25 s apart at least: after the second, the kill has seconds to land before the end
 
     def train(name: str):
         return cluster.submit(["dhim-ray", "train", str(toy_folder), "--encoder", tiny_bert, "--max-words", "12",
