@@ -57,9 +57,10 @@ def code_rows(batch: Mapping[str, Any], n_bits: int, source: str, name_field: bo
     """The validated columns an upsert takes, from a columnar batch: ``id``, ``code`` (packed,
     uint8 (n, n_bits / 8)), ``text`` and ``row``, and where present ``label``, ``label_name``,
     ``key`` (each document's own id, at most KEY_MAX characters) and ``col:NAME`` (kept
-    metadata, of the kind its field has). The one row builder of the ingest's writes; every code is checked for dtype and length first: Milvus stores wrong-length codes
-    silently and shifts the rest of the batch. ``name_field`` / ``key_field``: the collection has
-    the label_name / key field (CollectionInfo.label_names / keys; False for one made before it)."""
+    metadata, of the kind its field has). The one row builder of the ingest's writes; every
+    code is checked for dtype and length first: Milvus stores wrong-length codes silently and
+    shifts the rest of the batch. ``name_field`` / ``key_field``: the collection has the
+    label_name / key field (CollectionInfo.label_names / keys; False for one made before it)."""
 
     codes = batch.get(CODE_FIELD)
     if codes is None or len(codes) == 0:
