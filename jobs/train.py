@@ -43,9 +43,8 @@ from dhim_ray.model.checkpoint import (
     load_checkpoint,
     save_training_state,
 )
-from dhim_ray.training.loop import FitResult, LoopState, best_score, epoch_message, fit
+from dhim_ray.training.loop import FitResult, LoopState, TrainCallback, best_score, epoch_message, fit
 from dhim_ray.training.pipeline import DEFAULT_FEATURE_MEMORY_GB, Prepared, load_train_val, pick_device, train
-from dhim_ray.training.schedule import TrainCallback
 
 from .ray_env import (
     actor_resources,

@@ -334,8 +334,8 @@ def test_interrupted_in_process_training_keeps_the_best_epoch_and_resumes(tmp_pa
     from dhim_ray.errors import CheckpointError, TrainingInterrupted
     from dhim_ray.hasher import Hasher
     from dhim_ray.model.checkpoint import has_training_state, read_checkpoint
+    from dhim_ray.training.loop import TrainCallback
     from dhim_ray.training.pipeline import train_corpus
-    from dhim_ray.training.schedule import TrainCallback
 
     seen = []
 

@@ -11,7 +11,7 @@ import pytest
 
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CheckpointError, ClusterError, ConfigError
-from dhim_ray.training.schedule import TrainCallback
+from dhim_ray.training.loop import TrainCallback
 
 pytestmark = pytest.mark.slow  # real Ray, real Milvus, the packaged encoder: minutes
 

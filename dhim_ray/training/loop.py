@@ -30,7 +30,7 @@ from dhim_ray.model.dhim import DHIM
 from dhim_ray.model.inference import hash_features, to_tensors, trim_margin
 from dhim_ray.retrieval.metrics import cosine_topk, neighbour_recall_at_k, precision_at_k
 from dhim_ray.training.distributed import Collective
-from dhim_ray.training.schedule import EarlyStopping, TrainCallback, selection_warmup
+from dhim_ray.training.schedule import EarlyStopping, selection_warmup
 
 logger = logging.getLogger(__name__)
 
@@ -364,6 +364,17 @@ class LoopState:
     @property
     def finished(self) -> bool:
         return self.epoch + 1 >= self.config.train.max_epochs or (self.selecting and self.stopper.should_stop)
+
+
+class TrainCallback:
+    """Hooks the loop calls on every rank: subclass and override what you need
+    (checkpointing, progress reporting, tests' failure injection)."""
+
+    def on_epoch_start(self, epoch: int, state: LoopState) -> None:
+        """Before epoch ``epoch`` trains."""
+
+    def on_epoch_end(self, state: LoopState) -> None:
+        """After an epoch: ``state.history[-1]`` is its record."""
 
 
 @dataclass

@@ -28,8 +28,15 @@ from dhim_ray.model.checkpoint import (
     save_checkpoint,
     save_training_state,
 )
-from dhim_ray.training.loop import ONE_LABEL_HINT, FitResult, LoopState, carve_validation, fit, selection_criterion
-from dhim_ray.training.schedule import TrainCallback
+from dhim_ray.training.loop import (
+    ONE_LABEL_HINT,
+    FitResult,
+    LoopState,
+    TrainCallback,
+    carve_validation,
+    fit,
+    selection_criterion,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -1,16 +1,11 @@
-"""The training schedule's rules, free of torch: early stopping, the label-free criterion's
-warm-up, and the hooks the loop calls every epoch (what a bench replays from recorded
-histories, without training)."""
+"""The training schedule's rules, free of torch: early stopping and the label-free
+criterion's warm-up (what a bench replays from recorded histories, without training)."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from dhim_ray.config import TrainConfig
-
-if TYPE_CHECKING:
-    from dhim_ray.training.loop import LoopState
 
 
 def selection_warmup(criterion: str | None, config: TrainConfig) -> int:
@@ -51,14 +46,3 @@ class EarlyStopping:
 
     def load(self, state: dict) -> None:
         self.best, self.best_epoch, self.bad_epochs = state["best"], state["best_epoch"], state["bad_epochs"]
-
-
-class TrainCallback:
-    """Hooks the loop calls on every rank: subclass and override what you need
-    (checkpointing, progress reporting, tests' failure injection)."""
-
-    def on_epoch_start(self, epoch: int, state: LoopState) -> None:
-        """Before epoch ``epoch`` trains."""
-
-    def on_epoch_end(self, state: LoopState) -> None:
-        """After an epoch: ``state.history[-1]`` is its record."""
