@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from bench.harness import DATA
+from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
 
 
@@ -89,7 +90,7 @@ def encode(args) -> dict:
     out = {"model": str(args.model), "n_bits": base.n_bits, "max_words": features.max_words,
            "n_tokens": features.n_tokens, "rounds": args.rounds, "corpora": {}}
     for name, limit in (("dbpedia", args.docs), ("20ng", args.docs // 2)):
-        texts = CorpusSpec(str(Path(args.data) / name), "train", limit=limit).load_split().texts
+        texts = load_split(CorpusSpec(str(Path(args.data) / name), "train", limit=limit)).texts
         prepared = base.encoder.prepare(texts)
         t0 = time.perf_counter()
         base.encoder.token_ids(texts)
@@ -191,7 +192,7 @@ def _repeated_corpus(data: Path, n_docs: int, out: Path) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    split = CorpusSpec(str(data / "dbpedia"), "train").load_split()
+    split = load_split(CorpusSpec(str(data / "dbpedia"), "train"))
     (out / "train").mkdir(parents=True, exist_ok=True)
     for part, start in enumerate(range(0, n_docs, 100_000)):
         rows = [i % len(split.texts) for i in range(start, min(n_docs, start + 100_000))]
@@ -241,7 +242,7 @@ def ingest(args) -> dict:
     with tempfile.TemporaryDirectory(dir=args.scratch) as tmp, \
             (tests_server(Path(tmp) / "milvus") if args.server else contextlib.nullcontext()) as server:
         corpus = _repeated_corpus(Path(args.data), args.ingest_docs, Path(tmp) / "corpus")
-        texts = CorpusSpec(str(Path(args.data) / "dbpedia"), "train").load_split().texts
+        texts = load_split(CorpusSpec(str(Path(args.data) / "dbpedia"), "train")).texts
         for batch in args.batch_sizes:
             actor = CodeEncoder(str(args.model), device=device, batch_size=batch)
             step = batch * SORTED_BATCHES

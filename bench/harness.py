@@ -26,10 +26,11 @@ def corpus_path(name: str) -> Path:
 
 def read_texts(path: Path, limit: int | None = None) -> list[str]:
     """The texts of one split file (a corpus folder's train.csv or val.csv), first ``limit`` rows."""
+    from dhim_ray.corpus.data import load_split
     from dhim_ray.corpus.spec import CorpusSpec
 
     corpus_path(path.parent.name)
-    return CorpusSpec(str(path.parent), split=path.stem, limit=limit).load_split().texts
+    return load_split(CorpusSpec(str(path.parent), split=path.stem, limit=limit)).texts
 
 
 def device_name(device: str) -> str:

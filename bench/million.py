@@ -67,6 +67,7 @@ def make_corpus(n_docs: int, seed: int = 0) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from dhim_ray.corpus.data import load_split
     from dhim_ray.corpus.spec import CorpusSpec
 
     out = corpus_dir(n_docs)
@@ -85,7 +86,7 @@ def make_corpus(n_docs: int, seed: int = 0) -> Path:
         raise SystemExit(f"{DATA} is missing: the generated corpus is built from the dev corpora there")
     words, labels = [], []
     for name in ("dbpedia", "agnews", "20ng", "r8"):
-        split = CorpusSpec(str(DATA / name), "train").load_split()
+        split = load_split(CorpusSpec(str(DATA / name), "train"))
         words += [t.split()[:120] for t in split.texts]
         labels += [f"{name}:{v}" for v in split.labels]
     rng = np.random.default_rng(seed)

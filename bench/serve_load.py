@@ -25,6 +25,7 @@ import numpy as np
 
 from bench.harness import HERE, device_name, write_result
 from dhim_ray.connectors.milvus import MilvusTarget
+from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
 
 
@@ -139,7 +140,7 @@ def main() -> None:
     from dhim_ray.jobs.ray_env import init_ray
 
     model, target = demo_collection(Path(args.demo_dir))
-    queries = CorpusSpec("bbc", "val").load_split().texts[:200]
+    queries = load_split(CorpusSpec("bbc", "val")).texts[:200]
     queries = [" ".join(q.split()[:12]) for q in queries]  # query-length texts: a headline's first words
     result = {"device": device_name("cpu"), "collection": asdict(target) | {"token_env": None},
               "in_process": in_process(model, target, queries)}

@@ -38,6 +38,7 @@ _LAZY = {
     "config_for_bits": "dhim_ray.config",
     "FrozenEncoder": "dhim_ray.encoding.encoder",
     "load_corpus": "dhim_ray.corpus.data",
+    "load_split": "dhim_ray.corpus.data",
     "load_checkpoint": "dhim_ray.model.checkpoint",
     "save_checkpoint": "dhim_ray.model.checkpoint",
     "fit": "dhim_ray.training.loop",

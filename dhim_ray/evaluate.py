@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from dhim_ray.config import DEFAULT_ENCODER, FeatureConfig
-from dhim_ray.corpus.data import Split, align_labels
+from dhim_ray.corpus.data import Split, align_labels, load_corpus, load_split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.encoding.encoder import FrozenEncoder
 from dhim_ray.encoding.transforms import fit_transform, transform
@@ -95,10 +95,10 @@ def eval_splits(database: CorpusSpec, queries: CorpusSpec) -> tuple[Split, Split
     corpus is read once, so both splits share its label vocabulary."""
     db_spec, q_spec = database.with_split(database.split or "train"), queries.with_split(queries.split or "val")
     if db_spec.with_split(None) == q_spec.with_split(None):
-        corpus = db_spec.with_split(None).load()
+        corpus = load_corpus(db_spec.with_split(None))
         db, q = corpus.split(db_spec.split), corpus.split(q_spec.split)
     else:
-        db, q = db_spec.load_split(), q_spec.load_split()
+        db, q = load_split(db_spec), load_split(q_spec)
     if db.labels is None or q.labels is None:
         where = " and ".join(f"{role} {spec.display}" for role, spec, split in
                              (("database", db_spec, db), ("queries", q_spec, q)) if split.labels is None)
@@ -241,10 +241,10 @@ def known_item_corpus(database: CorpusSpec, queries: CorpusSpec | None) -> tuple
     """(database texts, indices of the documents windows are cut from or None for all, what
     they are). With ``queries`` the query split's documents join the database and windows are
     cut from them alone: held-out documents, never trained on, among the training ones."""
-    db = database.with_split(database.split or "train").load_split()
+    db = load_split(database.with_split(database.split or "train"))
     if queries is None:
         return db.texts, None, f"windows of {database.display}"
-    q = queries.with_split(queries.split or "val").load_split()
+    q = load_split(queries.with_split(queries.split or "val"))
     return db.texts + q.texts, np.arange(len(db.texts), len(db.texts) + len(q.texts)), \
         f"windows of {queries.display} among {database.display} + it"
 

@@ -31,6 +31,7 @@ from dhim_ray.connectors.milvus import (
     collections_of_model,
     shown,
 )
+from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError, ConfigError, StoreError
 from dhim_ray.evaluate import WindowSpec, codes_found, evaluate_codes, label_free_scores
@@ -395,7 +396,7 @@ def evaluate_in_milvus(
     text or hybrid (the default on a collection with a text index): precision of the k hits
     in the order the search returns them (a fused list has no ties to average)."""
     check_rerank(rerank)
-    q = queries.load_split("val")
+    q = load_split(queries, "val")
     q_labels = q.labels
     t0 = time.perf_counter()
     with Searcher(model_dir, target, index=index, nprobe=nprobe) as searcher:

@@ -18,6 +18,7 @@ from fastapi import Request
 from typer.testing import CliRunner
 
 from dhim_ray.cli import app
+from dhim_ray.corpus.data import load_corpus
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import ConfigError
 
@@ -33,7 +34,7 @@ def _corpus(tmp_path, name: str, labels: list, fmt: str = "csv"):
     else:
         (folder / "train.jsonl").write_text("".join(json.dumps({"label": lab, "text": t}) + "\n"
                                                     for lab, t in zip(labels, texts)))
-    return CorpusSpec(str(folder)).load().split("train")
+    return load_corpus(CorpusSpec(str(folder))).split("train")
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])

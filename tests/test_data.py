@@ -199,7 +199,7 @@ def test_naming_the_default_text_column_keeps_the_same_source_and_ids(toy_folder
 def test_train_on_a_named_split_reads_that_split(toy_folder, tiny_config):
     from dhim_ray.training.pipeline import load_train_val
 
-    val_rows = len(CorpusSpec(str(toy_folder), "val").load_split())
+    val_rows = len(load_split(CorpusSpec(str(toy_folder), "val")))
     train, val, source = load_train_val(CorpusSpec(str(toy_folder), "val"), tiny_config)
     assert len(train) + len(val) == val_rows and "carved" in source
     train, val, source = load_train_val(CorpusSpec(str(toy_folder), "train"), tiny_config)

@@ -14,12 +14,13 @@ def test_a_milvus_client_stores_and_searches_the_codes(tmp_path, toy_folder, tin
 
     from dhim_ray import DHIMEmbeddingFunction, Hasher
     from dhim_ray.connectors.connection import release
+    from dhim_ray.corpus.data import load_split
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.training.pipeline import train_corpus
 
     model = tmp_path / "model"
     train_corpus(CorpusSpec(str(toy_folder)), tiny_config.replace(train={"max_epochs": 1}), model, progress=False)
-    texts = CorpusSpec(str(toy_folder), "train").load_split().texts[:60]
+    texts = load_split(CorpusSpec(str(toy_folder), "train")).texts[:60]
     ef = DHIMEmbeddingFunction(model)
     assert ef.dim == 16
     docs = ef.encode_documents(texts)

@@ -121,9 +121,10 @@ def test_on_the_packaged_encoder_and_bbc_corpus_at_most_one_bit_in_a_thousand_di
     """Real encoder, real long documents (BBC articles, 400 words) and generated 1-500-word
     ones: float rounding between padded widths may flip a bit that sits at 0; the share
     must stay under 0.1% (it is 0 when the kernels round alike)."""
+    from dhim_ray.corpus.data import load_split
     from dhim_ray.corpus.spec import CorpusSpec
 
-    bbc = CorpusSpec("bbc", limit=120).load_split().texts
+    bbc = load_split(CorpusSpec("bbc", limit=120)).texts
     texts = bbc + mixed_lengths(80, seed=11)
     old, new = codes_both_ways("all-MiniLM-L6-v2", texts, max_words=400, batch_size=32)
     flipped = int((unpack_codes(old, 32) != unpack_codes(new, 32)).sum())

@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 
+from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError, ConfigError
 from dhim_ray.retrieval.fusion import Fusion, fuse
@@ -98,7 +99,7 @@ def test_an_exact_phrase_finds_its_document_first_where_the_codes_alone_do_not(i
 
     target, result = ingested
     assert result.text_index  # the default on milvus-lite
-    split = BBC.load_split()
+    split = load_split(BBC)
     with Searcher(model_dir, target) as s:
         assert s.has_text_index and s.resolve_mode(None) == "hybrid"
         docs = range(0, N, 12)
@@ -141,7 +142,7 @@ def test_a_topic_query_keeps_the_codes_order_below_the_lexical_head(ingested, mo
     from dhim_ray.search import Searcher
 
     target, _ = ingested
-    queries = CorpusSpec("bbc", "val", limit=10).load_split().texts
+    queries = load_split(CorpusSpec("bbc", "val", limit=10)).texts
     with Searcher(model_dir, target) as s:
         fused = s.search(queries, k=20)  # the default: phrase:5
         codes = s.search(queries, k=20, mode="codes")
@@ -162,7 +163,7 @@ def test_a_filter_holds_on_both_lists(ingested, model_dir):
     from dhim_ray.search import Searcher
 
     target, _ = ingested
-    split = BBC.load_split()
+    split = load_split(BBC)
     inside, outside = 5, 200  # the rows the filter keeps are row < 120
     with Searcher(model_dir, target) as s:
         rows = s.search([phrase(split.texts[outside]), phrase(split.texts[inside])], k=10, filter="row < 120")
@@ -215,7 +216,7 @@ def test_cli_search_and_eval_through_milvus_take_the_mode(ingested, model_dir):
     from dhim_ray.cli import app
 
     target, _ = ingested
-    split = BBC.load_split()
+    split = load_split(BBC)
     runner = CliRunner()
     base = ["--model", str(model_dir), "--uri", target.uri, "--collection", target.collection, "--json"]
     out = runner.invoke(app, ["search", phrase(split.texts[30]), *base])
@@ -249,7 +250,7 @@ def test_eval_without_labels_scores_the_collection_as_in_memory(ingested, model_
     from dhim_ray.search import evaluate_in_milvus
 
     target, _ = ingested
-    texts = CorpusSpec("bbc", "test").load_split().texts[:40]
+    texts = load_split(CorpusSpec("bbc", "test")).texts[:40]
     (tmp_path / "q.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     queries = CorpusSpec.parse(f"{tmp_path / 'q.jsonl'}:train")
     milvus = evaluate_in_milvus(model_dir, queries, target, k=10, mode="codes")

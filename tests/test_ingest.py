@@ -15,6 +15,7 @@ from dhim_ray.codes import bytes_to_codes
 from dhim_ray.connectors.connection import release
 from dhim_ray.connectors.milvus import CodeCollection, IndexSpec, MilvusTarget
 from dhim_ray.connectors.rows import code_rows, document_ids
+from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import (
     CheckpointError,
@@ -78,8 +79,8 @@ def test_ingest_stores_exactly_the_encoded_codes(ingested, model_dir):
     target, result = ingested
     assert result.n_documents == N and result.rows_in_collection == N and result.as_dict()["verified"]
     rows, codes = stored(target)
-    assert [r["row"] for r in rows] == BBC.load_split().rows.tolist()
-    assert np.array_equal(codes, Hasher.load(model_dir).encode(BBC.load_split().texts))
+    assert [r["row"] for r in rows] == load_split(BBC).rows.tolist()
+    assert np.array_equal(codes, Hasher.load(model_dir).encode(load_split(BBC).texts))
 
 
 def test_tokenising_apart_from_the_encoders_stores_the_same_codes(ray_session, ingested, model_dir, tmp_path):
@@ -101,7 +102,7 @@ def test_search_own_text_returns_it_at_distance_zero(ingested, model_dir):
     from dhim_ray.search import Searcher
 
     target, _ = ingested
-    split = BBC.load_split()
+    split = load_split(BBC)
     with Searcher(model_dir, target) as s:
         hits = s.search([split.texts[7]], k=N)[0]  # 16 bits: several documents may share the code
     assert hits[0]["distance"] == 0
@@ -129,7 +130,7 @@ def test_queries_naming_some_of_the_classes_are_matched_by_name(ray_session, mod
     from dhim_ray.evaluate import evaluate_checkpoint
     from dhim_ray.search import evaluate_in_milvus
 
-    bbc = CorpusSpec("bbc").load_split("train")
+    bbc = load_split(CorpusSpec("bbc"), "train")
     names = bbc.label_names
     picked = [i for i in range(len(bbc)) if bbc.labels[i] in (1, 3)][:40]  # two classes, by name
     write_csv(tmp_path / "db" / "train.csv", [(names[bbc.labels[i]], bbc.texts[i]) for i in range(0, 1780, 8)],
@@ -358,7 +359,7 @@ def test_search_output_keeps_rank_distance_label_and_id_on_narrow_terminals(inge
     assert len(body) == 3 and all(cell.strip() for line in body for cell in line.split("│")[1:5])
     ids = [line.split("│")[4].strip() for line in body]  # whole: what --like takes
     assert all(i.lstrip("-").isdigit() for i in ids), ids
-    assert all(line.split("│")[3].strip() in BBC.load_split().label_names for line in body)  # names, not numbers
+    assert all(line.split("│")[3].strip() in load_split(BBC).label_names for line in body)  # names, not numbers
 
 
 def test_sharded_parquet_folder_streams_with_one_label_vocabulary(ray_session, model_dir, tmp_path):
@@ -370,7 +371,7 @@ def test_sharded_parquet_folder_streams_with_one_label_vocabulary(ray_session, m
 
     from dhim_ray.jobs.ingest import ingest
 
-    texts = BBC.load_split().texts[:90]
+    texts = load_split(BBC).texts[:90]
     classes = ["sport", "tech"]  # "politics" (sorted between them) only in val
     records = [{"text": t, "label": classes[i % 2]} for i, t in enumerate(texts)]
     records[40]["text"] = " ... "
@@ -396,7 +397,7 @@ def test_sharded_parquet_folder_streams_with_one_label_vocabulary(ray_session, m
     expected = [r for r in range(90) if r != 40]
     assert [r["row"] for r in rows] == expected
     assert [r["id"] for r in rows] == document_ids(first.source, expected).tolist()
-    loaded = spec.load_split()
+    loaded = load_split(spec)
     assert loaded.label_names == ["politics", "sport", "tech"]
     assert [r["label"] for r in rows] == loaded.labels.tolist()
     assert [r["label_name"] for r in rows] == [records[r]["label"] for r in expected]
@@ -414,7 +415,7 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
     target, _ = ingested
     rows, db = stored(target)
     by_row = {r["row"]: i for i, r in enumerate(rows)}
-    queries = CorpusSpec("bbc", "val", limit=20).load_split().texts
+    queries = load_split(CorpusSpec("bbc", "val", limit=20)).texts
     codes, scores, _ = Hasher.load(model_dir).encode(queries, scores=True)
     with Searcher(model_dir, target) as s:
         hits = s.search(queries, k=10, rerank=4, mode="codes")
@@ -432,7 +433,7 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
     in_memory = evaluate_checkpoint(model_dir, BBC, queries_spec, k=20, progress=False, rerank=4)
     plain_eval = evaluate_checkpoint(model_dir, BBC, queries_spec, k=20, progress=False)
     assert in_memory["precision_at_k_tie_aware"] == plain_eval["precision_at_k_tie_aware"]
-    split, q_split = BBC.load_split(), queries_spec.load_split()
+    split, q_split = load_split(BBC), load_split(queries_spec)
     hasher = Hasher.load(model_dir)
     q_codes, q_scores, _ = hasher.encode(q_split.texts, scores=True)
     idx, _ = rerank_topk(hasher.encode(split.texts), q_codes, q_scores, 20, 4)
@@ -522,7 +523,7 @@ def test_a_collection_made_before_label_names_still_takes_ingests_and_searches(r
     spec = CorpusSpec("bbc", "train", limit=40)
     result = ingest(spec, model_dir, target, workers=1, progress=False)
     assert result.rows_in_collection == 40
-    split = spec.load_split()
+    split = load_split(spec)
     with Searcher(model_dir, target) as s:
         assert not s.info.label_names
         hits = s.search([split.texts[3]], k=40)[0]
@@ -551,7 +552,7 @@ def test_search_without_a_collection_name_finds_the_one_ingested_with_the_model(
     from dhim_ray.search import Searcher, find_collection
 
     hasher = Hasher.load(model_dir)
-    texts = BBC.load_split().texts[:30]
+    texts = load_split(BBC).texts[:30]
     target = MilvusTarget(str(tmp_path / "codes.db"), "news_16")
     client = target.connect()
     try:
@@ -602,7 +603,7 @@ def test_id_column_is_kept_as_each_rows_key_and_returned_with_hits(ray_session, 
     from dhim_ray.jobs.ingest import ingest
     from dhim_ray.search import Searcher
 
-    texts = BBC.load_split().texts[:24]
+    texts = load_split(BBC).texts[:24]
     ids = [7, "007", "a-1"] + [f"doc/{i}" for i in range(3, 24)]
     jsonl = tmp_path / "docs.jsonl"
     jsonl.write_text("".join(json.dumps({"doc_id": d, "body": t}) + "\n" for d, t in zip(ids, texts)))
@@ -666,7 +667,7 @@ def test_reingesting_a_changed_source_leaves_exactly_its_rows(ray_session, model
     from dhim_ray.jobs.ingest import ingest
     from dhim_ray.search import Searcher
 
-    texts = BBC.load_split().texts[:12]
+    texts = load_split(BBC).texts[:12]
     path = tmp_path / "docs.jsonl"
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     target = MilvusTarget(str(tmp_path / "c.db"), "docs")

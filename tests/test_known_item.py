@@ -97,6 +97,7 @@ def test_windows_find_their_document_under_float_cosine(tmp_path):
 def test_the_same_figures_in_memory_and_through_milvus(tmp_path, toy_folder, tiny_config):
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.connectors.rows import code_rows, document_ids
+    from dhim_ray.corpus.data import load_split
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.evaluate import WindowSpec, known_item_checkpoint
     from dhim_ray.hasher import Hasher
@@ -105,7 +106,7 @@ def test_the_same_figures_in_memory_and_through_milvus(tmp_path, toy_folder, tin
 
     model = tmp_path / "model"
     train_corpus(CorpusSpec(str(toy_folder)), tiny_config.replace(train={"max_epochs": 1}), model, progress=False)
-    split = CorpusSpec(str(toy_folder), "train").load_split()
+    split = load_split(CorpusSpec(str(toy_folder), "train"))
     hasher = Hasher.load(model)
     target = MilvusTarget(str(tmp_path / "k.db"), "toy16")
     with target.open() as collection:

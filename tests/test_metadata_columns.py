@@ -10,6 +10,7 @@ import pytest
 
 from dhim_ray.connectors.milvus import MilvusTarget, _column_problems
 from dhim_ray.corpus import columns
+from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError, DataError
 
@@ -59,7 +60,7 @@ def model_dir(bbc16):
 def corpus(tmp_path_factory):
     """BBC texts with a title (string), a year (int), a score (float), a flag (bool) and a date
     (a string that looks like a date), in CSV: every value written as text."""
-    texts = CorpusSpec("bbc", "train", limit=N).load_split().texts
+    texts = load_split(CorpusSpec("bbc", "train", limit=N)).texts
     rows = [{"text": t, "title": f"story {i}", "year": 1990 + i % 30, "score": round(i / 7, 3), "flag": i % 3 == 0,
              "date": f"2024-05-{1 + i % 28:02d}"} for i, t in enumerate(texts)]
     path = tmp_path_factory.mktemp("corpus") / "docs.csv"
@@ -139,7 +140,7 @@ def test_columns_that_cannot_be_kept_are_refused_before_a_collection_exists(ray_
                                                                              keep, lines, message):
     from dhim_ray.jobs.ingest import ingest
 
-    texts = CorpusSpec("bbc", "train", limit=8).load_split().texts
+    texts = load_split(CorpusSpec("bbc", "train", limit=8)).texts
     if lines == "twice" or "" in (lines or {}).values():
         path = tmp_path / "docs.csv"
         with open(path, "w", newline="") as f:

@@ -188,9 +188,10 @@ def test_packaged_encoder_codes_equal_across_backends_and_the_docs_example(tmp_p
     """The packaged all-MiniLM-L6-v2 on the packaged BBC corpus: ONNX Runtime, torch and the
     exported graph run by docs/serve.md's own example (tokenizers + onnxruntime only) give
     the same 64-bit codes."""
+    from dhim_ray.corpus.data import load_split
     from dhim_ray.corpus.spec import CorpusSpec
 
-    texts = CorpusSpec("bbc").load_split().texts
+    texts = load_split(CorpusSpec("bbc")).texts
     ck = random_checkpoint(tmp_path / "ck", FeatureConfig())
     torch_codes = Hasher.load(ck, backend="torch").encode(texts)
     onnx = Hasher.load(ck)

@@ -219,6 +219,7 @@ def test_ingest_across_the_cluster_equals_the_single_node_codes(cluster, big_cor
     in this process."""
     import time
 
+    from dhim_ray.corpus.data import load_split
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.hasher import Hasher
 
@@ -232,7 +233,7 @@ def test_ingest_across_the_cluster_equals_the_single_node_codes(cluster, big_cor
     print(json.dumps({"ingest_docs_per_s": summary["docs_per_second"], "seconds": summary["seconds"]}))
     assert actor_nodes(cluster, "MapWorker") == {cluster.ips[n] for n in cluster.nodes[1:]}
     rows = SAMPLED
-    texts = CorpusSpec(str(big_corpus)).load_split().texts
+    texts = load_split(CorpusSpec(str(big_corpus))).texts
     want = Hasher.load(tiny_model).encode([texts[r] for r in rows])
     assert (stored_codes(db, "big", rows) == want).all()
 
@@ -241,6 +242,7 @@ def test_ingest_into_a_milvus_server_on_its_own_host_writes_from_several_process
     """The server path across the cluster: encoder actors on both worker nodes, write tasks
     upserting from several processes into a Milvus server on a host of its own; exactly one row per
     document, the codes bit-equal to Hasher.encode here."""
+    from dhim_ray.corpus.data import load_split
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.hasher import Hasher
 
@@ -256,7 +258,7 @@ def test_ingest_into_a_milvus_server_on_its_own_host_writes_from_several_process
                       "writers": summary["writers"], "parallel": summary["max_parallel_writes"]}))
     assert actor_nodes(cluster, "MapWorker") == {cluster.ips[n] for n in cluster.nodes[1:]}
     rows = SAMPLED
-    texts = CorpusSpec(str(big_corpus)).load_split().texts
+    texts = load_split(CorpusSpec(str(big_corpus))).texts
     want = Hasher.load(tiny_model).encode([texts[r] for r in rows])
     assert (stored_codes(uri, "big", rows) == want).all()
 

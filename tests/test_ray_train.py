@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CheckpointError, ClusterError, ConfigError
 from dhim_ray.training.loop import TrainCallback
@@ -58,7 +59,7 @@ def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_pat
     assert [set(h) >= {"epoch", "steps", "loss", "seconds", "val_precision"} for h in summary["history"]] == [True] * 2
     hasher = Hasher.load(out)  # plain load, no Ray involved
     assert hasher.n_bits == 24 and hasher.model.identity_weight.abs().sum() > 0
-    texts = corpus.with_split("val").load_split().texts
+    texts = load_split(corpus.with_split("val")).texts
     in_process = hasher.encode(texts)
     # Both workers hashed a share of the validation search; one process searching it
     # whole with the kept (best) weights scores what rank 0 recorded.
@@ -117,7 +118,7 @@ def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, 
     assert [h["steps"] for h in ray_summary["history"]] == [h["steps"] for h in local_summary["history"]]
     np.testing.assert_allclose([h["loss"] for h in ray_summary["history"]],
                                [h["loss"] for h in local_summary["history"]], rtol=1e-4)
-    texts = corpus.with_split("val").load_split().texts
+    texts = load_split(corpus.with_split("val")).texts
     assert np.array_equal(Hasher.load(tmp_path / "ray").encode(texts), Hasher.load(tmp_path / "local").encode(texts))
 
 

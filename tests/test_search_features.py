@@ -16,6 +16,7 @@ pytestmark = pytest.mark.slow  # real milvus-lite
 def store(tmp_path_factory, toy_folder, tiny_config):
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.connectors.rows import code_rows, document_ids
+    from dhim_ray.corpus.data import load_split
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.hasher import Hasher
     from dhim_ray.search import Searcher
@@ -24,7 +25,7 @@ def store(tmp_path_factory, toy_folder, tiny_config):
     root = tmp_path_factory.mktemp("features")
     model = root / "model"
     train_corpus(CorpusSpec(str(toy_folder)), tiny_config.replace(train={"max_epochs": 1}), model, progress=False)
-    split = CorpusSpec(str(toy_folder), "train").load_split()
+    split = load_split(CorpusSpec(str(toy_folder), "train"))
     hasher = Hasher.load(model)
     codes = hasher.encode(split.texts)
     rows = np.arange(len(split.texts))

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from dhim_ray.connectors.milvus import MilvusTarget
+from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import ConfigError
 
@@ -356,7 +357,7 @@ def test_sigterm_stops_serve_cleanly_and_frees_the_file(service, tmp_path):
     # rows written directly (an ingest would need Ray CPUs the running service holds)
     target = MilvusTarget(str(tmp_path / "term.db"), "term16")
     hasher = Hasher.load(service["model"])
-    texts = CorpusSpec("bbc", "train", limit=40).load_split().texts
+    texts = load_split(CorpusSpec("bbc", "train", limit=40)).texts
     with target.open() as collection:
         collection.ensure(16, hasher.model_id)
         rows = np.arange(len(texts))

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import make_toy_corpus, write_csv
 
+from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.sources import plan_split, read_shard
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.corpus.text import clean_string, has_text
@@ -61,7 +62,7 @@ def write_format(folder, fmt: str, rows, parts: int = 1):
 def test_each_format_streams_the_rows_the_loader_reads(tmp_path, fmt):
     folder = write_format(tmp_path / fmt, fmt, ROWS)
     texts, labels, rows = read_all(CorpusSpec(str(folder), "train"))
-    loaded = CorpusSpec(str(folder), "train").load_split()
+    loaded = load_split(CorpusSpec(str(folder), "train"))
     assert texts == loaded.texts
     assert rows == loaded.rows.tolist() == list(range(len(ROWS)))
     assert labels == [label for label, _ in ROWS]
@@ -74,7 +75,7 @@ def test_a_split_of_many_files_reads_in_file_order(tmp_path, fmt):
     assert len({s.path for s in plan.shards}) == 3
     texts, _, rows = read_all(CorpusSpec(str(folder), "train"))
     assert texts == [t for _, t in ROWS] and rows == list(range(len(ROWS)))
-    assert CorpusSpec(str(folder), "train").load_split().texts == texts
+    assert load_split(CorpusSpec(str(folder), "train")).texts == texts
 
 
 def test_parquet_plans_row_group_ranges_with_counts(tmp_path):
@@ -110,7 +111,7 @@ def test_missing_columns_are_named_before_reading(tmp_path):
 def test_packaged_corpus_plans_as_one_table():
     plan = plan_split(CorpusSpec("bbc", "val"))
     texts, labels, rows = read_all(CorpusSpec("bbc", "val"))
-    loaded = CorpusSpec("bbc", "val").load_split()
+    loaded = load_split(CorpusSpec("bbc", "val"))
     assert texts == loaded.texts and labels == loaded.labels.tolist() and len(plan.shards) == 1
 
 
@@ -165,7 +166,7 @@ def test_a_byte_order_mark_is_not_part_of_the_first_column_name(tmp_path):
     spec = CorpusSpec(str(path))
     texts, labels, _ = read_all(spec)
     assert plan_split(spec).label_column == "label" and labels == ["sport", "politics"]
-    split = spec.load_split()
+    split = load_split(spec)
     assert split.label_names == ["politics", "sport"] and split.labels.tolist() == [1, 0]
 
 
@@ -175,7 +176,7 @@ def test_a_document_of_megabytes_is_read_by_both_readers(tmp_path):
     write_csv(path, [("sport", big), ("politics", "vote party")], header=True)
     texts, labels, _ = read_all(CorpusSpec(str(path)))
     assert texts == [big, "vote party"] and labels == ["sport", "politics"]
-    assert CorpusSpec(str(path)).load_split().texts[0] == big
+    assert load_split(CorpusSpec(str(path))).texts[0] == big
 
 
 def test_a_broken_json_line_is_named_by_its_line_number(tmp_path, monkeypatch):

@@ -78,10 +78,12 @@ def load_corpus(spec: str | CorpusSpec, **options) -> Corpus:
 
 
 def load_split(spec: str | CorpusSpec, default_split: str = "train", **options) -> Split:
-    """One split of a corpus: ``load_split('dbpedia:val')``."""
+    """One split of a corpus: ``load_split('dbpedia:val')``; ``default_split`` where the spec
+    names none."""
     if not isinstance(spec, CorpusSpec):
         spec = CorpusSpec.parse(spec, **options)
-    return spec.load_split(default_split)
+    split = spec.split or default_split
+    return load_corpus(spec.with_split(split)).split(split)
 
 
 def _display_name(spec: CorpusSpec) -> str:

@@ -21,12 +21,8 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dhim_ray.errors import DataError, UnknownDatasetError
-
-if TYPE_CHECKING:
-    from dhim_ray.corpus.data import Corpus, Split
 
 SPLIT_ALIASES = {"val": ("val", "validation", "valid", "dev"), "train": ("train",), "test": ("test",)}
 FILE_SUFFIXES = {".csv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
@@ -95,19 +91,6 @@ class CorpusSpec:
 
     def with_split(self, split: str | None) -> CorpusSpec:
         return dataclasses.replace(self, split=split)
-
-    def load(self) -> Corpus:
-        """Every split (or the one named) in memory: dhim_ray.corpus.data.load_corpus."""
-        from dhim_ray.corpus.data import load_corpus
-
-        return load_corpus(self)
-
-    def load_split(self, default: str = "train") -> Split:
-        """The spec's split (or ``default`` when it names none)."""
-        from dhim_ray.corpus.data import load_corpus
-
-        split = self.split or default
-        return load_corpus(self.with_split(split)).split(split)
 
     @property
     def display(self) -> str:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from dhim_ray.config import DHIMConfig, FeatureConfig
-from dhim_ray.corpus.data import Split
+from dhim_ray.corpus.data import Split, load_corpus
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.encoding.encoder import Features, FrozenEncoder
 from dhim_ray.errors import CheckpointError, ConfigError, TrainingInterrupted
@@ -62,7 +62,7 @@ def load_train_val(corpus: CorpusSpec, config: DHIMConfig) -> tuple[Split, Split
     slice carved out of train when it has none. Both share one label vocabulary.
     ``CORPUS:SPLIT`` trains on that split (a split the corpus lacks is a DataError naming
     those it has), its val slice carved out of it unless it is train and a val split exists."""
-    data = corpus.with_split(None).load()
+    data = load_corpus(corpus.with_split(None))
     name = data_split_name(corpus.split, data) if corpus.split else "train"
     train = data.split(name)
     if name == "train" and "val" in data.splits:

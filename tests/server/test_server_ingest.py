@@ -18,6 +18,7 @@ from conftest import train_bbc16
 from milvus_server import ROOT_TOKEN, URI, start_server
 
 from dhim_ray.connectors.milvus import CodeCollection, IndexSpec, MilvusTarget
+from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError
 
@@ -88,8 +89,8 @@ def test_parallel_writers_fill_an_ivf_collection_exactly(ingested, model_dir):
     assert index["index_type"] == "BIN_IVF_FLAT" and int(index["nlist"]) == NLIST
     assert index["metric_type"] == "HAMMING"
     rows, codes = stored_codes(target)
-    assert rows == BBC.load_split().rows.tolist()
-    texts = BBC.load_split().texts
+    assert rows == load_split(BBC).rows.tolist()
+    texts = load_split(BBC).texts
     assert np.array_equal(codes, Hasher.load(model_dir).encode(texts))
 
 
@@ -112,7 +113,7 @@ def test_a_shrunk_source_reingested_on_the_server_keeps_exactly_its_rows_with_th
     from dhim_ray.jobs.ingest import ingest
     from dhim_ray.search import Searcher
 
-    texts = BBC.load_split().texts[:30]
+    texts = load_split(BBC).texts[:30]
     path = tmp_path / "docs.jsonl"
     path.write_text("".join(json.dumps({"id": f"k{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
     target = MilvusTarget(milvus_uri, "shrink16")
@@ -169,7 +170,7 @@ def test_search_through_the_ivf_index(ingested, model_dir):
     from dhim_ray.search import Searcher, evaluate_in_milvus
 
     target, _ = ingested
-    split = BBC.load_split()
+    split = load_split(BBC)
     exact = IndexSpec("BIN_IVF_FLAT", nlist=NLIST, nprobe=NLIST)
     with Searcher(model_dir, target, index=exact) as s:
         hits = s.search([split.texts[11]], k=N)[0]
