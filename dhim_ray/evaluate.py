@@ -241,10 +241,10 @@ def known_item_corpus(database: CorpusSpec, queries: CorpusSpec | None) -> tuple
     """(database texts, indices of the documents windows are cut from or None for all, what
     they are). With ``queries`` the query split's documents join the database and windows are
     cut from them alone: held-out documents, never trained on, among the training ones."""
-    db = load_split(database.with_split(database.split or "train"))
+    db = load_split(database, "train")
     if queries is None:
         return db.texts, None, f"windows of {database.display}"
-    q = load_split(queries.with_split(queries.split or "val"))
+    q = load_split(queries, "val")
     return db.texts + q.texts, np.arange(len(db.texts), len(db.texts) + len(q.texts)), \
         f"windows of {queries.display} among {database.display} + it"
 
