@@ -27,6 +27,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "store": ("milvus-lite or the Milvus server against faiss at 1-10 million generated codes: load, memory, "
               "latency, recall, radius search",
               "Where the embedded default ends"),
+    "ray_start": ("a local Ray's start beside an open Milvus channel, grpcio's fork support on and off", "The hot path"),
     "ray_train": ("in-process training against 1 and 2 Ray Train workers", "Ray Train"),
     "ray_poll": ("Ray Train polling its workers every 2 s (Ray's default) against every 0.25 s", "Ray Train"),
     "gpu_path": ("encoding and training on one GPU (needs one)", "Training at scale"),

@@ -165,6 +165,19 @@ def new_collection() -> list[str] | None:
         ["", f"{r['device']}, Python {r['python']}, best of {r['repeats']}."]
 
 
+def ray_start() -> list[str] | None:
+    r = _json("ray_start")
+    if r is None:
+        return None
+    rows = [[label, f"{r[key]['children_killed']} of {r['children']}", f"{r[key]['over_20_s']} of {r['starts']}",
+             f"{r[key]['median_s']:.1f}", f"{r[key]['mean_s']:.1f}", f"{r[key]['max_s']:.1f}"]
+            for key, label in (("fork_support_on", "on (grpcio's default, as before)"),
+                               ("fork_support_off", "off (set when dhim_ray is imported)"))]
+    return _table(["grpcio fork support", "children dead before exec", "Ray starts over 20 s", "median start s",
+                   "mean start s", "slowest start s"], rows) + [
+        "", f"mean start, before / now: {r['mean_ratio']:.2f}x; {r['device']}."]
+
+
 def eval_methods() -> list[str] | None:
     e = _json("eval_methods")
     if e is None:
@@ -706,7 +719,7 @@ TABLES: dict[str, Callable[[], list[str] | None]] = {
     "headline": headline, "known-item": known_item, "known-item-128": known_item_128,
     "item-level-training": item_level_training,
     "ray-poll": ray_poll,
-    "startup": startup, "new-collection": new_collection,
+    "startup": startup, "new-collection": new_collection, "ray-start": ray_start,
     "encode-speed": encode_speed, "onnx-speed": onnx_speed, "ingest-speed": ingest_speed, "eval-methods": eval_methods,
     "service": service,
     "quality": quality, "million-search": million_search, "million-ingest": million_ingest,

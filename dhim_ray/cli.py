@@ -384,10 +384,6 @@ def train(
     summary = run_training(request, progress=not as_json)
     result = {"out": str(out_dir), "n_bits": bits, **{k: v for k, v in summary.items() if k != "history"}}
     result["curve"] = _training_curve(out_dir, summary)
-    choice = summary.get("target_transform")
-    if isinstance(choice, dict) and not as_json:  # model.target_transform=auto: what it chose, and from what
-        result["target_transform"] = f"{choice['chosen']} (auto)"
-        result["target_scores"] = ", ".join(f"{t} {v:.4f}" for t, v in choice["scores"].items())
     print_result(result, as_json, title=f"trained {out_dir}")
 
 

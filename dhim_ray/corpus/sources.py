@@ -77,11 +77,6 @@ class SourcePlan:
     key_column: str | None = None  # the documents' own ids (ingest --id-column), read as strings
     kept_columns: tuple[str, ...] = ()  # metadata kept beside the codes (ingest --keep-columns)
 
-    @property
-    def counted(self) -> bool:
-        """Whether every shard's row count is known without reading it."""
-        return all(s.n_rows is not None for s in self.shards)
-
     def id_rows(self, positions) -> np.ndarray:
         """The row numbers document ids use for split positions: the positions, or the
         packaged corpus' own numbers (``source_row``; increasing with position too)."""
