@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import dhim_ray  # noqa: F401  (first: it turns grpcio's fork support off before a test loads pymilvus or Ray)
+
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
