@@ -29,7 +29,8 @@ SETTINGS = {"fork_support_on": "true", "fork_support_off": "false"}
 CHILDREN = """
 import collections, signal, subprocess, sys
 from dhim_ray.connectors.connection import connect
-connect(sys.argv[1]).list_collections()
+client = connect(sys.argv[1])  # held, as an ingest holds its collection's
+client.list_collections()
 ends = collections.Counter(
     subprocess.Popen(["true"], preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})).wait()
     for _ in range(int(sys.argv[2])))
@@ -39,7 +40,8 @@ print(sum(n for code, n in ends.items() if code < 0))
 START = """
 import sys, time
 from dhim_ray.connectors.connection import connect
-connect(sys.argv[1]).list_collections()
+client = connect(sys.argv[1])  # held, as an ingest holds its collection's
+client.list_collections()
 import ray
 from dhim_ray.jobs.ray_env import init_ray
 t0 = time.perf_counter()

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 # grpcio's fork support (on by default) restarts its poller thread in every forked child; while a
-# pymilvus channel is open, about one child in twenty then aborts between fork and exec
-# (grpc/grpc#43055). Ray starts its GCS and raylet that way, so a start then waited its fixed 30 s
+# pymilvus channel is open, some children then abort between fork and exec (grpc/grpc#43055;
+# bench ray_start). Ray starts its GCS and raylet that way, so such a start waited its fixed 30 s
 # and began again. Read when grpc is first imported: set here, before pymilvus or Ray load it.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 

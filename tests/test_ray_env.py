@@ -64,11 +64,13 @@ def test_local_workers_run_at_the_drivers_priority(ray_session):
     assert ray.get(niceness.remote(), timeout=120) == os.nice(0)
 
 
+@pytest.mark.slow
 def test_processes_started_beside_an_open_milvus_channel_all_reach_exec(tmp_path):
     """Ray starts its GCS and raylet by fork and exec (with a preexec_fn) from the driver, which
     may hold a pymilvus channel (ingest checks its collection before Ray starts). With grpcio's
-    fork support on, about one such child in twenty died of SIGABRT before exec and the start
-    waited 30 s; importing dhim_ray turns it off, unless the user set GRPC_ENABLE_FORK_SUPPORT."""
+    fork support on, some of those children died of SIGABRT before exec (8 in 1,000 in bench
+    ray_start, 16 in 300 in one run) and the start waited 30 s; importing dhim_ray turns it off,
+    unless the user set GRPC_ENABLE_FORK_SUPPORT."""
     code = f"""
 import collections, signal, subprocess
 import dhim_ray
@@ -77,10 +79,10 @@ client = connect({str(tmp_path / "f.db")!r})
 client.list_collections()
 ends = collections.Counter(
     subprocess.Popen(["true"], preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGINT}})).wait()
-    for _ in range(300))
+    for _ in range(1000))
 print(dict(ends))
 """
     env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "{0: 300}", done.stdout[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "{0: 1000}", done.stdout[-2000:]
