@@ -14,6 +14,7 @@ process that opens milvus-lite and then starts Ray as `dhim-ray ingest` does (in
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import statistics
@@ -34,7 +35,7 @@ client.list_collections()
 ends = collections.Counter(
     subprocess.Popen(["true"], preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})).wait()
     for _ in range(int(sys.argv[2])))
-print(sum(n for code, n in ends.items() if code < 0))
+print(dict(ends))  # exit code -> children; a negative code: killed by that signal
 """
 
 START = """
@@ -51,10 +52,11 @@ ray.shutdown()
 """
 
 
-def _run(code: str, setting: str, *args: str) -> float:
+def _run(code: str, setting: str, *args: str) -> str:
+    """The last line ``code`` prints, run in a fresh interpreter with fork support ``setting``."""
     env = dict(os.environ, GRPC_ENABLE_FORK_SUPPORT=setting)
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=True)
-    return float(done.stdout.strip().splitlines()[-1])
+    return done.stdout.strip().splitlines()[-1]
 
 
 def main() -> None:
@@ -65,12 +67,12 @@ def main() -> None:
     result: dict = {"children": args.children, "starts": args.starts}
     with tempfile.TemporaryDirectory() as tmp:
         for name, setting in SETTINGS.items():
-            result[name] = {"children_killed": int(_run(CHILDREN, setting, os.path.join(tmp, f"{name}.db"),
-                                                        str(args.children)))}
+            ends = ast.literal_eval(_run(CHILDREN, setting, os.path.join(tmp, f"{name}.db"), str(args.children)))
+            result[name] = {"children_killed": sum(n for code, n in ends.items() if code < 0)}
         starts: dict[str, list[float]] = {name: [] for name in SETTINGS}
         for i in range(args.starts):
             for name, setting in SETTINGS.items():
-                starts[name].append(_run(START, setting, os.path.join(tmp, f"{name}.db")))
+                starts[name].append(float(_run(START, setting, os.path.join(tmp, f"{name}.db"))))
                 print(f"{i + 1}/{args.starts} {name}: {starts[name][-1]:.1f} s", flush=True)
                 time.sleep(1)
     for name, s in starts.items():

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from bench.ray_start import CHILDREN
 from dhim_ray.errors import ClusterError
 
 
@@ -70,19 +71,9 @@ def test_processes_started_beside_an_open_milvus_channel_all_reach_exec(tmp_path
     may hold a pymilvus channel (ingest checks its collection before Ray starts). With grpcio's
     fork support on, some of those children died of SIGABRT before exec (8 in 1,000 in bench
     ray_start, 16 in 300 in one run) and the start waited 30 s; importing dhim_ray turns it off,
-    unless the user set GRPC_ENABLE_FORK_SUPPORT."""
-    code = f"""
-import collections, signal, subprocess
-import dhim_ray
-from dhim_ray.connectors.connection import connect
-client = connect({str(tmp_path / "f.db")!r})
-client.list_collections()
-ends = collections.Counter(
-    subprocess.Popen(["true"], preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGINT}})).wait()
-    for _ in range(1000))
-print(dict(ends))
-"""
+    unless the user set GRPC_ENABLE_FORK_SUPPORT. The children are bench ray_start's."""
     env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run([sys.executable, "-c", CHILDREN, str(tmp_path / "f.db"), "1000"], capture_output=True,
+                          text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "{0: 1000}", done.stdout[-2000:]
