@@ -532,7 +532,7 @@ def ingest(
     collection: Annotated[str | None, typer.Option(rich_help_panel="Milvus", help="Collection name [default: CORPUS_BITS].")] = None,
     uri: Uri = DEFAULT_DB,
     token_env: TokenEnv = "MILVUS_TOKEN",
-    workers: Annotated[int, typer.Option("--workers", "-w", rich_help_panel="Cluster", help="Encoding actors.")] = 2,
+    workers: Annotated[int, typer.Option("--workers", "-w", rich_help_panel="Cluster", help="Encoding actors (at most one per 8 x --batch-size documents).")] = 2,
     batch_size: Annotated[int, typer.Option(rich_help_panel="Cluster", help="Documents per encoder batch.")] = 64,
     limit: Annotated[int | None, typer.Option(rich_help_panel="Data", help="Ingest only the first N documents (rows 0..N-1 are verified).")] = None,
     index: Annotated[str | None, typer.Option(rich_help_panel="Milvus", help="BIN_FLAT or BIN_IVF_FLAT [default: FLAT on lite, IVF on a server].")] = None,

@@ -167,7 +167,8 @@ class IngestRequest:
         model_dir: checkpoint folder from ``dhim-ray train`` (checked, with its encoder, before
             any collection is created; only the encoding actors load the weights).
         target: Milvus URI and collection.
-        workers: encoding actors (with ``use_gpu``, one GPU each). batch_size: documents per
+        workers: encoding actors (with ``use_gpu``, one GPU each; no more than the source has
+            batches of ``batch_size * 8`` documents). batch_size: documents per
             encoder call. write_batch: rows per upsert from the driver (milvus-lite).
         overwrite: drop an existing collection of another width or model. index: its index
             (default: BIN_FLAT on milvus-lite, BIN_IVF_FLAT on a server). address: a Ray cluster.
@@ -267,7 +268,9 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
         prepare = Prepare(source, tuple(scanned.offsets), n_rows, tuple(names) if names else None,
                           corpus.drop_empty, plan.label_names,
                           tuple((name, info.columns[name][0]) for name in plan.kept_columns))
-        ds = encoded(read_documents(plan, features.cleaning, prepare), spec.model_dir, features, r.workers,
+        # no more encoding actors than Ray batches: each actor costs seconds to load the model
+        actors = min(r.workers, -(-n_documents // (r.batch_size * SORTED_BATCHES)) or 1)
+        ds = encoded(read_documents(plan, features.cleaning, prepare), spec.model_dir, features, actors,
                      r.batch_size, r.use_gpu, r.use_gpu if r.tokenise_apart is None else r.tokenise_apart)
         _write(sink, ds, r, n_documents, progress)
         seconds = time.perf_counter() - t0
