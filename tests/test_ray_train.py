@@ -141,8 +141,11 @@ def test_worker_failure_resumes_from_last_checkpoint(ray_session, tmp_path, corp
     request = TrainRequest(corpus, config(tiny_config, 4), tmp_path / "model", workers=2,
                            storage_path=tmp_path / "runs", max_failures=1)
     summary = train_distributed(request, callbacks=(FailOnceAtEpoch2(),))
-    # epochs 0 and 1 checkpointed; the failure at 2 restarts there, not from 0
-    assert [int(x) for x in trace.read_text().split()] == [0, 1, 2, 2, 3]
+    # The failure at 2 restarts from the last checkpoint Ray Train registered: epoch 1's, or epoch 0's
+    # where the failure beat the controller's next poll of the workers (seen on a loaded machine);
+    # never from scratch, and every epoch after it runs once.
+    trace = [int(x) for x in trace.read_text().split()]
+    assert trace[:3] == [0, 1, 2] and trace[3] in (1, 2) and trace[3:] == list(range(trace[3], 4)), trace
     assert summary["epochs_run"] == 4 and [h["epoch"] for h in summary["history"]] == [0, 1, 2, 3]
     assert Hasher.load(tmp_path / "model").encode(["football goal"]).shape == (1, 2)
 
