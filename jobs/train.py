@@ -36,7 +36,7 @@ import numpy as np
 from dhim_ray.config import DHIMConfig, FeatureConfig
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.encoding.encoder import Features, FrozenEncoder
-from dhim_ray.encoding.feature_store import FeatureStore, StoreWriter
+from dhim_ray.encoding.feature_store import FeatureStore, StoreWriter, check_cache_dir
 from dhim_ray.errors import CheckpointError, ConfigError, TrainingFailed, TrainingInterrupted
 from dhim_ray.model.checkpoint import (
     STATE_META,
@@ -107,6 +107,8 @@ def build_feature_stores(parts: list[tuple[list[str], Path]], features: FeatureC
     if not todo:
         return [folder for _, folder in parts]
     folders = list(todo)
+    check_cache_dir(folders[0].parent, sum(FeatureStore.nbytes_for(len(todo[f]), features.n_tokens - 1, hidden)
+                                           for f in folders))  # all of them, before any is written
     stores = [FeatureStore.create(folder, len(todo[folder]), features.n_tokens - 1, hidden) for folder in folders]
     table = pa.table({"store": np.repeat(np.arange(len(folders)), [len(todo[f]) for f in folders]),
                       "idx": np.concatenate([np.arange(len(todo[f]), dtype=np.int64) for f in folders]),
@@ -431,8 +433,6 @@ class TrainRequest:
     device: str = "auto"
 
     def __post_init__(self):
-        from dhim_ray.encoding.feature_store import check_cache_dir
-
         if isinstance(self.workers, bool) or self.workers < 1:
             raise ConfigError(f"workers={self.workers}: must be >= 1, e.g. workers=2")
         if self.max_failures < 0:

@@ -178,3 +178,24 @@ def test_within_shared_features_the_same_texts_are_encoded_once(tiny_config, mon
     assert enc_module._shared is None
     enc.features(texts)
     assert encoded == [2, 2, 2, 2]
+
+
+def test_a_cache_on_a_disk_too_small_is_refused_before_any_encoding(tmp_path, toy_folder, tiny_bert, capsys):
+    """Features that would fill the cache's disk hours into the encoding are refused at once, in
+    one line that says what they need and what is free; the disk and --out are left as they were."""
+    from dhim_ray.cli import main
+
+    assert os.geteuid() == 0, "this test mounts a small tmpfs (a full disk): run the suite as root"
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(disk)], check=True)
+    try:
+        with pytest.raises(SystemExit) as done:
+            main(["train", str(toy_folder), "--encoder", tiny_bert, "--max-words", "12", "--bits", "16",
+                  "--epochs", "1", "--out", str(tmp_path / "model"), "--cache-dir", str(disk / "features")])
+        err = capsys.readouterr().err.strip()
+        assert done.value.code == 2 and len(err.splitlines()) == 1, err
+        assert f"--cache-dir {disk / 'features'}: the frozen features need" in err and "KiB free" in err, err
+        assert list(disk.iterdir()) == [] and not (tmp_path / "model").exists()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

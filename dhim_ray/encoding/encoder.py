@@ -148,8 +148,8 @@ class Features:
 
     @staticmethod
     def bytes_per_document(n_tokens: int, hidden: int) -> int:
-        """Memory one document's features take (tokens without [CLS], mask, cls, mean)."""
-        return (n_tokens - 1) * (hidden * 2 + 1) + hidden * 8
+        """Memory (and disk) one document's features take (tokens without [CLS], mask, cls, mean)."""
+        return FeatureStore.nbytes_for(1, n_tokens - 1, hidden)
 
 
 class FrozenEncoder:

@@ -215,11 +215,18 @@ class FeatureStore:
             except PermissionError:  # alive, another user's
                 pass
 
+    @staticmethod
+    def nbytes_for(n: int, n_tokens: int, hidden: int) -> int:
+        """The bytes a store of n documents takes on disk."""
+        dims = {"T": n_tokens, "H": hidden}
+        return n * sum(int(np.prod([dims[c] for c in row], dtype=np.int64)) * np.dtype(dtype).itemsize
+                       for dtype, row in FIELDS.values())
+
     @classmethod
     def create(cls, folder: str | Path, n: int, n_tokens: int, hidden: int) -> FeatureStore:
         """Allocate the files of a store for n documents (sparse: no disk written yet)."""
         folder = Path(folder)
-        check_cache_dir(folder.parent)
+        check_cache_dir(folder.parent, cls.nbytes_for(n, n_tokens, hidden))
         folder.parent.mkdir(parents=True, exist_ok=True)
         cls._reap_abandoned(folder)
         work = folder.with_name(f"{cls._work_prefix(folder)}{socket.gethostname()}-{os.getpid()}-"
@@ -349,14 +356,21 @@ class StoreWriter:
         self.__init__(state["work"])
 
 
-def check_cache_dir(folder: str | Path | None) -> None:
-    """A feature cache must be a folder (or not exist yet): a file there is refused in one line."""
+def _size(nbytes: int) -> str:
+    """1536 -> '1.5 KiB'."""
+    for power, unit in ((3, "GiB"), (2, "MiB"), (1, "KiB")):
+        if nbytes >= 1024**power:
+            return f"{nbytes / 1024**power:.1f} {unit}"
+    return f"{nbytes} B"
+
+
+def check_cache_dir(folder: str | Path | None, nbytes: int = 0) -> None:
+    """A feature cache must be a folder (or not exist yet) on a disk with room for ``nbytes``
+    more: a file there, or a disk that would fill hours into the encoding, is refused in one line."""
     from dhim_ray.errors import ConfigError
 
     if folder is None:
         return
-    import os
-
     for part in (Path(folder), *Path(folder).parents):
         if part.exists():
             if not part.is_dir():
@@ -365,4 +379,9 @@ def check_cache_dir(folder: str | Path | None) -> None:
             if not os.access(part, os.W_OK | os.X_OK):
                 raise ConfigError(f"cache_dir={folder}: {part} cannot be written; give a writable folder for the "
                                   "feature cache")
+            free = shutil.disk_usage(part).free
+            if nbytes > free:
+                raise ConfigError(f"cache_dir={folder}: the frozen features need {_size(nbytes)} and its disk has "
+                                  f"{_size(free)} free; free some space, give a cache_dir on a larger disk, or lower "
+                                  "max_words")
             return
