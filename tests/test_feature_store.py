@@ -195,7 +195,7 @@ def test_a_cache_on_a_disk_too_small_is_refused_before_any_encoding(tmp_path, to
                   "--epochs", "1", "--out", str(tmp_path / "model"), "--cache-dir", str(disk / "features")])
         err = capsys.readouterr().err.strip()
         assert done.value.code == 2 and len(err.splitlines()) == 1, err
-        assert f"--cache-dir {disk / 'features'}: the frozen features need" in err and "KiB free" in err, err
+        assert f"no room for the frozen features in {disk / 'features'}: they need" in err and "KiB free" in err and "--cache-dir DIR on a larger disk" in err, err
         assert list(disk.iterdir()) == [] and not (tmp_path / "model").exists()
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)

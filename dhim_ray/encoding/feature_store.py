@@ -381,7 +381,7 @@ def check_cache_dir(folder: str | Path | None, nbytes: int = 0) -> None:
                                   "feature cache")
             free = shutil.disk_usage(part).free
             if nbytes > free:
-                raise ConfigError(f"cache_dir={folder}: the frozen features need {_size(nbytes)} and its disk has "
-                                  f"{_size(free)} free; free some space, give a cache_dir on a larger disk, or lower "
-                                  "max_words")
+                raise ConfigError(f"no room for the frozen features in {folder}: they need {_size(nbytes)} and its "
+                                  f"disk has {_size(free)} free; free some space, or give cache_dir=DIR on a "
+                                  "larger disk")
             return
