@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import torch
@@ -124,16 +125,23 @@ def export_codes_graph(model_dir: str | Path, out: str | Path) -> Path:
                        "can differ from Hasher.encode in a bit (re-ingest with the graph's codes if that matters)",
                        model_dir, features.precision)
     hasher = Hasher.load(model_dir, encoder=encoder)
-    partial = out.with_name(f".{out.stem}.partial.onnx")
+    partial, spec = out.with_name(f".{out.stem}.partial.onnx"), out.with_name(f".{out.stem}.json.partial")
+    tokenizer = out.with_name(f".{out.stem}.tokenizer.partial")
     try:
+        hasher.encoder.tokenizer.save_pretrained(str(tokenizer))
+        beside = out.parent / "tokenizer.json"
+        if beside.exists() and beside.read_bytes() != (tokenizer / "tokenizer.json").read_bytes():
+            raise ConfigError(f"--out {out}: {out.parent} holds another encoder's tokenizer.json (an earlier "
+                              "export's), which this export would replace; export into a folder of its own")
         export_graph(TokensToCodes(hasher), hasher.encoder.model, partial, "codes", {0: "batch"})
         optimise(partial, hasher.encoder.model.config)
-        hasher.encoder.tokenizer.save_pretrained(str(out.parent))
-        spec = out.with_name(f".{out.stem}.json.partial")
+        for file in tokenizer.iterdir():
+            file.replace(out.parent / file.name)
         spec.write_text(json.dumps(text_spec(hasher), indent=2) + "\n")
         spec.replace(out.with_suffix(".json"))
         partial.replace(out)
     finally:
-        for leftover in (partial, out.with_name(f".{out.stem}.json.partial")):
+        for leftover in (partial, spec):
             leftover.unlink(missing_ok=True)
+        shutil.rmtree(tokenizer, ignore_errors=True)
     return out

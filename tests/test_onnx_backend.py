@@ -184,10 +184,10 @@ def test_export_refuses_a_name_that_is_not_an_onnx_file(tiny_bert, tmp_path, cap
 
 
 @pytest.mark.slow
-def test_packaged_encoder_codes_equal_across_backends_and_the_docs_example(tmp_path, monkeypatch):
+def test_packaged_encoder_codes_equal_across_backends_and_the_docs_example(tmp_path, monkeypatch, tiny_bert):
     """The packaged all-MiniLM-L6-v2 on the packaged BBC corpus: ONNX Runtime, torch and the
     exported graph run by docs/serve.md's own example (tokenizers + onnxruntime only) give
-    the same 64-bit codes."""
+    the same 64-bit codes; another encoder's model is not exported beside them."""
     from dhim_ray.corpus.data import load_split
     from dhim_ray.corpus.spec import CorpusSpec
 
@@ -224,6 +224,13 @@ def test_packaged_encoder_codes_equal_across_backends_and_the_docs_example(tmp_p
     finally:
         release(target.uri)
     assert len(scope["hits"][0]) == 5 and all(h["entity"]["text"] for h in scope["hits"][0])
+    # another encoder's model exported into the same folder would replace this graph's tokenizer
+    tiny = random_checkpoint(tmp_path / "tiny", FeatureConfig(encoder=tiny_bert, max_words=12), n_bits=32, hidden=32)
+    before = {p: p.read_bytes() for p in (tmp_path / "out").iterdir() if p.is_file()}
+    with pytest.raises(ConfigError, match="holds another encoder's tokenizer.json") as refused:
+        export_codes_graph(tiny, tmp_path / "out" / "tiny.onnx")
+    assert "export into a folder of its own" in str(refused.value)
+    assert {p: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
 
 
 @pytest.mark.parametrize("where, words", [
