@@ -463,6 +463,17 @@ def test_search_cli_rerank_shows_the_score_and_json_carries_it(ingested, model_d
                                                                           reverse=True)
 
 
+def test_a_search_that_finds_nothing_says_so(ingested, model_dir, capsys):
+    from dhim_ray.cli import main
+
+    target, _ = ingested
+    with pytest.raises(SystemExit) as done:
+        main(["search", "oil prices", "--model", str(model_dir), "--uri", target.uri, "--collection",
+              target.collection, "--filter", "label == 999"])
+    assert done.value.code in (0, None)
+    assert "no hits" in capsys.readouterr().out
+
+
 def test_ingest_keeps_ray_and_grpc_chatter_out_of_the_terminal(model_dir, tmp_path):
     """Without -v the terminal shows our own lines only: not Ray's C++ core (every Ray Data
     actor pool of Ray 2.60 logs a false 'constructor arguments in the object store' ERROR),
