@@ -81,9 +81,13 @@ FLAGS = {
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
 
+_FIELD = re.compile(r"(?<![\w.'\"-])(?<!--set )(?:set )?((?:features|model|train)\.\w+=)")
+
+
 def as_flags(message: str) -> str:
-    """'n_bits=100: must be ...' -> '--bits 100: must be ...'."""
-    return _PARAM.sub(lambda m: FLAGS[m.group(1)] + " ", message)
+    """'n_bits=100: must be ...' -> '--bits 100: must be ...'; '(set) model.init=random' ->
+    '--set model.init=random'."""
+    return _PARAM.sub(lambda m: FLAGS[m.group(1)] + " ", _FIELD.sub(r"--set \1", message))
 
 
 _CREDENTIALS = re.compile(r"(\w+://)[^/\s@]+@")

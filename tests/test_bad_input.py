@@ -225,7 +225,7 @@ CASES = [
      "--encoder 'bert-base-uncased': not a local folder and the Hugging Face hub is unreachable"),
     (["train", "{root}/latin1"], 2, "not UTF-8 text"),
     (["train", "{toy}", "--bits", "16", "--encoder", "{bert}", "--max-words", "12", "--out", "{root}/o4",
-      "--limit", "2"], 2, "set model.init=random"),
+      "--limit", "2"], 2, "or --set model.init=random"),
     # eval
     (["eval", "--database", "{toy}:train", "--queries", "{toy}:val"], 2, "give a model folder"),
     (E("--k", "0"), 2, "--k 0: must be a positive integer"),

@@ -177,8 +177,8 @@ def init_from_itq(model: DHIM, feats: Features, seed: int = 0) -> None:
 
     x, n_bits = token_mean(feats), model.config.head_bits
     if n_bits > min(x.shape):
-        raise ConfigError(f"init=itq: {len(x)} training documents are too few for an ITQ start of {n_bits} bits; "
-                          "give more documents or set model.init=random")
+        raise ConfigError(f"model.init=itq: {len(x)} training documents are too few for an ITQ start of {n_bits} bits; "
+                          "give more documents or model.init=random")
     itq = ITQ(n_bits, seed).fit(x)
     model.init_linear_path(*unit_spread(x, itq.w @ itq.rotation, itq.mean))
 
