@@ -168,11 +168,31 @@ def setup_logging(verbose: bool, quiet: bool) -> None:
     # (pymilvus' own stack logs are quieted by the connector: pymilvus configures them on import)
 
 
+def _show_version(value: bool) -> None:
+    """dhim-ray's version and the stack's, for a bug report (package metadata only: no imports)."""
+    if not value:
+        return
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    stack = ", ".join(f"{name} {of(name)}" for name in ("torch", "transformers", "ray", "pymilvus", "milvus-lite"))
+    typer.echo(f"dhim-ray {of('dhim-ray')} (python {platform.python_version()}; {stack})")
+    raise typer.Exit()
+
+
 @app.callback()
 def _global(
     ctx: typer.Context,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More detail, Ray's own logs included.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors (and results).")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                          help="The versions of dhim-ray and its stack, then exit.")] = False,
 ):
     """Semantic hashing of documents with DHIM: train, evaluate, ingest into Milvus, search."""
     setup_logging(verbose, quiet)

@@ -24,6 +24,20 @@ def test_help_keeps_bracketed_defaults():
     assert r.exit_code == 0 and "[default: runs/CORPUS-BITS]" in r.output
 
 
+def test_version_names_the_stack_without_loading_it():
+    """``dhim-ray --version`` for a bug report: dhim-ray's and its stack's versions, read from
+    the packages' metadata (torch and Ray are not imported for it)."""
+    import dhim_ray
+
+    code = ("import sys; from dhim_ray.cli import main; sys.argv = ['dhim-ray', '--version']\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+            "assert 'torch' not in sys.modules and 'ray' not in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith(f"dhim-ray {dhim_ray.__version__} (python "), done.stdout
+    assert all(f"{name} " in done.stdout for name in ("torch", "ray", "pymilvus", "milvus-lite")), done.stdout
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, toy_folder, tiny_bert):
     out = tmp_path_factory.mktemp("cli") / "model"
