@@ -427,13 +427,13 @@ def eval_(
              "dimension of the encoder's sentence vector) or float cosine kNN on the unhashed vectors (cosine, "
              "whitening-cosine).")] = None,
     bits: Annotated[int | None, typer.Option(rich_help_panel="Baseline",
-                                             help="Code length for a hashing --baseline [64; ubinary: the encoder's "
-                                                  "width].")] = None,
+                                             help="Code length for a hashing --baseline [beside a model: its width; "
+                                                  "else 64; ubinary: the encoder's width].")] = None,
     encoder: Annotated[str | None, typer.Option(rich_help_panel="Baseline", help=(
-        "Frozen encoder for --baseline: HF name or local folder [all-MiniLM-L6-v2, packaged]; a model "
-        "uses its own."))] = None,
+        "Frozen encoder for --baseline: HF name or local folder [beside a model: its own; else all-MiniLM-L6-v2, "
+        "packaged]."))] = None,
     max_words: Annotated[int | None, typer.Option(rich_help_panel="Baseline",
-                                                  help="Words per document for --baseline [50].")] = None,
+                                                  help="Words per document for --baseline [beside a model: its own; else 50].")] = None,
     collection: Annotated[str | None, typer.Option(rich_help_panel="Milvus", help="Search this Milvus collection (at --uri) instead of "
                                                            "hashing a database in memory.")] = None,
     uri: Uri = DEFAULT_DB,

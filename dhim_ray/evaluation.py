@@ -43,7 +43,8 @@ def _shown(spec: CorpusSpec) -> str:
 @dataclass(frozen=True)
 class EvalRequest:
     """One evaluation. ``model_dir``: a checkpoint; ``baselines``: names from
-    dhim_ray.retrieval.baselines (``bits``, ``encoder``, ``max_words`` apply to them only);
+    dhim_ray.retrieval.baselines (``bits``, ``encoder``, ``max_words`` apply to them only; beside
+    a model they default to its width and features);
     ``database`` and ``queries``: corpora (in memory), or ``collection``: a Milvus target whose
     rows are the database (``nprobe``, ``mode`` and ``fusion`` apply there only). ``task``
     topic: precision@``k`` by labels (cosine-neighbour recall@k without them); known-item:
@@ -127,9 +128,24 @@ class EvalRequest:
         if self.task == "topic" and self.queries is None:
             raise ConfigError("eval needs queries=CORPUS:SPLIT, e.g. queries=bbc:test")
 
-    def baseline_bits(self, name: str) -> int | None:
-        """A hashing baseline's width: ``bits``, else 64 (ubinary: its encoder's)."""
-        return self.bits if self.bits is not None or name == "ubinary" else BASELINE_BITS
+    def baseline_bits(self, name: str, model_bits: int | None = None) -> int | None:
+        """A hashing baseline's width: ``bits``, else the model's beside it, else 64 (ubinary:
+        its encoder's)."""
+        if self.bits is not None or name == "ubinary":
+            return self.bits
+        return BASELINE_BITS if model_bits is None else model_bits
+
+    def baseline_features(self, model: FeatureConfig | None = None) -> FeatureConfig:
+        """The features the baselines hash: ``encoder`` and ``max_words`` where given, else the
+        model's beside them (the same encoder pass: the corpus is encoded once), else the
+        packaged encoder and 50 words."""
+        if model is None:
+            return FeatureConfig(DEFAULT_ENCODER if self.encoder is None else self.encoder,
+                                 BASELINE_WORDS if self.max_words is None else self.max_words)
+        if self.encoder is None and self.max_words is None:
+            return model
+        return FeatureConfig(model.encoder if self.encoder is None else self.encoder,
+                             model.max_words if self.max_words is None else self.max_words)
 
 
 def evaluate(request: EvalRequest, progress: bool = True) -> list[dict[str, Any]]:
@@ -153,18 +169,23 @@ def evaluate(request: EvalRequest, progress: bool = True) -> list[dict[str, Any]
 def _evaluate_in_memory(r: EvalRequest, progress: bool) -> list[dict[str, Any]]:
     from dhim_ray import evaluate as ev
 
-    features = FeatureConfig(DEFAULT_ENCODER if r.encoder is None else r.encoder,
-                             BASELINE_WORDS if r.max_words is None else r.max_words)
+    model = None
+    if r.model_dir is not None and r.baselines:  # compared on the model's own features and width
+        from dhim_ray.model.checkpoint import read_checkpoint
+
+        model = read_checkpoint(r.model_dir)
+    features = r.baseline_features(None if model is None else model.config.features)
+    bits = {name: r.baseline_bits(name, None if model is None else model.n_bits) for name in r.baselines}
     common = {"progress": progress, "cache_dir": r.cache_dir, "curve": r.curves}
     results = []
     if r.task == "known-item":
         if r.model_dir is not None:
             results.append(ev.known_item_checkpoint(r.model_dir, r.database, r.queries, r.windows, r.rerank, **common))
-        results += [ev.known_item_baseline(name, r.baseline_bits(name), r.database, r.queries, r.windows, features,
+        results += [ev.known_item_baseline(name, bits[name], r.database, r.queries, r.windows, features,
                                            **common) for name in r.baselines]
         return results
     if r.model_dir is not None:
         results.append(ev.evaluate_checkpoint(r.model_dir, r.database, r.queries, r.k, rerank=r.rerank, **common))
-    results += [ev.evaluate_baseline(name, r.baseline_bits(name), r.database, r.queries, r.k, features=features,
+    results += [ev.evaluate_baseline(name, bits[name], r.database, r.queries, r.k, features=features,
                                      **common) for name in r.baselines]
     return results

@@ -255,11 +255,13 @@ def test_curves_beside_the_checkpoint_and_for_every_method_of_an_eval(trained, t
     assert (trained / "training.png").read_bytes()[:8] == PNG
     db, q = f"{toy_folder}:train", f"{toy_folder}:val"
     plot = tmp_path / "curves" / "topic.png"
-    r = run("eval", trained, "--baseline", "itq", "--baseline", "cosine", "--bits", 16, "--encoder", tiny_bert,
-            "--max-words", 12, "--database", db, "--queries", q, "--k", 20, "--plot", plot, "--json")
+    # beside a model, the baselines hash its own features at its width (no --bits, --encoder, --max-words)
+    r = run("eval", trained, "--baseline", "itq", "--baseline", "cosine", "--database", db, "--queries", q,
+            "--k", 20, "--plot", plot, "--json")
     assert r.exit_code == 0, r.output
     results = json.loads(r.output.strip().splitlines()[-1])
     assert [x["method"] for x in results] == ["dhim", "itq", "cosine"] and plot.read_bytes()[:8] == PNG
+    assert (results[1]["n_bits"], results[2]["dims"]) == (16, 32)  # the tiny BERT's width, not MiniLM's 384
     for x in results:
         curve = dict(zip(x["curve"]["k"], x["curve"]["value"], strict=True))
         assert curve[1] >= 0 and max(curve) <= x["n_database"]

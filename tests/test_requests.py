@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dhim_ray.cli import as_flags
+from dhim_ray.config import FeatureConfig
 from dhim_ray.connectors.milvus import MilvusTarget
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import ConfigError
@@ -82,5 +83,10 @@ def test_an_eval_request_compares_a_model_with_baselines_each_once():
     req = EvalRequest("m", ("itq", "ubinary", "itq"), DB, Q, bits=None)
     assert req.baselines == ("itq", "ubinary")
     assert req.baseline_bits("itq") == 64 and req.baseline_bits("ubinary") is None
+    assert req.baseline_bits("itq", model_bits=16) == 16  # beside a model: its width
+    model = FeatureConfig("some/encoder", 12, cleaning="unicode")
+    assert req.baseline_features(model) is model  # its features: one encoder pass serves every method
+    assert req.baseline_features() == FeatureConfig()  # alone: the packaged encoder, 50 words
+    assert EvalRequest("m", ("itq",), DB, Q, max_words=9).baseline_features(model) == FeatureConfig("some/encoder", 9)
     known = EvalRequest("m", database=DB, task="known-item")  # the windows come from the database
     assert known.queries is None and known.collection is None
