@@ -30,6 +30,7 @@ from dhim_ray.retrieval import known_item
 from dhim_ray.retrieval.baselines import FLOAT_BASELINES, check_baseline, make_baseline
 from dhim_ray.retrieval.metrics import (
     PrecisionResult,
+    check_k,
     cosine_precision_at_k,
     cosine_topk,
     neighbour_recall_at_k,
@@ -89,23 +90,26 @@ def evaluate_codes(database: CodeDatabase, codes: np.ndarray, labels: np.ndarray
 NEIGHBOUR_METRIC = "cosine-neighbour recall@k (tie-aware; no labels)"
 
 
-def eval_splits(database: CorpusSpec, queries: CorpusSpec) -> tuple[Split, Split, np.ndarray | None]:
+def eval_splits(database: CorpusSpec, queries: CorpusSpec, k: int | None = None) -> tuple[Split, Split, np.ndarray | None]:
     """(database split, query split, query labels in the database's label numbering, or
     None where either split has no labels: eval then scores without them). The same
-    corpus is read once, so both splits share its label vocabulary."""
+    corpus is read once, so both splits share its label vocabulary. A ``k`` larger than the
+    database is refused here, before any encoding."""
     db_spec, q_spec = database.with_split(database.split or "train"), queries.with_split(queries.split or "val")
     if db_spec.with_split(None) == q_spec.with_split(None):
         corpus = load_corpus(db_spec.with_split(None))
         db, q = corpus.split(db_spec.split), corpus.split(q_spec.split)
     else:
         db, q = load_split(db_spec), load_split(q_spec)
-    if db.labels is None or q.labels is None:
+    labels = None if db.labels is None or q.labels is None else align_labels(db, q)
+    if k is not None:
+        check_k(k, len(db))
+    if labels is None:
         where = " and ".join(f"{role} {spec.display}" for role, spec, split in
                              (("database", db_spec, db), ("queries", q_spec, q)) if split.labels is None)
         logger.warning("%s: no labels (--label-column NAME names them); scoring by how many of each query's "
                        "nearest documents by cosine of the frozen encoder's sentence vectors the codes find", where)
-        return db, q, None
-    return db, q, align_labels(db, q)
+    return db, q, labels
 
 
 def label_free_scores(neighbours: np.ndarray, found, n_database: int) -> dict[str, Any]:
@@ -143,7 +147,7 @@ def evaluate_checkpoint(
     re-ranked by agreement with the queries' pre-threshold scores."""
     rerank = check_rerank(rerank)
     hasher = Hasher.load(model_dir, device=device)
-    db, q, q_labels = eval_splits(database, queries)
+    db, q, q_labels = eval_splits(database, queries, k)
     t0 = time.perf_counter()
     db_f = hasher.encoder.features(db.texts, progress=progress, cache_dir=cache_dir)
     q_f = hasher.encoder.features(q.texts, progress=progress, cache_dir=cache_dir)
@@ -179,7 +183,7 @@ def evaluate_baseline(
     check_baseline(baseline)
     model = None if baseline in FLOAT_BASELINES else make_baseline(baseline, n_bits, seed)  # fail fast on a width
     enc = FrozenEncoder(features or FeatureConfig(encoder=DEFAULT_ENCODER))
-    db, q, q_labels = eval_splits(database, queries)
+    db, q, q_labels = eval_splits(database, queries, k)
     db_f = enc.features(db.texts, progress=progress, cache_dir=cache_dir)
     q_f = enc.features(q.texts, progress=progress, cache_dir=cache_dir)
     if model is None:

@@ -230,6 +230,7 @@ CASES = [
     (["eval", "--database", "{toy}:train", "--queries", "{toy}:val"], 2, "give a model folder"),
     (E("--k", "0"), 2, "--k 0: must be a positive integer"),
     (E("--k", "x"), 2, "Invalid value for '--k'"),
+    (E("--k", "100000"), 2, "--k 100000: larger than the database (160 codes); use --k 160 or less"),
     (E("--rerank", "0"), 2, "--rerank 0: must be an integer in 1..64"),
     (["eval", "--baseline", "itq", "--database", "{toy}:train", "--queries", "{toy}:val", "--rerank", "4"], 2,
      "--rerank 4 with --baseline itq: re-ranking needs a DHIM model's scores"),

@@ -102,7 +102,7 @@ def hamming_topk(
         >>> idx, dist = hamming_topk(db_codes, query_codes, k=10)
     """
     _check_search(database, queries)
-    k = _check_k(k, len(database))
+    k = check_k(k, len(database))
     index = _index(database)
     indices = np.empty((len(queries), k), dtype=np.int64)
     distances = np.empty((len(queries), k), dtype=np.int32)
@@ -112,7 +112,7 @@ def hamming_topk(
     return indices, distances
 
 
-def _check_k(k: int, n_database: int) -> int:
+def check_k(k: int, n_database: int) -> int:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ConfigError(f"k={k!r}: must be a positive integer, e.g. 100")
     if k > n_database:
@@ -186,7 +186,7 @@ def precision_at_k(
     ``(r_lt + (k - n_lt) * r_eq / n_eq) / k``.
     """
     _check_search(database, queries)
-    k = _check_k(k, len(database))
+    k = check_k(k, len(database))
     db_labels = _check_labels(database_labels, len(database), "database")
     q_labels = _check_labels(query_labels, len(queries), "queries")
     ordered, expected = _search_hits(database, queries, k, lambda rows, ids: db_labels[ids] == q_labels[rows])
@@ -201,7 +201,7 @@ def cosine_topk(database: np.ndarray, queries: np.ndarray, k: int, memory_mb: in
     nearest first (ties by database order). ``exclude_self``: queries are the database
     itself and a vector is not its own neighbour. Chunked: memory stays bounded."""
     database, queries = np.asarray(database, np.float32), np.asarray(queries, np.float32)
-    k = _check_k(k, len(database) - int(exclude_self))
+    k = check_k(k, len(database) - int(exclude_self))
     db = database / np.linalg.norm(database, axis=1, keepdims=True).clip(1e-12)
     out = np.empty((len(queries), k), dtype=np.int64)
     rows = _chunk_rows(len(db), memory_mb)
@@ -242,7 +242,7 @@ def neighbour_recall_at_k(database: np.ndarray, queries: np.ndarray, neighbours:
         neighbours: (n_queries, m) database indices; m >= k, the first k are used.
     """
     _check_search(database, queries)
-    k = _check_k(k, len(database))
+    k = check_k(k, len(database))
     neighbours = np.asarray(neighbours)
     if neighbours.ndim != 2 or len(neighbours) != len(queries) or neighbours.shape[1] < k:
         raise DataError(f"neighbours of shape {neighbours.shape}: expected ({len(queries)}, >= {k}), "
