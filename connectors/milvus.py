@@ -730,8 +730,9 @@ class CodeCollection:
             raise StoreError(_failed(f"alias {alias!r}: Milvus refused to point it at {self.name!r}", exc)) from exc
         return before
 
-    def ids_of_keys(self, keys: Sequence[str]) -> dict[str, int]:
-        """The row id of each document id (``key``, ingest --id-column) that the collection holds."""
+    def ids_of_keys(self, keys: Sequence[str]) -> dict[str, list[int]]:
+        """The row ids of each document id (``key``, ingest --id-column) that the collection
+        holds: one, unless the source gave two documents the same id."""
         if not keys:
             return {}
         expr = f"{KEY_FIELD} in [{', '.join(quote(k) for k in keys)}]"
@@ -739,7 +740,10 @@ class CodeCollection:
             rows = self.client.query(self.name, filter=expr, output_fields=["id", KEY_FIELD], timeout=self.timeout)
         except Exception as exc:
             raise StoreError(_failed(f"collection {self.name!r}: looking up keys failed", exc)) from exc
-        return {r[KEY_FIELD]: int(r["id"]) for r in rows}
+        found: dict[str, list[int]] = {}
+        for r in rows:
+            found.setdefault(r[KEY_FIELD], []).append(int(r["id"]))
+        return {key: sorted(ids) for key, ids in found.items()}
 
     def _field_of(self, ids: Sequence[int], field_name: str) -> list[Any]:
         """Field ``field_name`` of rows ``ids``, in that order (read by id: milvus-lite 2.5.1

@@ -316,7 +316,12 @@ class Searcher:
                 raise DataError(f"like: collection {self.target.collection!r} holds no document with id "
                                 f"{', '.join(shown(m, 40) for m in missing[:5])}; give a hit's id (the id column of "
                                 "search's table) or a document's own id (ingest --id-column)")
-            ids = [found[key] for key in keys]
+            shared = next((key for key in keys if len(found[key]) > 1), None)
+            if shared is not None:
+                raise DataError(f"like: {len(found[shared])} documents in collection {self.target.collection!r} have "
+                                f"the id {shown(shared, 40)} (row ids {', '.join(map(str, found[shared][:5]))}); give "
+                                "one of those row ids")
+            ids = [found[key][0] for key in keys]
         ids = [int(i) for i in ids]
         held = self.collection.get(ids, ["id"])
         missing = [i for i in ids if i not in held]

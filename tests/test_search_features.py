@@ -94,6 +94,32 @@ def test_more_like_a_stored_row_by_id_or_key_leaves_the_row_out(store):
         searcher.like(ids=[12345])
 
 
+def test_more_like_an_id_two_documents_share_names_both_rows(store, tmp_path):
+    """Ingest keeps the ids it is given, unique or not; --like of an id two documents share
+    would search with either one's code: refused, naming both rows, either of which it takes."""
+    from dhim_ray.connectors.connection import release
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.connectors.rows import code_rows, document_ids
+    from dhim_ray.search import Searcher
+
+    rows = np.arange(3)
+    ids = document_ids("dup@1", rows)
+    target = MilvusTarget(str(tmp_path / "dup.db"), "dup")
+    with target.open() as collection:
+        collection.ensure(16, store["hasher"].model_id, keys=True)
+        collection.upsert(code_rows({"id": ids, "code": store["codes"][:3], "label": store["labels"][:3],
+                                     "text": store["texts"][:3], "row": rows, "key": ["a", "b", "a"]}, 16, "dup@1"))
+    try:
+        with Searcher(store["model"], target) as searcher:
+            with pytest.raises(DataError, match=f"2 documents in collection 'dup' have the id 'a' "
+                                                f"\\(row ids {ids[0]}, {ids[2]}\\)"):
+                searcher.like(keys=["a"], k=2)
+            assert [h["key"] for h in searcher.like(keys=["b"], k=2)[0]] != []
+            assert searcher.like(ids=[int(ids[2])], k=2)[0][0]["id"] in (int(ids[0]), int(ids[1]))
+    finally:
+        release(target.uri)
+
+
 def test_a_collection_with_sign_codes_from_an_earlier_version_searches_and_refuses_an_ingest(store, tmp_path):
     """Collections of an earlier version could keep sign codes (or float vectors) beside the
     codes: they still search, --rerank ordering by the query's bit scores, and an ingest into
