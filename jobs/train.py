@@ -447,7 +447,7 @@ class TrainRequest:
         if self.resume is not None and not self.distributed:  # an in-process run resumes where it writes
             if out is not None and out.resolve() != Path(self.resume).resolve():
                 raise ConfigError(f"resume={self.resume} with out={out}: an in-process run resumes in its own out "
-                                  "folder")
+                                  f"folder; give resume={self.resume} alone (or the same folder to both)")
             out = Path(self.resume)
         if out is None:
             name = self.corpus.name
