@@ -27,6 +27,22 @@ logger = logging.getLogger(__name__)
 
 CORPUS = "bbc"
 QUERY = "oil prices push the stock market down"
+#: Written into the demo's folder: a rerun replaces the model and database only where it finds it.
+MARK = ".dhim-ray-demo"
+
+
+def claim_folder(out_dir: Path, model_dir: Path) -> None:
+    """Refuse a folder whose model or database the demo did not make (it replaces them:
+    ``--out runs`` would delete the Quickstart's runs/bbc-64), then mark it as the demo's. A
+    folder an earlier demo made before the mark holds its feature cache beside them."""
+    from dhim_ray.errors import ConfigError
+
+    theirs = next((p for p in (model_dir, out_dir / "dhim_ray.db") if p.exists()), None)
+    if theirs is not None and not (out_dir / MARK).exists() and not (out_dir / "features").is_dir():
+        raise ConfigError(f"out={out_dir}: {theirs} was not made by the demo, which replaces it on each run; give "
+                          "the demo a folder of its own, e.g. out=runs/demo")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / MARK).write_text("made by dhim-ray demo: each run replaces the model and database here\n")
 
 
 def run_demo(out_dir: str | Path, bits: int = 64, epochs: int = 15, progress: bool = True,
@@ -42,6 +58,7 @@ def run_demo(out_dir: str | Path, bits: int = 64, epochs: int = 15, progress: bo
 
     logger.info("1/5 train: DHIM %d bits on %s (packaged encoder all-MiniLM-L6-v2)", bits, CORPUS)
     model_dir = out_dir / f"{CORPUS}-{bits}"
+    claim_folder(out_dir, model_dir)
     shutil.rmtree(model_dir, ignore_errors=True)
     summary = train_corpus(CorpusSpec(CORPUS), cfg, model_dir, progress=progress, cache_dir=cache)
 

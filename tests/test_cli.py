@@ -282,3 +282,17 @@ def test_curves_beside_the_checkpoint_and_for_every_method_of_an_eval(trained, t
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as on a machine without the extra
     r = run("eval", trained, "--database", db, "--queries", q, "--plot", tmp_path / "y.png")
     assert r.exit_code == 2 and "pip install 'dhim-ray[plot]'" in r.output and not (tmp_path / "y.png").exists()
+
+
+def test_the_demo_refuses_a_folder_whose_model_it_did_not_make(tmp_path):
+    """The demo replaces its model and database on each run: pointed at a folder holding the
+    Quickstart's runs/bbc-64 (or another dhim_ray.db), it refuses before any work and leaves
+    them as they were."""
+    runs = tmp_path / "runs"
+    (runs / "bbc-64").mkdir(parents=True)
+    (runs / "bbc-64" / "model.safetensors").write_bytes(b"the user's weights")
+    r = run("demo", "--out", runs)
+    assert r.exit_code == 2, r.output
+    assert f"--out {runs}: {runs / 'bbc-64'} was not made by the demo" in " ".join(r.output.split()), r.output
+    assert sorted(p.name for p in runs.rglob("*")) == ["bbc-64", "model.safetensors"]
+    assert (runs / "bbc-64" / "model.safetensors").read_bytes() == b"the user's weights"
