@@ -81,6 +81,8 @@ FLAGS = {
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
 
+#: A config field (SECTION.FIELD=, the sections of dhim_ray.config.SECTIONS, written out: the
+#: CLI starts without importing config and numpy; tests/test_cli.py holds the two together).
 _FIELD = re.compile(r"(?<![\w.'\"-])(?<!--set )(?:set )?((?:features|model|train)\.\w+=)")
 
 

@@ -24,6 +24,15 @@ def test_help_keeps_bracketed_defaults():
     assert r.exit_code == 0 and "[default: runs/CORPUS-BITS]" in r.output
 
 
+def test_config_field_names_in_errors_read_as_set_flags_for_every_section():
+    from dhim_ray.cli import _FIELD, as_flags
+    from dhim_ray.config import SECTIONS
+
+    assert "(?:" + "|".join(SECTIONS) + r")\." in _FIELD.pattern
+    for section in SECTIONS:
+        assert as_flags(f"give more documents or {section}.x=1") == f"give more documents or --set {section}.x=1"
+
+
 def test_version_names_the_stack_without_loading_it():
     """``dhim-ray --version`` for a bug report: dhim-ray's and its stack's versions, read from
     the packages' metadata (torch and Ray are not imported for it)."""
