@@ -285,7 +285,8 @@ def print_result(result: dict[str, Any], as_json: bool, title: str = "") -> None
     for key, value in result.items():
         if isinstance(value, (list, dict)):
             continue
-        shown = "-" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
+        shown = "-" if value is None else str(value) if not isinstance(value, float) else \
+            f"{value:,.1f}" if key.endswith("second") or key.endswith("seconds") else f"{value:.4f}"  # s, docs/s
         table.add_row(Text(key), Text(shown))
     Console().print(table)
 

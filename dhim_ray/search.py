@@ -33,7 +33,8 @@ from dhim_ray.connectors.milvus import (
 )
 from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
-from dhim_ray.errors import CollectionMismatchError, ConfigError, StoreError
+from dhim_ray.corpus.text import has_text
+from dhim_ray.errors import CollectionMismatchError, ConfigError, DataError, StoreError
 from dhim_ray.evaluate import WindowSpec, codes_found, evaluate_codes, label_free_scores
 from dhim_ray.hasher import Hasher
 from dhim_ray.retrieval import known_item
@@ -90,6 +91,9 @@ class SearchRequest:
         object.__setattr__(self, "like", tuple(self.like or ()))
         if bool(self.texts) == bool(self.like):
             raise ConfigError("give query texts or like=ID (a stored row's id), not both or neither")
+        for i, t in enumerate(self.texts):  # empty to every cleaner: said before a model or Milvus is opened
+            if isinstance(t, str) and not has_text(t):
+                raise DataError(f"text {i} ({t[:30]!r}) is empty after cleaning: give some words to hash")
         check_search_k(self.k)
         if check_rerank(self.rerank) > 1 and self.k * self.rerank > MAX_SEARCH_K:
             raise ConfigError(f"rerank={self.rerank}: k x rerank = {self.k * self.rerank} Hamming candidates, at most "
@@ -297,7 +301,6 @@ class Searcher:
         whose own ids, ``ingest --id-column``, are ``keys``), no re-encoding. Each row itself
         is left out of its hits unless ``include_self``. One list of hits per row asked for;
         an id or key the collection does not hold is a DataError naming it."""
-        from dhim_ray.errors import DataError
 
         check_search_k(k)
         check_filter(filter, self.filter_fields)

@@ -286,6 +286,8 @@ CASES = [
      "cannot reach Milvus at http://***@127.0.0.1:1"),
     # search
     (S("-k", "0"), 2, "--k 0: must be between 1 and 16384"),
+    (["search", "@#$", "--model", "{root}/nomodel", "--uri", "{root}/none.db"], 2,
+     "text 0 ('@#$') is empty after cleaning: give some words to hash"),  # before the model, before Milvus
     (S("-k", "20000"), 2, "--k 20000: must be between 1 and 16384"),
     (S("--nprobe", "0"), 2, "--nprobe 0: must be >= 1"),
     (S("--rerank", "100"), 2, "--rerank 100: must be an integer in 1..64"),
