@@ -46,17 +46,19 @@ logger = logging.getLogger(__name__)
 
 
 def find_collection(model_dir: str | Path, uri: str, token_env: str = "MILVUS_TOKEN",
-                    hasher: Hasher | None = None) -> str:
+                    hasher: Hasher | None = None, release_file: bool = True) -> str:
     """The one collection at ``uri`` ingested with the model at ``model_dir``: what search
     uses when it is given no collection name. None or several: a StoreError or
-    ConfigError that says what is there."""
+    ConfigError that says what is there. ``release_file=False`` leaves a milvus-lite file's
+    server up for the Searcher that opens it next (one start instead of two)."""
     hasher = hasher or Hasher.load(model_dir)
-    client = connect(uri, token_env=token_env, create=False)
+    client, found = connect(uri, token_env=token_env, create=False), []
     try:
         found = collections_of_model(client, hasher.model_id, hasher.n_bits)
     finally:
         client.close()
-        release(uri)
+        if release_file or len(found) != 1:
+            release(uri)
     if not found:
         raise StoreError(f"no collection at {mask_uri(uri)} was ingested with {model_dir}; run 'dhim-ray ingest "
                          f"CORPUS --model {model_dir} --uri {mask_uri(uri)}' first, or name one with --collection")
@@ -182,7 +184,7 @@ class Searcher:
         Without ``collection``: the one collection at ``uri`` ingested with the model."""
         hasher = Hasher.load(model_dir)
         if collection is None:
-            collection = find_collection(model_dir, uri, token_env, hasher)
+            collection = find_collection(model_dir, uri, token_env, hasher, release_file=False)
         return cls(model_dir, MilvusTarget(uri, collection, token_env=token_env), hasher=hasher, nprobe=nprobe)
 
     def pointed_at(self) -> str:
