@@ -465,6 +465,7 @@ def eval_(
     as_json: AsJson = False,
 ):
     """Precision@k by Hamming distance of a model (or a baseline): database vs queries.
+
     Without labels: how many of each query's k nearest documents by cosine of the frozen
     encoder's sentence vectors it finds (cosine-neighbour recall@k). --task known-item: how
     often a window of a document's words finds that document."""
@@ -586,6 +587,7 @@ def ingest(
     as_json: AsJson = False,
 ):
     """Encode a corpus with Ray Data and upsert the codes into a Milvus binary collection.
+
     Ray Data reads the split itself (CSV, JSON Lines, Parquet; one file or a folder of
     parts), checks every row first, and streams it through the encoders."""
     from dhim_ray.connectors.connection import is_lite
@@ -661,8 +663,9 @@ def search(
     mode: Mode = None,
     as_json: Annotated[bool, typer.Option("--json", rich_help_panel="Output", help="Print hits as JSON.")] = False,
 ):
-    """Hash query texts with the model and search the collection: by Hamming distance, and
-    where the collection has a text index, fused with Milvus' BM25 (hybrid)."""
+    """Hash query texts with the model and search the collection.
+
+    By Hamming distance, and where the collection has a text index, fused with Milvus' BM25 (hybrid)."""
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.search import Searcher, SearchRequest
 
@@ -697,7 +700,9 @@ def serve(
     allow_open: Annotated[bool, typer.Option(
         rich_help_panel="Service", help="Serve without --api-token-env on an address other hosts can reach (off: refused).")] = False,
 ):
-    """Serve search over HTTP (Ray Serve): a search page at /, POST /search, POST /hash, GET /health, GET /docs."""
+    """Serve search over HTTP with Ray Serve: a search page and a JSON API.
+
+    A search page at /, POST /search, POST /hash, GET /health, GET /docs."""
     import signal
     import threading
 
@@ -768,8 +773,9 @@ def export(
                                       "<name>.json go beside it.")] = Path("model.onnx"),
     as_json: AsJson = False,
 ):
-    """Write one ONNX graph from token ids to packed codes (encoder, head, threshold, packing),
-    to hash with ONNX Runtime in any language: docs/serve.md shows how."""
+    """Write one ONNX graph from token ids to packed codes, to hash in any language.
+
+    The graph holds the encoder, head, threshold and packing, for ONNX Runtime: docs/serve.md shows how."""
     from dhim_ray.export import export_codes_graph
 
     path = export_codes_graph(model_dir, out)
@@ -785,8 +791,10 @@ def demo(
     epochs: Annotated[int, typer.Option(rich_help_panel="Training", help="Maximum epochs.")] = 30,
     as_json: AsJson = False,
 ):
-    """End to end on the embedded defaults: train on the packaged BBC corpus with the
-    packaged encoder, evaluate against baselines, ingest into a milvus-lite file and search."""
+    """End to end on the embedded defaults: train, evaluate, ingest and search.
+
+    Trains on the packaged BBC corpus with the packaged encoder, evaluates against baselines,
+    ingests into a milvus-lite file and searches it."""
     from dhim_ray.codes import check_n_bits
     from dhim_ray.jobs.demo import run_demo
 
