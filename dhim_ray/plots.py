@@ -94,11 +94,12 @@ def training_curve(summary: dict[str, Any], path: str | Path) -> Path | None:
     if best is not None and best >= 0:
         score_ax.axvline(best, color="tab:green", linestyle="--", label=f"chosen: epoch {best}")
     lines = loss_ax.get_legend_handles_labels(), score_ax.get_legend_handles_labels()
-    score_ax.legend(lines[0][0] + lines[1][0], lines[0][1] + lines[1][1], fontsize=8, loc="best")
+    fig.legend(lines[0][0] + lines[1][0], lines[0][1] + lines[1][1], fontsize=8, loc="lower center", ncol=3,
+               frameon=False)  # under the axes: inside, it covered one of the two curves
     corpus = Path(str(summary.get("corpus", ""))).name
     loss_ax.set_title(f"training on {corpus}: the epoch picked by {summary.get('selected_by', 'the last epoch')}",
                       fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return _save(fig, plt, path)
 
 
