@@ -144,12 +144,12 @@ class Searcher:
         self.client = target.connect(create=False)
         self.collection = target.bind(self.client)
         info = self.collection.describe()
-        if info is None:
+        if info is None:  # a typo: name the collections this model's codes are in, where there are some
+            mine = collections_of_model(self.client, self.hasher.model_id, self.hasher.n_bits)
             self.close()
-            raise StoreError(
-                f"collection {target.collection!r} does not exist at {mask_uri(target.uri)}; "
-                "run 'dhim-ray ingest' first or check the collection name"
-            )
+            raise StoreError(f"collection {target.collection!r} does not exist at {mask_uri(target.uri)}; " + (
+                f"the model's codes are in {', '.join(mine)}" if mine else
+                "run 'dhim-ray ingest' first or check the collection name"))
         try:  # not made by dhim-ray, another width, metric or model: refused as ingest refuses it
             self.collection.check(self.hasher.n_bits, self.hasher.model_id)
         except CollectionMismatchError as exc:

@@ -327,7 +327,9 @@ CASES = [
     (["search", "x", "--model", "{model}", "--uri", "{root}/typo.db", "--collection", "toy_16"], 2,
      "no such milvus-lite file"),
     (["search", "x", "--model", "{model}", "--uri", "{db}", "--collection", "nothere"], 2,
-     "collection 'nothere' does not exist"),
+     "collection 'nothere' does not exist at "),
+    (["search", "x", "--model", "{model}", "--uri", "{db}", "--collection", "toy16"], 2,
+     "; the model's codes are in toy_16"),  # a typo: where the model's codes are
     (["search", "", "--model", "{model}", "--uri", "{db}", "--collection", "toy_16"], 2, "text 0 ('') is empty"),
     (["search", "x", "--model", "{root}/[exp1]/m", "--uri", "{db}", "--collection", "toy_16"], 2,
      "[exp1]/m: no such folder"),
