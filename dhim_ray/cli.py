@@ -734,7 +734,7 @@ _HIT_FIELDS = {"id", "distance", "label", "label_name", "text", "source", "row",
 
 def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
     """A table per query; rank, distance, label (its name where the corpus names its
-    labels, else its number) and id (the document's own id where it was ingested with
+    labels, else its number; no column where no hit has one) and id (the document's own id where it was ingested with
     --id-column, else the row's: what --like takes) keep their width at any terminal size."""
     from rich.console import Console
     from rich.table import Table
@@ -747,8 +747,9 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
         reranked = any("rerank_score" in h for h in rows)
         lexical = any("bm25" in h for h in rows)  # text or hybrid search: BM25's score where it found the hit
         keyed = any(h.get("key") for h in rows)
+        labelled = any(h.get("label_name") or h.get("label", -1) != -1 for h in rows)  # else no label column
         kept = [c for c in (rows[0] if rows else {}) if c not in _HIT_FIELDS][:3]  # --keep-columns, the first three
-        cols = ("rank", "distance", *(("score",) if reranked else ()), "label", "id",
+        cols = ("rank", "distance", *(("score",) if reranked else ()), *(("label",) if labelled else ()), "id",
                 *(("bm25",) if lexical else ()), *kept)
         ids = [str(h.get("key") or "")[:40] if keyed else str(h.get("id")) for h in rows]
         for col in cols:  # an id is shown whole: --like takes it
@@ -760,7 +761,7 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
             bm25 = (f"{h['bm25']:.2f}" if "bm25" in h else "",) if lexical else ()
             # a string label's name, else its number; -1 is the connector's "no label"
             label = h.get("label_name") or ("-" if h.get("label", -1) == -1 else str(h.get("label")))
-            table.add_row(str(rank), str(h["distance"]), *score, label[:40], ids[rank - 1], *bm25,
+            table.add_row(str(rank), str(h["distance"]), *score, *((label[:40],) if labelled else ()), ids[rank - 1], *bm25,
                           *(str(h.get(c, ""))[:30] for c in kept), Text(" ".join(str(h.get("text", "")).split())[:300]))
         console.print(table)
 

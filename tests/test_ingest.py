@@ -653,10 +653,10 @@ def test_id_column_is_kept_as_each_rows_key_and_returned_with_hits(ray_session, 
                          env=env, timeout=300)
     assert run.returncode == 0, run.stderr
     header = next(line for line in run.stdout.splitlines() if "distance" in line)
-    assert " id " in header and " row " not in header
+    assert " id " in header and " row " not in header and " label " not in header  # no labels: no label column
     import re
 
-    assert re.search(r"│\s+-\s+│\s+a-1\s+│", run.stdout), run.stdout  # no label column: "-", not -1
+    assert re.search(r"│\s+\d+\s+│\s+a-1\s+│", run.stdout), run.stdout  # the distance, then the id
 
     holes = tmp_path / "holes.jsonl"
     holes.write_text("".join(json.dumps({"doc_id": None if i in (3, 5) else f"d{i}", "text": t}) + "\n"
