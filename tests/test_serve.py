@@ -513,5 +513,9 @@ def test_the_search_page_in_a_real_browser(service):
         filtered = page.search(QUERIES[1], k=10, filter=f"label == {label}", mode="codes")
         assert filtered and all(h["label"] == want[0]["label_name"] for h in filtered)
         assert "bm25" not in filtered[0]  # codes only: no BM25 column
+
+        # a collection without labels: its hits carry label -1, and the page draws no label column
+        driver.execute_script("show(arguments[0], 'q')", [{**h, "label": -1, "label_name": ""} for h in like])
+        assert list(page.hits()[0]) == ["#", "distance", "text", ""]
     finally:
         driver.quit()
