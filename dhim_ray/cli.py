@@ -286,7 +286,7 @@ def print_result(result: dict[str, Any], as_json: bool, title: str = "") -> None
         if isinstance(value, (list, dict)):
             continue
         shown = "-" if value is None else str(value) if not isinstance(value, float) else \
-            f"{value:,.1f}" if key.endswith("second") or key.endswith("seconds") else f"{value:.4f}"  # s, docs/s
+            f"{value:,.1f}" if key.endswith(("second", "seconds")) else f"{value:.4f}"  # s and docs/s: one decimal
         table.add_row(Text(key), Text(shown))
     Console().print(table)
 
@@ -734,8 +734,9 @@ _HIT_FIELDS = {"id", "distance", "label", "label_name", "text", "source", "row",
 
 def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
     """A table per query; rank, distance, label (its name where the corpus names its
-    labels, else its number; no column where no hit has one) and id (the document's own id where it was ingested with
-    --id-column, else the row's: what --like takes) keep their width at any terminal size."""
+    labels, else its number; no column where no hit has one) and id (the document's own id
+    where it was ingested with --id-column, else the row's: what --like takes) keep their
+    width at any terminal size."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
