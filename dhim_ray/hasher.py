@@ -181,5 +181,10 @@ def check_texts(texts, features: FeatureConfig) -> list[str]:
             raise DataError(f"text {i} is a {type(t).__name__}: expected a string")
         prepared.append(clean_and_truncate(t, features.max_words, features.cleaning))
         if not prepared[-1]:
-            raise DataError(f"text {i} ({t[:30]!r}) is empty after cleaning: give some words to hash")
+            raise empty_text(i, t)
     return prepared
+
+
+def empty_text(i: int, text: str) -> DataError:
+    """The one error for text ``i`` with no words left after cleaning (the library, the CLI, the service)."""
+    return DataError(f"text {i} ({text[:30]!r}) is empty after cleaning: give some words to hash")

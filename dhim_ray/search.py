@@ -36,7 +36,7 @@ from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.corpus.text import has_text
 from dhim_ray.errors import CollectionMismatchError, ConfigError, DataError, StoreError
 from dhim_ray.evaluate import WindowSpec, codes_found, evaluate_codes, label_free_scores
-from dhim_ray.hasher import Hasher
+from dhim_ray.hasher import Hasher, empty_text
 from dhim_ray.retrieval import known_item
 from dhim_ray.retrieval.fusion import Fusion, check_mode, fuse
 from dhim_ray.retrieval.metrics import PrecisionResult, cosine_topk, tie_aware_hits
@@ -95,7 +95,7 @@ class SearchRequest:
             raise ConfigError("give query texts or like=ID (a stored row's id), not both or neither")
         for i, t in enumerate(self.texts):  # empty to every cleaner: said before a model or Milvus is opened
             if isinstance(t, str) and not has_text(t):
-                raise DataError(f"text {i} ({t[:30]!r}) is empty after cleaning: give some words to hash")
+                raise empty_text(i, t)
         check_search_k(self.k)
         if check_rerank(self.rerank) > 1 and self.k * self.rerank > MAX_SEARCH_K:
             raise ConfigError(f"rerank={self.rerank}: k x rerank = {self.k * self.rerank} Hamming candidates, at most "
