@@ -12,6 +12,9 @@ A code collection holds one row per document:
     row     INT64 row number in that source
     key     VARCHAR the document's own id from the source's id column (ingest --id-column),
             else ""; collections made before it existed lack it and still work
+    digest  INT64 a hash of what the row was made from (its whole text, label, ids, kept
+            columns): a rerun neither encodes nor writes a row stored as it is; collections
+            made before it existed lack it (a rerun encodes every row again)
     text_sparse  SPARSE_FLOAT_VECTOR, only in a collection with a text index: Milvus' own BM25
             function over ``text`` fills it on every upsert (SPARSE_INVERTED_INDEX, metric BM25)
 
@@ -46,6 +49,7 @@ from dhim_ray.connectors.connection import (
 from dhim_ray.connectors.filters import MAX_FILTER_CHARS, check_filter, refused_by_milvus, shown  # noqa: F401
 from dhim_ray.connectors.rows import (
     CODE_FIELD,
+    DIGEST_FIELD,
     KEY_FIELD,
     KEY_MAX,
     LABEL_NAME_FIELD,
@@ -208,6 +212,7 @@ class CollectionInfo:
     keys: bool = False  # rows carry their document's own id (the key field)
     columns: dict[str, tuple[str, int]] = field(default_factory=dict)  # kept metadata: name -> (kind, string bound)
     text_index: bool = False  # Milvus' BM25 over the stored text (the text_sparse field)
+    digests: bool = False  # rows carry a digest of what they were made from (the digest field)
 
     @property
     def output_fields(self) -> list[str]:
@@ -237,6 +242,7 @@ def _schema(n_bits: int, meta: dict[str, Any], columns: dict[str, tuple[str, int
     schema.add_field("source", DataType.VARCHAR, max_length=256)
     schema.add_field("row", DataType.INT64)
     schema.add_field(KEY_FIELD, DataType.VARCHAR, max_length=KEY_MAX * 4)
+    schema.add_field(DIGEST_FIELD, DataType.INT64)
     kinds = {"bool": DataType.BOOL, "int": DataType.INT64, "float": DataType.DOUBLE, "string": DataType.VARCHAR}
     for name, (kind, bound) in (columns or {}).items():
         schema.add_field(name, kinds[kind], **({"max_length": bound} if kind == "string" else {}))
@@ -339,7 +345,7 @@ def _fields_are_ours(fields: list[dict]) -> bool:
 
     expected = {"id": DataType.INT64, CODE_FIELD: DataType.BINARY_VECTOR, "label": DataType.INT64,
                 "text": DataType.VARCHAR, "source": DataType.VARCHAR, "row": DataType.INT64,
-                LABEL_NAME_FIELD: DataType.VARCHAR, KEY_FIELD: DataType.VARCHAR,
+                LABEL_NAME_FIELD: DataType.VARCHAR, KEY_FIELD: DataType.VARCHAR, DIGEST_FIELD: DataType.INT64,
                 TEXT_SPARSE_FIELD: DataType.SPARSE_FLOAT_VECTOR}
     types = {f["name"]: f.get("type") for f in fields}
     return all(types.get(name, kind) == kind for name, kind in expected.items()) and all(
@@ -391,7 +397,8 @@ class CodeCollection:
         return CollectionInfo(name, int(code["params"].get("dim", 0)), metric, index_type, meta.get("model", ""),
                               nlist=nlist, meta=meta, label_names=LABEL_NAME_FIELD in fields, keys=KEY_FIELD in fields,
                               columns={n: (str(k), int(b)) for n, (k, b) in dict(meta.get("columns") or {}).items()},
-                              text_index=TEXT_SPARSE_FIELD in fields and meta.get("text_index") == "bm25")
+                              text_index=TEXT_SPARSE_FIELD in fields and meta.get("text_index") == "bm25",
+                              digests=DIGEST_FIELD in fields)
 
     def check(self, n_bits: int, model: str, overwrite: bool = False, keys: bool = False,
               columns: dict[str, tuple[str | None, int]] | None = None,
@@ -466,7 +473,7 @@ class CodeCollection:
         except Exception as exc:
             raise StoreError(_failed(f"collection {name!r}: Milvus refused to create it", exc)) from exc
         return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, label_names=True,
-                              keys=True, columns=fields, text_index=text_index)
+                              keys=True, columns=fields, text_index=text_index, digests=True)
 
     def upsert(self, rows: Columns, new: bool = False) -> int:
         """Upsert validated rows, by column (``code_rows``); returns how many were written.
@@ -604,6 +611,25 @@ class CodeCollection:
         res = self.client.query(self.name, filter=expr, output_fields=["count(*)"], consistency_level="Strong",
                                 timeout=self.timeout)
         return int(res[0]["count(*)"])
+
+    def digests(self, source: str, batch_size: int = 16384) -> tuple[np.ndarray, np.ndarray]:
+        """The ids (sorted) and digests of ``source``'s rows that carry one (a collection with
+        the digest field): what a rerun of its ingest need not encode again."""
+        self._flush()
+        id_parts, digest_parts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]  # by batch: 16 bytes a row
+        try:
+            it = self.client.query_iterator(self.name, batch_size=batch_size, output_fields=["id", DIGEST_FIELD],
+                                            filter=f"source == {quote(source)} and {DIGEST_FIELD} != 0",
+                                            timeout=self.timeout)
+            while rows := it.next():
+                id_parts.append(np.fromiter((r["id"] for r in rows), np.int64, len(rows)))
+                digest_parts.append(np.fromiter((r[DIGEST_FIELD] for r in rows), np.int64, len(rows)))
+            it.close()
+        except Exception as exc:
+            raise StoreError(_failed(f"collection {self.name!r}: reading the rows' digests failed", exc)) from exc
+        ids, digests = np.concatenate(id_parts), np.concatenate(digest_parts)
+        order = np.argsort(ids, kind="stable")
+        return ids[order], digests[order]
 
     def ids(self, batch_size: int = 16384) -> np.ndarray:
         """Every row's id, sorted (for one source: in the source's row order), int64."""

@@ -21,10 +21,14 @@ LABEL_NAME_FIELD = "label_name"
 LABEL_NAME_MAX = 256  # characters kept of a label's name
 KEY_FIELD = "key"
 KEY_MAX = 256  # characters of a document's own id (longer ones are refused, not cut)
+#: A hash of everything a row is made from (its whole text, label, ids, kept columns): a rerun finds
+#: the rows stored as they are and neither encodes nor writes them. 0: not known (rows of old writers).
+DIGEST_FIELD = "digest"
 TEXT_PREVIEW = 1024
 OUTPUT_FIELDS = ["label", "text", "source", "row"]
 #: Every field name dhim-ray itself writes: a kept metadata column cannot take one.
-RESERVED_FIELDS = ("id", CODE_FIELD, "label", LABEL_NAME_FIELD, "text", "source", "row", KEY_FIELD, TEXT_SPARSE_FIELD)
+RESERVED_FIELDS = ("id", CODE_FIELD, "label", LABEL_NAME_FIELD, "text", "source", "row", KEY_FIELD, TEXT_SPARSE_FIELD,
+                   DIGEST_FIELD)
 
 
 def source_label(source_id: str, display: str) -> str:
@@ -48,19 +52,31 @@ def document_ids(source: str, rows: Sequence[int] | np.ndarray) -> np.ndarray:
     return (np.int64(prefix) << np.int64(40)) | rows
 
 
+def row_digests(columns: Mapping[str, Sequence[Any]]) -> np.ndarray:
+    """One nonzero INT64 per row: a hash of its values in ``columns`` (text, label, key, ...), in
+    a fixed order of the names, so the same row read again gets the same digest."""
+    names = sorted(columns)
+    out = np.empty(len(columns[names[0]]) if names else 0, dtype=np.int64)
+    for i, values in enumerate(zip(*(columns[name] for name in names))):
+        digest = int.from_bytes(hashlib.blake2b(repr(values).encode(), digest_size=8).digest(), "big", signed=True)
+        out[i] = digest or 1
+    return out
+
+
 #: A write's rows by column: field name -> one value per row, as CodeCollection.upsert takes them.
 Columns = dict[str, list]
 
 
 def code_rows(batch: Mapping[str, Any], n_bits: int, source: str, name_field: bool = True,
-              key_field: bool = True) -> Columns:
+              key_field: bool = True, digest_field: bool = True) -> Columns:
     """The validated columns an upsert takes, from a columnar batch: ``id``, ``code`` (packed,
     uint8 (n, n_bits / 8)), ``text`` and ``row``, and where present ``label``, ``label_name``,
     ``key`` (each document's own id, at most KEY_MAX characters) and ``col:NAME`` (kept
     metadata, of the kind its field has). The one row builder of the ingest's writes; every
     code is checked for dtype and length first: Milvus stores wrong-length codes silently and
-    shifts the rest of the batch. ``name_field`` / ``key_field``: the collection has the
-    label_name / key field (CollectionInfo.label_names / keys; False for one made before it)."""
+    shifts the rest of the batch. ``name_field`` / ``key_field`` / ``digest_field``: the collection
+    has the label_name / key / digest field (CollectionInfo; False for one made before it); a
+    batch without digests writes 0 (not known)."""
 
     codes = batch.get(CODE_FIELD)
     if codes is None or len(codes) == 0:
@@ -72,7 +88,7 @@ def code_rows(batch: Mapping[str, Any], n_bits: int, source: str, name_field: bo
     kept = {name: [v.item() if hasattr(v, "item") else v for v in values]
             for name, values in kept_columns(batch).items()}
     given = {name: batch.get(name, () if name in ("id", "text", "row") else None)  # the others are optional
-             for name in ("id", "text", "row", "label", LABEL_NAME_FIELD, KEY_FIELD)}
+             for name in ("id", "text", "row", "label", LABEL_NAME_FIELD, KEY_FIELD, DIGEST_FIELD)}
     for name, col in (*given.items(), *kept.items()):
         if col is not None and len(col) != n:
             raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
@@ -93,6 +109,8 @@ def code_rows(batch: Mapping[str, Any], n_bits: int, source: str, name_field: bo
                                           "collection, or drop the ids")
     if key_field:
         out[KEY_FIELD] = [""] * n if keys is None else keys
+    if digest_field:
+        out[DIGEST_FIELD] = [0] * n if given[DIGEST_FIELD] is None else [int(d) for d in given[DIGEST_FIELD]]
     return {**out, **kept}
 
 

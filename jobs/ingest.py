@@ -93,11 +93,12 @@ class CodeEncoder:
             texts = [row[:n] for row, n in zip(batch.pop("ids"), batch.pop("n_ids"))]
         else:
             texts = [str(t) for t in batch["text"]]
-        codes = np.empty((len(texts), self.hasher.n_bytes), dtype=np.uint8)  # uint8 (n, n_bytes)
+        codes = np.zeros((len(texts), self.hasher.n_bytes), dtype=np.uint8)  # uint8 (n, n_bytes)
+        todo = np.flatnonzero(~batch["stored"]) if "stored" in batch else np.arange(len(texts))  # stored: not again
         # A Ray batch holds SORTED_BATCHES encoder batches: sorted by length, each as wide as its longest.
-        for rows, feats in self.hasher.encoder.iter_batches(texts, self.batch_size, on_device=True,
-                                                                 tokenised=tokenised):
-            codes[rows] = self.hasher.hash_features(feats)
+        for rows, feats in self.hasher.encoder.iter_batches([texts[i] for i in todo], self.batch_size,
+                                                            on_device=True, tokenised=tokenised):
+            codes[todo[rows]] = self.hasher.hash_features(feats)
         batch["code"] = codes
         return batch
 
@@ -125,7 +126,7 @@ class IngestResult:
     writers: int = 1  # processes that upserted (the driver alone on milvus-lite)
     max_parallel_writes: int = 1  # write tasks running at the same moment
     stale_rows_removed: int = 0  # rows of an earlier version of the source that it no longer has
-    rows_unchanged: int = 0  # rows an earlier run had stored as they are (milvus-lite: left alone, not written)
+    rows_unchanged: int = 0  # rows an earlier run had stored as they are: not encoded again, not written
     alias: str = ""  # the alias now pointing at the collection (ingest --alias)
     alias_was: str = ""  # the collection the alias pointed at before ("" for a new alias)
     text_index: bool = False  # the collection keeps Milvus' BM25 over its text (hybrid search)
@@ -267,7 +268,8 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
         # the collection's kinds: an existing string field takes this ingest's numbers as text
         prepare = Prepare(source, tuple(scanned.offsets), n_rows, tuple(names) if names else None,
                           corpus.drop_empty, plan.label_names,
-                          tuple((name, info.columns[name][0]) for name in plan.kept_columns))
+                          tuple((name, info.columns[name][0]) for name in plan.kept_columns), info.digests,
+                          stored_rows(sink))
         # no more encoding actors than Ray batches: each actor costs seconds to load the model
         actors = min(r.workers, -(-n_documents // (r.batch_size * SORTED_BATCHES)) or 1)
         ds = encoded(read_documents(plan, features.cleaning, prepare), spec.model_dir, features, actors,
@@ -284,6 +286,16 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
     logger.info("ingested %d documents into %s at %s (%.0f docs/s)", n_documents, target.collection,
                 mask_uri(target.uri), result.docs_per_second)
     return result
+
+
+def stored_rows(sink: CodeSink):
+    """The ids and digests of the rows a rerun need not encode, in Ray's object store for the read
+    tasks (None: none stored)."""
+    if sink.stored is None or not len(sink.stored[0]):
+        return None
+    import ray
+
+    return ray.put(sink.stored)
 
 
 def _checked_model(r: IngestRequest) -> tuple[Hasher, CollectionSpec]:

@@ -8,7 +8,8 @@ Its lifecycle, driven by jobs/ingest.py:
    ids that hold another source's rows, mark the ledger ``writing``.
 3. The writes, through one row builder (connectors/rows.py ``code_rows``): ``write_from``
    upserts from the driver on milvus-lite (one process per file); on a server Ray's write tasks
-   call ``write``, each on a client of its own (the sink pickles: plain config only).
+   call ``write``, each on a client of its own (the sink pickles: plain config only). Rows a
+   rerun found stored as they are (``stored``) were not encoded and are not written.
 4. ``complete``: delete the rows the source no longer has, count this source's rows, refuse a
    count that differs, mark the ledger ``verified``, point the alias.
 """
@@ -50,6 +51,16 @@ class WriteStats:
     writer: str  # host:pid of the writing process
     started: float  # wall clock (time.time), for telling parallel writes apart
     finished: float
+    stored: int = 0  # rows passed over: the collection held them as they are
+
+
+def unstored(batch: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+    """The rows of an encoded ``batch`` to write, and how many were passed over: rows marked
+    ``stored`` (jobs/stream.py: the collection holds them as they are) were not encoded."""
+    stored = batch.pop("stored", None)
+    if stored is None or not stored.any():
+        return batch, 0
+    return {name: values[~stored] for name, values in batch.items()}, int(stored.sum())
 
 
 def max_concurrent(stats: list[WriteStats]) -> int:
@@ -76,20 +87,21 @@ class CollectionSpec:
 
 class CodeSink(Datasink[WriteStats]):
     """Upserts an ingest's rows into ``target``'s collection and owns that collection's
-    lifecycle (the module's docstring). ``name_field`` / ``key_field``: the collection has the
-    label_name / key field (set by ``start``; given directly where the collection was made
-    elsewhere)."""
+    lifecycle (the module's docstring). ``name_field`` / ``key_field`` / ``digest_field``: the
+    collection has the label_name / key / digest field (set by ``start``; given directly where
+    the collection was made elsewhere)."""
 
     def __init__(self, target: MilvusTarget, n_bits: int, source: str, name_field: bool = True,
-                 key_field: bool = True):
+                 key_field: bool = True, digest_field: bool = True):
         self.target, self.n_bits, self.source = target, n_bits, source
-        self.name_field, self.key_field = name_field, key_field
+        self.name_field, self.key_field, self.digest_field = name_field, key_field, digest_field
         self.rows_written = 0
         self.new_rows = False  # milvus-lite, and the collection held none of this source's rows: insert
         self.held = self.source_held = 0  # milvus-lite: the rows, and this source's, held when the ingest began
         self.rows_unchanged = 0  # rows a rerun found stored as they are (an interrupted run wrote them)
         self.stats: list[WriteStats] = []
         self.info: CollectionInfo | None = None
+        self.stored: tuple[np.ndarray, np.ndarray] | None = None  # ids and digests of this source's rows held
         self._session: MilvusTarget | None = None
         self._collection: CodeCollection | None = None  # milvus-lite: open from check to the last write
 
@@ -143,8 +155,13 @@ class CodeSink(Datasink[WriteStats]):
         if self.target.lite:  # counted once: the file's writer is this process until ``complete``
             self.held, self.source_held = collection.count(), collection.count_source(self.source)
         self.new_rows = self.target.lite and self.source_held == 0
+        if info.digests and (self.source_held or not self.target.lite):  # a rerun encodes only what changed
+            self.stored = collection.digests(self.source)
+            if len(self.stored[0]):
+                logger.info("%s holds %s rows of %s: those read as they were stored are not encoded again",
+                            info.name, f"{len(self.stored[0]):,}", self.source)
         ledger.mark(collection.client, info.name, ledger.WRITING, self.source, timeout=collection.timeout)
-        self.info, self.name_field, self.key_field = info, info.label_names, info.keys
+        self.info, self.name_field, self.key_field, self.digest_field = info, info.label_names, info.keys, info.digests
         if not self.target.lite:
             self.close()  # a server's rows are written by Ray tasks, each on a client of its own
         return info
@@ -165,14 +182,15 @@ class CodeSink(Datasink[WriteStats]):
                            f"{LITE_TEXT_ADVISED_DOCS:,}")
         with tqdm(total=total, desc=f"ingest {collection.name}", unit="doc", disable=not progress) as bar:
             for batch in ds.iter_batches(batch_size=batch_size, batch_format="numpy"):
-                rows = code_rows(batch, self.n_bits, self.source, self.name_field, self.key_field)
+                batch, stored = unstored(batch)
+                rows = code_rows(batch, self.n_bits, self.source, self.name_field, self.key_field, self.digest_field)
                 if self.new_rows:
                     written, unchanged = collection.upsert(rows, new=True), 0
                 else:
                     written, unchanged = collection.upsert_changed(rows)
                 self.rows_written += written
-                self.rows_unchanged += unchanged
-                bar.update(written + unchanged)
+                self.rows_unchanged += unchanged + stored
+                bar.update(written + unchanged + stored)
         return self.rows_written  # the session stays open for ``complete``: reopened, a big file loads again
 
     def write(self, blocks: Iterable, ctx) -> WriteStats:
@@ -180,19 +198,21 @@ class CodeSink(Datasink[WriteStats]):
         if self.target.lite:
             raise ConfigError(f"uri={self.target.uri}: write tasks write from many processes but a milvus-lite file "
                               "takes one; write from the driver (CodeSink.write_from) or use a Milvus server")
-        started, written = time.time(), 0
+        started, written, passed = time.time(), 0, 0
         with self.target.open(create=False) as collection:
             for block in blocks:
-                batch = BlockAccessor.for_block(block).to_batch_format("numpy")
+                batch, stored = unstored(BlockAccessor.for_block(block).to_batch_format("numpy"))
+                passed += stored
                 for start in range(0, len(batch["id"]), BATCH_ROWS):
                     part = {name: values[start : start + BATCH_ROWS] for name, values in batch.items()}
                     written += collection.upsert(code_rows(part, self.n_bits, self.source, self.name_field,
-                                                            self.key_field))
-        return WriteStats(written, f"{socket.gethostname()}:{os.getpid()}", started, time.time())
+                                                            self.key_field, self.digest_field))
+        return WriteStats(written, f"{socket.gethostname()}:{os.getpid()}", started, time.time(), passed)
 
     def on_write_complete(self, write_result) -> None:
         self.stats = list(write_result.write_returns)
         self.rows_written = sum(s.rows for s in self.stats)
+        self.rows_unchanged = sum(s.stored for s in self.stats)
 
     @property
     def writers(self) -> int:
@@ -208,7 +228,7 @@ class CodeSink(Datasink[WriteStats]):
         return "Milvus"
 
     def __getstate__(self) -> dict[str, Any]:  # write tasks get plain config, never an open client
-        return {**self.__dict__, "_session": None, "_collection": None}
+        return {**self.__dict__, "_session": None, "_collection": None, "stored": None}
 
     # ---- 4: verified ----------------------------------------------------------------------
     def complete(self, n_documents: int, last_row: int, dropped_ids: np.ndarray | None,

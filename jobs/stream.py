@@ -8,7 +8,9 @@ Two passes over the source, both in parallel read tasks, neither through the dri
    grow with the corpus. Bad input is refused here, before anything is written.
 2. ``read_documents``: the rows again, now with their split-wide row numbers (from the
    scan's counts), deterministic ids, labels numbered in one vocabulary, and empty
-   rows dropped when asked; ready for the encoder actors.
+   rows dropped when asked; ready for the encoder actors. Each row carries a digest of what
+   it is made from, and ``stored`` where the collection already holds it as it is (a rerun):
+   the encoders and the writers pass over those.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from dhim_ray.connectors.rows import DIGEST_FIELD, KEY_MAX, document_ids, row_digests
 from dhim_ray.corpus import rules
 from dhim_ray.corpus.columns import PREFIX, convert
 from dhim_ray.corpus.rules import ScanResult
@@ -133,8 +136,6 @@ def summarise(block, shard: int, cleaning: str):
     """A block's findings (dhim_ray.corpus.rules.findings) as a one-row table."""
     import pyarrow as pa
 
-    from dhim_ray.connectors.rows import KEY_MAX
-
     found = rules.findings(block, cleaning, KEY_MAX)
     rows = pa.list_(pa.int64())
     return pa.table({"shard": [shard], **{k: pa.array([found[k]], rows) for k in
@@ -160,8 +161,6 @@ def scan(plan: SourcePlan, cleaning: str) -> ScanResult:
 def check_scan(plan: SourcePlan, result: ScanResult, drop_empty: bool, limit: int | None) -> tuple[int, int]:
     """The input rules (dhim_ray.corpus.rules.check) on a scanned split: refuse it in one
     line, or return (rows to read with the limit applied, of which empty and dropped)."""
-    from dhim_ray.connectors.rows import KEY_MAX
-
     return rules.check(plan.where, result, drop_empty, limit, plan.key_column, KEY_MAX)
 
 
@@ -178,14 +177,14 @@ class Prepare:
     drop_empty: bool
     names_of_numbers: tuple[str, ...] | None = None  # names of integer labels (SourcePlan.label_names)
     kept: tuple[tuple[str, str], ...] = ()  # (name, kind) of each kept column (the scan's kinds)
+    digests: bool = False  # the collection keeps each row's digest: compute it
+    stored: object = None  # a Ray reference to the (ids, digests) of the rows already stored (CodeCollection.digests)
 
     def wants(self, shard: int) -> bool:
         return self.offsets[shard] < self.limit
 
     def __call__(self, block, shard: int, cleaning: str):
         import pyarrow as pa
-
-        from dhim_ray.connectors.rows import document_ids
 
         rows = block.column("row").to_numpy() + self.offsets[shard]
         texts = block.column("text").to_pylist()
@@ -202,7 +201,7 @@ class Prepare:
                                                 self.label_names, self.names_of_numbers)
         else:
             labels = np.full(len(idx), -1, dtype=np.int64)
-        return pa.table({
+        table = pa.table({
             "id": document_ids(self.source, rows),
             "text": pa.array([texts[i] for i in idx], pa.string()),
             "label": labels,
@@ -212,3 +211,18 @@ class Prepare:
             **{PREFIX + name: pa.array(convert(block.column(PREFIX + name).take(pa.array(idx)).to_pylist(), kind),
                                        _arrow_types()[kind]) for name, kind in self.kept},
         })
+        if not self.digests:
+            return table
+        digests = row_digests(table.drop_columns(["id", "row"]).to_pydict())
+        return table.append_column(DIGEST_FIELD, pa.array(digests)).append_column(
+            "stored", pa.array(self._stored(table.column("id").to_numpy(), digests)))
+
+    def _stored(self, ids: np.ndarray, digests: np.ndarray) -> np.ndarray:
+        """Which rows the collection holds with these digests."""
+        if self.stored is None:
+            return np.zeros(len(ids), dtype=bool)
+        import ray
+
+        have_ids, have = ray.get(self.stored)  # sorted by id, never empty
+        at = np.minimum(np.searchsorted(have_ids, ids), len(have_ids) - 1)
+        return (have_ids[at] == ids) & (have[at] == digests)

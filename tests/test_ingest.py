@@ -83,6 +83,65 @@ def test_ingest_stores_exactly_the_encoded_codes(ingested, model_dir):
     assert np.array_equal(codes, Hasher.load(model_dir).encode(load_split(BBC).texts))
 
 
+def test_stored_rows_are_marked_by_digest_and_not_encoded(ray_session, model_dir):
+    """What a rerun passes over: a row whose id and digest (what it is made from) the
+    collection holds is marked ``stored``; an edited text changes the digest. The encoding
+    actor encodes only the rows not stored."""
+    import pyarrow as pa
+    import ray
+    import torch
+
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.jobs.ingest import CodeEncoder
+    from dhim_ray.jobs.stream import Prepare
+
+    texts = load_split(BBC).texts[:4]
+    block = pa.table({"row": np.arange(4), "text": texts, "label": [0, 1, 1, 2]})
+    fresh = Prepare("s@1", (0,), 4, None, False, digests=True)(block, 0, "unicode")
+    ids, digests = fresh["id"].to_numpy(), fresh["digest"].to_numpy()
+    assert not fresh["stored"].to_numpy().any() and len(set(digests.tolist())) == 4 and (digests != 0).all()
+    held = ray.put((ids[[1, 3]], digests[[1, 3]]))
+    again = Prepare("s@1", (0,), 4, None, False, digests=True, stored=held)(block, 0, "unicode")
+    assert again["stored"].to_pylist() == [False, True, False, True]
+    assert again["digest"].to_pylist() == digests.tolist()  # the same rows read again: the same digests
+    edited = block.set_column(1, "text", pa.array([texts[0], texts[1] + " More.", texts[2], texts[3]]))
+    relabelled = block.set_column(2, "label", pa.array([0, 1, 1, 0]))
+    for changed, marks in ((edited, [False, False, False, True]), (relabelled, [False, True, False, False])):
+        assert Prepare("s@1", (0,), 4, None, False, digests=True, stored=held)(changed, 0, "unicode")[
+            "stored"].to_pylist() == marks
+    batch = {name: again[name].to_numpy(zero_copy_only=False) for name in again.column_names}
+    codes = CodeEncoder(str(model_dir), threads=torch.get_num_threads())(batch)["code"]
+    expected = Hasher.load(model_dir).encode(texts)
+    assert np.array_equal(codes[[0, 2]], expected[[0, 2]]) and not codes[[1, 3]].any()  # 1 and 3: not encoded
+
+
+def test_a_rerun_encodes_and_writes_only_what_is_missing_or_changed(ray_session, model_dir, tmp_path):
+    """An ingest that died part-way cost a whole ingest again (every document re-encoded): a
+    rerun now passes over the rows stored as they are, and writes the missing and changed ones
+    with their codes."""
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.jobs.ingest import ingest
+
+    texts = load_split(BBC).texts[:30]
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps({"text": t, "label": i % 3}) + "\n" for i, t in enumerate(texts)))
+    target = MilvusTarget(str(tmp_path / "c.db"), "docs")
+    first = ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False)
+    with target.open() as collection:
+        ids, digests = collection.digests(first.source)
+        assert len(ids) == 30 and (digests != 0).all()
+        collection.client.delete(target.collection, filter="row >= 20", timeout=30)  # died two thirds in
+    texts[3] = "The striker scored twice in the cup final and the league title went to the wire."
+    path.write_text("".join(json.dumps({"text": t, "label": 2 if i == 5 else i % 3}) + "\n"
+                            for i, t in enumerate(texts)))
+    again = ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False)
+    assert (again.rows_written, again.rows_unchanged, again.rows_in_collection) == (12, 18, 30)
+    rows, codes = stored(target)
+    assert [r["text"] for r in rows] == [t[:1024] for t in texts]
+    assert np.array_equal(codes, Hasher.load(model_dir).encode(texts))
+    assert ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False).rows_unchanged == 30
+
+
 def test_tokenising_apart_from_the_encoders_stores_the_same_codes(ray_session, ingested, model_dir, tmp_path):
     """The GPU path's pipeline (CPU actors clean and tokenise, the encoding actors only
     encode), run here on the CPU: row for row the codes of the one-stage ingest."""

@@ -100,6 +100,7 @@ def test_rerun_upserts_and_the_count_stays_exact(ingested, model_dir):
     target, _ = ingested
     again = ingest(BBC, model_dir, target, workers=2, progress=False)
     assert again.rows_in_collection == N
+    assert (again.rows_written, again.rows_unchanged) == (0, N)  # stored as they are: not encoded, not written
     rows, _ = stored_codes(target)
     assert len(rows) == N and len(set(rows)) == N
 
