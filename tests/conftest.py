@@ -115,6 +115,18 @@ def tiny_config(tiny_bert):
     )
 
 
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory, toy_folder, tiny_config) -> Path:
+    """A 16-bit model of the tiny BERT trained one epoch on the toy corpus (seconds): for tests
+    whose point is not the codes' quality."""
+    from dhim_ray.corpus.spec import CorpusSpec
+    from dhim_ray.training.pipeline import train_corpus
+
+    out = tmp_path_factory.mktemp("tiny-model") / "m"
+    train_corpus(CorpusSpec(str(toy_folder)), tiny_config.replace(train={"max_epochs": 1}), out, progress=False)
+    return out
+
+
 def train_bbc16(folder: Path, n: int) -> Path:
     """A 16-bit model trained 2 epochs on the first ``n`` documents of the packaged BBC
     corpus (the real packaged encoder), written to ``folder``: what the ingest tests hash with."""

@@ -262,14 +262,15 @@ def test_eval_without_labels_scores_the_collection_as_in_memory(ingested, model_
         evaluate_in_milvus(model_dir, queries, target, k=10, mode="hybrid")
 
 
-def test_the_text_mode_ranks_by_bm25_on_a_corpus_whose_answer_is_known(model_dir, tmp_path):
-    """Three documents share a rare word 3, 2 and 1 times: text mode ranks them in that order."""
+def test_the_text_mode_ranks_by_bm25_on_a_corpus_whose_answer_is_known(tiny_model, tmp_path):
+    """Three documents share a rare word 3, 2 and 1 times: text mode ranks them in that order
+    (BM25's order: any model's codes serve)."""
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.connectors.rows import code_rows, document_ids
     from dhim_ray.hasher import Hasher
     from dhim_ray.search import Searcher
 
-    hasher = Hasher.load(model_dir)
+    hasher = Hasher.load(tiny_model)
     texts = ["the zephyr zephyr zephyr blew over the hills today", "a zephyr zephyr came over the bay in the morning",
              "one zephyr crossed the valley and the river and the town", "markets fell as oil prices rose sharply"]
     rows = np.arange(len(texts))
@@ -278,7 +279,7 @@ def test_the_text_mode_ranks_by_bm25_on_a_corpus_whose_answer_is_known(model_dir
         collection.ensure(16, hasher.model_id, text_index=True)
         collection.upsert(code_rows({"id": document_ids("k@1", rows), "code": hasher.encode(texts), "text": texts,
                                      "row": rows}, 16, "k@1"))
-    with Searcher(model_dir, target) as s:
+    with Searcher(tiny_model, target) as s:
         text = s.search(["zephyr"], k=4, mode="text")[0]
         assert [h["row"] for h in text] == [0, 1, 2]  # the fourth shares no word: not found
         head = s.search(["zephyr"], k=4, fusion=Fusion("head", 1))[0]

@@ -187,16 +187,6 @@ def big_corpus(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory, toy_folder, tiny_config):
-    from dhim_ray.corpus.spec import CorpusSpec
-    from dhim_ray.training.pipeline import train_corpus
-
-    out = tmp_path_factory.mktemp("tiny-model") / "m"
-    train_corpus(CorpusSpec(str(toy_folder)), tiny_config.replace(train={"max_epochs": 1}), out, progress=False)
-    return out
-
-
 def stored_codes(db, collection: str, rows: list[int]):
     from dhim_ray.codes import bytes_to_codes
     from dhim_ray.connectors.milvus import MilvusTarget
