@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -34,18 +35,16 @@ def forked(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, toy_folder, tiny_bert, tiny_config):
+def world(tmp_path_factory, toy_folder, tiny_bert, tiny_model):
     """A trained tiny model, a milvus-lite file with its collection, and broken copies."""
     from dhim_ray.connectors.connection import release
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.connectors.rows import code_rows, document_ids
-    from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.hasher import Hasher
-    from dhim_ray.training.pipeline import train_corpus
 
     root = tmp_path_factory.mktemp("bad")
     model = root / "model"
-    train_corpus(CorpusSpec(str(toy_folder)), tiny_config.replace(train={"max_epochs": 1}), model, progress=False)
+    shutil.copytree(tiny_model, model)
     hasher = Hasher.load(model)
     db = root / "codes.db"
     target = MilvusTarget(str(db), "toy_16")

@@ -3,23 +3,23 @@ MilvusClient alone, stores and searches DHIM codes."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
 pytestmark = pytest.mark.slow  # real milvus-lite
 
 
-def test_a_milvus_client_stores_and_searches_the_codes(tmp_path, toy_folder, tiny_config):
+def test_a_milvus_client_stores_and_searches_the_codes(tmp_path, toy_folder, tiny_model):
     from pymilvus import DataType, MilvusClient
 
     from dhim_ray import DHIMEmbeddingFunction, Hasher
     from dhim_ray.connectors.connection import release
     from dhim_ray.corpus.data import load_split
     from dhim_ray.corpus.spec import CorpusSpec
-    from dhim_ray.training.pipeline import train_corpus
 
-    model = tmp_path / "model"
-    train_corpus(CorpusSpec(str(toy_folder)), tiny_config.replace(train={"max_epochs": 1}), model, progress=False)
+    model = tiny_model
     texts = load_split(CorpusSpec(str(toy_folder), "train")).texts[:60]
     ef = DHIMEmbeddingFunction(model)
     assert ef.dim == 16
@@ -48,18 +48,15 @@ def test_a_milvus_client_stores_and_searches_the_codes(tmp_path, toy_folder, tin
     release(db)
 
 
-def test_the_docs_example_runs_as_written(tmp_path, toy_folder, tiny_config, monkeypatch):
+def test_the_docs_example_runs_as_written(tmp_path, tiny_model, monkeypatch):
     """docs/ingest-and-search.md's DHIMEmbeddingFunction block, run as written in a folder where
     runs/bbc-64 is a trained model."""
     import re
     from pathlib import Path
 
     from dhim_ray.connectors.connection import release
-    from dhim_ray.corpus.spec import CorpusSpec
-    from dhim_ray.training.pipeline import train_corpus
 
-    train_corpus(CorpusSpec(str(toy_folder)), tiny_config.replace(train={"max_epochs": 1}),
-                 tmp_path / "runs" / "bbc-64", progress=False)
+    shutil.copytree(tiny_model, tmp_path / "runs" / "bbc-64")
     doc = (Path(__file__).resolve().parents[1] / "docs" / "ingest-and-search.md").read_text()
     [block] = [b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "DHIMEmbeddingFunction(" in b]
     monkeypatch.chdir(tmp_path)

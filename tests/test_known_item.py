@@ -94,7 +94,7 @@ def test_windows_find_their_document_under_float_cosine(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_same_figures_in_memory_and_through_milvus(tmp_path, toy_folder, tiny_config):
+def test_the_same_figures_in_memory_and_through_milvus(tmp_path, toy_folder, tiny_model):
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.connectors.rows import code_rows, document_ids
     from dhim_ray.corpus.data import load_split
@@ -102,10 +102,8 @@ def test_the_same_figures_in_memory_and_through_milvus(tmp_path, toy_folder, tin
     from dhim_ray.evaluate import WindowSpec, known_item_checkpoint
     from dhim_ray.hasher import Hasher
     from dhim_ray.search import known_item_in_milvus
-    from dhim_ray.training.pipeline import train_corpus
 
-    model = tmp_path / "model"
-    train_corpus(CorpusSpec(str(toy_folder)), tiny_config.replace(train={"max_epochs": 1}), model, progress=False)
+    model = tiny_model
     split = load_split(CorpusSpec(str(toy_folder), "train"))
     hasher = Hasher.load(model)
     target = MilvusTarget(str(tmp_path / "k.db"), "toy16")

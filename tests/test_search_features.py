@@ -13,18 +13,16 @@ pytestmark = pytest.mark.slow  # real milvus-lite
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, toy_folder, tiny_config):
+def store(tmp_path_factory, toy_folder, tiny_model):
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.connectors.rows import code_rows, document_ids
     from dhim_ray.corpus.data import load_split
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.hasher import Hasher
     from dhim_ray.search import Searcher
-    from dhim_ray.training.pipeline import train_corpus
 
     root = tmp_path_factory.mktemp("features")
-    model = root / "model"
-    train_corpus(CorpusSpec(str(toy_folder)), tiny_config.replace(train={"max_epochs": 1}), model, progress=False)
+    model = tiny_model
     split = load_split(CorpusSpec(str(toy_folder), "train"))
     hasher = Hasher.load(model)
     codes = hasher.encode(split.texts)
