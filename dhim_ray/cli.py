@@ -837,9 +837,15 @@ def _show_demo(r: dict[str, Any]) -> None:
     console.print(f"done in {r['seconds']} s")
 
 
+@functools.cache
+def _command():
+    """The click command, built once (typer rebuilds it from the signatures, ~50 ms, per call)."""
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: usage errors (a bad value, a missing option) print as one line too."""
-    command = typer.main.get_command(app)
+    command = _command()
     try:
         code = command.main(args=argv, prog_name="dhim-ray", standalone_mode=False)
     except NoArgsIsHelpError as exc:

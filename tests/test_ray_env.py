@@ -50,6 +50,7 @@ def test_a_local_start_that_keeps_failing_names_no_address(monkeypatch):
     assert e.value.retriable
 
 
+@pytest.mark.slow  # real Ray
 def test_local_workers_run_at_the_drivers_priority(ray_session):
     """Ray starts workers 15 nice levels down by default: beside another busy process an
     ingest's encoders got a few percent of a core. A local run keeps the user's priority."""

@@ -138,6 +138,7 @@ def test_has_text_agrees_with_the_cleaner(text, cleaning):
     assert has_text(text, cleaning) == bool(clean_string(text, cleaning))
 
 
+@pytest.mark.slow  # real Ray
 def test_scan_counts_and_refuses_empty_rows(ray_session, tmp_path):
     from dhim_ray.jobs.stream import Prepare, check_scan, read_documents, scan
 
@@ -208,6 +209,7 @@ def test_the_input_rules_on_a_table_without_a_cluster():
     assert rules.number_labels([2, 0], None, ("x", "y"))[1] == ["", "x"]  # a number the names lack: no name
 
 
+@pytest.mark.slow  # real Ray
 @pytest.mark.parametrize("rows, message", [
     ([("sport", "football goal"), ("politics", ""), ("sport", "match")], r"1 of 3 rows have empty or non-string text \(rows 1\)"),
     ([("sport", "football goal"), ("", "vote party")], r"1 rows have no label \(rows 1\)"),
