@@ -167,3 +167,12 @@ def ray_session():
     init_ray(num_cpus=2)
     yield
     ray.shutdown()
+
+
+def pytest_collection_modifyitems(items):
+    """The quick tier starts no Ray (a start costs ~8 s): a test on the real Ray is marked slow."""
+    unmarked = [item.nodeid for item in items
+                if "ray_session" in getattr(item, "fixturenames", ()) and item.get_closest_marker("slow") is None]
+    if unmarked:
+        raise pytest.UsageError(f"{unmarked[0]} starts Ray (ray_session) but is not marked slow: "
+                                "add @pytest.mark.slow, the quick tier runs none")
