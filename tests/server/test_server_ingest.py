@@ -22,6 +22,8 @@ from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError
 
+pytestmark = pytest.mark.slow  # a real server and real Ray: run by tests/test_milvus_server.py
+
 os.environ["MILVUS_TOKEN"] = ROOT_TOKEN  # before Ray starts, so its workers inherit it
 
 N = 400
