@@ -737,13 +737,14 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
     labels, else its number; no column where no hit has one) and id (the document's own id
     where it was ingested with --id-column, else the row's: what --like takes) keep their
     width at any terminal size."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     console = Console()
     for query, rows in zip(queries, hits):
-        table = Table(title=Text(repr(query)), show_header=True, expand=True,
+        table = Table(title=Text(repr(query)), show_header=True, expand=True, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True,
                       caption=None if rows else "no hits (a filter, --max-distance or --mode text can leave none)")
         reranked = any("rerank_score" in h for h in rows)
         lexical = any("bm25" in h for h in rows)  # text or hybrid search: BM25's score where it found the hit
