@@ -744,7 +744,8 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
 
     console = Console()
     for query, rows in zip(queries, hits):
-        table = Table(title=Text(repr(query)), show_header=True, expand=True, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True,
+        table = Table(title=Text(repr(query)), show_header=True, expand=True, box=box.SIMPLE_HEAD, show_edge=False,
+                      pad_edge=False, collapse_padding=True,  # no vertical borders: their width goes to the text
                       caption=None if rows else "no hits (a filter, --max-distance or --mode text can leave none)")
         reranked = any("rerank_score" in h for h in rows)
         lexical = any("bm25" in h for h in rows)  # text or hybrid search: BM25's score where it found the hit
