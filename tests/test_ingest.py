@@ -716,7 +716,7 @@ def test_id_column_is_kept_as_each_rows_key_and_returned_with_hits(ray_session, 
     assert run.returncode == 0, run.stderr
     header = next(line for line in run.stdout.splitlines() if "distance" in line)
     assert " id " in header and " row " not in header and " label " not in header  # no labels: no label column
-    assert re.search(r"^\s*1\s+\d+\s+a-1\s", run.stdout, flags=re.M), run.stdout  # rank, distance, then the id
+    assert re.search(r"^\s*\d+\s+\d+\s+a-1\s", run.stdout, flags=re.M), run.stdout  # rank, distance, then the id
 
     holes = tmp_path / "holes.jsonl"
     holes.write_text("".join(json.dumps({"doc_id": None if i in (3, 5) else f"d{i}", "text": t}) + "\n"
