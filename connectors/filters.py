@@ -1,116 +1,483 @@
-"""A user's filter expression, checked before it reaches Milvus.
+"""A user's filter expression, parsed into our own tree and re-emitted from it for Milvus.
 
-A filter is the user's input, and Milvus does not guard itself against all of it: milvus-lite
-2.5.1's server process dies on an integer divided or taken modulo by zero (``label / 0``,
-``label % (1 - 1)``, ``label // 2``), parses ``label == 3; drop ...`` as ``label == 3`` and
-``((label == 3)`` as if it were balanced, and waits 10-30 s on a ``{template}``. So an
-expression is tokenised here first and refused in one line unless it is made of Milvus'
-expression tokens (fields, numbers, quoted strings, operators, brackets), balanced, with every
-``/`` and ``%`` over a non-zero number written out, and naming at least one field. What passes
-can still be refused by Milvus (a field it lacks, ``1 == 1``): that refusal is mapped to the
-same one line by the connector (``refused_by_milvus``), never to an outage.
+Milvus does not guard itself against all of a filter: milvus-lite 2.5.1's server process dies
+on an integer divided by zero (also one it reads as zero, such as a digit that is not ASCII)
+or on the most negative integer divided by -1, runs the text after an escape its lexer
+refuses, and holds every client on a ``like`` pattern of thousands of wildcards. So a filter
+is never passed on as written: it is parsed with the grammar below, refused in one line where
+it leaves it, and what Milvus runs is the canonical text of the tree (``Filter.text``), which
+holds nothing the parse did not see::
+
+    expr    := or
+    or      := and (("or" | "||") and)*
+    and     := not (("and" | "&&") not)*
+    not     := ("not" | "!") not | pred        (sent to Milvus without 'not' where it can be)
+    pred    := value [cmp value [cmp value]] | value ["not"] "in" list | field "like" string
+             | field "is" ["not"] "null"
+    value   := term (("+" | "-") term)*
+    term    := factor ("*" factor | ("/" | "%") positive-integer)*
+    factor  := number | string | "true" | "false" | field | function "(" args ")" | "(" expr ")"
+    field   := name ("[" (string | integer) "]")*
+
+Numbers are ASCII digits (integers within int64), strings take the escapes ``\\\\``, ``\\"``
+and ``\\'`` and no control character, names are ASCII. What passes can still be refused by
+Milvus (a type it will not compare): that refusal is mapped to the same one line by the
+connector (``refused_by_milvus``), never to an outage.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from dhim_ray.errors import ConfigError
 
 #: Characters in a filter expression: Milvus parses longer ones, but a query needs no more.
 MAX_FILTER_CHARS = 4096
-#: Brackets inside brackets, and ``not``s in one expression: no query needs more.
+#: Brackets inside brackets (and operators inside operators), and ``not``s in one expression.
 MAX_DEPTH = 32
 MAX_NOTS = 32
+#: Unescaped ``%`` and ``_`` in one ``like`` pattern: milvus-lite's matching cost grows with
+#: the square of their number, and one pattern of thousands holds every other client.
+MAX_LIKE_WILDCARDS = 8
+#: Values in one ``in [...]`` list.
+MAX_LIST = 1024
+INT64 = (-(2**63), 2**63 - 1)
 
 _TOKEN = re.compile(r"""
-    (?P<space>\s+)
+    (?P<space>[ \t\r\n]+)
   | (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
-  | (?P<number>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)
+  | (?P<number>(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?(?![A-Za-z0-9_]))
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<op>==|!=|<=|>=|&&|\|\||\*\*|[-+*/%<>()\[\],!])
+  | (?P<op>==|!=|<=|>=|&&|\|\||[-+*/%<>()\[\],!])
 """, re.X | re.S)
-_KEYWORDS = {"and", "or", "not", "in", "like", "true", "false", "exists", "is", "null"}
-_PAIRS = {")": "(", "]": "["}
+_KEYWORDS = {"and", "or", "not", "in", "like", "true", "false", "is", "null"}
+_ESCAPES = {"\\": "\\", '"': '"', "'": "'"}
+#: Functions a filter may call: name -> whether it is a condition (else a value).
+FUNCTIONS = {"array_contains": True, "array_contains_all": True, "array_contains_any": True,
+             "json_contains": True, "json_contains_all": True, "json_contains_any": True, "array_length": False}
+_COMPARE = ("==", "!=", "<", "<=", ">", ">=")
+_OPPOSITE = {"==": "!=", "!=": "==", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
+_DUAL = {"and": "or", "or": "and"}
 _EXAMPLE = "write a boolean expression over the collection's fields, e.g. 'label == 3'"
 
 
 def shown(expr: str, chars: int = 80) -> str:
     """The expression as a message quotes it: whole up to ``chars``, else its start and its length."""
-    return repr(expr) if len(expr) <= chars else f"{expr[:chars]!r}... ({len(expr):,} characters)"
+    return ascii(expr) if len(expr) <= chars else f"{ascii(expr[:chars])}... ({len(expr):,} characters)"
 
 
 def _refuse(expr: str, why: str) -> ConfigError:
     return ConfigError(f"filter={shown(expr)}: {why}; {_EXAMPLE}")
 
 
-def tokens(expr: str) -> list[tuple[str, str, int]]:
+@dataclass(frozen=True)
+class Filter:
+    """A parsed filter: ``text``, the canonical expression Milvus is sent, and the ``fields`` it names."""
+
+    text: str
+    fields: frozenset[str]
+
+    def check_fields(self, fields: Sequence[str]) -> None:
+        """A ConfigError naming a field the collection lacks (Milvus' names are case-sensitive)."""
+        missing = sorted(self.fields - set(fields))
+        if missing:
+            raise _refuse(self.text, f"the collection has no field {missing[0]!r} (its fields: {', '.join(fields)})")
+
+
+def _character(expr: str, at: int) -> str:
+    """What is wrong with the character at ``at``, as a message says it."""
+    char, where = expr[at], f"at character {at + 1}"
+    named = {"\x00": "a NUL character", ";": "';' (one expression, no statements)",
+             "{": "'{' (templates are not supported)", "}": "'}'", "=": "'=' (compare with ==)",
+             "&": "'&' (write 'and')", "|": "'|' (write 'or')"}
+    if char in named:
+        return f"{named[char]} {where} is not part of a filter"
+    if char.isdigit():
+        return f"the digit {ascii(char)} {where} is not ASCII; write 0-9"
+    if unicodedata.category(char) == "Cc":
+        return f"the control character {ord(char):#04x} {where}"
+    if 0xD800 <= ord(char) <= 0xDFFF:
+        return f"a lone surrogate {ascii(char)} {where} (not text; check the client's encoding)"
+    if char.isspace() or not char.isprintable():
+        return f"the character {ascii(char)} {where} is not an ASCII space or text"
+    return f"{ascii(char)} {where} is not part of a filter"
+
+
+def _string(expr: str, raw: str, at: int) -> str:
+    """A quoted literal's value: its escapes read, a control character or another escape refused."""
+    out, i = [], 1
+    while i < len(raw) - 1:
+        char = raw[i]
+        if char == "\\":
+            nxt = raw[i + 1]
+            if nxt not in _ESCAPES:
+                raise _refuse(expr, f"the escape {ascii(chr(92) + nxt)} at character {at + i + 1} is not one a "
+                                    "filter takes (\\\\, \\\", \\')")
+            out.append(_ESCAPES[nxt])
+            i += 2
+            continue
+        if not char.isprintable() or 0xD800 <= ord(char) <= 0xDFFF:
+            raise _refuse(expr, f"{_character(expr, at + i)}, inside a string (escape nothing but \\\\, \\\" and \\')")
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def _tokens(expr: str) -> list[tuple[str, str, int]]:
     """(kind, text, position) of each token but spaces; a character no token starts with is refused."""
     out, at = [], 0
     while at < len(expr):
         found = _TOKEN.match(expr, at)
         if found is None:
-            char = expr[at]
-            if char in "\"'":
+            if expr[at] in "\"'":
                 raise _refuse(expr, f"the string opened at character {at + 1} is not closed")
-            name = {"\x00": "a NUL character", ";": "';' (one expression, no statements)",
-                    "{": "'{' (templates are not supported)", "}": "'}'", "=": "'=' (compare with ==)"}.get(
-                char, repr(char) if char.isprintable() else f"the control character {ord(char):#04x}")
-            raise _refuse(expr, f"{name} at character {at + 1} is not part of a Milvus expression")
+            raise _refuse(expr, _character(expr, at))
         if found.lastgroup != "space":
             out.append((found.lastgroup, found.group(), at))
         at = found.end()
     return out
 
 
-def check_filter(expr: str | None, fields: Sequence[str] | None = None) -> str | None:
-    """A filter expression fit to send to Milvus (stripped; None or blank: no filter), or a
-    ConfigError saying in one line what is wrong with it. ``fields``: the collection's field
-    names, where known (a name not among them is refused, naming them)."""
+def _emit_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _wildcards(pattern: str) -> int:
+    count, i = 0, 0
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            i += 2
+            continue
+        count += pattern[i] in "%_"
+        i += 1
+    return count
+
+
+class _Parser:
+    """Recursive descent over the tokens; each rule returns (canonical text, kind), kind being
+    "cond" (a condition), "value" or "field" (a value that is a stored field)."""
+
+    def __init__(self, expr: str):
+        self.expr, self.toks, self.i = expr, _tokens(expr), 0
+        self.depth = self.nots = 0
+        self.fields: set[str] = set()
+        self.negation: dict[str, tuple[str, str]] = {}  # a condition's text -> its negation's, without 'not'
+
+    # ---- tokens ----------------------------------------------------------------------------
+    def peek(self, offset: int = 0) -> tuple[str, str, int] | None:
+        j = self.i + offset
+        return self.toks[j] if j < len(self.toks) else None
+
+    def word(self, offset: int = 0) -> str | None:
+        """The next token as a keyword (lower case) or operator; None at the end."""
+        tok = self.peek(offset)
+        if tok is None:
+            return None
+        return tok[1].lower() if tok[0] == "name" and tok[1].lower() in _KEYWORDS else tok[1] if tok[0] == "op" \
+            else None
+
+    def take(self, *words: str) -> str | None:
+        if self.word() in words:
+            self.i += 1
+            return self.toks[self.i - 1][1]
+        return None
+
+    def fail(self, why: str) -> ConfigError:
+        return _refuse(self.expr, why)
+
+    def where(self) -> str:
+        tok = self.peek()
+        return "at the end" if tok is None else f"at character {tok[2] + 1} ({ascii(tok[1][:20])})"
+
+    def expect(self, word: str, what: str) -> None:
+        if self.take(word) is None:
+            raise self.fail(f"expected {what} {self.where()}")
+
+    def nest(self):
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.fail(f"brackets or operators nested deeper than {MAX_DEPTH}")
+
+    # ---- grammar ---------------------------------------------------------------------------
+    def parse(self) -> Filter:
+        text, kind = self.or_()
+        if self.peek() is not None:
+            tok = self.peek()
+            if tok[1] in ")]":
+                raise self.fail(f"{tok[1]!r} at character {tok[2] + 1} closes nothing")
+            raise self.fail(f"unexpected {ascii(tok[1][:20])} at character {tok[2] + 1}")
+        if not self.fields:
+            raise self.fail("it names no field, so it holds for every row or none")
+        self.condition(kind, "the filter")
+        return Filter(text, frozenset(self.fields))
+
+    def condition(self, kind: str, what: str) -> None:
+        if kind in ("value", "arith"):
+            raise self.fail(f"{what} is a value, not a condition (compare it, e.g. 'label == 3')")
+
+    def operand(self, kind: str, what: str) -> None:
+        if kind in ("cond", "compound"):
+            raise self.fail(f"{what} is a condition, not a value; join conditions with 'and' or 'or'")
+
+    def joined(self, word: str, operators: tuple[str, ...], inner) -> tuple[str, str]:
+        parts = [inner()]
+        while self.take(*operators):
+            parts.append(inner())
+        if len(parts) == 1:
+            return parts[0]
+        for _, kind in parts:
+            self.condition(kind, f"each side of '{word}'")
+        text = self.join(word, parts)
+        if all(t in self.negation for t, _ in parts):  # not (a or b) is (not a) and (not b)
+            self.negation[text] = (self.join(_DUAL[word], [self.negation[t] for t, _ in parts]), "compound")
+        return text, "compound"
+
+    @staticmethod
+    def join(word: str, parts: list[tuple[str, str]]) -> str:
+        return f" {word} ".join(f"({t})" if k == "compound" else t for t, k in parts)
+
+    def negated(self, text: str, negation: str, kind: str = "cond") -> tuple[str, str]:
+        """A condition whose negation can be written without 'not' (milvus-lite 2.5.1 runs no 'not')."""
+        self.negation[text], self.negation[negation] = (negation, kind), (text, "cond")
+        return text, "cond"
+
+    def or_(self):
+        return self.joined("or", ("or", "||"), self.and_)
+
+    def and_(self):
+        return self.joined("and", ("and", "&&"), self.not_)
+
+    def not_(self):
+        if self.word() in ("not", "!"):
+            self.i += 1
+            self.nots += 1
+            if self.nots > MAX_NOTS:
+                raise self.fail(f"more than {MAX_NOTS} 'not's")
+            self.nest()
+            text, kind = self.not_()
+            self.depth -= 1
+            self.condition(kind, "what 'not' negates")
+            if text in self.negation:
+                return self.negation[text]
+            return f"not ({text})", "cond"
+        return self.predicate()
+
+    def predicate(self):
+        left, kind = self.value()
+        word = self.word()
+        if word in _COMPARE:
+            parts, ops = [left], []
+            while self.word() in _COMPARE and len(ops) < 2:
+                ops.append(self.toks[self.i][1])
+                self.i += 1
+                right, right_kind = self.value()
+                self.operand(right_kind, f"the right side of '{ops[-1]}'")
+                parts.append(right)
+            self.operand(kind, f"the left side of '{ops[0]}'")
+            if len(ops) == 2 and not (set(ops) <= {"<", "<="} or set(ops) <= {">", ">="}):
+                raise self.fail(f"'{ops[0]}' then '{ops[1]}': two comparisons in a row are a range, 'low < field < "
+                                "high' (or with >); join others with 'and'")
+            if self.word() in _COMPARE:
+                raise self.fail(f"more than two comparisons in a row {self.where()}; join them with 'and'")
+            text = f"{parts[0]} {ops[0]} {parts[1]}" + (f" {ops[1]} {parts[2]}" if len(ops) == 2 else "")
+            if len(ops) == 1:
+                return self.negated(text, f"{parts[0]} {_OPPOSITE[ops[0]]} {parts[1]}")
+            return self.negated(text, f"{parts[0]} {_OPPOSITE[ops[0]]} {parts[1]} or {parts[1]} {_OPPOSITE[ops[1]]} "
+                                      f"{parts[2]}", "compound")
+        if word == "in" or (word == "not" and self.word(1) == "in"):
+            negated = self.take("not") is not None
+            self.i += 1
+            self.operand(kind, "the left side of 'in'")
+            values = self.list_()
+            text, negation = f"{left} in {values}", f"{left} not in {values}"
+            return self.negated(*((negation, text) if negated else (text, negation)))
+        if word == "like":
+            self.i += 1
+            if kind != "field":
+                raise self.fail("the left side of 'like' must be a field, e.g. 'key like \"news%\"'")
+            tok = self.peek()
+            if tok is None or tok[0] != "string":
+                raise self.fail(f"'like' takes a quoted pattern {self.where()}, e.g. 'key like \"news%\"'")
+            self.i += 1
+            pattern = _string(self.expr, tok[1], tok[2])
+            if _wildcards(pattern) > MAX_LIKE_WILDCARDS:
+                raise self.fail(f"the pattern at character {tok[2] + 1} has {_wildcards(pattern)} wildcards (% and "
+                                f"_), at most {MAX_LIKE_WILDCARDS}")
+            return f"{left} like {_emit_string(pattern)}", "cond"
+        if word == "is":
+            self.i += 1
+            negated = self.take("not") is not None
+            self.expect("null", "'null' after 'is'")
+            if kind != "field":
+                raise self.fail("the left side of 'is null' must be a field")
+            text, negation = f"{left} is null", f"{left} is not null"
+            return self.negated(*((negation, text) if negated else (text, negation)))
+        return left, kind
+
+    def list_(self) -> str:
+        self.expect("[", "a list '[...]' after 'in'")
+        if self.word() == "]":
+            raise self.fail(f"the list at character {self.toks[self.i - 1][2] + 1} is empty")
+        items = [self.literal()]
+        while self.take(","):
+            if self.word() == "]":
+                raise self.fail(f"a value was expected after ',' {self.where()}")
+            if len(items) >= MAX_LIST:
+                raise self.fail(f"a list of more than {MAX_LIST:,} values")
+            items.append(self.literal())
+        self.expect("]", "',' or ']' in the list")
+        return "[" + ", ".join(items) + "]"
+
+    def literal(self) -> str:
+        """A number, string or boolean literal (a list's item)."""
+        start = self.i
+        text, kind = self.factor()
+        if kind != "value" or self.fields_from(start):
+            raise self.fail(f"a list holds literals (numbers, strings, true, false), not fields, {self.where()}")
+        return text
+
+    def fields_from(self, start: int) -> bool:
+        return any(t[0] == "name" and t[1].lower() not in _KEYWORDS for t in self.toks[start:self.i])
+
+    def value(self):
+        left, kind = self.term()
+        while (op := self.take("+", "-")) is not None:
+            right, right_kind = self.term()
+            left, kind = self.arithmetic(op, (left, kind), (right, right_kind)), "arith"
+        return left, kind
+
+    def term(self):
+        left, kind = self.factor()
+        while (op := self.take("*", "/", "%")) is not None:
+            right = self.factor() if op == "*" else (self.divisor(op, self.toks[self.i - 1][2]), "value")
+            left, kind = self.arithmetic(op, (left, kind), right), "arith"
+        return left, kind
+
+    def arithmetic(self, op: str, left: tuple[str, str], right: tuple[str, str]) -> str:
+        """``left op right``, each side bracketed where it is itself arithmetic."""
+        if {left[1], right[1]} & {"cond", "compound"}:
+            raise self.fail(f"'{op}' takes numbers, not conditions, {self.where()}")
+        return " ".join((f"({left[0]})" if left[1] == "arith" else left[0], op,
+                         f"({right[0]})" if right[1] == "arith" else right[0]))
+
+    def divisor(self, op: str, at: int) -> str:
+        tok = self.peek()
+        if tok is None or tok[0] != "number" or not tok[1].isdigit() or int(tok[1]) == 0:
+            raise self.fail(f"'{op}' at character {at + 1} must divide by a positive whole number written out, "
+                            f"e.g. 'label {op} 2' (zero or a negative divisor stops milvus-lite)")
+        self.i += 1
+        return self.integer(tok)
+
+    def integer(self, tok: tuple[str, str, int], negative: bool = False) -> str:
+        value = -int(tok[1]) if negative else int(tok[1])
+        if not INT64[0] <= value <= INT64[1]:
+            raise self.fail(f"the number at character {tok[2] + 1} is outside the 64-bit range")
+        return str(value)
+
+    def factor(self):
+        tok = self.peek()
+        if tok is None:
+            raise self.fail("it ends where a value was expected")
+        kind, text, at = tok
+        if text == "-" and kind == "op":
+            nxt = self.peek(1)
+            if nxt is None or nxt[0] != "number":
+                raise self.fail(f"'-' at character {at + 1} negates numbers written out only")
+            self.i += 1
+            return self.number(nxt, negative=True), "value"
+        if kind == "number":
+            return self.number(tok), "value"
+        if kind == "string":
+            self.i += 1
+            return _emit_string(_string(self.expr, text, at)), "value"
+        if kind == "name":
+            low = text.lower()
+            if low in ("true", "false"):
+                self.i += 1
+                return low, "value"
+            if low in _KEYWORDS:
+                raise self.fail(f"'{text}' at character {at + 1} where a value was expected")
+            nxt = self.peek(1)
+            if nxt is not None and nxt[1] == "(":
+                return self.call(tok)
+            self.i += 1
+            self.fields.add(text)
+            path = text
+            while self.take("["):
+                key = self.peek()
+                if key is None or key[0] not in ("string", "number") or (key[0] == "number" and not key[1].isdigit()):
+                    raise self.fail(f"'{text}[...]' takes a quoted key or a whole index {self.where()}")
+                self.i += 1
+                path += f"[{_emit_string(_string(self.expr, key[1], key[2])) if key[0] == 'string' else self.integer(key)}]"
+                self.expect("]", "']'")
+            return path, "field"
+        if text == "(":
+            self.i += 1
+            self.nest()
+            inner, inner_kind = self.or_()
+            self.depth -= 1
+            if self.take(")") is None:
+                raise self.fail(f"1 bracket left open (expected ')' {self.where()})" if self.peek() is None or
+                                self.peek()[1] != "]" else f"']' at character {self.peek()[2] + 1} closes nothing")
+            return inner, "compound" if inner_kind in ("cond", "compound") else inner_kind
+        if text in ")]":
+            raise self.fail(f"{text!r} at character {at + 1} closes nothing")
+        raise self.fail(f"{ascii(text)} at character {at + 1} where a value was expected")
+
+    def number(self, tok: tuple[str, str, int], negative: bool = False) -> str:
+        self.i += 1
+        if tok[1].isdigit():
+            return self.integer(tok, negative)
+        value = float(tok[1])
+        if not math.isfinite(value):
+            raise self.fail(f"the number at character {tok[2] + 1} is too large")
+        return repr(-value if negative else value)
+
+    def call(self, tok: tuple[str, str, int]):
+        name = tok[1]
+        if name not in FUNCTIONS:
+            raise self.fail(f"{name!r} at character {tok[2] + 1} is not a function a filter takes "
+                            f"({', '.join(FUNCTIONS)})")
+        self.i += 2
+        field, kind = self.factor()
+        if kind != "field":
+            raise self.fail(f"{name}() takes a field first, e.g. '{name}(tags, 1)'")
+        args = [field]
+        while self.take(","):
+            args.append(self.list_() if self.word() == "[" else self.literal())
+        self.expect(")", f"')' closing {name}(")
+        return f"{name}({', '.join(args)})", "cond" if FUNCTIONS[name] else "value"
+
+
+def parse_filter(expr: str | None) -> Filter | None:
+    """A filter expression as our own tree's canonical text (None or blank: no filter), or a
+    ConfigError saying in one line what is wrong with it."""
     if expr is None or (isinstance(expr, str) and not expr.strip()):
         return None
     if not isinstance(expr, str):
         raise ConfigError(f"filter: must be a string, not {type(expr).__name__}; {_EXAMPLE}")
     if len(expr) > MAX_FILTER_CHARS:
         raise _refuse(expr, f"longer than {MAX_FILTER_CHARS:,} characters")
-    toks = tokens(expr)
-    stack: list[str] = []
-    nots = 0
-    named = False
-    for i, (kind, text, at) in enumerate(toks):
-        nxt = toks[i + 1] if i + 1 < len(toks) else None
-        if kind == "name":
-            low = text.lower()
-            nots += low == "not"
-            is_field = low not in _KEYWORDS and not (nxt and nxt[1] == "(")
-            if is_field and fields is not None and text not in fields:
-                raise _refuse(expr, f"the collection has no field {text!r} (its fields: {', '.join(fields)})")
-            named = named or is_field
-        elif text in "([":
-            stack.append(text)
-            if len(stack) > MAX_DEPTH:
-                raise _refuse(expr, f"brackets nested deeper than {MAX_DEPTH}")
-            if text == "[" and nxt and nxt[1] == "]":
-                raise _refuse(expr, f"the list at character {at + 1} is empty")
-        elif text in ")]":
-            if not stack or stack.pop() != _PAIRS[text]:
-                raise _refuse(expr, f"{text!r} at character {at + 1} closes nothing")
-        elif text == "!":
-            nots += 1
-        elif text in "/%":
-            sign = 1 if nxt and nxt[1] in "+-" else 0
-            divisor = toks[i + 1 + sign] if i + 1 + sign < len(toks) else None
-            if divisor is None or divisor[0] != "number" or float(divisor[1]) == 0:
-                raise _refuse(expr, f"'{text}' at character {at + 1} must divide by a non-zero number written out "
-                                    "(a zero divisor stops milvus-lite)")
-        if nots > MAX_NOTS:
-            raise _refuse(expr, f"more than {MAX_NOTS} 'not's")
-    if stack:
-        raise _refuse(expr, f"{len(stack)} bracket{'s' if len(stack) > 1 else ''} left open")
-    if not named:
-        raise _refuse(expr, "it names no field, so it holds for every row or none")
-    return expr.strip()
+    parsed = _Parser(expr).parse()
+    if len(parsed.text) > MAX_FILTER_CHARS:
+        raise _refuse(expr, f"longer than {MAX_FILTER_CHARS:,} characters written out")
+    return parsed
+
+
+def check_filter(expr: str | None, fields: Sequence[str] | None = None) -> str | None:
+    """The canonical text of a filter, what Milvus is sent (None or blank: no filter), or a
+    ConfigError saying in one line what is wrong with it. ``fields``: the collection's field
+    names, where known (a name not among them is refused, naming them)."""
+    parsed = parse_filter(expr)
+    if parsed is None:
+        return None
+    if fields is not None:
+        parsed.check_fields(fields)
+    return parsed.text
 
 
 def refused_by_milvus(exc: Exception) -> bool:
