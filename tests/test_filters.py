@@ -20,7 +20,7 @@ REFUSED = [
     ("label % ", "must divide by a positive whole number"),
     # what milvus-lite read differently from a checker that mirrored its grammar (each stopped it)
     ("label % 0\u0663 == 0", "the digit '\\u0663' at character 10 is not ASCII; write 0-9"),
-    ("label == \uff13", "is not part of a filter"),
+    ("label == \uff13", "is not ASCII; write 0-9"),
     ('label == 1 "\\q or label % 0 == 0 or label_name == " label "\\q"', "unexpected"),
     ('label_name == "\\q" or label % 0 == 0', "the escape '\\\\q' at character 16 is not one a filter takes"),
     ('label_name == "a\nb"', "the control character 0x0a at character 17, inside a string"),
