@@ -699,6 +699,8 @@ def serve(
     nprobe: Nprobe = None,
     allow_open: Annotated[bool, typer.Option(
         rich_help_panel="Service", help="Serve without --api-token-env on an address other hosts can reach (off: refused).")] = False,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        rich_help_panel="Service", help="A name clients reach an open service by, beyond its addresses and localhost (repeatable).")] = None,
 ):
     """Serve search over HTTP with Ray Serve: a search page and a JSON API.
 
@@ -711,7 +713,7 @@ def serve(
 
     MilvusTarget(uri, collection, token_env=token_env)  # a malformed name or URI fails before the model loads
     options = ServeOptions(str(model_dir.resolve()), uri, collection, token_env, nprobe, token_digest(api_token_env),
-                           max_batch_size)
+                           max_batch_size, allowed_hosts=tuple(allow_host) if allow_host else None)
     stop = threading.Event()
     url = start_service(options, host, port, replicas, address, allow_open)
     # SIGTERM (systemd, docker stop, kill) stops the service as Ctrl-C does: cleanly, in one line.

@@ -33,7 +33,7 @@ from dhim_ray.connectors.milvus import (
 )
 from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
-from dhim_ray.corpus.text import has_text
+from dhim_ray.corpus.text import has_text, not_text
 from dhim_ray.errors import CollectionMismatchError, ConfigError, DataError, StoreError
 from dhim_ray.evaluate import WindowSpec, codes_found, evaluate_codes, label_free_scores
 from dhim_ray.hasher import Hasher, empty_text
@@ -93,6 +93,10 @@ class SearchRequest:
         object.__setattr__(self, "like", tuple(self.like or ()))
         if bool(self.texts) == bool(self.like):
             raise ConfigError("give query texts or like=ID (a stored row's id), not both or neither")
+        for field, values in (("texts", self.texts), ("like", self.like)):
+            for i, t in enumerate(values):
+                if isinstance(t, str) and (why := not_text(t, f"{field}[{i}]")):
+                    raise ConfigError(why)
         for i, t in enumerate(self.texts):  # empty to every cleaner: said before a model or Milvus is opened
             if isinstance(t, str) and not has_text(t):
                 raise empty_text(i, t)

@@ -1,9 +1,10 @@
 """The query service's front door: a plain ASGI middleware that answers what must never
 reach the application, before a byte of the body is read.
 
-Unknown routes (404), wrong methods (405), a missing or wrong bearer token (401), a
-compressed or otherwise encoded body (415) and a body over the limit (413: by its
-Content-Length, or counted as it streams in) get the service's one JSON error shape,
+Unknown routes (404), wrong methods (405), a ``Host`` the service is not known by or a
+cross-site ``Origin`` (403: a web page on another site, DNS rebinding), a missing or wrong
+bearer token (401), a compressed or otherwise encoded body (415) and a body over the limit
+(413: by its Content-Length, or counted as it streams in) get the service's one JSON error shape,
 ``{"error": ..., "field": ...}``. Each replica's app runs it first (Ray Serve 2.60 takes no
 middleware in its HTTP proxy); it imports nothing heavy.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -47,6 +49,39 @@ def token_matches(header: str, api_token_sha256: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(given, api_token_sha256)
 
 
+def _split_host(netloc: str) -> str:
+    """The host of a ``host[:port]`` (``[v6]:port`` too), lower case, without a trailing dot."""
+    netloc = netloc.strip().lower()
+    if netloc.startswith("["):
+        return netloc[1:netloc.find("]")] if "]" in netloc else netloc
+    return netloc.rsplit(":", 1)[0].rstrip(".") if netloc.count(":") == 1 else netloc.rstrip(".")
+
+
+def host_allowed(host_header: str, allowed_hosts: list[str] | tuple[str, ...] | None) -> bool:
+    """Whether a request's ``Host`` names this service: any address written out (a rebinding
+    page's Host is its own domain name), ``localhost``, or one of ``allowed_hosts``; None: any."""
+    if allowed_hosts is None:
+        return True
+    host = _split_host(host_header)
+    if not host:
+        return False
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    return host == "localhost" or host.endswith(".localhost") or host in {h.lower().rstrip(".") for h in allowed_hosts}
+
+
+def origin_allowed(origin: str | None, host_header: str) -> bool:
+    """A browser's ``Origin`` must be the service's own (same host and port as ``Host``); a request
+    without one (curl, an SDK) is not a page's."""
+    if origin is None:
+        return True
+    scheme, sep, netloc = origin.strip().lower().partition("://")
+    return bool(sep) and scheme in ("http", "https") and netloc == host_header.strip().lower()
+
+
 async def send_error(send: Send, status: int, message: str, field: str | None = None,
                      headers: dict[str, str] | None = None) -> None:
     body = json.dumps({"error": message, **({"field": field} if field else {})}).encode()
@@ -61,7 +96,7 @@ class _TooLarge(Exception):
 
 
 class RequestGuard:
-    """ASGI middleware: ``RequestGuard(app, api_token_sha256=..., max_body_bytes=...)``.
+    """ASGI middleware: ``RequestGuard(app, api_token_sha256=..., max_body_bytes=..., allowed_hosts=...)``.
 
     ``settings_from`` ("module:NAME"), when given, names a dict read at each request
     instead: a replica fills it in once it knows its token. (Serve ships the app to its
@@ -69,9 +104,10 @@ class RequestGuard:
     the module, imported by name, is the same object in the replica's process.)"""
 
     def __init__(self, app, api_token_sha256: str = "", max_body_bytes: int = MAX_BODY_BYTES,
-                 settings_from: str | None = None):
+                 settings_from: str | None = None, allowed_hosts: tuple[str, ...] | None = None):
         self.app = app
-        self._fixed = {"api_token_sha256": api_token_sha256, "max_body_bytes": max_body_bytes}
+        self._fixed = {"api_token_sha256": api_token_sha256, "max_body_bytes": max_body_bytes,
+                       "allowed_hosts": allowed_hosts}
         self.settings_from = settings_from
 
     @property
@@ -99,6 +135,14 @@ class RequestGuard:
                              {"Allow": ", ".join(methods)})
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        host = headers.get("host", "")
+        if not host_allowed(host, self.settings.get("allowed_hosts")):
+            await send_error(send, 403, f"host: the service is not known as {host[:80]!r}; use its address, or "
+                                        "start it with --allow-host NAME", "host")
+            return
+        if not origin_allowed(headers.get("origin"), host):
+            await send_error(send, 403, "origin: a page on another site may not use this service", "origin")
+            return
         if protected and not token_matches(headers.get("authorization", ""),
                                            self.settings.get("api_token_sha256", "")):
             await send_error(send, 401, "authorization: missing or wrong bearer token", "authorization",

@@ -24,7 +24,7 @@ import os
 import re
 import socket
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from typing import Any, Literal
 
@@ -37,12 +37,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dhim_ray.connectors.connection import is_lite, mask_uri
 from dhim_ray.connectors.milvus import MilvusTarget
+from dhim_ray.corpus.text import not_text
 from dhim_ray.errors import ConfigError, DataError, DHIMRayError, StoreError
 from dhim_ray.hasher import Hasher, check_texts
 from dhim_ray.retrieval.rerank import MAX_RERANK
 from dhim_ray.search import Searcher, SearchRequest
 
-from .http_guard import MAX_BODY_BYTES, RequestGuard, token_matches
+from .http_guard import MAX_BODY_BYTES, RequestGuard, host_allowed, origin_allowed, token_matches
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,9 @@ class ServeOptions:
     """What a service replica needs; plain values, so it travels to the replicas.
 
     api_token_sha256: the sha256 of the bearer token clients must send (never the token
-    itself); "" serves without one. max_batch_size 1 turns dynamic batching off.
+    itself); "" serves without one. allowed_hosts: the names (beyond addresses and localhost)
+    a request's Host may give; None: any (a service with a token). max_batch_size 1 turns
+    dynamic batching off.
     """
 
     model_dir: str
@@ -78,6 +81,7 @@ class ServeOptions:
     api_token_sha256: str = ""
     max_batch_size: int = 32
     batch_wait_s: float = 0.005
+    allowed_hosts: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_batch_size <= 1024:
@@ -112,6 +116,8 @@ class HashRequest(BaseModel):
     @classmethod
     def _each_text(cls, texts: list[str]) -> list[str]:
         for i, t in enumerate(texts):
+            if why := not_text(t, f"texts[{i}]"):
+                raise ValueError(why)
             if not t.strip():
                 raise ValueError(f"texts[{i}] is empty or whitespace: give some words")
             if len(t) > MAX_TEXT_CHARS:
@@ -125,7 +131,7 @@ class SearchBody(HashRequest):
     texts: list[str] | None = Field(None, min_length=1, max_length=MAX_TEXTS,
                                     description=f"1 to {MAX_TEXTS} texts, each 1 to {MAX_TEXT_CHARS} characters "
                                                 "(or like)")
-    k: int = Field(10, le=MAX_K, description=f"hits per text, 1 to {MAX_K}")
+    k: int = Field(10, description=f"hits per text, 1 to {MAX_K}")
     rerank: int = Field(1, description=f"re-rank k x rerank Hamming candidates (1 = off), at most {MAX_RERANK}")
     filter: str | None = Field(None, max_length=4096,
                                description="a Milvus boolean expression over the stored fields, e.g. label == 3")
@@ -141,6 +147,13 @@ class SearchBody(HashRequest):
     @classmethod
     def _each_text(cls, texts: list[str] | None) -> list[str] | None:
         return None if texts is None else HashRequest._each_text(texts)
+
+    @field_validator("k")
+    @classmethod
+    def _k(cls, k: int) -> int:
+        if not 1 <= k <= MAX_K:
+            raise ValueError(f"{k}: must be between 1 and {MAX_K:,} (hits per text)")
+        return k
 
 
 #: The request's fields, as a refusal's message names them first.
@@ -162,7 +175,7 @@ def _error(status: int, message: str, field: str | None = None, headers: dict | 
 app = FastAPI(title="dhim-ray query service",
               description="Hash texts with a DHIM model and search its Milvus collection by Hamming distance.")
 #: What this process' guard checks: the replica fills it in (QueryService.__init__).
-REPLICA_GUARD: dict[str, Any] = {"api_token_sha256": "", "max_body_bytes": MAX_BODY_BYTES}
+REPLICA_GUARD: dict[str, Any] = {"api_token_sha256": "", "max_body_bytes": MAX_BODY_BYTES, "allowed_hosts": ()}
 app.add_middleware(RequestGuard, settings_from="dhim_ray.jobs.serve:REPLICA_GUARD")
 
 
@@ -224,6 +237,7 @@ class QueryService:
         from dhim_ray.jobs import serve as this_module  # the module this process serves from, by name
 
         this_module.REPLICA_GUARD["api_token_sha256"] = self.options.api_token_sha256
+        this_module.REPLICA_GUARD["allowed_hosts"] = self.options.allowed_hosts
         self.hasher = Hasher.load(self.options.model_dir)
         self.target = MilvusTarget(self.options.uri, self.options.collection, token_env=self.options.token_env)
         self.searcher: Searcher | None = None
@@ -237,7 +251,9 @@ class QueryService:
     def _authorised(self, request: Request) -> bool:
         """The guard has checked already; checked again here so a deployment whose guard
         was left out still refuses."""
-        return token_matches(request.headers.get("authorization", ""), self.options.api_token_sha256)
+        host = request.headers.get("host", "")
+        return token_matches(request.headers.get("authorization", ""), self.options.api_token_sha256) and \
+            host_allowed(host, self.options.allowed_hosts) and origin_allowed(request.headers.get("origin"), host)
 
     async def _searcher(self) -> Searcher:
         """The open Searcher, (re)opened when there is none. Every ALIAS_CHECK_S it asks which
@@ -365,7 +381,8 @@ class QueryService:
     async def page(self):
         """A search page: a query, k, a filter and the mode; the hits, "more like this" on each."""
         return HTMLResponse(PAGE, headers={"Content-Security-Policy": "default-src 'self'; style-src 'unsafe-inline'; "
-                                                                       "script-src 'unsafe-inline'"})
+                                                                       "script-src 'unsafe-inline'; frame-ancestors 'none'",
+                                                 "X-Frame-Options": "DENY"})
 
     @app.get("/info")
     async def info(self, request: Request):
@@ -412,6 +429,8 @@ def build_app(args: dict[str, Any]):
     replicas = int(args.pop("replicas", 1))
     api_token_env = args.pop("api_token_env", None)
     options = ServeOptions(**args, api_token_sha256=token_digest(api_token_env))
+    if not options.api_token_sha256:  # open: only to addresses, localhost and the names given
+        options = replace(options, allowed_hosts=tuple(options.allowed_hosts or ()))
     check_replicas(options.uri, replicas)
     return QueryService.options(num_replicas=replicas).bind(asdict(options))
 
@@ -491,6 +510,8 @@ def start_service(options: ServeOptions, host: str = "127.0.0.1", port: int = 80
         if isinstance(port, bool) or not 0 < port < 65536:
             raise ConfigError(f"port={port}: must be between 1 and 65535")
         check_open(host, not options.api_token_sha256, allow_open)
+    if not options.api_token_sha256:  # an open service answers only to the names it is bound to
+        options = replace(options, allowed_hosts=tuple(dict.fromkeys([*(options.allowed_hosts or ()), host])))
     preflight(options)
     init_ray(address)
     serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "WARNING"})

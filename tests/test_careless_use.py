@@ -60,7 +60,7 @@ def test_boolean_and_huge_labels_are_names(tmp_path, labels, names):
 
 
 # ---- the service's front door ----------------------------------------------------------------
-def _guarded(token_sha256: str = "", limit: int = 64):
+def _guarded(token_sha256: str = "", limit: int = 64, allowed_hosts=None):
     from fastapi import FastAPI
 
     from dhim_ray.jobs.http_guard import RequestGuard
@@ -77,7 +77,7 @@ def _guarded(token_sha256: str = "", limit: int = 64):
     async def health():
         return {"status": "ok"}
 
-    return RequestGuard(inner, api_token_sha256=token_sha256, max_body_bytes=limit), seen
+    return RequestGuard(inner, api_token_sha256=token_sha256, max_body_bytes=limit, allowed_hosts=allowed_hosts), seen
 
 
 async def _two_chunks():
@@ -116,6 +116,40 @@ def test_the_guard_checks_route_method_token_and_size_before_the_body():
         assert r.status_code == status and r.json()["field"] == field and set(r.json()) == {"error", "field"}, r.text
     assert seen["bodies"] == 2  # the handler ran for the good request and the chunked one (cut off at 64)
     assert _call(guard, "GET", "/health").json() == {"status": "ok"}  # no token needed
+
+
+@pytest.mark.parametrize("host, origin, status, field", [
+    ("127.0.0.1:8000", None, 200, None),
+    ("localhost:8000", "http://localhost:8000", 200, None),
+    ("[::1]:8000", None, 200, None),
+    ("search.internal:8000", None, 200, None),  # named with --allow-host
+    ("10.1.2.3:8000", "http://10.1.2.3:8000", 200, None),  # an address: what a rebinding page cannot send
+    ("attacker.example:8000", None, 403, "host"),  # DNS rebinding: the page's own name
+    ("attacker.example", "http://attacker.example", 403, "host"),
+    ("", None, 403, "host"),
+    ("127.0.0.1:8000", "http://attacker.example", 403, "origin"),  # a page on another site
+    ("127.0.0.1:8000", "null", 403, "origin"),  # a sandboxed frame or a file
+    ("127.0.0.1:8000", "http://127.0.0.1:9999", 403, "origin"),
+])
+def test_an_open_service_answers_its_own_names_and_pages_only(host, origin, status, field):
+    guard, seen = _guarded(allowed_hosts=("search.internal",))
+    headers = {"Host": host, **({"Origin": origin} if origin else {})}
+    for method, path, kw in (("GET", "/health", {}), ("POST", "/search", {"content": b"{}"})):
+        r = _call(guard, method, path, headers=headers, **kw)
+        assert r.status_code == status, r.text
+        if field:
+            assert r.json()["field"] == field and "\n" not in r.json()["error"]
+    assert seen["bodies"] == (1 if status == 200 else 0)  # refused before the body is read
+
+
+def test_a_service_with_a_token_takes_any_host_but_no_foreign_page():
+    import hashlib
+
+    guard, _ = _guarded(hashlib.sha256(b"secret").hexdigest())  # allowed_hosts None: behind a proxy, any name
+    ok = {"Authorization": "Bearer secret", "Host": "search.example.com"}
+    assert _call(guard, "POST", "/search", content=b"{}", headers=ok).status_code == 200
+    foreign = _call(guard, "POST", "/search", content=b"{}", headers={**ok, "Origin": "https://evil.example"})
+    assert foreign.status_code == 403 and foreign.json()["field"] == "origin"
 
 
 # ---- a refused command leaves the disk as it was ------------------------------------------------

@@ -54,6 +54,19 @@ def clean_string(text: str, cleaning: Cleaning = "unicode") -> str:
     return _SPACES.sub(" ", text).strip().lower()
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def not_text(text: str, field: str) -> str | None:
+    """Why ``text`` (a request's ``field``) is not text it can be sent on with: a lone UTF-16
+    surrogate (valid JSON, but no UTF-8 encodes it); None where it is text."""
+    found = _SURROGATE.search(text)
+    if found is None:
+        return None
+    return (f"{field}: a lone surrogate {ascii(found.group())} at character {found.start() + 1} is not text (a "
+            "client's broken encoding); send the text as UTF-8")
+
+
 def has_text(text: str, cleaning: Cleaning = "unicode") -> bool:
     """Whether ``clean_string(text, cleaning)`` is non-empty, without building it (a
     scan over millions of rows asks only this)."""
