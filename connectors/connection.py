@@ -4,6 +4,7 @@ quiet start) or a server URL, and the checks a URI gets before anything opens it
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
 import re
@@ -11,8 +12,8 @@ import socket
 import tempfile
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 from dhim_ray.errors import ConfigError, StoreBusyError, StoreError, StoreUnreachableError
 from dhim_ray.stderr import stderr_to
@@ -36,22 +37,83 @@ def is_lite(uri: str) -> bool:
 
 
 def mask_uri(uri: str) -> str:
-    """The URI with every credential it can carry masked, for messages and logs: a
-    user:password (or a token) before the host, and the value of every query-string
-    parameter and fragment (``?token=...``, ``?password=...``: a Milvus URI needs none)."""
-    try:
-        url = urlparse(uri)
-        port = url.port
-    except ValueError:  # a malformed port or netloc: mask whatever could hold a secret
-        return re.sub(r"(\w+://)[^/\s]*@", r"\1***@", uri.split("?", 1)[0].split("#", 1)[0]) + (
-            "?***" if "?" in uri else "")
-    if url.username is not None or url.password is not None:
-        url = url._replace(netloc=f"***@{url.hostname or ''}" + (f":{port}" if port else ""))
-    if url.query:
-        url = url._replace(query="&".join(f"{part.partition('=')[0]}=***" for part in url.query.split("&")))
-    if url.fragment:
-        url = url._replace(fragment="***")
-    return url.geturl()
+    """The URI with every place a credential can hide masked, for messages and logs, found
+    without parsing it (a parser's own error would quote the secret): everything before the
+    last ``@`` after the scheme (user:password, whatever characters it holds) and everything
+    from the first ``;``, ``?`` or ``#`` on. A file path is returned as it is."""
+    scheme = _SCHEME.match(uri)
+    if scheme is None:
+        return _printable(uri)
+    rest = uri[scheme.end():]
+    if "@" in rest:
+        rest = "***@" + rest[rest.rfind("@") + 1:]
+    cut = next((i for i, c in enumerate(rest) if c in ";?#"), None)
+    if cut is not None:
+        rest = rest[: cut + 1] + "***"
+    return _printable(scheme.group(0) + rest)
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+@dataclass(frozen=True)
+class ServerAddress:
+    """A Milvus server's address as parsed from a URI: what the client is given is ``url``,
+    written from these fields, never the text the user typed."""
+
+    scheme: str
+    host: str
+    port: int | None  # None: the client's default for the scheme
+    database: str = ""
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}" + (f":{self.port}" if self.port else "") + (
+            f"/{self.database}" if self.database else "")
+
+
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
+_DATABASE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
+
+
+def parse_server_uri(uri: str) -> ServerAddress:
+    """A server URI (``http://host:19530``, ``https://host/db``) parsed into a ServerAddress, or a
+    ConfigError naming what is malformed. The URI is masked first and only the masked text is
+    read or quoted: credentials belong in the token variable, never in a URI."""
+    masked = mask_uri(uri)
+    scheme = _SCHEME.match(masked)
+    if scheme is None or scheme.group(1).lower() not in ("http", "https", "tcp", "grpc"):
+        raise ConfigError(f"uri={masked}: not a Milvus address; give http://host:19530 (a server) or a path ending "
+                          "in .db (milvus-lite)")
+    rest = masked[scheme.end():]
+    if rest.startswith("***@"):
+        raise ConfigError(f"uri={masked}: credentials do not go in the URI (it is printed and kept in shell history); "
+                          "export MILVUS_TOKEN=user:password (or --token-env VAR) and give the URI without them")
+    if any(c in rest for c in ";?#"):
+        raise ConfigError(f"uri={masked}: a Milvus address has no ';', '?' or '#' part; give http://host:19530 "
+                          "(a token goes in MILVUS_TOKEN)")
+    hostport, _, path = rest.partition("/")
+    if hostport.startswith("["):
+        host, closed, port_text = hostport[1:].partition("]")
+        port_text = port_text.removeprefix(":") if port_text.startswith(":") or not port_text else "x"
+        try:
+            valid = bool(closed) and ipaddress.IPv6Address(host) is not None
+        except ValueError:
+            valid = False
+    else:
+        host, _, port_text = hostport.partition(":")
+        valid = _HOST.fullmatch(host) is not None
+    if not valid:
+        raise ConfigError(f"uri={masked}: {host!r} is not a host name or address; give http://host:19530")
+    if port_text and not (port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536):
+        raise ConfigError(f"uri={masked}: the port must be a number from 1 to 65535, e.g. http://HOST:19530")
+    database = path.strip("/")
+    if database and not _DATABASE.fullmatch(database):
+        raise ConfigError(f"uri={masked}: '/{database}' is not a Milvus database name (letters, digits, '_'); "
+                          "give http://host:19530 or http://host:19530/DATABASE")
+    return ServerAddress(scheme.group(1).lower(), host.lower(), int(port_text) if port_text else None, database)
 
 
 #: milvus-lite 2.5.1's own rule for a database file's name (the folder may hold any characters).
@@ -113,16 +175,9 @@ def check_lite_path(uri: str, create: bool = True) -> None:
 
 
 def check_server_uri(uri: str) -> tuple[str, int]:
-    """(host, port) of a server URI, or a ConfigError naming what is malformed."""
-    try:
-        url = urlparse(uri)
-        host, port = url.hostname, url.port or 19530
-    except ValueError as exc:  # "Port out of range", "Invalid IPv6 URL", a port that is not a number
-        raise ConfigError(f"uri={uri}: not a Milvus address ({exc}); give http://host:19530 or a .db file") from None
-    if url.scheme not in ("http", "https", "tcp", "grpc") or not host:
-        raise ConfigError(f"uri={uri}: not a Milvus address; give http://host:19530 (a server) or a path ending "
-                          "in .db (milvus-lite)")
-    return host, port
+    """(host, port) of a server URI, or a ConfigError naming what is malformed (see parse_server_uri)."""
+    address = parse_server_uri(uri)
+    return address.host, address.port or 19530
 
 
 def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS_TOKEN", create: bool = True):
@@ -140,6 +195,7 @@ def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS
         kwargs["grpc_options"] = LITE_GRPC_OPTIONS
     else:
         _check_reachable(uri, timeout)
+        uri = parse_server_uri(uri).url  # what the client opens is written from the parse
         secret = os.environ.get(token_env)
         if secret:
             kwargs["token"] = secret

@@ -361,10 +361,13 @@ def test_wrong_length_code_refused_before_insert(tmp_path):
         release(target.uri)
 
 
-def test_unreachable_server_is_an_environment_error_with_a_masked_uri():
-    with pytest.raises(StoreUnreachableError, match=r"cannot reach Milvus at http://\*\*\*@127.0.0.1:1 .*check uri") as e:
-        MilvusTarget("http://user:secret@127.0.0.1:1", "c").connect()
-    assert "secret" not in str(e.value) and e.value.retriable
+def test_unreachable_server_is_an_environment_error_and_credentials_in_a_uri_are_refused_masked():
+    with pytest.raises(StoreUnreachableError, match=r"cannot reach Milvus at http://127.0.0.1:1 .*check uri") as e:
+        MilvusTarget("http://127.0.0.1:1", "c").connect()
+    assert e.value.retriable
+    with pytest.raises(ConfigError, match=r"uri=http://\*\*\*@127.0.0.1:1: credentials do not go in the URI") as e:
+        MilvusTarget("http://user:secret@127.0.0.1:1", "c")
+    assert "secret" not in str(e.value)
 
 
 def test_missing_split_and_bad_queries(ingested, model_dir):

@@ -1,0 +1,61 @@
+"""A Milvus URI is masked before anything parses it, and what the client opens is written from
+the parse: a table of malformed URIs, each holding a secret, and no secret character in any
+line the library or the CLI prints."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from dhim_ray.connectors.connection import mask_uri, parse_server_uri
+from dhim_ray.connectors.milvus import MilvusTarget
+from dhim_ray.errors import ConfigError
+
+SECRET = "Zq9Xw"  # letters no host, port or message of the table holds
+RESERVED = ":/?#[]@!$&'()*+,;= %\n\t"
+HOSTS = ["127.0.0.1:18799", "milvus.example:19530", "[::1]:19530", "[::1", "host:99999", "host:0", "host:x1",
+         "ho st:1", ":1", ""]
+
+
+def _uris() -> list[str]:
+    out = []
+    for char, host in itertools.product(RESERVED, HOSTS):
+        out += [f"http://admin:{SECRET[:2]}{char}{SECRET[2:]}@{host}",  # a password with a reserved character
+                f"http://{SECRET[:2]}{char}{SECRET[2:]}@{host}/db"]  # a token as the user
+    for host in HOSTS:
+        out += [f"http://{host}/db;token={SECRET}", f"http://{host}/?token={SECRET}", f"http://{host}/?{SECRET}",
+                f"http://{host}#{SECRET}", f"https://{host}/db?password={SECRET}&user=x",
+                f"http://{host};{SECRET}", f"grpc://u:{SECRET}@{host}"]
+    return out
+
+
+URIS = _uris()
+
+
+def test_no_secret_character_in_any_message():
+    assert len(URIS) > 400 and all(SECRET[:2] in u and SECRET[2:] in u for u in URIS)
+    for uri in URIS:
+        masked = mask_uri(uri)
+        assert SECRET[2:] not in masked and SECRET[:2] not in masked and "\n" not in masked, masked
+        with pytest.raises(ConfigError) as caught:
+            MilvusTarget(uri, "c")
+        message = str(caught.value)
+        assert SECRET[2:] not in message and SECRET[:2] not in message, message
+        assert "\n" not in message and message.startswith("uri="), message
+
+
+@pytest.mark.parametrize("uri, url", [
+    ("http://127.0.0.1:19530", "http://127.0.0.1:19530"),
+    ("HTTP://Milvus.Example:19530/", "http://milvus.example:19530"),
+    ("https://milvus.example/db_1", "https://milvus.example/db_1"),
+    ("http://[::1]:19530", "http://[::1]:19530"),
+    ("tcp://10.0.0.5:19530", "tcp://10.0.0.5:19530"),
+])
+def test_what_the_client_opens_is_written_from_the_parse(uri, url):
+    assert parse_server_uri(uri).url == url
+
+
+def test_a_file_path_is_left_as_it_is():
+    assert mask_uri("runs/dhim_ray.db") == "runs/dhim_ray.db"
+    assert MilvusTarget("runs/dhim_ray.db", "c").lite
