@@ -237,3 +237,29 @@ def test_a_resume_asks_for_the_identity_bits_the_encoder_gave(tmp_path, tiny_con
     assert resume_config(path, requested).model.identity_bits == 32
     with pytest.raises(CheckpointError, match="started with model.identity_bits=32, this command asks for 16"):
         resume_config(path, requested.replace(model={"identity_bits": 16}))
+
+
+def test_a_config_claiming_the_old_format_does_not_skip_the_weights_check(saved, monkeypatch):
+    path, _ = saved
+    meta = json.loads((path / "config.json").read_text())
+    meta["format_version"] = 1
+    meta.pop("weights_sha256")
+    (path / "config.json").write_text(json.dumps(meta))
+    with open(path / "model.safetensors", "r+b") as f:  # a tampered file the old format could not be checked for
+        f.seek(-1, 2)
+        f.write(b"\x01")
+    with pytest.raises(CheckpointError, match="has no weights_sha256, so its weights cannot be checked.*"
+                                              "DHIM_RAY_TRUST_UNVERIFIED=1"):
+        read_checkpoint(path)
+    monkeypatch.setenv("DHIM_RAY_TRUST_UNVERIFIED", "1")  # asked for: it loads unchecked
+    assert read_checkpoint(path).weights_sha256 == ""
+
+
+@pytest.mark.parametrize("text", ["[" * 200_000 + "]" * 200_000, '{"format": ' + "7" * 5000 + "}"],
+                         ids=["nested", "long-integer"])
+def test_a_config_json_bomb_is_one_line(saved, text):
+    path, _ = saved
+    (path / "config.json").write_text(text)
+    with pytest.raises(CheckpointError, match="is not a config dhim-ray wrote") as caught:
+        read_checkpoint(path)
+    assert "\n" not in str(caught.value)

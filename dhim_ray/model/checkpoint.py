@@ -23,6 +23,8 @@ from dhim_ray.model.dhim import DHIM
 FORMAT = "dhim-ray/checkpoint"
 # 2: config.json always records weights_sha256 (version 1 files may lack it and load unchecked).
 FORMAT_VERSION = 2
+#: The environment variable that lets a checkpoint without a recorded digest load (format 1).
+TRUST_UNVERIFIED = "DHIM_RAY_TRUST_UNVERIFIED"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 
@@ -156,6 +158,9 @@ def read_checkpoint(path: str | Path) -> CheckpointInfo:
         meta = json.loads((path / CONFIG_FILE).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} is corrupt ({exc}); train again or restore it") from exc
+    except (RecursionError, ValueError):  # brackets nested past the parser's depth, an integer of 4,300+ digits
+        raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} is not a config dhim-ray wrote (nested too deeply "
+                              "or a number too long); train again or restore it") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} is not a dhim-ray checkpoint config")
     version = meta.get("format_version", 0)
@@ -171,9 +176,11 @@ def read_checkpoint(path: str | Path) -> CheckpointInfo:
         config = DHIMConfig.from_dict(sections)
     except (ConfigError, TypeError, ValueError) as exc:
         raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} holds an invalid config ({exc}); train again") from exc
-    if version >= 2 and not (isinstance(meta.get("weights_sha256"), str) and len(meta["weights_sha256"]) == 64):
+    if not (isinstance(meta.get("weights_sha256"), str) and len(meta["weights_sha256"]) == 64) and \
+            os.environ.get(TRUST_UNVERIFIED) != "1":  # an old format's claim is no reason to load unchecked weights
         raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} has no weights_sha256, so its weights cannot be "
-                              "checked; restore config.json from the run, or train again")
+                              f"checked; restore config.json from the run, train again, or set {TRUST_UNVERIFIED}=1 to "
+                              "load weights you trust unchecked")
     encoder = meta.get("encoder") if isinstance(meta.get("encoder"), dict) else {}
     summary = meta.get("summary") if isinstance(meta.get("summary"), dict) else {}
     return CheckpointInfo(path, config, str(encoder.get("name", config.features.encoder)),
