@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from dhim_ray.connectors.milvus import create_loaded, quote
+from dhim_ray.connectors.milvus import RESERVED_NAME, create_loaded, quote
 
-LEDGER = "dhim_ray_ingests"
+LEDGER = RESERVED_NAME
 WRITING, VERIFIED = "writing", "verified"
 _NAME_BYTES, _SOURCE_BYTES = 255, 1024
 

@@ -136,6 +136,10 @@ def quote(value: str) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+#: The ledger's collection (connectors/ledger.py): no user collection or alias may take its name.
+RESERVED_NAME = "dhim_ray_ingests"
+
+
 def check_collection_name(name: str, what: str = "collection", example: str = "dbpedia_64") -> str:
     """A name Milvus takes (for a collection or an alias: ``what``), checked before any
     connection (Milvus' own refusal is a traceback)."""
@@ -143,6 +147,9 @@ def check_collection_name(name: str, what: str = "collection", example: str = "d
         shown = name if not isinstance(name, str) or len(name) <= 40 else name[:40] + f"... ({len(name)} characters)"
         raise ConfigError(f"{what}={shown!r}: use ASCII letters, digits and underscores, starting with a letter "
                           f"or underscore, at most 255 characters, e.g. {example}")
+    if name == RESERVED_NAME:
+        raise ConfigError(f"{what}={name!r}: the name is reserved for dhim-ray's record of finished ingests; pick "
+                          f"another, e.g. {example}")
     return name
 
 

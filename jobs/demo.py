@@ -33,12 +33,12 @@ MARK = ".dhim-ray-demo"
 
 def claim_folder(out_dir: Path, model_dir: Path) -> None:
     """Refuse a folder whose model or database the demo did not make (it replaces them:
-    ``--out runs`` would delete the Quickstart's runs/bbc-64), then mark it as the demo's. A
-    folder an earlier demo made before the mark holds its feature cache beside them."""
+    ``--out runs`` would delete the Quickstart's runs/bbc-64), then mark it as the demo's. Only
+    the mark says a folder is the demo's: a ``features/`` cache may be anyone's."""
     from dhim_ray.errors import ConfigError
 
     theirs = next((p for p in (model_dir, out_dir / "dhim_ray.db") if p.exists()), None)
-    if theirs is not None and not (out_dir / MARK).exists() and not (out_dir / "features").is_dir():
+    if theirs is not None and not (out_dir / MARK).exists():
         raise ConfigError(f"out={out_dir}: {theirs} was not made by the demo, which replaces it on each run; give "
                           "the demo a folder of its own, e.g. out=runs/demo")
     out_dir.mkdir(parents=True, exist_ok=True)

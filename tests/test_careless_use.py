@@ -260,3 +260,28 @@ def test_a_full_disk_is_one_line_naming_it(tmp_path, toy_folder, tiny_bert):
         assert list(full.iterdir()) == []  # the half-written run is gone
     finally:
         subprocess.run(["umount", str(full)], check=False)
+
+
+def test_the_demo_owns_only_a_folder_with_its_mark(tmp_path):
+    from dhim_ray.jobs.demo import MARK, claim_folder
+
+    runs = tmp_path / "runs"
+    (runs / "features").mkdir(parents=True)  # train --cache-dir runs/features: anyone's cache
+    (runs / "bbc-64").mkdir()
+    (runs / "bbc-64" / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="was not made by the demo"):
+        claim_folder(runs, runs / "bbc-64")
+    assert (runs / "bbc-64" / "config.json").exists() and not (runs / MARK).exists()
+    claim_folder(tmp_path / "demo", tmp_path / "demo" / "bbc-64")  # a new folder becomes the demo's
+    assert (tmp_path / "demo" / MARK).exists()
+
+
+@pytest.mark.parametrize("what", ["collection", "alias"])
+def test_the_ledgers_name_is_reserved(what):
+    from dhim_ray.connectors.ledger import LEDGER
+    from dhim_ray.connectors.milvus import MilvusTarget, check_collection_name
+
+    with pytest.raises(ConfigError, match=f"{what}='dhim_ray_ingests': the name is reserved"):
+        check_collection_name(LEDGER, what)
+    with pytest.raises(ConfigError, match="reserved"):
+        MilvusTarget("x.db", LEDGER)
