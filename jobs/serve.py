@@ -152,7 +152,7 @@ class SearchBody(HashRequest):
     @classmethod
     def _k(cls, k: int) -> int:
         if not 1 <= k <= MAX_K:
-            raise ValueError(f"{k}: must be between 1 and {MAX_K:,} (hits per text)")
+            raise ValueError(f"must be between 1 and {MAX_K:,} (hits per text), not {k}")
         return k
 
 
@@ -336,8 +336,10 @@ class QueryService:
         return await self._encode_batch((hasher, texts))
 
     def _milvus_down(self, exc: Exception) -> JSONResponse:
-        return _error(503, f"Milvus at {mask_uri(self.options.uri)} is not answering ({str(exc)[:200]}); "
-                           f"retry in {RETRY_AFTER_S} s", headers={"Retry-After": str(RETRY_AFTER_S)})
+        """A 503 that tells the client when to retry and nothing of where the store lives (the log has it)."""
+        logger.warning("Milvus at %s is not answering: %s", mask_uri(self.options.uri), str(exc)[:200])
+        return _error(503, f"the collection's store is not answering; retry in {RETRY_AFTER_S} s",
+                      headers={"Retry-After": str(RETRY_AFTER_S)})
 
     # ---- routes --------------------------------------------------------------------------
     @app.post("/search")
