@@ -27,6 +27,8 @@ DB, Q = CorpusSpec.parse("bbc:train"), CorpusSpec.parse("bbc:val")
     ({"texts": ["a"], "mode": "fuzzy"}, "mode='fuzzy': choose codes, text or hybrid"),
     ({"texts": ["a"], "max_distance": -1}, "max_distance=-1: must be a whole number of bits"),
     ({"texts": ["a"], "filter": "(label == 3"}, "filter='(label == 3': 1 bracket left open"),
+    ({"texts": ["oil", "\ud800 prices"]}, "texts[1]: a lone surrogate '\\ud800' at character 1 is not text"),
+    ({"like": ["doc-7", "\udc80"]}, "like[1]: a lone surrogate '\\udc80'"),
     ({"like": [7], "rerank": 4}, "rerank=4 with like"),
     ({"like": [7], "mode": "text"}, "mode=text with like"),
 ])

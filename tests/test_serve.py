@@ -66,7 +66,9 @@ def post(service, path: str, body, token: str | None = TOKEN, headers: dict | No
     if isinstance(body, (bytes, str)):
         return httpx.post(service["url"] + path, content=body, headers={**headers, "Content-Type": "application/json"},
                           timeout=60, **kw)
-    return httpx.post(service["url"] + path, json=body, headers=headers, timeout=60, **kw)
+    # json.dumps escapes what UTF-8 cannot encode (a lone surrogate stays valid JSON), as browsers' JSON.stringify does
+    return httpx.post(service["url"] + path, content=json.dumps(body).encode(),
+                      headers={**headers, "Content-Type": "application/json"}, timeout=60, **kw)
 
 
 def test_search_through_the_service_equals_searcher(service):
