@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from dhim_ray.config import FeatureConfig
-from dhim_ray.connectors.connection import check_lite_path, mask_uri
+from dhim_ray.connectors.connection import check_lite_path, mask_uri, release
 from dhim_ray.connectors.milvus import (
     IndexSpec,
     MilvusTarget,
@@ -36,7 +36,7 @@ from dhim_ray.connectors.rows import RESERVED_FIELDS, document_ids, source_label
 from dhim_ray.corpus.sources import label_vocabulary, plan_split, with_kept_columns, with_key_column
 from dhim_ray.corpus.spec import CorpusSpec, canonical_split
 from dhim_ray.encoding.encoder import load_tokenizer, token_ids
-from dhim_ray.errors import ConfigError, IngestInterrupted
+from dhim_ray.errors import ConfigError, IngestInterrupted, NoSpaceError
 from dhim_ray.hasher import Hasher
 
 from .milvus_sink import CodeSink, CollectionSpec
@@ -280,6 +280,13 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
         verified = sink.complete(n_documents, int(plan.id_rows([n_rows - 1])[0]),
                                  None if corpus.limit is not None else document_ids(source, plan.id_rows(dropped)),
                                  r.alias)
+    except NoSpaceError:
+        sink.close()
+        if new_file and sink.rows_written == 0:  # refused before a row landed: leave no file behind
+            release(target.uri)
+            for leftover in (Path(target.uri), Path(target.uri).with_name(f".{Path(target.uri).name}.lock")):
+                leftover.unlink(missing_ok=True)
+        raise
     finally:
         sink.close()
     result = IngestResult.of(sink, info, n_documents, seconds, verified)

@@ -772,7 +772,8 @@ def test_reingesting_a_changed_source_leaves_exactly_its_rows(ray_session, model
 
 def test_a_full_disk_is_said_at_once_and_a_rerun_with_room_completes(ray_session, model_dir, tmp_path, capsys):
     """milvus-lite on a full disk retried each write for 30 s and failed with an RPC error: the
-    ingest now says 'no space left' at once (exit 1: retriable), and a rerun with room completes."""
+    ingest now says 'no space left' at once (exit 1: retriable), leaves no file where no row
+    landed, and a rerun with room completes."""
     import os
 
     from dhim_ray.cli import main
@@ -791,6 +792,7 @@ def test_a_full_disk_is_said_at_once_and_a_rerun_with_room_completes(ray_session
             main(args)
         assert done.value.code == 1
         assert "no space left on the device holding" in capsys.readouterr().err
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]  # refused before a row landed: no file left
         filler.unlink()
         with pytest.raises(SystemExit) as done:
             main(args)
