@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dhim_ray.errors import ConfigError, StoreBusyError, StoreError, StoreUnreachableError
+from dhim_ray.errors import ConfigError, StoreBusyError, StoreError, StoreReadOnlyError, StoreUnreachableError
 from dhim_ray.stderr import stderr_to
 
 logger = logging.getLogger(__name__)
@@ -172,6 +172,10 @@ def check_lite_path(uri: str, create: bool = True) -> None:
     parent = os.path.dirname(os.path.abspath(uri))
     if not os.path.isdir(parent):
         raise StoreError(f"uri={uri}: folder {parent} does not exist; create it or pick another path")
+    if create and not os.access(uri if os.path.exists(uri) else parent, os.W_OK):
+        where = "the file" if os.path.exists(uri) else f"its folder {parent}"
+        raise StoreReadOnlyError(f"uri={uri}: {where} cannot be written (read-only); make it writable or ingest into "
+                                 "a file elsewhere (--uri)")
 
 
 def check_server_uri(uri: str) -> tuple[str, int]:

@@ -61,6 +61,12 @@ class StoreUnreachableError(StoreError):
     retriable = True
 
 
+class StoreReadOnlyError(StoreError):
+    """A milvus-lite file, or the folder it is to be made in, cannot be written (a read-only mount)."""
+
+    retriable = True
+
+
 class NoSpaceError(StoreError):
     """The disk holding a milvus-lite file is full."""
 

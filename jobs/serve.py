@@ -183,7 +183,10 @@ app.add_middleware(RequestGuard, settings_from="dhim_ray.jobs.serve:REPLICA_GUAR
 async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
     detail = exc.detail if isinstance(exc.detail, str) else "bad request"
     if exc.status_code == 400:
-        detail = "body: not valid JSON in UTF-8; send a JSON object such as {\"texts\": [\"a query\"]}"
+        cause = exc.__cause__
+        detail = "body: a number of more than 4,300 digits; send ordinary JSON numbers" if isinstance(
+            cause, ValueError) and "digits" in str(cause) else \
+            "body: not valid JSON in UTF-8; send a JSON object such as {\"texts\": [\"a query\"]}"
     return _error(exc.status_code, detail, "body" if exc.status_code == 400 else None, headers=exc.headers)
 
 

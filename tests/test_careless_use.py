@@ -285,3 +285,28 @@ def test_the_ledgers_name_is_reserved(what):
         check_collection_name(LEDGER, what)
     with pytest.raises(ConfigError, match="reserved"):
         MilvusTarget("x.db", LEDGER)
+
+
+def test_a_read_only_database_is_an_environment_error(tmp_path):
+    """milvus-lite on a read-only mount failed with 'Milvus refused to create it (code=5)' and exit 2:
+    it is the environment (exit 1), said before milvus-lite starts."""
+    import os
+    import subprocess
+
+    from dhim_ray.connectors.connection import check_lite_path
+    from dhim_ray.errors import StoreReadOnlyError
+
+    assert os.geteuid() == 0, "this test mounts a read-only tmpfs: run the suite as root"
+    disk = tmp_path / "ro"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True)
+    try:
+        (disk / "codes.db").write_bytes(b"")
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        for uri, where in ((disk / "codes.db", "the file cannot be written"), (disk / "new.db", "its folder")):
+            with pytest.raises(StoreReadOnlyError, match=where) as caught:
+                check_lite_path(str(uri))
+            assert caught.value.retriable  # exit 1: the environment
+        check_lite_path(str(disk / "codes.db"), create=False)  # reading needs no write
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

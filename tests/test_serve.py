@@ -103,6 +103,7 @@ def test_the_openapi_schema_is_served(service):
 
 @pytest.mark.parametrize("body, status, field, words", [
     (b'{"texts": ["a"', 400, "body", "not valid JSON"),
+    (b'{"texts": ["a"], "k": 1' + b"0" * 5000 + b"}", 400, "body", "a number of more than 4,300 digits"),
     ({}, 422, "texts", "give query texts or like=ID"),
     ({"texts": "one string"}, 422, "texts", "valid list"),
     ({"texts": []}, 422, "texts", "at least 1"),
