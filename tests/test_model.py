@@ -95,6 +95,9 @@ def test_without_labels_the_neighbour_criterion_picks_the_epoch_and_stops_early(
     # the first `patience` epochs are a warm-up the label-free criterion does not pick from
     assert result.best_epoch == 2 + int(np.argmax(recall[2:])) and result.best_neighbour_recall == max(recall[2:])
     assert len(result.history) < 40 and len(result.history) == result.best_epoch + 1 + 2  # stopped by patience
+    assert result.summary()["stopped"] == (f"early, after epoch {len(result.history)} of 40: no gain for 2 epochs; "
+                                           f"kept epoch {result.best_epoch + 1} (val cosine-neighbour recall@10 "
+                                           f"(tie-aware) {result.best_neighbour_recall:.4f})")
     # the returned model is the chosen epoch's: its codes score what that epoch scored
     nbrs = cosine_topk(feats.mean[tr], feats.mean[va], 10)
     again = neighbour_recall_at_k(hash_features(result.model, feats.take(tr)), hash_features(result.model,

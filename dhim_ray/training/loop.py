@@ -388,6 +388,7 @@ class FitResult:
     selected_by: str = "last epoch (no validation)"
     criterion: str | None = None  # "labels" or "neighbours"; None: the last epoch was kept
     seconds: float = 0.0
+    stopped: str = ""  # why training ended, as the CLI says it
 
     @classmethod
     def from_progress(cls, model: DHIM, config: DHIMConfig, progress: dict[str, Any], has_best: bool,
@@ -405,6 +406,7 @@ class FitResult:
         chosen = [h for h in history if h.epoch == result.best_epoch]
         if chosen:
             result.best_precision, result.best_neighbour_recall = chosen[0].val_precision, chosen[0].val_neighbour_recall
+        result.stopped = stop_reason(config, history, progress.get("stopper", {}), result if has_best else None)
         return result
 
     def summary(self, **context: Any) -> dict[str, Any]:
@@ -419,10 +421,25 @@ class FitResult:
             "criterion": self.criterion,
             "best_val_precision_at_k_tie_aware": self.best_precision,
             "best_val_neighbour_recall_at_k": self.best_neighbour_recall,
+            "stopped": self.stopped,
             "train_seconds": round(self.seconds, 2),
             "mean_epoch_seconds": round(float(np.mean(epoch_seconds)), 3) if epoch_seconds else None,
             "history": [h.as_dict() for h in self.history],
         }
+
+
+def stop_reason(config: DHIMConfig, history: list[EpochRecord], stopper: dict[str, Any],
+                result: FitResult | None) -> str:
+    """One line on how a run ended: early (no gain for ``patience`` epochs), at its last epoch, or
+    unselected; epochs counted from 1, as a person counts them."""
+    ran, most = len(history), config.train.max_epochs
+    if result is None:
+        return f"after {ran} of {most} epochs; kept the last (no validation to choose by)"
+    best = result.best_precision if result.criterion == "labels" else result.best_neighbour_recall
+    kept = f"kept epoch {result.best_epoch + 1} ({result.selected_by} {_fmt(best)})"
+    if ran < most and stopper.get("bad_epochs", 0) >= config.train.patience:
+        return f"early, after epoch {ran} of {most}: no gain for {config.train.patience} epochs; {kept}"
+    return f"after all {most} epochs; {kept}"
 
 
 def build_model(config: DHIMConfig, device: torch.device = torch.device("cpu")) -> DHIM:
@@ -547,6 +564,9 @@ def fit(
         for cb in callbacks:
             cb.on_epoch_end(state)
         if stop:
+            bar.total = bar.n  # done, not 11% of the way: the summary says it stopped early
+            bar.set_description(f"train {config.model.n_bits}b (stopped early)")
+            bar.refresh()
             break
     bar.close()
     if state.best_state is not None:
