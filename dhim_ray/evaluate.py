@@ -95,7 +95,8 @@ def eval_splits(database: CorpusSpec, queries: CorpusSpec, k: int | None = None)
     None where either split has no labels: eval then scores without them). The same
     corpus is read once, so both splits share its label vocabulary. A ``k`` larger than the
     database is refused here, before any encoding."""
-    db_spec, q_spec = database.with_split(database.split or "train"), queries.with_split(queries.split or "val")
+    db_spec = database.with_split(database.split or "train")
+    q_spec = queries.with_split(queries.split or queries.default_split("val"))
     if db_spec.with_split(None) == q_spec.with_split(None):
         corpus = load_corpus(db_spec.with_split(None))
         db, q = corpus.split(db_spec.split), corpus.split(q_spec.split)

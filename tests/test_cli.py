@@ -87,6 +87,22 @@ def test_eval_json_has_both_precisions(trained, toy_folder):
         assert result[key] == pytest.approx(want[key], abs=1e-12), key
 
 
+def test_eval_queries_from_a_single_file_are_all_of_it(trained, toy_folder, tmp_path):
+    """A single file has one split: --queries my-queries.csv means all of it, not a 'val' it lacks."""
+    import shutil
+
+    queries = tmp_path / "my-queries.csv"
+    shutil.copy(toy_folder / "val.csv", queries)
+    r = run("eval", trained, "--database", f"{toy_folder}:train", "--queries", queries, "--k", 20, "--json")
+    assert r.exit_code == 0, r.output
+    by_file = json.loads(r.output.strip().splitlines()[-1])
+    same = run("eval", trained, "--database", f"{toy_folder}:train", "--queries", f"{toy_folder}:val", "--k", 20,
+               "--json")
+    same = json.loads(same.output.strip().splitlines()[-1])
+    assert by_file["n_queries"] == same["n_queries"] == 40
+    assert by_file["precision_at_k_tie_aware"] == same["precision_at_k_tie_aware"]
+
+
 def test_eval_baseline(toy_folder, tiny_bert):
     r = run("eval", "--baseline", "itq", "--bits", 16, "--encoder", tiny_bert, "--max-words", 12,
             "--database", f"{toy_folder}:train", "--queries", f"{toy_folder}:val", "--json")

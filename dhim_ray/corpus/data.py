@@ -79,10 +79,10 @@ def load_corpus(spec: str | CorpusSpec, **options) -> Corpus:
 
 def load_split(spec: str | CorpusSpec, default_split: str = "train", **options) -> Split:
     """One split of a corpus: ``load_split('dbpedia:val')``; ``default_split`` where the spec
-    names none."""
+    names none (a single file has one split, its ``train``: a user who names a file means all of it)."""
     if not isinstance(spec, CorpusSpec):
         spec = CorpusSpec.parse(spec, **options)
-    split = spec.split or default_split
+    split = spec.split or spec.default_split(default_split)
     return load_corpus(spec.with_split(split)).split(split)
 
 

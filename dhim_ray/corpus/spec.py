@@ -92,6 +92,10 @@ class CorpusSpec:
     def with_split(self, split: str | None) -> CorpusSpec:
         return dataclasses.replace(self, split=split)
 
+    def default_split(self, default: str) -> str:
+        """The split a spec naming none reads: ``default``, but a single file's one split (``train``)."""
+        return "train" if os.path.isfile(self.name) else default
+
     @property
     def display(self) -> str:
         return f"{self.name}:{self.split}" if self.split else self.name
