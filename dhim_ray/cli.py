@@ -786,7 +786,7 @@ def export(
 
     path = export_codes_graph(model_dir, out)
     print_result({"graph": str(path), "spec": str(path.with_suffix(".json")),
-                  "tokenizer": str(path.parent.resolve() / "tokenizer.json")}, as_json, title=f"exported {model_dir}")
+                  "tokenizer": str(path.parent / "tokenizer.json")}, as_json, title=f"exported {model_dir}")
 
 
 @app.command()

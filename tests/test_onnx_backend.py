@@ -139,15 +139,19 @@ def run_exported_graph(path: Path, hasher: Hasher, texts: list[str]) -> np.ndarr
 
 
 @pytest.mark.parametrize("identity_bits", [0, 16])
-def test_the_exported_graph_gives_the_hashers_codes(tiny_bert, tmp_path, identity_bits):
+def test_the_exported_graph_gives_the_hashers_codes(tiny_bert, tmp_path, identity_bits, capsys, monkeypatch):
     from dhim_ray.cli import main
 
     texts = [t for _, t in make_toy_corpus(40, seed=5)] + ["goal " * 30]  # one cut at the token limit
     ck = random_checkpoint(tmp_path / "ck", FeatureConfig(encoder=tiny_bert, max_words=12), n_bits=32, hidden=32,
                            identity_bits=identity_bits)
+    monkeypatch.chdir(tmp_path)  # the paths printed are as the user gave them, all three alike
     with pytest.raises(SystemExit) as done:
-        main(["export", str(ck), "--out", str(tmp_path / "out" / "tiny.onnx"), "--json"])
+        main(["export", str(ck), "--out", "out/tiny.onnx", "--json"])
     assert done.value.code in (0, None)
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (printed["graph"], printed["spec"], printed["tokenizer"]) == ("out/tiny.onnx", "out/tiny.json",
+                                                                          "out/tokenizer.json")
     hasher = Hasher.load(ck)
     codes = run_exported_graph(tmp_path / "out" / "tiny.onnx", hasher, texts)
     assert codes.dtype == np.uint8 and codes.shape == (len(texts), 4)
