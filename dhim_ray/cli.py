@@ -491,18 +491,30 @@ def eval_(
         WindowSpec(windows, window_words, check_seed(seed)), cache_dir, plot is not None)
     results = evaluate(request, progress=not as_json)
     first = results[0]
+    named = {"queries": _corpus_named(request.queries),
+             "database": _corpus_named(request.database) or f"collection {collection}"}
     if task == "known-item":
         what, title = "known-item recall@k", f"known-item retrieval ({window_words}-word windows)"
         metrics = ("recall_at_1", "recall_at_10", "recall_at_100", "mrr")
-        caption = f"{first['n_queries']:,} windows of {window_words} words among {first['n_database']:,} documents"
+        caption = (f"{first['n_queries']:,} windows of {window_words} words (from {named['queries'] or named['database']})"
+                   f" among {named['database']}: {first['n_database']:,} documents")
     else:
         what = "precision@k"
         title = f"precision@{k}" if "precision_at_k" in first else f"cosine-neighbour recall@{k} (no labels)"
         metrics = ("precision_at_k", "precision_at_k_tie_aware", "neighbour_recall_at_k")
-        caption = f"{first['n_queries']:,} queries against {first['n_database']:,} documents (tie-aware for codes)"
+        caption = (f"{named['queries']}: {first['n_queries']:,} queries against {named['database']}: "
+                   f"{first['n_database']:,} documents (tie-aware for codes)")
     if plot is not None:
         _draw(results, plot, what, caption)
     _print_results(results, as_json, title, metrics)
+
+
+def _corpus_named(spec) -> str:
+    """A corpus as a caption names it: ``bbc:test``, a local one by its file or folder name."""
+    if spec is None:
+        return ""
+    name = Path(spec.name).name if Path(spec.name).exists() else spec.name
+    return f"{name}:{spec.split}" if spec.split else name
 
 
 def _print_results(results: list[dict[str, Any]], as_json: bool, title: str, metrics: tuple[str, ...]) -> None:

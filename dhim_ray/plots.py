@@ -79,7 +79,7 @@ def training_curve(summary: dict[str, Any], path: str | Path) -> Path | None:
     if not history:
         return None
     plt = _pyplot()
-    epochs = [h["epoch"] for h in history]
+    epochs = [h["epoch"] + 1 for h in history]  # counted from 1, as the summary's stopped line counts them
     fig, loss_ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     loss_ax.plot(epochs, [h["loss"] for h in history], color="tab:gray", marker=".", label="training loss")
     loss_ax.set_xlabel("epoch")
@@ -88,11 +88,13 @@ def training_curve(summary: dict[str, Any], path: str | Path) -> Path | None:
     score_ax = loss_ax.twinx()
     key, name = SCORES.get(summary.get("criterion"), (None, None))
     if key is not None:
+        name = summary.get("selected_by") or name  # with the run's k: "val P@100 (tie-aware)"
         score_ax.plot(epochs, [h.get(key) for h in history], color="tab:blue", marker="o", markersize=3, label=name)
         score_ax.set_ylabel(name)
+        score_ax.set_ylim(0, 1)  # a score's axis starts at zero: a rise of 0.01 looks like one
     best = summary.get("best_epoch")
     if best is not None and best >= 0:
-        score_ax.axvline(best, color="tab:green", linestyle="--", label=f"chosen: epoch {best}")
+        score_ax.axvline(best + 1, color="tab:green", linestyle="--", label=f"chosen: epoch {best + 1}")
     lines = loss_ax.get_legend_handles_labels(), score_ax.get_legend_handles_labels()
     fig.legend(lines[0][0] + lines[1][0], lines[0][1] + lines[1][1], fontsize=8, loc="lower center", ncol=3,
                frameon=False)  # under the axes: inside, it covered one of the two curves

@@ -321,3 +321,24 @@ def test_the_demo_refuses_a_folder_whose_model_it_did_not_make(tmp_path):
     assert f"--out {runs}: {runs / 'bbc-64'} was not made by the demo" in " ".join(r.output.split()), r.output
     assert sorted(p.name for p in runs.rglob("*")) == ["bbc-64", "model.safetensors"]
     assert (runs / "bbc-64" / "model.safetensors").read_bytes() == b"the user's weights"
+
+
+def test_the_curves_say_what_they_show(monkeypatch, tmp_path):
+    """The training curve counts epochs from 1 (as the summary's stopped line), names its score with
+    the run's k and starts that axis at zero; the eval curve's title names the queries and database."""
+    from pathlib import Path
+
+    from dhim_ray import plots
+
+    drawn = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, plt, path: drawn.setdefault("fig", fig) and Path(path))
+    history = [{"epoch": e, "loss": 1.0 - e / 10, "val_precision": 0.6 + e / 100} for e in range(4)]
+    plots.training_curve({"history": history, "criterion": "labels", "selected_by": "val P@100 (tie-aware)",
+                          "best_epoch": 2, "corpus": "bbc"}, tmp_path / "t.png")
+    loss_ax, score_ax = drawn.pop("fig").axes
+    assert list(loss_ax.lines[0].get_xdata()) == [1, 2, 3, 4]
+    assert score_ax.get_ylabel() == "val P@100 (tie-aware)" and score_ax.get_ylim() == (0, 1)
+    assert [line.get_label() for line in score_ax.lines][-1] == "chosen: epoch 3"
+    result = {"method": "dhim", "n_bits": 16, "curve": {"k": [1, 10], "value": [0.9, 0.8]}}
+    plots.k_curves([result], tmp_path / "k.png", "precision@k", "bbc:test: 445 queries against bbc:train: 1,780 documents")
+    assert drawn["fig"].axes[0].get_title() == "bbc:test: 445 queries against bbc:train: 1,780 documents"
