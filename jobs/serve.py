@@ -538,11 +538,30 @@ def stop_service(and_ray: bool = False) -> None:
 
     import ray
 
+    if not _ray_alive():  # the whole process group was signalled (systemd): Ray went first, nothing to drain
+        logger.debug("Ray is gone; the service stops without draining")
+        with contextlib.redirect_stderr(open(os.devnull, "w")):  # noqa: SIM115 (Ray's own lament at shutdown)
+            ray.shutdown()
+        return
     serve.delete(APP_NAME)
     with contextlib.redirect_stdout(_Without(sys.stdout, "ServeController.graceful_shutdown failed")):
         serve.shutdown()
         if and_ray:
             ray.shutdown()
+
+
+def _ray_alive() -> bool:
+    """Whether the Ray this process joined still answers: its GCS port accepts a connection."""
+    import ray
+
+    if not ray.is_initialized():
+        return False
+    host, _, port = ray.get_runtime_context().gcs_address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=2):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 class _Without:
