@@ -242,16 +242,22 @@ class WindowSpec:
         known_item.check_window(self.words, self.n_queries)
 
 
+#: What a model's known-item figures measured: the codes alone, which a phrase rarely finds (the
+#: hybrid search of an ingested collection, BM25 first, finds nearly every one).
+IN_MEMORY_CODES = ("the codes alone, in memory; an ingested collection searches hybrid (BM25 first): "
+                   "dhim-ray eval {model} --task known-item --collection NAME")
+
+
 def known_item_corpus(database: CorpusSpec, queries: CorpusSpec | None) -> tuple[list[str], np.ndarray | None, str]:
     """(database texts, indices of the documents windows are cut from or None for all, what
     they are). With ``queries`` the query split's documents join the database and windows are
     cut from them alone: held-out documents, never trained on, among the training ones."""
     db = load_split(database, "train")
     if queries is None:
-        return db.texts, None, f"windows of {database.display}"
+        return db.texts, None, f"windows of {database.display}, each to find its document among them"
     q = load_split(queries, "val")
     return db.texts + q.texts, np.arange(len(db.texts), len(db.texts) + len(q.texts)), \
-        f"windows of {queries.display} among {database.display} + it"
+        f"windows of {queries.display}, each to find its document among {database.display} and {queries.display}"
 
 
 def _known_item_result(method: str, better, tied, windows: known_item.KnownItemQueries, n_database: int,
@@ -283,7 +289,8 @@ def known_item_checkpoint(model_dir: str | Path, database: CorpusSpec, queries: 
     q_codes, q_scores, _ = hasher.encode(cut.texts, scores=True)
     better, tied = known_item.hamming_ranks(db_codes, q_codes, cut.targets)
     out = _known_item_result("dhim", better, tied, cut, len(texts), where, curve, model=str(model_dir),
-                             n_bits=hasher.n_bits, bytes_per_doc=hasher.n_bytes)
+                             n_bits=hasher.n_bits, bytes_per_doc=hasher.n_bytes,
+                             searched=IN_MEMORY_CODES.format(model=model_dir))
     if rerank > 1:
         idx, _ = rerank_topk(db_codes, q_codes, q_scores, max(known_item.RECALL_KS), rerank)
         reranked = known_item.known_item_scores(*known_item.list_ranks(idx, cut.targets, len(texts)))

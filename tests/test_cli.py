@@ -296,10 +296,15 @@ def test_curves_beside_the_checkpoint_and_for_every_method_of_an_eval(trained, t
     r = run("eval", trained, "--task", "known-item", "--baseline", "lsh", "--bits", 16, "--encoder", tiny_bert,
             "--max-words", 12, "--database", db, "--windows", 50, "--window-words", 4, "--plot", known, "--json")
     assert r.exit_code == 0, r.output
-    for x in json.loads(r.output.strip().splitlines()[-1]):
+    known_results = json.loads(r.output.strip().splitlines()[-1])
+    for x in known_results:
         curve = dict(zip(x["curve"]["k"], x["curve"]["value"], strict=True))
         assert curve[10] == pytest.approx(x["recall_at_10"]) and curve[1] == pytest.approx(x["recall_at_1"])
     assert known.read_bytes()[:8] == PNG
+    # the model's figures say they are the codes alone, and where the hybrid search is scored
+    model_row = next(x for x in known_results if x["method"] == "dhim")
+    assert model_row["searched"].startswith("the codes alone, in memory") and "--collection NAME" in model_row["searched"]
+    assert model_row["queries"] == f"windows of {db}, each to find its document among them"
 
     # a plot asked where it cannot be drawn: refused before any work, in one line
     r = run("eval", trained, "--database", db, "--queries", q, "--plot", tmp_path / "x.svg")
