@@ -461,7 +461,7 @@ def eval_(
         "then the codes'), head:N (BM25's first N, ungated) or rrf:C (reciprocal rank fusion) [phrase:5]."))] = None,
     plot: Annotated[Path | None, typer.Option(parser=png_file, rich_help_panel="Output", help=(
         "Draw precision@k (known-item: recall@k) against k, 1 to 1,000, for the model and every --baseline into "
-        "this PNG (needs matplotlib: pip install 'dhim-ray[plot]')."))] = None,
+        "this PNG."))] = None,
     as_json: AsJson = False,
 ):
     """Precision@k by Hamming distance of a model (or a baseline): database vs queries.
@@ -781,6 +781,27 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
             table.add_row(str(rank), str(h["distance"]), *score, *((label[:40],) if labelled else ()), ids[rank - 1], *bm25,
                           *(str(h.get(c, ""))[:30] for c in kept), Text(" ".join(str(h.get("text", "")).split())[:300]))
         console.print(table)
+
+
+@app.command()
+@handle_errors
+def curve(
+    model_dir: Annotated[Path, typer.Argument(help="Checkpoint folder from 'dhim-ray train'.")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", parser=png_file, rich_help_panel="Output", help="The .png to write [MODEL/training.png].")] = None,
+    as_json: AsJson = False,
+):
+    """Draw a trained model's training curve from the history its checkpoint recorded: no retraining."""
+    from dhim_ray.errors import DataError
+    from dhim_ray.model.checkpoint import read_checkpoint
+    from dhim_ray.plots import check_plot_path, training_curve
+
+    info = read_checkpoint(model_dir)
+    path = check_plot_path(out or model_dir / "training.png")
+    drawn = training_curve(info.summary, path)
+    if drawn is None:
+        raise DataError(f"{model_dir}: its checkpoint records no epochs to draw (a model made without training)")
+    print_result({"curve": str(drawn), "epochs": len(info.summary["history"]), "best_epoch": info.summary.get(
+        "best_epoch"), "stopped": info.summary.get("stopped", "")}, as_json, title=f"training curve of {model_dir}")
 
 
 @app.command()

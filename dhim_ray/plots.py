@@ -1,6 +1,6 @@
 """Curves as PNG files: precision@k (or known-item recall@k) against k for every method of an
 evaluation (``dhim-ray eval --plot``), and a training run's selection score and loss per epoch
-(``training.png`` beside a checkpoint). matplotlib is optional: ``pip install 'dhim-ray[plot]'``.
+(``training.png`` beside a checkpoint, ``dhim-ray curve``). matplotlib comes with the base install.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from dhim_ray.errors import ConfigError
 
-INSTALL = "pip install 'dhim-ray[plot]' (matplotlib)"
+INSTALL = "pip install matplotlib (part of dhim-ray's install; this environment lacks it)"
 #: The k a curve is drawn at: 1 to 1,000, evenly on a log scale (those the database has).
 CURVE_KS = (1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 150, 200, 300, 500, 700, 1000)
 

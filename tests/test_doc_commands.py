@@ -32,7 +32,7 @@ NEEDS = (
 )
 #: The pages whose commands run here, in this order (evaluation.md searches the collection
 #: ingest-and-search.md makes).
-RUN_ORDER = ("ingest-and-search.md", "evaluation.md")
+RUN_ORDER = ("training.md", "ingest-and-search.md", "evaluation.md")
 
 
 def docs_commands() -> list[tuple[str, str]]:
