@@ -403,7 +403,8 @@ class QueryService:
             await self._drop_searcher()
             return self._milvus_down(exc)
         modes = ["hybrid", "codes", "text"] if searcher.has_text_index else ["codes"]
-        return {"model": searcher.hasher.model_id, "n_bits": searcher.hasher.n_bits,
+        folder = searcher.hasher.info.path.name if searcher.hasher.info is not None else searcher.hasher.model_id
+        return {"model": searcher.hasher.model_id, "model_name": folder, "n_bits": searcher.hasher.n_bits,
                 "collection": self.options.collection, "rows": rows, "text_index": searcher.has_text_index,
                 "modes": modes, "default_mode": searcher.resolve_mode(None), "columns": list(searcher.info.columns),
                 "filter_fields": searcher.filter_fields, **({"warning": incomplete} if incomplete else {})}

@@ -80,6 +80,28 @@ class SearchPage:
             Select(self._find("#mode")).select_by_value(mode)
         return self._submit_and_read(lambda: self._find("#search-form button[type=submit]").click())
 
+    def refused(self, query: str, filter: str) -> str:
+        """Search with a filter the service refuses: the page's red line (the old hits must be gone)."""
+        box = self._find("#query")
+        box.clear()
+        box.send_keys(query)
+        self._find("#filter").clear()
+        self._find("#filter").send_keys(filter)
+        self.driver.execute_script("document.querySelector('#status').textContent = '';")
+        self._find("#search-form button[type=submit]").click()
+        self.wait.until(lambda _: "error" in (self._find("#status").get_attribute("class") or ""))
+        self._find("#filter").clear()
+        return self.text("#status")
+
+    def hits_shown(self) -> bool:
+        return self._find("#hits").is_displayed()
+
+    def status(self) -> str:
+        return self.text("#status")
+
+    def query(self) -> str:
+        return self._find("#query").get_attribute("value")
+
     def modes(self) -> list[str]:
         from selenium.webdriver.common.by import By
 

@@ -518,6 +518,7 @@ def test_the_search_page_in_a_real_browser(service):
         page.give_token(TOKEN)
         about = page.about()
         assert "bbc16" in about and f"{N} documents" in about and "16-bit" in about
+        assert f"model {service['model'].name}" in about  # the folder a person knows it by, not its hash
         assert page.modes() == ["hybrid", "codes", "text"]
 
         hits = page.search(QUERIES[1], k=5)
@@ -529,6 +530,21 @@ def test_the_search_page_in_a_real_browser(service):
         first_id = post(service, "/search", {"texts": [QUERIES[1]], "k": 5}).json()["results"][0][0]["id"]
         like = post(service, "/search", {"like": [first_id], "k": 5}).json()["results"][0]
         assert [h["text"] for h in page.more_like(1)] == [shown(w["text"]) for w in like]
+        # "more like this" names the document and leaves no query in the box that these hits do not answer
+        assert page.status().startswith(f'5 hits for documents like #1, "{shown(want[0]["text"])[:20]}')
+        assert page.query() == ""
+
+        # on a narrow screen the k label stays beside its selector
+        from selenium.webdriver.common.by import By
+
+        driver.set_window_size(420, 900)
+        label, select = driver.find_element(By.CSS_SELECTOR, "label[for=k]"), driver.find_element(By.ID, "k")
+        assert abs(label.rect["y"] + label.rect["height"] / 2 - select.rect["y"] - select.rect["height"] / 2) < \
+            select.rect["height"] and label.rect["x"] < select.rect["x"]
+
+        # a refused filter's red line stands alone: the last answer's hits are not shown under it
+        assert "must divide by a positive whole number" in page.refused(QUERIES[1], "label / 0 == 1")
+        assert not page.hits_shown()
 
         label = want[0]["label"]
         filtered = page.search(QUERIES[1], k=10, filter=f"label == {label}", mode="codes")
