@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover
 
     NoArgsIsHelpError = ()
 
-from dhim_ray.errors import DHIMRayError
+from dhim_ray.errors import ConfigError, DHIMRayError, StoreBusyError
 
 logger = logging.getLogger(__name__)
 
@@ -685,13 +685,40 @@ def search(
                             max_distance=max_distance, mode=mode)
     if collection is not None:
         MilvusTarget(uri, collection, token_env=token_env)  # a malformed name fails before the model loads
-    with Searcher.open(model_dir, uri, collection, token_env=token_env, nprobe=nprobe) as searcher:
-        result = searcher.run(request)
+    try:
+        with Searcher.open(model_dir, uri, collection, token_env=token_env, nprobe=nprobe) as searcher:
+            result = searcher.run(request)
+    except StoreBusyError:  # `dhim-ray serve` holds the milvus-lite file: ask it
+        result = _ask_service(uri, collection, model_dir, request)
     if as_json:
         typer.echo(json.dumps([{"query": q, "hits": h} for q, h in zip(result.queries, result.hits)],
                               default=_json_default))
         return
     _show_hits(result.queries, result.hits)
+
+
+def _ask_service(uri: str, collection: str | None, model_dir: Path, request):
+    """The answer of the service holding milvus-lite file ``uri`` (dhim-ray serve), as Searcher.run
+    gives it; none there: the busy error stands."""
+    from dhim_ray.jobs.service_file import ServiceRefused, ask, running_service
+    from dhim_ray.search import SearchResult
+
+    record = running_service(uri, collection, str(model_dir))
+    if record is None:
+        raise
+    body = {"k": request.k, "rerank": request.rerank, "filter": request.filter, "max_distance": request.max_distance,
+            "mode": request.mode, **({"texts": list(request.texts)} if request.texts else {"like": list(request.like)})}
+    logger.info("%s is held by the service at %s: asking it", uri, record["url"])
+    try:
+        answer = ask(record, {key: value for key, value in body.items() if value is not None})
+    except ServiceRefused as exc:
+        error = ConfigError if exc.status in (400, 422) else StoreBusyError
+        raise error(f"the service at {record['url']} answered {exc.status}: {exc}") from None
+    except OSError as exc:
+        raise StoreBusyError(f"uri={uri}: held by the service at {record['url']}, which did not answer ({exc}); "
+                             "stop it or retry") from None
+    queries = list(request.texts) if request.texts else [f"like {x}" for x in request.like]
+    return SearchResult(queries, answer["results"], answer["mode"])
 
 
 @app.command()
@@ -726,8 +753,13 @@ def serve(
     MilvusTarget(uri, collection, token_env=token_env)  # a malformed name or URI fails before the model loads
     options = ServeOptions(str(model_dir.resolve()), uri, collection, token_env, nprobe, token_digest(api_token_env),
                            max_batch_size, allowed_hosts=tuple(allow_host) if allow_host else None)
+    from dhim_ray.connectors.connection import is_lite
+    from dhim_ray.jobs.service_file import announce, withdraw
+
     stop = threading.Event()
     url = start_service(options, host, port, replicas, address, allow_open)
+    if is_lite(uri):  # `dhim-ray search` on the file it holds asks it
+        announce(uri, url, collection, str(model_dir), api_token_env)
     # SIGTERM (systemd, docker stop, kill) stops the service as Ctrl-C does: cleanly, in one line.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     typer.echo(f"serving {collection} at {url}: a search page at {url}/ (POST /search, POST /hash, GET /health, "
@@ -738,6 +770,8 @@ def serve(
     except KeyboardInterrupt:
         pass
     finally:
+        if is_lite(uri):
+            withdraw(uri)
         stop_service(and_ray=True)
     typer.echo(f"stopped serving {collection}", err=True)  # printed, not logged: ray.shutdown() has reset the loggers
 

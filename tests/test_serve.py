@@ -387,6 +387,16 @@ def test_sigterm_stops_serve_cleanly_and_frees_the_file(service, tmp_path):
             time.sleep(0.5)
         assert up, "the service did not come up"
         assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).status_code == 200
+        # `dhim-ray search` on the file the service holds asks the service: the same hits, not "open elsewhere"
+        from dhim_ray.jobs.service_file import service_file
+
+        assert service_file(target.uri).exists()
+        asked = subprocess.run([sys.executable, "-m", "dhim_ray.cli", "search", QUERIES[0], "--model",
+                                str(service["model"]), "--uri", target.uri, "--collection", "term16", "-k", "5",
+                                "--json"], capture_output=True, text=True, timeout=300, env=env)
+        assert asked.returncode == 0, asked.stderr[-2000:]
+        direct = httpx.post(f"http://127.0.0.1:{port}/search", json={"texts": [QUERIES[0]], "k": 5}, timeout=60)
+        assert json.loads(asked.stdout)[0]["hits"] == direct.json()["results"][0] and direct.json()["results"][0]
         # under load: the requests it holds when the signal comes are answered, not dropped
         answers: list[tuple[object, float]] = []
         long_texts = [f"{t} " * 4 for t in texts[:32]]
@@ -415,6 +425,7 @@ def test_sigterm_stops_serve_cleanly_and_frees_the_file(service, tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err[-2000:]
+    assert not service_file(target.uri).exists()  # withdrawn with the service
     assert "Traceback" not in err and "***" not in err and "SIGTERM" not in err, err[-2000:]
     assert "serving term16" in out and "(raylet)" not in out, out
     lines = [line for line in err.splitlines() if line.strip()]
