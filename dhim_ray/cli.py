@@ -670,8 +670,8 @@ def search(
     max_distance: Annotated[int | None, typer.Option(
         rich_help_panel="Search", help="Every row within this many bits (up to -k of them), nearest first.")] = None,
     like: Annotated[list[str] | None, typer.Option(rich_help_panel="Search", help=(
-        "More like this: search with a stored row's code, by its id (a hit's 'id') or its own id "
-        "(ingest --id-column); repeatable. The row itself is left out."))] = None,
+        "More like this: search with a stored row's code, by its id (a hit's 'id'), its own id "
+        "(ingest --id-column) or @RANK (a hit of the last search); repeatable. The row itself is left out."))] = None,
     mode: Mode = None,
     as_json: Annotated[bool, typer.Option("--json", rich_help_panel="Output", help="Print hits as JSON.")] = False,
 ):
@@ -681,6 +681,7 @@ def search(
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.search import Searcher, SearchRequest
 
+    like, collection = _last_hits(like, uri, collection, model_dir)
     request = SearchRequest(tuple(text or ()), like=tuple(like or ()), k=k, rerank=rerank, filter=filter_,
                             max_distance=max_distance, mode=mode)
     if collection is not None:
@@ -688,13 +689,63 @@ def search(
     try:
         with Searcher.open(model_dir, uri, collection, token_env=token_env, nprobe=nprobe) as searcher:
             result = searcher.run(request)
+            collection = searcher.info.name
     except StoreBusyError:  # `dhim-ray serve` holds the milvus-lite file: ask it
         result = _ask_service(uri, collection, model_dir, request)
+    _remember_hits(result.hits, uri, collection, model_dir)
     if as_json:
         typer.echo(json.dumps([{"query": q, "hits": h} for q, h in zip(result.queries, result.hits)],
                               default=_json_default))
         return
     _show_hits(result.queries, result.hits)
+
+
+def _last_search_file() -> Path:
+    import os
+
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dhim-ray" / "last-search.json"
+
+
+def _remember_hits(hits: list[list[dict[str, Any]]], uri: str, collection: str | None, model_dir: Path) -> None:
+    """Keep the last search's hit ids, so ``--like @N`` names a hit by its rank."""
+    record = {"uri": uri if "://" in uri else str(Path(uri).resolve()), "collection": collection,
+              "model": str(Path(model_dir).resolve()), "ids": [[h["id"] for h in row] for row in hits]}
+    path = _last_search_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record))
+    except OSError as exc:  # a read-only home: --like @N is then unavailable, the search is not
+        logger.debug("cannot keep the last search in %s: %s", path, exc)
+
+
+def _last_hits(like: list[str] | None, uri: str, collection: str | None, model_dir: Path):
+    """``--like`` values with each ``@N`` (the N-th hit of the last search; ``@Q.N`` of its Q-th
+    query) replaced by that hit's id; and the collection that search used."""
+    if not like or not any(v.startswith("@") for v in like):
+        return like, collection
+    try:
+        last = json.loads(_last_search_file().read_text())
+    except (OSError, ValueError):
+        raise ConfigError("--like @N: no search to take a hit from yet; search first, or give a hit's id") from None
+    here = {"uri": uri if "://" in uri else str(Path(uri).resolve()), "model": str(Path(model_dir).resolve())}
+    if any(last.get(key) != value for key, value in here.items()) or collection not in (None, last.get("collection")):
+        raise ConfigError(f"--like @N: the last search was of {last.get('collection')} at {last.get('uri')} with "
+                          f"{last.get('model')}; search this collection first, or give a hit's id")
+    out = []
+    for value in like:
+        if not value.startswith("@"):
+            out.append(value)
+            continue
+        query, _, rank = value[1:].rpartition(".")
+        try:
+            out.append(last["ids"][int(query or 1) - 1][int(rank) - 1])
+            if int(rank) < 1 or int(query or 1) < 1:
+                raise IndexError
+        except (ValueError, IndexError):
+            shape = ", ".join(str(len(row)) for row in last["ids"])
+            raise ConfigError(f"--like {value}: the last search has no such hit (hits per query: {shape}); give "
+                              "@RANK or @QUERY.RANK") from None
+    return out, last.get("collection")
 
 
 def _ask_service(uri: str, collection: str | None, model_dir: Path, request):
@@ -780,11 +831,15 @@ _HIT_FIELDS = {"id", "distance", "label", "label_name", "text", "source", "row",
                "rrf_score"}
 
 
+#: Terminal columns from which the hit table shows ids (narrower, the text keeps the width).
+WIDE = 100
+
+
 def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
     """A table per query; rank, distance, label (its name where the corpus names its
-    labels, else its number; no column where no hit has one) and id (the document's own id
-    where it was ingested with --id-column, else the row's: what --like takes) keep their
-    width at any terminal size."""
+    labels, else its number; no column where no hit has one) and, from WIDE columns, id (the
+    document's own id where it was ingested with --id-column, else the row's) keep their
+    width; narrower, the rank is the handle --like takes (@RANK)."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -800,8 +855,9 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
         keyed = any(h.get("key") for h in rows)
         labelled = any(h.get("label_name") or h.get("label", -1) != -1 for h in rows)  # else no label column
         kept = [c for c in (rows[0] if rows else {}) if c not in _HIT_FIELDS][:3]  # --keep-columns, the first three
-        cols = ("rank", "distance", *(("score",) if reranked else ()), *(("label",) if labelled else ()), "id",
-                *(("bm25",) if lexical else ()), *kept)
+        with_ids = console.width >= WIDE  # narrower: the text keeps the width, --like @RANK names a hit
+        cols = ("rank", "distance", *(("score",) if reranked else ()), *(("label",) if labelled else ()),
+                *(("id",) if with_ids else ()), *(("bm25",) if lexical else ()), *kept)
         ids = [str(h.get("key") or "")[:40] if keyed else str(h.get("id")) for h in rows]
         for col in cols:  # an id is shown whole: --like takes it
             table.add_column(col, no_wrap=True, justify="right",
@@ -812,9 +868,13 @@ def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
             bm25 = (f"{h['bm25']:.2f}" if "bm25" in h else "",) if lexical else ()
             # a string label's name, else its number; -1 is the connector's "no label"
             label = h.get("label_name") or ("-" if h.get("label", -1) == -1 else str(h.get("label")))
-            table.add_row(str(rank), str(h["distance"]), *score, *((label[:40],) if labelled else ()), ids[rank - 1], *bm25,
-                          *(str(h.get(c, ""))[:30] for c in kept), Text(" ".join(str(h.get("text", "")).split())[:300]))
+            table.add_row(str(rank), str(h["distance"]), *score, *((label[:40],) if labelled else ()),
+                          *((ids[rank - 1],) if with_ids else ()), *bm25, *(str(h.get(c, ""))[:30] for c in kept),
+                          Text(" ".join(str(h.get("text", "")).split())[:300]))
         console.print(table)
+    if any(hits) and console.width < WIDE:
+        console.print(Text("more like a hit: --like @RANK (@QUERY.RANK for another query); its id: --json",
+                           style="dim"))
 
 
 @app.command()

@@ -403,29 +403,45 @@ def test_ingest_ids_identify_the_source_not_its_folder_name(tmp_path):
 
 
 @pytest.mark.parametrize("columns", [80, 100])
-def test_search_output_keeps_rank_distance_label_and_id_on_narrow_terminals(ingested, model_dir, columns):
-    """Issue 11.13: at 80 or 100 columns only the text column got width."""
+def test_search_output_keeps_rank_distance_label_and_the_text_on_narrow_terminals(ingested, model_dir, columns,
+                                                                                   tmp_path):
+    """At 80 columns the text gets the width (at least 40 characters) and the rank is the handle
+    --like takes (@RANK); from 100 the id is shown too."""
     import os
     import subprocess
     import sys
 
     target, _ = ingested
-    env = dict(os.environ, COLUMNS=str(columns), HF_HUB_OFFLINE="1")
-    run = subprocess.run([sys.executable, "-m", "dhim_ray.cli", "search", "oil prices", "--model", str(model_dir),
-                          "--uri", target.uri, "--collection", target.collection, "-k", "3"],
-                         capture_output=True, text=True, env=env, timeout=300)
+    env = dict(os.environ, COLUMNS=str(columns), HF_HUB_OFFLINE="1", XDG_CACHE_HOME=str(tmp_path))
+    base = [sys.executable, "-m", "dhim_ray.cli", "search", "--model", str(model_dir), "--uri", target.uri,
+            "--collection", target.collection, "-k", "3"]
+    run = subprocess.run([*base, "oil prices"], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr
     header = next(line for line in run.stdout.splitlines() if "rank" in line)
-    assert all(col in header for col in ("rank", "distance", "label", "id", "text"))
+    assert all(col in header for col in ("rank", "distance", "label", "text")) and ("id" in header) == (columns >= 100)
     assert max(len(line) for line in run.stdout.splitlines()) <= columns
-    # rank, distance, label, id, (bm25,) text: no borders (the text keeps the width), cells two spaces apart
+    # rank, distance, label, (id,) (bm25,) text: no borders (the text keeps the width), cells two spaces apart
     body = [re.split(r"\s{2,}", line.strip()) for line in run.stdout.splitlines() if re.match(r"\s*\d+\s", line)]
-    assert len(body) == 3 and all(len(cells) in (5, 6) and all(cells) for cells in body), run.stdout
+    cells_per_row = (4, 5) if columns < 100 else (5, 6)
+    assert len(body) == 3 and all(len(cells) in cells_per_row and all(cells) for cells in body), run.stdout
     assert [int(cells[0]) for cells in body] == [1, 2, 3]
-    ids = [cells[3] for cells in body]  # whole: what --like takes
-    assert all(i.lstrip("-").isdigit() for i in ids), ids
     assert all(cells[2] in load_split(BBC).label_names for cells in body)  # names, not numbers
-    assert min(len(cells[-1]) for cells in body) >= (24 if columns == 80 else 44), run.stdout  # the text shows
+    assert min(len(cells[-1]) for cells in body) >= (40 if columns == 80 else 44), run.stdout  # the text shows
+    if columns >= 100:
+        assert all(cells[3].lstrip("-").isdigit() for cells in body)  # whole: what --like takes
+        return
+    assert "--like @RANK" in run.stdout
+    # --like @2 is the second hit of that search, as its id is
+    hits = json.loads(subprocess.run([*base, "oil prices", "--json"], capture_output=True, text=True, env=env,
+                                     timeout=300).stdout)[0]["hits"]
+    by_rank = subprocess.run([*base, "--like", "@2", "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert by_rank.returncode == 0, by_rank.stderr
+    by_id = subprocess.run([*base, "--like", str(hits[1]["id"]), "--json"], capture_output=True, text=True, env=env,
+                           timeout=300)
+    assert json.loads(by_rank.stdout)[0]["hits"] == json.loads(by_id.stdout)[0]["hits"]
+    # the id search above is now the last one: it has 3 hits, so @9 is refused in one line
+    beyond = subprocess.run([*base, "--like", "@9"], capture_output=True, text=True, env=env, timeout=300)
+    assert beyond.returncode == 2 and "--like @9: the last search has no such hit (hits per query: 3)" in beyond.stderr
 
 
 def test_sharded_parquet_folder_streams_with_one_label_vocabulary(ray_session, model_dir, tmp_path):
