@@ -21,6 +21,7 @@ PREFIX = {
     "serve": ["model-dir", "--collection", "c"],
     "demo": [],
     "export": ["model-dir"],
+    "curve": ["model-dir"],
 }
 
 
