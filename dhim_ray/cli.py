@@ -690,8 +690,10 @@ def search(
         with Searcher.open(model_dir, uri, collection, token_env=token_env, nprobe=nprobe) as searcher:
             result = searcher.run(request)
             collection = searcher.info.name
-    except StoreBusyError:  # `dhim-ray serve` holds the milvus-lite file: ask it
+    except StoreBusyError:  # `dhim-ray serve` holds the milvus-lite file: ask it, if it announced itself
         result = _ask_service(uri, collection, model_dir, request)
+        if result is None:
+            raise
     _remember_hits(result.hits, uri, collection, model_dir)
     if as_json:
         typer.echo(json.dumps([{"query": q, "hits": h} for q, h in zip(result.queries, result.hits)],
@@ -706,10 +708,16 @@ def _last_search_file() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dhim-ray" / "last-search.json"
 
 
+def _searched(uri: str, model_dir: Path) -> dict[str, str]:
+    """What a last search is recognised by: its store (a milvus-lite file by its full path) and model."""
+    from dhim_ray.connectors.connection import is_lite
+
+    return {"uri": str(Path(uri).resolve()) if is_lite(uri) else uri, "model": str(Path(model_dir).resolve())}
+
+
 def _remember_hits(hits: list[list[dict[str, Any]]], uri: str, collection: str | None, model_dir: Path) -> None:
     """Keep the last search's hit ids, so ``--like @N`` names a hit by its rank."""
-    record = {"uri": uri if "://" in uri else str(Path(uri).resolve()), "collection": collection,
-              "model": str(Path(model_dir).resolve()), "ids": [[h["id"] for h in row] for row in hits]}
+    record = {**_searched(uri, model_dir), "collection": collection, "ids": [[h["id"] for h in row] for row in hits]}
     path = _last_search_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -727,8 +735,7 @@ def _last_hits(like: list[str] | None, uri: str, collection: str | None, model_d
         last = json.loads(_last_search_file().read_text())
     except (OSError, ValueError):
         raise ConfigError("--like @N: no search to take a hit from yet; search first, or give a hit's id") from None
-    here = {"uri": uri if "://" in uri else str(Path(uri).resolve()), "model": str(Path(model_dir).resolve())}
-    if any(last.get(key) != value for key, value in here.items()) or collection not in (None, last.get("collection")):
+    if any(last.get(key) != value for key, value in _searched(uri, model_dir).items()) or collection not in (None, last.get("collection")):
         raise ConfigError(f"--like @N: the last search was of {last.get('collection')} at {last.get('uri')} with "
                           f"{last.get('model')}; search this collection first, or give a hit's id")
     out = []
@@ -738,9 +745,10 @@ def _last_hits(like: list[str] | None, uri: str, collection: str | None, model_d
             continue
         query, _, rank = value[1:].rpartition(".")
         try:
-            out.append(last["ids"][int(query or 1) - 1][int(rank) - 1])
-            if int(rank) < 1 or int(query or 1) < 1:
+            q, r = int(query or 1), int(rank)
+            if q < 1 or r < 1:
                 raise IndexError
+            out.append(last["ids"][q - 1][r - 1])
         except (ValueError, IndexError):
             shape = ", ".join(str(len(row)) for row in last["ids"])
             raise ConfigError(f"--like {value}: the last search has no such hit (hits per query: {shape}); give "
@@ -750,13 +758,13 @@ def _last_hits(like: list[str] | None, uri: str, collection: str | None, model_d
 
 def _ask_service(uri: str, collection: str | None, model_dir: Path, request):
     """The answer of the service holding milvus-lite file ``uri`` (dhim-ray serve), as Searcher.run
-    gives it; none there: the busy error stands."""
+    gives it; None where no service announced itself for this collection and model."""
     from dhim_ray.jobs.service_file import ServiceRefused, ask, running_service
     from dhim_ray.search import SearchResult
 
     record = running_service(uri, collection, str(model_dir))
     if record is None:
-        raise
+        return None
     body = {"k": request.k, "rerank": request.rerank, "filter": request.filter, "max_distance": request.max_distance,
             "mode": request.mode, **({"texts": list(request.texts)} if request.texts else {"like": list(request.like)})}
     logger.info("%s is held by the service at %s: asking it", uri, record["url"])
