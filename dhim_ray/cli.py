@@ -13,6 +13,7 @@ import errno
 import functools
 import json
 import logging
+import os
 import re
 import sys
 from pathlib import Path
@@ -703,7 +704,6 @@ def search(
 
 
 def _last_search_file() -> Path:
-    import os
 
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dhim-ray" / "last-search.json"
 
@@ -831,8 +831,12 @@ def serve(
     finally:
         if is_lite(uri):
             withdraw(uri)
-        stop_service(and_ray=True)
+        ray_was_alive = stop_service(and_ray=True)
     typer.echo(f"stopped serving {collection}", err=True)  # printed, not logged: ray.shutdown() has reset the loggers
+    if not ray_was_alive:  # Ray's core worker would hold the process 60 s for its dead cluster
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 _HIT_FIELDS = {"id", "distance", "label", "label_name", "text", "source", "row", "key", "rerank_score", "bm25",

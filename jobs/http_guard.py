@@ -5,7 +5,8 @@ Unknown routes (404), wrong methods (405), a ``Host`` the service is not known b
 cross-site ``Origin`` (403: a web page on another site, DNS rebinding), a missing or wrong
 bearer token (401), a compressed or otherwise encoded body (415) and a body over the limit
 (413: by its Content-Length, or counted as it streams in) get the service's one JSON error shape,
-``{"error": ..., "field": ...}``. Each replica's app runs it first (Ray Serve 2.60 takes no
+``{"error": ..., "field": ...}``; while the service stops, every new request gets a 503 with a
+Retry-After and the ones already in (counted here) are answered. Each replica's app runs it first (Ray Serve 2.60 takes no
 middleware in its HTTP proxy); it imports nothing heavy.
 """
 
@@ -123,6 +124,19 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        settings = self.settings
+        if settings.get("draining"):  # a load balancer or client retries elsewhere, or here once it is back
+            retry = str(settings.get("retry_after_s", 5))
+            await send_error(send, 503, f"the service is stopping; retry in {retry} s", None,
+                             {"Retry-After": retry, "Connection": "close"})
+            return
+        settings["in_flight"] = settings.get("in_flight", 0) + 1
+        try:
+            await self._checked(scope, receive, send)
+        finally:
+            settings["in_flight"] -= 1
+
+    async def _checked(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         route = ROUTES.get(path.rstrip("/") or path)
         if route is None:

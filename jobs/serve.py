@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import socket
+import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
@@ -59,6 +60,10 @@ RETRY_AFTER_S = 5
 APP_NAME = "dhim-ray"
 #: Seconds a stopping replica waits for the requests it holds to finish.
 GRACEFUL_STOP_S = 60
+#: The actor whose existence tells the replicas the service is stopping (they answer new
+#: requests 503 and report what they still hold), and how often a replica looks for it.
+DRAIN_ACTOR, DRAIN_NAMESPACE = "dhim-ray-draining", "dhim-ray"
+DRAIN_POLL_S = 0.2
 #: Seconds /health waits for Milvus' row count before answering 503 (a hung server).
 HEALTH_TIMEOUT_S = 5.0
 
@@ -175,7 +180,8 @@ def _error(status: int, message: str, field: str | None = None, headers: dict | 
 app = FastAPI(title="dhim-ray query service",
               description="Hash texts with a DHIM model and search its Milvus collection by Hamming distance.")
 #: What this process' guard checks: the replica fills it in (QueryService.__init__).
-REPLICA_GUARD: dict[str, Any] = {"api_token_sha256": "", "max_body_bytes": MAX_BODY_BYTES, "allowed_hosts": ()}
+REPLICA_GUARD: dict[str, Any] = {"api_token_sha256": "", "max_body_bytes": MAX_BODY_BYTES, "allowed_hosts": (),
+                                 "draining": False, "in_flight": 0, "retry_after_s": RETRY_AFTER_S}
 app.add_middleware(RequestGuard, settings_from="dhim_ray.jobs.serve:REPLICA_GUARD")
 
 
@@ -216,6 +222,24 @@ async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
     return _error(500, f"internal error ({type(exc).__name__}); the service keeps running")
 
 
+def _watch_for_drain(guard: dict[str, Any]) -> None:
+    """A replica's watch: once ``stop_service`` has made the drain actor, new requests are
+    answered 503 (the guard) and the requests still held are reported until the process ends."""
+    import ray
+
+    replica = serve.get_replica_context().replica_tag
+    while True:
+        time.sleep(DRAIN_POLL_S)
+        try:
+            drain = ray.get_actor(DRAIN_ACTOR, namespace=DRAIN_NAMESPACE)
+        except ValueError:  # not stopping
+            continue
+        except Exception:  # Ray itself is going
+            return
+        guard["draining"] = True
+        drain.report.remote(replica, guard["in_flight"])
+
+
 class MilvusDown(Exception):
     """Milvus could not answer: a 503 with a retry hint."""
 
@@ -249,6 +273,7 @@ class QueryService:
         self.passes = self.requests = 0  # encoder passes, and the requests they served
         self._encode_batch.set_max_batch_size(self.options.max_batch_size)
         self._encode_batch.set_batch_wait_timeout_s(self.options.batch_wait_s)
+        threading.Thread(target=_watch_for_drain, args=(this_module.REPLICA_GUARD,), daemon=True).start()
 
     # ---- plumbing ------------------------------------------------------------------------
     def _authorised(self, request: Request) -> bool:
@@ -529,9 +554,13 @@ def start_service(options: ServeOptions, host: str = "127.0.0.1", port: int = 80
     return url
 
 
-def stop_service(and_ray: bool = False) -> None:
-    """Stop the service as a load balancer would want it: the replicas finish the requests they
-    hold (up to GRACEFUL_STOP_S) before the proxy goes, then Serve stops (and, ``and_ray``, Ray).
+def stop_service(and_ray: bool = False) -> bool:
+    """Stop the service as a load balancer would want it: new requests are answered 503 with a
+    Retry-After while the replicas finish the ones they hold (up to GRACEFUL_STOP_S), then Serve
+    stops (and, ``and_ray``, Ray): the port closes, no route answers 404 meanwhile. Returns False
+    where Ray was already gone (the whole process group signalled): then nothing is left to stop,
+    and the caller should leave at once with ``os._exit``, since Ray's core worker ends the process
+    after 60 s of trying to reach its dead cluster (and any ``ray.shutdown()`` waits for that).
     Serve's controller ends itself inside its own shutdown call, which Ray's driver reports on
     stdout as a failed task: that one line is left out."""
     import contextlib
@@ -539,16 +568,60 @@ def stop_service(and_ray: bool = False) -> None:
 
     import ray
 
-    if not _ray_alive():  # the whole process group was signalled (systemd): Ray went first, nothing to drain
+    serve_stopped = threading.Event()
+
+    def stop_serve() -> None:
+        _drain()
+        with contextlib.redirect_stdout(_Without(sys.stdout, "ServeController.graceful_shutdown failed")):
+            serve.shutdown()
+        serve_stopped.set()
+
+    # The whole process group signalled (systemd, docker stop): Ray's own processes go too, and a
+    # call to a dead cluster blocks; so Serve is stopped in a thread, watched while Ray answers.
+    if _ray_alive():
+        threading.Thread(target=stop_serve, daemon=True, name="dhim-ray-stop").start()
+        while not serve_stopped.wait(0.5) and _ray_alive():
+            pass
+    if not serve_stopped.is_set():
         logger.debug("Ray is gone; the service stops without draining")
-        with contextlib.redirect_stderr(open(os.devnull, "w")):  # noqa: SIM115 (Ray's own lament at shutdown)
-            ray.shutdown()
+        return False
+    if and_ray:
+        ray.shutdown()
+    return True
+
+
+def _drain() -> None:
+    """Tell every replica the service is stopping and wait (up to GRACEFUL_STOP_S) until each has
+    reported, twice in a row, that it holds no request."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Draining:
+        def __init__(self):
+            self.held: dict[str, int] = {}
+
+        def report(self, replica: str, in_flight: int) -> None:
+            self.held[replica] = in_flight
+
+        def held_now(self) -> dict[str, int]:
+            return dict(self.held)
+
+    try:
+        status = serve.status().applications.get(APP_NAME)
+        replicas = status.deployments["QueryService"].replica_states.get("RUNNING", 0) if status else 0
+    except Exception:  # Serve is not answering: nothing to wait for
+        logger.debug("no Serve status; stopping without draining", exc_info=True)
         return
-    serve.delete(APP_NAME)
-    with contextlib.redirect_stdout(_Without(sys.stdout, "ServeController.graceful_shutdown failed")):
-        serve.shutdown()
-        if and_ray:
-            ray.shutdown()
+    if not replicas:
+        return
+    flag = Draining.options(name=DRAIN_ACTOR, namespace=DRAIN_NAMESPACE).remote()
+    deadline, idle = time.monotonic() + GRACEFUL_STOP_S, 0
+    while time.monotonic() < deadline and idle < 2:
+        held = ray.get(flag.held_now.remote())
+        idle = idle + 1 if len(held) >= replicas and not any(held.values()) else 0
+        time.sleep(DRAIN_POLL_S)
+    if idle < 2:
+        logger.warning("requests still held after %d s; stopping anyway", GRACEFUL_STOP_S)
 
 
 def _ray_alive() -> bool:

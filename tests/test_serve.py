@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -355,6 +356,52 @@ def test_health_answers_503_at_once_while_milvus_hangs(service):
     assert r.status_code == 200 and r.json()["rows"] == N
 
 
+def start_serve_command(model, target: MilvusTarget, port: int, **popen):
+    """`dhim-ray serve` in a process, once it says it is serving: (process, stdout lines, reader)."""
+    proc = subprocess.Popen([sys.executable, "-m", "dhim_ray.cli", "serve", str(model), "--collection",
+                             target.collection, "--uri", target.uri, "--port", str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"), **popen)
+    printed: list[str] = []  # stdout, read as it comes: "serving ..." once the command is up and listening
+    reader = threading.Thread(target=lambda: printed.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    deadline, up = time.time() + 300, False
+    while not up and time.time() < deadline and proc.poll() is None:
+        up = any(line.startswith(f"serving {target.collection}") for line in printed)
+        time.sleep(0.5)
+    if not up:
+        proc.kill()
+        raise AssertionError(f"the service did not come up: {proc.communicate()[1][-2000:]}")
+    return proc, printed, reader
+
+
+def test_sigterm_to_the_process_group_stops_at_once_with_its_line(service, tmp_path):
+    """systemd and `docker stop` signal every process of the group: Ray's own go first, so the
+    service has nothing left to drain; it stops without waiting for a dead Ray, with its one line."""
+    port = free_port()
+    target = MilvusTarget(str(tmp_path / "group.db"), "grp16")
+    from dhim_ray.connectors.rows import code_rows, document_ids
+    from dhim_ray.hasher import Hasher
+
+    hasher = Hasher.load(service["model"])
+    texts = QUERIES * 4
+    with target.open() as collection:
+        collection.ensure(16, hasher.model_id)
+        rows = np.arange(len(texts))
+        collection.upsert(code_rows({"id": document_ids("q@t", rows), "code": hasher.encode(texts), "text": texts,
+                                     "row": rows}, 16, "q@t"))
+    proc, printed, reader = start_serve_command(service["model"], target, port, start_new_session=True)
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).status_code == 200
+        os.killpg(proc.pid, signal.SIGTERM)
+        err = proc.communicate(timeout=120)[1]  # Ray's own wait for a dead GCS is 60 s: stopping must not wait
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-2000:]
+    assert "GCS" not in err and "Traceback" not in err, err[-2000:]
+    assert [line for line in err.splitlines() if line.strip()][-1] == "stopped serving grp16", err
+
+
 def test_sigterm_stops_serve_cleanly_and_frees_the_file(service, tmp_path):
     """What systemd and container runtimes send: the service stops as Ctrl-C stops it, exit 0,
     no stack, and the milvus-lite file is free for the next process."""
@@ -372,20 +419,8 @@ def test_sigterm_stops_serve_cleanly_and_frees_the_file(service, tmp_path):
                                      "row": rows}, 16, "bbc@t"))
     port = free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.Popen([sys.executable, "-m", "dhim_ray.cli", "serve", str(service["model"]), "--collection",
-                             "term16", "--uri", target.uri, "--port", str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-    import threading
-
-    printed: list[str] = []  # stdout, read as it comes: "serving ..." once the command is up and listening
-    reader = threading.Thread(target=lambda: printed.extend(iter(proc.stdout.readline, "")), daemon=True)
-    reader.start()
+    proc, printed, reader = start_serve_command(service["model"], target, port)
     try:
-        deadline, up = time.time() + 300, False
-        while not up and time.time() < deadline and proc.poll() is None:
-            up = any(line.startswith("serving term16") for line in printed)
-            time.sleep(0.5)
-        assert up, "the service did not come up"
         assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).status_code == 200
         # `dhim-ray search` on the file the service holds asks the service: the same hits, not "open elsewhere"
         from dhim_ray.jobs.service_file import service_file
@@ -408,18 +443,35 @@ def test_sigterm_stops_serve_cleanly_and_frees_the_file(service, tmp_path):
             except httpx.HTTPError as exc:
                 answers.append((type(exc).__name__, time.time()))
 
+        # new requests meanwhile: a JSON 503 with Retry-After until the port closes, never Ray's plain 404
+        probes: list[tuple[int, str, str | None]] = []
+
+        def probe_until_closed():
+            while True:
+                try:
+                    r = httpx.get(f"http://127.0.0.1:{port}/health", timeout=30)
+                except httpx.HTTPError:
+                    return
+                probes.append((r.status_code, r.headers.get("content-type", ""), r.headers.get("retry-after")))
+                time.sleep(0.05)
+
         clients = [threading.Thread(target=one_search) for _ in range(8)]
         for c in clients:
             c.start()
         time.sleep(1.0)
         signalled = time.time()
         proc.send_signal(signal.SIGTERM)
+        prober = threading.Thread(target=probe_until_closed)
+        prober.start()
         for c in clients:
             c.join(timeout=300)
+        prober.join(timeout=300)
         err = proc.communicate(timeout=180)[1]
         reader.join(timeout=10)
         assert [a for a, _ in answers] == [200] * 8, answers
         assert any(at > signalled for _, at in answers), "no request was in flight at the signal"
+        assert all(p[0] == 200 or (p[0] == 503 and p[1] == "application/json" and p[2]) for p in probes), probes
+        assert any(p[0] == 503 for p in probes), probes
         out = "".join(printed)
     finally:
         if proc.poll() is None:
