@@ -687,7 +687,7 @@ class CodeCollection:
                output_fields: Iterable[str] = OUTPUT_FIELDS, batch_size: int = 1000, filter: str | None = None,
                max_distance: int | None = None) -> list[list[dict[str, Any]]]:
         """Top-k rows by Hamming distance for each packed query code: one list per query of
-        {"id", "distance" (int), and the output fields}, nearest first (ties by id).
+        {"id", "distance" (int), and the output fields}, nearest first, ties by id (see ``_ahead``).
 
         ``filter``: a Milvus boolean expression over the stored fields (``label == 3``,
         ``source like "news%"``): only rows it holds for are searched; one Milvus refuses is a
@@ -703,10 +703,10 @@ class CodeCollection:
         out: list[list[dict[str, Any]]] = []
         for start in range(0, len(codes), batch_size):
             data = [c.tobytes() for c in codes[start : start + batch_size]]
-            for hits in self._search(data, CODE_FIELD, params, k, output_fields, expr):
+            for hits in self._search(data, CODE_FIELD, params, _ahead(k), output_fields, expr):
                 rows = [{"id": h["id"], "distance": int(round(h["distance"])), **h.get("entity", {})} for h in hits]
                 rows.sort(key=lambda h: (h["distance"], h["id"]))  # the store's own tie order is unspecified
-                out.append(rows)
+                out.append(rows[:k])
         return out
 
     def search_text(self, texts: Sequence[str], k: int, output_fields: Iterable[str] = OUTPUT_FIELDS,
@@ -721,11 +721,11 @@ class CodeCollection:
         out: list[list[dict[str, Any]]] = []
         for start in range(0, len(texts), batch_size):
             data = [str(t) for t in texts[start : start + batch_size]]
-            for hits in self._search(data, TEXT_SPARSE_FIELD, {"metric_type": "BM25", "params": {}}, k,
+            for hits in self._search(data, TEXT_SPARSE_FIELD, {"metric_type": "BM25", "params": {}}, _ahead(k),
                                      output_fields, expr):
                 rows = [{"id": h["id"], "bm25": round(float(h["distance"]), 4), **h.get("entity", {})} for h in hits]
                 rows.sort(key=lambda h: (-h["bm25"], h["id"]))
-                out.append(rows)
+                out.append(rows[:k])
         return out
 
     def _search(self, data: list, anns_field: str, params: dict[str, Any], k: int, output_fields: Iterable[str],
@@ -792,6 +792,14 @@ class CodeCollection:
         """The stored packed codes of rows ``ids``, in that order: uint8 (len(ids), n_bits // 8)."""
         return bytes_to_codes([bytes(c) for c in self._field_of(ids, CODE_FIELD)], n_bits)
 
+
+
+def _ahead(k: int) -> int:
+    """Hits to ask Milvus for, to return ``k`` ties-by-id: which of the rows tied at the k-th value
+    Milvus returns depends on the order they were written in, so up to k more are fetched, the
+    lists sorted with ties by id and cut at k (the same hits from every ingest of the same rows,
+    while the tie at the k-th value holds at most k more rows)."""
+    return min(2 * int(k), MAX_SEARCH_K)
 
 
 def _unwrapped(value: Any) -> Any:
