@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MARKDOWN = sorted([ROOT / "README.md", ROOT / "BENCHMARKS.md", *(ROOT / "docs").glob("*.md")])
+MARKDOWN = sorted([ROOT / "README.md", ROOT / "BENCHMARKS.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").glob("*.md")])
 
 
 @pytest.mark.parametrize("path", MARKDOWN, ids=lambda p: p.name)
