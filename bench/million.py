@@ -14,6 +14,8 @@
     python -m bench.million write --docs 1000000 --no-text-index   # the write path alone (codes
                                                            # precomputed): rows/s, peaks, verification,
                                                            # Ctrl-C + rerun
+    python -m bench.million digests --rows 1000000 3000000 # a rerun's start: the driver's own memory as
+                                                           # the collection grows (parts vs whole)
     python -m bench.million reopen --docs 1000000          # hybrid's two files opened again: the time to
                                                            # the first answer (milvus-lite loads on open)
     python -m bench.million upsert --rows 4000000          # milvus-lite's insert and upsert rates as the
@@ -129,6 +131,76 @@ def tiny_model(bits: int = 64) -> Path:
     cfg = config_for_bits(bits, features={"encoder": str(bert)}, train={"max_epochs": 2})
     train_corpus(CorpusSpec(str(make_corpus(5000, seed=1)), limit=5000), cfg, out, progress=False)
     return out
+
+
+def bench_digests(sizes: list[int]) -> dict:
+    """A rerun's start, the driver's own memory as the collection grows: one milvus-lite file of
+    our rows (64-bit codes, a digest each, no text index) grown to each size in ``sizes``; at each,
+    two fresh processes read the source's stored ids and digests as a rerun does, 'parts' (each
+    part put into Ray's object store as it is read: the shipped way) and 'whole' (every part
+    held, joined, then put: as before). Reported: each process' own peak (PeakMemory.own, Ray's
+    shared pages left out) above what it held before the read."""
+    from dhim_ray.connectors.connection import release
+    from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget
+    from dhim_ray.connectors.rows import code_rows
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    db = CACHE / "digests.db"
+    for f in CACHE.glob(f"{db.name}*"):
+        f.unlink()
+    rng = np.random.default_rng(0)
+    out: dict = {"sizes": [], "parts_mib": [], "whole_mib": []}
+    held = 0
+    try:
+        for size in sorted(sizes):
+            with MilvusTarget(str(db), "docs", timeout=3600).open() as c:
+                info = c.ensure(64, "bench:digests", IndexSpec(), text_index=False)
+                while held < size:
+                    n = min(5000, size - held)
+                    batch = {"id": np.arange(held, held + n, dtype=np.int64), "row": np.arange(held, held + n),
+                             "code": rng.integers(0, 256, (n, 8), dtype=np.uint8), "label": np.zeros(n, np.int64),
+                             "text": np.array(["a"] * n, dtype=object),
+                             "digest": rng.integers(1, 2**62, n, dtype=np.int64)}
+                    held += c.upsert(code_rows(batch, 64, "bench:digests", name_field=info.label_names,
+                                               key_field=info.keys), new=True)
+            release(str(db))
+            row = {}
+            for way in ("parts", "whole"):  # a fresh process each: peak memory is per process
+                done = subprocess.run([sys.executable, "-m", "bench.million", "_digests", "--db", str(db), "--way", way],
+                                      capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1])
+                row[way] = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+            out["sizes"].append(size)
+            for way in ("parts", "whole"):
+                out[f"{way}_mib"].append(row[way]["own_growth"] / 2**20)
+            logger.info("%d rows: driver +%.0f MiB in parts, +%.0f MiB whole", size, out["parts_mib"][-1],
+                        out["whole_mib"][-1])
+    finally:
+        release(str(db))
+        for f in CACHE.glob(f"{db.name}*"):
+            f.unlink()
+    return out
+
+
+def _read_digests(db: str, way: str) -> dict:
+    import ray
+
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.jobs.ray_env import init_ray
+
+    init_ray(num_cpus=1)
+    with MilvusTarget(db, "docs", timeout=3600).open(create=False) as c, PeakMemory(every=0.02) as peak:
+        time.sleep(0.1)
+        before = peak.own
+        refs, parts = [], []
+        for ids, digests in c.digests("bench:digests"):
+            if way == "parts":
+                refs.append((int(ids[0]), int(ids[-1]), ray.put((ids, digests))))
+            else:
+                parts.append((ids, digests))
+        if way == "whole":
+            refs.append(ray.put((np.concatenate([i for i, _ in parts]), np.concatenate([d for _, d in parts]))))
+        time.sleep(0.1)
+    return {"own_growth": peak.own - before, "parts": len(refs)}
 
 
 # ---- memory ---------------------------------------------------------------------------
@@ -596,6 +668,11 @@ def main() -> None:
     p.add_argument("--after", type=float, default=300.0, help="seconds before the second ingest's Ctrl-C (0: none)")
     p.add_argument("--queries", type=int, default=100)
     p.add_argument("--text-index", action=argparse.BooleanOptionalAction, default=True)
+    p = sub.add_parser("digests")
+    p.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 3_000_000])
+    p = sub.add_parser("_digests")
+    p.add_argument("--db")
+    p.add_argument("--way", choices=["parts", "whole"])
     p = sub.add_parser("reopen")
     p.add_argument("--docs", type=int, default=1_000_000)
     p = sub.add_parser("upsert")
@@ -645,6 +722,10 @@ def main() -> None:
     elif args.cmd == "write":
         record(f"write_{args.docs}_{'text' if args.text_index else 'codes'}",
                bench_write(args.docs, args.workers, args.after, args.queries, args.text_index))
+    elif args.cmd == "digests":
+        record("rerun_digests", bench_digests(args.rows))
+    elif args.cmd == "_digests":
+        print(json.dumps(_read_digests(args.db, args.way)))
     elif args.cmd == "reopen":
         record(f"reopen_{args.docs}", bench_reopen(args.docs))
     elif args.cmd == "upsert" and args.server:

@@ -619,24 +619,23 @@ class CodeCollection:
                                 timeout=self.timeout)
         return int(res[0]["count(*)"])
 
-    def digests(self, source: str, batch_size: int = 16384) -> tuple[np.ndarray, np.ndarray]:
-        """The ids (sorted) and digests of ``source``'s rows that carry one (a collection with
-        the digest field): what a rerun of its ingest need not encode again."""
+    def digests(self, source: str, batch_size: int = 16384) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The ids and digests of ``source``'s rows that carry one (a collection with the digest
+        field), ``batch_size`` rows at a time, each part sorted by id: what a rerun of its ingest
+        need not encode again, read without holding the whole collection's (16 bytes a row)."""
         self._flush()
-        id_parts, digest_parts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]  # by batch: 16 bytes a row
         try:
             it = self.client.query_iterator(self.name, batch_size=batch_size, output_fields=["id", DIGEST_FIELD],
                                             filter=f"source == {quote(source)} and {DIGEST_FIELD} != 0",
                                             timeout=self.timeout)
             while rows := it.next():
-                id_parts.append(np.fromiter((r["id"] for r in rows), np.int64, len(rows)))
-                digest_parts.append(np.fromiter((r[DIGEST_FIELD] for r in rows), np.int64, len(rows)))
+                ids = np.fromiter((r["id"] for r in rows), np.int64, len(rows))
+                digests = np.fromiter((r[DIGEST_FIELD] for r in rows), np.int64, len(rows))
+                order = np.argsort(ids, kind="stable")
+                yield ids[order], digests[order]
             it.close()
         except Exception as exc:
             raise StoreError(_failed(f"collection {self.name!r}: reading the rows' digests failed", exc)) from exc
-        ids, digests = np.concatenate(id_parts), np.concatenate(digest_parts)
-        order = np.argsort(ids, kind="stable")
-        return ids[order], digests[order]
 
     def ids(self, batch_size: int = 16384) -> np.ndarray:
         """Every row's id, sorted (for one source: in the source's row order), int64."""

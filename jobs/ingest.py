@@ -295,15 +295,11 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
     return result
 
 
-def stored_rows(sink: CodeSink):
-    """The ids and digests of the rows a rerun need not encode, moved into Ray's object store for
-    the read tasks (None: none stored); the driver keeps no second copy (16 bytes a row)."""
-    held, sink.stored = sink.stored, None
-    if held is None or not len(held[0]):
-        return None
-    import ray
-
-    return ray.put(held)
+def stored_rows(sink: CodeSink) -> tuple[tuple[int, int, Any], ...] | None:
+    """The rows a rerun need not encode, for the read tasks: (first id, last id, a Ray reference
+    to their ids and digests) per part read (None: none stored); the driver holds only the references."""
+    held, sink.stored = sink.stored, []
+    return tuple(held) or None
 
 
 def _checked_model(r: IngestRequest) -> tuple[Hasher, CollectionSpec]:

@@ -101,7 +101,8 @@ class CodeSink(Datasink[WriteStats]):
         self.rows_unchanged = 0  # rows a rerun found stored as they are (an interrupted run wrote them)
         self.stats: list[WriteStats] = []
         self.info: CollectionInfo | None = None
-        self.stored: tuple[np.ndarray, np.ndarray] | None = None  # ids and digests of this source's rows held
+        #: this source's rows held, as (first id, last id, a Ray reference to their sorted ids and digests)
+        self.stored: list[tuple[int, int, Any]] = []
         self._session: MilvusTarget | None = None
         self._collection: CodeCollection | None = None  # milvus-lite: open from check to the last write
 
@@ -156,10 +157,15 @@ class CodeSink(Datasink[WriteStats]):
             self.held, self.source_held = collection.count(), collection.count_source(self.source)
         self.new_rows = self.target.lite and self.source_held == 0
         if info.digests and (self.source_held or not self.target.lite):  # a rerun encodes only what changed
-            self.stored = collection.digests(self.source)
-            if len(self.stored[0]):
+            import ray
+
+            held = 0  # each part goes to Ray's object store as it is read: the driver's memory stays flat
+            for ids, digests in collection.digests(self.source):
+                self.stored.append((int(ids[0]), int(ids[-1]), ray.put((ids, digests))))
+                held += len(ids)
+            if held:
                 logger.info("%s holds %s rows of %s: those read as they were stored are not encoded again",
-                            info.name, f"{len(self.stored[0]):,}", self.source)
+                            info.name, f"{held:,}", self.source)
         ledger.mark(collection.client, info.name, ledger.WRITING, self.source, timeout=collection.timeout)
         self.info, self.name_field, self.key_field, self.digest_field = info, info.label_names, info.keys, info.digests
         if not self.target.lite:

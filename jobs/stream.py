@@ -178,7 +178,7 @@ class Prepare:
     names_of_numbers: tuple[str, ...] | None = None  # names of integer labels (SourcePlan.label_names)
     kept: tuple[tuple[str, str], ...] = ()  # (name, kind) of each kept column (the scan's kinds)
     digests: bool = False  # the collection keeps each row's digest: compute it
-    stored: object = None  # a Ray reference to the (ids, digests) of the rows already stored (CodeCollection.digests)
+    stored: tuple | None = None  # the rows already stored: (first id, last id, Ray reference to (ids, digests)) parts
 
     def wants(self, shard: int) -> bool:
         return self.offsets[shard] < self.limit
@@ -219,10 +219,13 @@ class Prepare:
 
     def _stored(self, ids: np.ndarray, digests: np.ndarray) -> np.ndarray:
         """Which rows the collection holds with these digests."""
-        if self.stored is None:
-            return np.zeros(len(ids), dtype=bool)
+        found = np.zeros(len(ids), dtype=bool)
+        if self.stored is None or not len(ids):
+            return found
         import ray
 
-        have_ids, have = ray.get(self.stored)  # sorted by id, never empty
-        at = np.minimum(np.searchsorted(have_ids, ids), len(have_ids) - 1)
-        return (have_ids[at] == ids) & (have[at] == digests)
+        low, high = int(ids.min()), int(ids.max())
+        for have_ids, have in ray.get([ref for first, last, ref in self.stored if first <= high and last >= low]):
+            at = np.minimum(np.searchsorted(have_ids, ids), len(have_ids) - 1)  # each part sorted by id, never empty
+            found |= (have_ids[at] == ids) & (have[at] == digests)
+        return found

@@ -101,7 +101,9 @@ def test_stored_rows_are_marked_by_digest_and_not_encoded(ray_session, model_dir
     fresh = Prepare("s@1", (0,), 4, None, False, digests=True)(block, 0, "unicode")
     ids, digests = fresh["id"].to_numpy(), fresh["digest"].to_numpy()
     assert not fresh["stored"].to_numpy().any() and len(set(digests.tolist())) == 4 and (digests != 0).all()
-    held = ray.put((ids[[1, 3]], digests[[1, 3]]))
+    order = np.argsort(ids[[1, 3]])
+    part_ids, part_digests = ids[[1, 3]][order], digests[[1, 3]][order]
+    held = ((int(part_ids[0]), int(part_ids[-1]), ray.put((part_ids, part_digests))),)  # one part of what is stored
     again = Prepare("s@1", (0,), 4, None, False, digests=True, stored=held)(block, 0, "unicode")
     assert again["stored"].to_pylist() == [False, True, False, True]
     assert again["digest"].to_pylist() == digests.tolist()  # the same rows read again: the same digests
@@ -129,8 +131,10 @@ def test_a_rerun_encodes_and_writes_only_what_is_missing_or_changed(ray_session,
     target = MilvusTarget(str(tmp_path / "c.db"), "docs")
     first = ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False)
     with target.open() as collection:
-        ids, digests = collection.digests(first.source)
-        assert len(ids) == 30 and (digests != 0).all()
+        parts = list(collection.digests(first.source, batch_size=7))  # read a part at a time, each sorted
+        ids, digests = np.concatenate([i for i, _ in parts]), np.concatenate([d for _, d in parts])
+        assert len(parts) == 5 and all((np.diff(i) > 0).all() for i, _ in parts)
+        assert len(np.unique(ids)) == 30 and (digests != 0).all()
         collection.client.delete(target.collection, filter="row >= 20", timeout=30)  # died two thirds in
     texts[3] = "The striker scored twice in the cup final and the league title went to the wire."
     path.write_text("".join(json.dumps({"text": t, "label": 0 if i == 5 else i % 3}) + "\n"
@@ -842,3 +846,21 @@ def test_a_lite_collection_past_the_advised_size_says_to_move_to_a_server(ray_se
     job.ingest(CorpusSpec("bbc", "train", limit=20), model_dir, MilvusTarget(str(tmp_path / "big.db"), "small"),
                workers=1, progress=False, text_index=False)
     assert "with a text index" not in caplog.text
+
+
+def test_a_rerun_finds_stored_rows_in_whichever_part_of_the_collection_holds_them(ray_session):
+    """The driver hands the read tasks the stored rows as parts (first id, last id, a reference),
+    never the whole collection's: a block's rows are matched against every part that overlaps
+    them, by id and digest."""
+    import ray
+
+    from dhim_ray.jobs.stream import Prepare
+
+    ids = np.arange(100, 130, dtype=np.int64)
+    parts = tuple((int(p[0]), int(p[-1]), ray.put((p, p * 7))) for p in (ids[:10], ids[10:20], ids[20:]))
+    prepare = Prepare("s", (0,), 30, None, False, digests=True, stored=parts)
+    block = np.array([95, 105, 115, 125, 135], dtype=np.int64)  # outside, in each part, outside
+    changed = block * 7
+    changed[2] += 1  # row 115 stored with another digest: not as stored
+    assert prepare._stored(block, changed).tolist() == [False, True, False, True, False]
+    assert Prepare("s", (0,), 30, None, False, digests=True)._stored(block, changed).tolist() == [False] * 5

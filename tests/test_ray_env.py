@@ -72,9 +72,10 @@ def test_processes_started_beside_an_open_milvus_channel_all_reach_exec(tmp_path
     may hold a pymilvus channel (ingest checks its collection before Ray starts). With grpcio's
     fork support on, some of those children died of SIGABRT before exec (8 in 1,000 in bench
     ray_start, 16 in 300 in one run) and the start waited 30 s; importing dhim_ray turns it off,
-    unless the user set GRPC_ENABLE_FORK_SUPPORT. The children are bench ray_start's."""
+    unless the user set GRPC_ENABLE_FORK_SUPPORT. The children are bench ray_start's: 300 of them
+    catch a 1-in-125 failure 9 times in 10."""
     env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
-    done = subprocess.run([sys.executable, "-c", CHILDREN, str(tmp_path / "f.db"), "1000"], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", CHILDREN, str(tmp_path / "f.db"), "300"], capture_output=True,
                           text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "{0: 1000}", done.stdout[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "{0: 300}", done.stdout[-2000:]
