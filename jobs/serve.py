@@ -615,13 +615,16 @@ def _drain() -> None:
     if not replicas:
         return
     flag = Draining.options(name=DRAIN_ACTOR, namespace=DRAIN_NAMESPACE).remote()
-    deadline, idle = time.monotonic() + GRACEFUL_STOP_S, 0
-    while time.monotonic() < deadline and idle < 2:
-        held = ray.get(flag.held_now.remote())
-        idle = idle + 1 if len(held) >= replicas and not any(held.values()) else 0
-        time.sleep(DRAIN_POLL_S)
-    if idle < 2:
-        logger.warning("requests still held after %d s; stopping anyway", GRACEFUL_STOP_S)
+    try:
+        deadline, idle = time.monotonic() + GRACEFUL_STOP_S, 0
+        while time.monotonic() < deadline and idle < 2:
+            held = ray.get(flag.held_now.remote())
+            idle = idle + 1 if len(held) >= replicas and not any(held.values()) else 0
+            time.sleep(DRAIN_POLL_S)
+        if idle < 2:
+            logger.warning("requests still held after %d s; stopping anyway", GRACEFUL_STOP_S)
+    finally:  # the replicas that saw it stay draining; a later service in this Ray must not see it (the
+        ray.kill(flag)  # actor would also go with its last handle, but that hangs on whoever keeps one)
 
 
 def _ray_alive() -> bool:
