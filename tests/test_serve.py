@@ -60,6 +60,12 @@ def service(ray_session, bbc16, tmp_path_factory):
     url = start_service(options, port=free_port())
     yield {"url": url, "expected": expected, "target": target, "model": model}
     stop_service()
+    import ray
+
+    from dhim_ray.jobs.serve import DRAIN_ACTOR, DRAIN_NAMESPACE
+
+    with pytest.raises(ValueError):  # gone with the service: a later one in this Ray would answer 503 to all
+        ray.get_actor(DRAIN_ACTOR, namespace=DRAIN_NAMESPACE)
 
 
 def post(service, path: str, body, token: str | None = TOKEN, headers: dict | None = None, **kw) -> httpx.Response:
@@ -356,6 +362,21 @@ def test_health_answers_503_at_once_while_milvus_hangs(service):
     assert r.status_code == 200 and r.json()["rows"] == N
 
 
+def write_rows(target: MilvusTarget, model, texts: list[str]) -> MilvusTarget:
+    """``texts`` hashed by ``model`` into a new collection, written directly (an ingest would
+    need Ray CPUs the running service holds)."""
+    from dhim_ray.connectors.rows import code_rows, document_ids
+    from dhim_ray.hasher import Hasher
+
+    hasher = Hasher.load(model)
+    with target.open() as collection:
+        collection.ensure(16, hasher.model_id)
+        rows = np.arange(len(texts))
+        collection.upsert(code_rows({"id": document_ids("t@t", rows), "code": hasher.encode(texts), "text": texts,
+                                     "row": rows}, 16, "t@t"))
+    return target
+
+
 def start_serve_command(model, target: MilvusTarget, port: int, **popen):
     """`dhim-ray serve` in a process, once it says it is serving: (process, stdout lines, reader)."""
     proc = subprocess.Popen([sys.executable, "-m", "dhim_ray.cli", "serve", str(model), "--collection",
@@ -378,17 +399,7 @@ def test_sigterm_to_the_process_group_stops_at_once_with_its_line(service, tmp_p
     """systemd and `docker stop` signal every process of the group: Ray's own go first, so the
     service has nothing left to drain; it stops without waiting for a dead Ray, with its one line."""
     port = free_port()
-    target = MilvusTarget(str(tmp_path / "group.db"), "grp16")
-    from dhim_ray.connectors.rows import code_rows, document_ids
-    from dhim_ray.hasher import Hasher
-
-    hasher = Hasher.load(service["model"])
-    texts = QUERIES * 4
-    with target.open() as collection:
-        collection.ensure(16, hasher.model_id)
-        rows = np.arange(len(texts))
-        collection.upsert(code_rows({"id": document_ids("q@t", rows), "code": hasher.encode(texts), "text": texts,
-                                     "row": rows}, 16, "q@t"))
+    target = write_rows(MilvusTarget(str(tmp_path / "group.db"), "grp16"), service["model"], QUERIES * 4)
     proc, printed, reader = start_serve_command(service["model"], target, port, start_new_session=True)
     try:
         assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).status_code == 200
@@ -405,18 +416,8 @@ def test_sigterm_to_the_process_group_stops_at_once_with_its_line(service, tmp_p
 def test_sigterm_stops_serve_cleanly_and_frees_the_file(service, tmp_path):
     """What systemd and container runtimes send: the service stops as Ctrl-C stops it, exit 0,
     no stack, and the milvus-lite file is free for the next process."""
-    from dhim_ray.connectors.rows import code_rows, document_ids
-    from dhim_ray.hasher import Hasher
-
-    # rows written directly (an ingest would need Ray CPUs the running service holds)
-    target = MilvusTarget(str(tmp_path / "term.db"), "term16")
-    hasher = Hasher.load(service["model"])
     texts = load_split(CorpusSpec("bbc", "train", limit=40)).texts
-    with target.open() as collection:
-        collection.ensure(16, hasher.model_id)
-        rows = np.arange(len(texts))
-        collection.upsert(code_rows({"id": document_ids("bbc@t", rows), "code": hasher.encode(texts), "text": texts,
-                                     "row": rows}, 16, "bbc@t"))
+    target = write_rows(MilvusTarget(str(tmp_path / "term.db"), "term16"), service["model"], texts)
     port = free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     proc, printed, reader = start_serve_command(service["model"], target, port)
