@@ -22,6 +22,8 @@
                                                            # collection grows (our rows, 500 a call)
     python -m bench.million columns --docs 200000          # the write path, rows sent by column (as the
                                                            # connector does) against by row (as before)
+    python -m bench.million pipeline --docs 200000         # the ingest with the encoder bypassed: the
+                                                           # driver's CPU per row, against bare insert loops
 
 The corpus is generated deterministically from the dev corpora's text (../shared/data):
 document i takes a random dev document (its corpus and label are the label) and
@@ -356,11 +358,13 @@ def run_ingest(n_docs: int, model: Path, uri: str, collection: str, workers: int
 
     ray.data.DataContext.get_current().enable_progress_bars = False
     corpus = CorpusSpec(str(corpus or make_corpus(n_docs)), "train")
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     with PeakMemory() as peak:
         result = job.ingest(corpus, model, MilvusTarget(uri, collection, timeout=3600), workers=workers,
                             progress=False, batch_size=256, write_batch=write_batch, text_index=text_index)
+    driver_cpu = time.process_time() - cpu0  # every thread of the driver's process: Ray's own included
     return {"docs": n_docs, "workers": workers, "docs_per_s": result.docs_per_second, "seconds": result.seconds,
+            "driver_cpu_s": driver_cpu, "driver_cpu_us_per_row": driver_cpu / n_docs * 1e6,
             # after the last write: stale rows, the two counts, the ledger
             "verify_s": time.perf_counter() - t0 - result.seconds,
             "rows_in_collection": result.rows_in_collection, "rows_of_source": result.rows_of_source,
@@ -593,6 +597,79 @@ def interrupt_on_server(n_docs: int, after: float, workers: int, precomputed: bo
                interrupt_then_rerun(uri, n_docs, after, workers, ("--precomputed",) * precomputed))
 
 
+def bare_insert(n_docs: int, db: str, write_batch: int, text_index: bool) -> dict:
+    """The same rows as a ``--precomputed`` ingest of the generated corpus writes (StoredCodes'
+    codes, the texts, labels and ids), built in memory first, then inserted into a new
+    collection of the same schema ``write_batch`` rows a call by a bare loop, twice: pymilvus'
+    public ``insert`` of row dicts, and the connector's column write alone (no Ray, no driver)."""
+    import pyarrow.parquet as pq
+
+    from dhim_ray.connectors.connection import release
+    from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget
+    from dhim_ray.connectors.rows import code_rows, document_ids, source_label
+    from dhim_ray.corpus.spec import CorpusSpec
+
+    model = tiny_model()
+    table = pq.read_table(sorted((make_corpus(n_docs) / "train").glob("*.parquet")), columns=["text", "label"])
+    texts, names = table.column("text").to_pylist(), table.column("label").to_pylist()
+    label_of = {name: i for i, name in enumerate(sorted(set(names)))}
+    rows = np.arange(n_docs, dtype=np.int64)
+    corpus = CorpusSpec(str(corpus_dir(n_docs)), "train")
+    source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")  # as ingest
+    codes = StoredCodes(str(model))({"row": rows})["code"]
+    ids = document_ids(source, rows)
+    batches = []
+    for start in range(0, n_docs, write_batch):
+        cut = slice(start, start + write_batch)
+        batches.append({"id": ids[cut], "row": rows[cut], "code": codes[cut], "text": texts[cut],
+                        "label": [label_of[n] for n in names[cut]], "label_name": names[cut]})
+    out: dict = {"docs": n_docs, "write_batch": write_batch, "text_index": text_index}
+    for way in ("public_rows", "connector_columns"):
+        for f in Path(db).parent.glob(f"{Path(db).name}*"):
+            f.unlink()
+        with MilvusTarget(db, "docs", timeout=3600).open() as c:
+            info = c.ensure(64, "bench:bare", IndexSpec(), text_index=text_index)
+            built = [code_rows(b, 64, source, name_field=info.label_names, key_field=info.keys) for b in batches]
+            by_row = [[dict(zip(r, values)) for values in zip(*r.values())] for r in built] \
+                if way == "public_rows" else None
+            t0 = time.perf_counter()
+            for i, r in enumerate(built):
+                if by_row is not None:
+                    c.client.insert(c.name, by_row[i], timeout=3600)
+                else:
+                    c.upsert(r, new=True)
+            seconds = time.perf_counter() - t0
+            out[way] = {"rows_per_s": n_docs / seconds, "seconds": seconds, "count": c.count()}
+        release(db)
+    for f in Path(db).parent.glob(f"{Path(db).name}*"):
+        f.unlink()
+    return out
+
+
+def bench_pipeline(n_docs: int, workers: int, write_batch: int = 500) -> dict:
+    """The ingest's own ceiling on milvus-lite, the encoder bypassed: a ``--precomputed``
+    ingest (scan, the stand-in codes, the driver's writes, verification) with the driver's
+    CPU time per row, against bare insert loops of the same rows and write size (``bare_insert``),
+    each in a fresh process."""
+    tiny_model()
+    make_corpus(n_docs)
+    db = CACHE / f"pipeline-{n_docs}.db"
+    for f in CACHE.glob(f"{db.name}*"):
+        f.unlink()
+    ingest = child([str(n_docs), str(db), "docs", "--workers", str(workers), "--precomputed",
+                    "--write-batch", str(write_batch)])
+    for f in CACHE.glob(f"{db.name}*"):
+        f.unlink()
+    done = subprocess.run([sys.executable, "-m", "bench.million", "_bare", str(n_docs), str(db), str(write_batch)],
+                          stdout=subprocess.PIPE, text=True, check=True, cwd=Path(__file__).resolve().parents[1])
+    bare = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    out = {"docs": n_docs, "workers": workers, "write_batch": write_batch, "ingest": ingest, "bare": bare,
+           "over_public_rows": ingest["docs_per_s"] / bare["public_rows"]["rows_per_s"],
+           "over_connector_columns": ingest["docs_per_s"] / bare["connector_columns"]["rows_per_s"]}
+    logger.info("%s", out)
+    return out
+
+
 def bench_columns(n_docs: int, workers: int, rounds: int = 2) -> dict:
     """The write path alone (StoredCodes into milvus-lite, no text index, 500 rows a write as
     ingest's driver writes) with rows sent by column, as the connector sends them, against by
@@ -685,6 +762,14 @@ def main() -> None:
     p = sub.add_parser("columns")
     p.add_argument("--docs", type=int, default=200_000)
     p.add_argument("--workers", type=int, default=2)
+    p = sub.add_parser("pipeline")
+    p.add_argument("--docs", type=int, default=200_000)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--write-batch", type=int, default=500, help="rows per write (ingest's default)")
+    p = sub.add_parser("_bare")
+    p.add_argument("docs", type=int)
+    p.add_argument("db")
+    p.add_argument("write_batch", type=int)
     p = sub.add_parser("_one")
     p.add_argument("docs", type=int)
     p.add_argument("uri", help="a milvus-lite .db file or a server URI")
@@ -708,6 +793,10 @@ def main() -> None:
             CodeCollection._write = CodeCollection._write_rows
         print(json.dumps(run_ingest(args.docs, tiny_model(), args.uri, args.collection, args.workers,
                                     args.text_index, args.precomputed, write_batch=args.write_batch)))
+    elif args.cmd == "pipeline":
+        record(f"pipeline_{args.docs}", bench_pipeline(args.docs, args.workers, args.write_batch))
+    elif args.cmd == "_bare":
+        print(json.dumps(bare_insert(args.docs, args.db, args.write_batch, text_index=True)))
     elif args.cmd == "columns":
         record(f"columns_{args.docs}", bench_columns(args.docs, args.workers))
     elif args.cmd == "ingest":

@@ -15,7 +15,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dhim_ray.errors import ConfigError, StoreBusyError, StoreError, StoreReadOnlyError, StoreUnreachableError
+from dhim_ray.errors import (
+    ConfigError,
+    StoreBusyError,
+    StoreError,
+    StoreReadOnlyError,
+    StoreUnreachableError,
+    first_line,
+)
 from dhim_ray.stderr import stderr_to
 
 logger = logging.getLogger(__name__)
@@ -214,7 +221,7 @@ def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS
             with _quiet_lite():
                 return MilvusClient(uri=uri, **kwargs)
         except Exception as exc:  # pymilvus raises MilvusException or plain errors
-            message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            message = first_line(exc)
             if is_lite(uri) and "open local milvus failed" in message.lower():
                 raise StoreBusyError(
                     f"uri={uri}: the milvus-lite file is open in another process (one process per file); "

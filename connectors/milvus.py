@@ -68,6 +68,7 @@ from dhim_ray.errors import (
     ConfigError,
     NoSpaceError,
     StoreError,
+    first_line,
 )
 
 logger = logging.getLogger(__name__)
@@ -299,7 +300,7 @@ def text_index_support(client, uri: str, timeout: float = DEFAULT_TIMEOUT) -> st
     try:
         version = str(client.get_server_version(timeout=timeout))
     except Exception as exc:
-        return f"its version could not be read ({_milvus_message(exc)})"
+        return f"its version could not be read ({first_line(exc)})"
     found = re.match(r"v?(\d+)\.(\d+)", version)
     if found is None or (int(found.group(1)), int(found.group(2))) < TEXT_INDEX_SINCE:
         return f"Milvus {version} has no BM25 function (it came in 2.5)"
@@ -313,13 +314,9 @@ def check_max_distance(max_distance: int, n_bits: int) -> int:
     return int(max_distance)
 
 
-def _milvus_message(exc: Exception) -> str:
-    return str(getattr(exc, "message", None) or exc).splitlines()[0][:200]
-
-
 def _filter_refusal(expr: str, exc: Exception) -> ConfigError:
     """Milvus' refusal of a filter, in one line without its internals (operator names, source paths)."""
-    message = _milvus_message(exc)
+    message = first_line(exc)
     missing = re.search(r"field (\S+) not exist", message)
     why = (f"the collection has no field {missing.group(1)}" if missing else
            "Milvus cannot parse it" if getattr(exc, "code", None) == 1100 or "invalid expr" in message.lower() else
@@ -329,7 +326,7 @@ def _filter_refusal(expr: str, exc: Exception) -> ConfigError:
 
 
 def _failed(what: str, exc: Exception) -> str:
-    return f"{what} ({str(exc).splitlines()[0][:200]})"
+    return f"{what} ({first_line(exc)})"
 
 
 def _column_problems(have: dict[str, tuple[str, int]], want: dict[str, tuple[str | None, int]]) -> list[str]:

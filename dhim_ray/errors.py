@@ -103,3 +103,10 @@ class EncoderUnreachableError(EncoderError):
     """The encoder is a hub id and the Hugging Face hub cannot be reached (nothing cached)."""
 
     retriable = True
+
+
+def first_line(exc: BaseException | None, limit: int = 200) -> str:
+    """An exception's message in one line for another message: its first line (Milvus' own
+    ``message`` where it has one), at most ``limit`` characters; its class name where it says nothing."""
+    text = str(getattr(exc, "message", None) or exc).strip() if exc is not None else ""
+    return text.splitlines()[0][:limit] if text else type(exc).__name__

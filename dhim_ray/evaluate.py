@@ -3,7 +3,7 @@ wherever the database lives (no Ray, no Milvus).
 
 ``CodeDatabase`` is the one difference between the evaluations: codes hashed in memory
 (``InMemoryCodes``, for ``evaluate_checkpoint`` and the hashing baselines) or a Milvus
-collection (dhim_ray.search.MilvusCodes, for ``evaluate_in_milvus``). ``evaluate_codes``
+collection (dhim_ray.evaluation.MilvusCodes, for ``evaluate_in_milvus``). ``evaluate_codes``
 scores both the same way: precision@k under both tie rules and, with ``rerank`` m > 1,
 the precision of the k x m candidates re-ranked. Without labels eval scores how many of
 each query's cosine neighbours the codes find (``label_free_scores``).

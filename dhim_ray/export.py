@@ -71,6 +71,7 @@ def text_spec(hasher: Hasher) -> dict:
         "inputs": ["input_ids", "attention_mask"],
         "output": "codes",
         "max_tokens": cfg.n_tokens,
+        "pad_id": int(hasher.encoder.tokenizer.pad_token_id or 0),
         "max_words": cfg.max_words,
         "cleaning": {
             "name": cfg.cleaning,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,3 +33,11 @@ def removed_unless_kept(path: str | Path, kept: Callable[[Path], bool]) -> Itera
         if top is not None and top.exists() and not kept(Path(path)):
             shutil.rmtree(top, ignore_errors=True)
         raise
+
+
+def cache_folder() -> Path:
+    """Where exported graphs are kept: $DHIM_RAY_CACHE, else $XDG_CACHE_HOME/dhim-ray, else
+    ~/.cache/dhim-ray (each under ``onnx/``)."""
+    root = os.environ.get("DHIM_RAY_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "dhim-ray")
+    return Path(root) / "onnx"

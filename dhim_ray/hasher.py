@@ -11,9 +11,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from dhim_ray.codes import codes_to_bytes
-from dhim_ray.config import DHIMConfig, FeatureConfig
+from dhim_ray.config import DHIMConfig
+from dhim_ray.corpus.text import check_texts
 from dhim_ray.encoding.encoder import DIGEST_FIELD, Features, FrozenEncoder, encoder_identity
-from dhim_ray.errors import DataError, EncoderMismatchError
+from dhim_ray.errors import EncoderMismatchError
 from dhim_ray.model.checkpoint import CheckpointInfo, load_checkpoint, read_checkpoint, verify_weights
 from dhim_ray.model.dhim import DHIM
 from dhim_ray.model.inference import hash_features, score_features
@@ -166,25 +167,3 @@ class Hasher:
     def encode_bytes(self, texts: list[str] | str, batch_size: int = 64) -> list[bytes]:
         """Texts -> one ``bytes`` per text, ready for Milvus BINARY_VECTOR search or insert."""
         return codes_to_bytes(self.encode(texts, batch_size), self.n_bits)
-
-
-def check_texts(texts, features: FeatureConfig) -> list[str]:
-    """Every text must be a non-empty string after cleaning (say which is not): the texts
-    cleaned and cut to ``features.max_words``, once, as the encoder reads them."""
-    from dhim_ray.corpus.text import clean_and_truncate
-
-    if isinstance(texts, (str, bytes)) or not hasattr(texts, "__len__"):
-        raise DataError("texts: expected a list of strings")
-    prepared = []
-    for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise DataError(f"text {i} is a {type(t).__name__}: expected a string")
-        prepared.append(clean_and_truncate(t, features.max_words, features.cleaning))
-        if not prepared[-1]:
-            raise empty_text(i, t)
-    return prepared
-
-
-def empty_text(i: int, text: str) -> DataError:
-    """The one error for text ``i`` with no words left after cleaning (the library, the CLI, the service)."""
-    return DataError(f"text {i} ({text[:30]!r}) is empty after cleaning: give some words to hash")

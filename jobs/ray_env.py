@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from urllib.parse import urlparse
 
-from dhim_ray.errors import ClusterError, ConfigError, DHIMRayError
+from dhim_ray.errors import ClusterError, ConfigError, DHIMRayError, first_line
 from dhim_ray.stderr import stderr_to
 
 logger = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
             ray.init(address=address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ClusterError(
-                f"address={address}: cannot join the Ray cluster ({_first_line(exc)}); "
+                f"address={address}: cannot join the Ray cluster ({first_line(exc)}); "
                 "start it with 'ray start --head' or check the address"
             ) from exc
     else:
@@ -137,22 +137,17 @@ def _start_local(num_cpus: int | None, kwargs: dict) -> None:
         except Exception as exc:  # Ray raises bare Exception for a node that timed out
             last = exc
             logger.debug("starting a local Ray failed (attempt %d of %d): %s", attempt, LOCAL_START_ATTEMPTS,
-                         _first_line(exc))
+                         first_line(exc))
             try:
                 ray.shutdown()  # stops the half-started processes of this attempt
             except Exception as cleanup:
                 logger.debug("ray.shutdown after a failed start: %s", cleanup)
             time.sleep(2 * attempt)
     raise ClusterError(
-        f"could not start a local Ray on this machine after {LOCAL_START_ATTEMPTS} attempts ({_first_line(last)}); "
+        f"could not start a local Ray on this machine after {LOCAL_START_ATTEMPTS} attempts ({first_line(last)}); "
         "the machine may be overloaded: retry when it is quieter, or start Ray yourself with "
         "'ray start --head' and pass --address auto"
     )
-
-
-def _first_line(exc: BaseException | None) -> str:
-    text = str(exc).strip() if exc is not None else ""
-    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def _check_address(address: str) -> None:

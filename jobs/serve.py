@@ -38,9 +38,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dhim_ray.connectors.connection import is_lite, mask_uri
 from dhim_ray.connectors.milvus import MilvusTarget
-from dhim_ray.corpus.text import not_text
+from dhim_ray.corpus.text import check_texts, not_text
 from dhim_ray.errors import ConfigError, DataError, DHIMRayError, StoreError
-from dhim_ray.hasher import Hasher, check_texts
+from dhim_ray.hasher import Hasher
 from dhim_ray.retrieval.rerank import MAX_RERANK
 from dhim_ray.search import Searcher, SearchRequest
 

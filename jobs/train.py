@@ -37,7 +37,7 @@ from dhim_ray.config import DHIMConfig, FeatureConfig
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.encoding.encoder import Features, FrozenEncoder
 from dhim_ray.encoding.feature_store import FeatureStore, StoreWriter, check_cache_dir
-from dhim_ray.errors import CheckpointError, ConfigError, TrainingFailed, TrainingInterrupted
+from dhim_ray.errors import CheckpointError, ConfigError, TrainingFailed, TrainingInterrupted, first_line
 from dhim_ray.model.checkpoint import (
     STATE_META,
     load_checkpoint,
@@ -387,7 +387,7 @@ class RayTrain:
                 f"--resume {run_dir}"
             ) from None
         except Exception as exc:
-            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            first = first_line(exc, 300)
             raise TrainingFailed(f"Ray Train failed ({first}); finished epochs are in {run_dir}: fix the cause and "
                                  f"rerun with --resume {run_dir} (-v shows Ray's logs)") from exc
         finally:

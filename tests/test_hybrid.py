@@ -8,6 +8,8 @@ rerun that adds or drops it is refused before anything is written."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -210,6 +212,27 @@ def test_a_rerun_keeps_the_index_and_one_that_adds_or_drops_it_is_refused(ingest
 
 
 @pytest_slow
+def test_a_one_shot_search_loads_no_torch_and_finds_the_torch_hashers_hits(ingested, model_dir):
+    from dhim_ray.search import Searcher
+
+    target, _ = ingested
+    queries = [phrase(load_split(BBC).texts[30]), "oil prices rise as markets fall"]
+    with Searcher(model_dir, target) as s:  # hashed by the torch Hasher
+        expected = [[(h["id"], h["distance"]) for h in hits] for hits in s.search(queries, k=10)]
+    argv = ["search", *queries, "--model", str(model_dir), "--uri", target.uri, "--collection", target.collection,
+            "--json"]
+    code = ("import json, sys\nfrom dhim_ray.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n"
+            "    pass\nprint(json.dumps(sorted(m for m in ('torch', 'transformers') if m in sys.modules)))\n")
+    for run in ("makes the model's query graph (with torch)", "finds it cached"):
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        printed, heavy = done.stdout.strip().splitlines()[-2:]
+        found = [[(h["id"], h["distance"]) for h in q["hits"]] for q in json.loads(printed)]
+        assert found == expected, run
+    assert json.loads(heavy) == []
+
+
+@pytest_slow
 def test_cli_search_and_eval_through_milvus_take_the_mode(ingested, model_dir):
     from typer.testing import CliRunner
 
@@ -247,7 +270,7 @@ def test_eval_without_labels_scores_the_collection_as_in_memory(ingested, model_
     recall@k (its stored texts encoded again), the figure the in-memory eval gives for the same
     documents; a mode other than codes is refused in one line."""
     from dhim_ray.evaluate import evaluate_checkpoint
-    from dhim_ray.search import evaluate_in_milvus
+    from dhim_ray.evaluation import evaluate_in_milvus
 
     target, _ = ingested
     texts = load_split(CorpusSpec("bbc", "test")).texts[:40]

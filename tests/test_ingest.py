@@ -178,7 +178,7 @@ def test_search_own_text_returns_it_at_distance_zero(ingested, model_dir):
 
 def test_milvus_precision_equals_in_memory(ingested, model_dir):
     from dhim_ray.evaluate import evaluate_checkpoint
-    from dhim_ray.search import evaluate_in_milvus
+    from dhim_ray.evaluation import evaluate_in_milvus
 
     target, _ = ingested
     queries = CorpusSpec("bbc", "val", limit=60)
@@ -192,7 +192,7 @@ def test_queries_naming_some_of_the_classes_are_matched_by_name(ray_session, mod
     """A query file holding two of the collection's five classes numbers its labels 0..1 by
     itself; through Milvus they must be matched by name, as the in-memory eval does."""
     from dhim_ray.evaluate import evaluate_checkpoint
-    from dhim_ray.search import evaluate_in_milvus
+    from dhim_ray.evaluation import evaluate_in_milvus
 
     bbc = load_split(CorpusSpec("bbc"), "train")
     names = bbc.label_names
@@ -494,9 +494,10 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
     query's scores. Which codes tied at the (k x M)-th distance the store returns is its own
     choice, so the check re-ranks exactly the candidates the store returned."""
     from dhim_ray.evaluate import evaluate_checkpoint
+    from dhim_ray.evaluation import evaluate_in_milvus
     from dhim_ray.hasher import Hasher
     from dhim_ray.retrieval.rerank import agreement, rerank_topk
-    from dhim_ray.search import Searcher, evaluate_in_milvus
+    from dhim_ray.search import Searcher
 
     target, _ = ingested
     rows, db = stored(target)

@@ -100,8 +100,8 @@ def test_the_same_figures_in_memory_and_through_milvus(tmp_path, toy_folder, tin
     from dhim_ray.corpus.data import load_split
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.evaluate import WindowSpec, known_item_checkpoint
+    from dhim_ray.evaluation import known_item_in_milvus
     from dhim_ray.hasher import Hasher
-    from dhim_ray.search import known_item_in_milvus
 
     model = tiny_model
     split = load_split(CorpusSpec(str(toy_folder), "train"))

@@ -154,3 +154,11 @@ def test_importing_the_connector_loads_no_torch():
     loaded = loaded_by("import dhim_ray.connectors.milvus; import pymilvus")
     assert "pymilvus" in loaded
     assert "torch" not in loaded and "transformers" not in loaded
+
+
+def test_importing_what_a_search_runs_loads_no_torch():
+    """The one-shot search path (the command, the Searcher, the query graph) imports neither torch
+    nor transformers: they load only where something asks for them (a graph to make, a re-rank)."""
+    loaded = loaded_by("import dhim_ray.cli, dhim_ray.search, dhim_ray.graph_hasher, dhim_ray.model.checkpoint")
+    assert "dhim_ray" in loaded and "numpy" in loaded
+    assert "torch" not in loaded and "transformers" not in loaded

@@ -39,7 +39,7 @@ from dhim_ray.corpus.spec import (
     canonical_split,
     hub_preset,
 )
-from dhim_ray.errors import DataError, HubUnreachableError, UnknownDatasetError
+from dhim_ray.errors import DataError, HubUnreachableError, UnknownDatasetError, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ def _load_hub_dataset(name: str, path: str, config: str | None):
                 "copy; pass a local CSV/JSONL/Parquet file or folder instead, or the packaged corpus bbc"
             ) from exc
         raise UnknownDatasetError(
-            f"corpus {name!r} ({path}) could not be loaded from the hub: {str(exc).splitlines()[0][:200]}"
+            f"corpus {name!r} ({path}) could not be loaded from the hub: {first_line(exc)}"
         ) from exc
 
 
@@ -331,7 +331,7 @@ def _plan_file(path: Path) -> list[Shard]:
         try:
             meta = pq.ParquetFile(path).metadata
         except Exception as exc:
-            raise DataError(f"{path}: cannot be read as parquet ({str(exc).splitlines()[0][:200]})") from exc
+            raise DataError(f"{path}: cannot be read as parquet ({first_line(exc)})") from exc
         groups = list(range(meta.num_row_groups))
         out = []
         for i in range(0, len(groups), PARQUET_GROUPS_PER_SHARD):
@@ -517,7 +517,7 @@ def _batches(shard: Shard, columns: list[str], block_rows: int, strings: tuple[s
     except DataError:
         raise
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, ValueError) as exc:
-        raise DataError(f"{shard.path}: cannot be read as {shard.format} ({str(exc).splitlines()[0][:200]})") from exc
+        raise DataError(f"{shard.path}: cannot be read as {shard.format} ({first_line(exc)})") from exc
 
 
 def _json_batches(path: str, columns: list[str], strings: tuple[str, ...] = (), text: str | None = None) -> Iterator:

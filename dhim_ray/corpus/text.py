@@ -10,6 +10,8 @@ import re
 import unicodedata
 from typing import Literal
 
+from dhim_ray.errors import DataError
+
 Cleaning = Literal["unicode", "ascii"]
 CLEANINGS = ("unicode", "ascii")
 
@@ -78,3 +80,23 @@ def has_text(text: str, cleaning: Cleaning = "unicode") -> bool:
 def clean_and_truncate(text: str, max_words: int, cleaning: Cleaning = "unicode") -> str:
     """``clean_string`` then keep the first ``max_words`` whitespace words."""
     return " ".join(clean_string(text, cleaning).split()[:max_words])
+
+
+def check_texts(texts, features) -> list[str]:
+    """Every text must be a non-empty string after cleaning (say which is not): the texts
+    cleaned and cut to ``features.max_words`` (a FeatureConfig's), once, as the encoder reads them."""
+    if isinstance(texts, (str, bytes)) or not hasattr(texts, "__len__"):
+        raise DataError("texts: expected a list of strings")
+    prepared = []
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise DataError(f"text {i} is a {type(t).__name__}: expected a string")
+        prepared.append(clean_and_truncate(t, features.max_words, features.cleaning))
+        if not prepared[-1]:
+            raise empty_text(i, t)
+    return prepared
+
+
+def empty_text(i: int, text: str) -> DataError:
+    """The one error for text ``i`` with no words left after cleaning (the library, the CLI, the service)."""
+    return DataError(f"text {i} ({text[:30]!r}) is empty after cleaning: give some words to hash")

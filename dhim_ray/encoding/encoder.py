@@ -22,7 +22,7 @@ from dhim_ray.config import BACKENDS, DEFAULT_ENCODER, PRECISIONS, FeatureConfig
 from dhim_ray.corpus.text import clean_and_truncate
 from dhim_ray.encoding import onnx_runtime
 from dhim_ray.encoding.feature_store import FeatureStore, RowFile
-from dhim_ray.errors import EncoderError, EncoderUnreachableError
+from dhim_ray.errors import EncoderError, EncoderUnreachableError, first_line
 
 #: Positions past a document's end that the shipped DHIM head reads (its widest window's half).
 DEFAULT_REACH = ModelConfig().pad_reach
@@ -444,8 +444,7 @@ def _pretrained(loader, source: str, name: str):
                 f"pass a local encoder folder (config.json and weights), or leave the encoder out: the default "
                 f"{DEFAULT_ENCODER} needs no hub"
             ) from exc
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise EncoderError(f"encoder={name!r}: cannot be loaded ({first}); pass {hint}") from exc
+        raise EncoderError(f"encoder={name!r}: cannot be loaded ({first_line(exc)}); pass {hint}") from exc
 
 
 def check_width(model_config, name: str) -> None:

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from dhim_ray.errors import EncoderError
+from dhim_ray.folders import cache_folder
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +36,6 @@ def available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def cache_folder() -> Path:
-    """Where exported graphs are kept: $DHIM_RAY_CACHE, else $XDG_CACHE_HOME/dhim-ray, else
-    ~/.cache/dhim-ray (each under ``onnx/``)."""
-    root = os.environ.get("DHIM_RAY_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "dhim-ray")
-    return Path(root) / "onnx"
 
 
 def graph_key(fingerprint: str, precision: str, weights: str = "", model: torch.nn.Module | None = None) -> str:

@@ -12,13 +12,15 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from dhim_ray.config import DHIMConfig
-from dhim_ray.errors import CheckpointError, ConfigError
-from dhim_ray.model.dhim import DHIM
+from dhim_ray.errors import CheckpointError, ConfigError, first_line
+
+if TYPE_CHECKING:  # reading a checkpoint's config needs no torch (a one-shot search never loads it)
+    import torch
+
+    from dhim_ray.model.dhim import DHIM
 
 FORMAT = "dhim-ray/checkpoint"
 # 2: config.json always records weights_sha256 (version 1 files may lack it and load unchecked).
@@ -213,12 +215,13 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> tuple[DHIM, 
         state = load_file(str(path / WEIGHTS_FILE), device=map_location)
     except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
         raise CheckpointError(f"checkpoint {path}: {WEIGHTS_FILE} is corrupt ({exc}); train again or restore it") from exc
+    from dhim_ray.model.dhim import DHIM
+
     model = DHIM(info.config.model)
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise CheckpointError(f"checkpoint {path}: weights do not match its config ({first})") from exc
+        raise CheckpointError(f"checkpoint {path}: weights do not match its config ({first_line(exc)})") from exc
     return model.eval(), info.config, info
 
 
@@ -291,6 +294,7 @@ def load_training_state(
     Returns (progress, best weights or None). Raises CheckpointError if the folder
     holds no (or a broken) training state.
     """
+    import torch
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 

@@ -1,0 +1,157 @@
+"""A trained model's codes from its ONNX graph, with no torch: what a one-shot search loads.
+
+``load_query_hasher(model_dir)`` gives a ``GraphHasher``: the graph ``dhim-ray export`` writes
+(token ids to packed codes), its tokenizer and text spec, kept in the cache folder under the
+model's weights and made once per model and machine (with torch, seconds). A process that
+only hashes queries then starts without torch or transformers. Where a graph cannot stand
+in for the model (it encodes in another precision than fp32, its tokenizer has no
+tokenizer.json) it gives the torch ``Hasher``.
+
+    >>> hasher = load_query_hasher("runs/bbc-64")
+    >>> hasher.encode(["oil prices rise"])      # uint8 (1, 8): Hasher.encode's codes
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dhim_ray.codes import codes_to_bytes
+from dhim_ray.corpus.text import check_texts
+from dhim_ray.errors import DHIMRayError, first_line
+from dhim_ray.folders import cache_folder
+from dhim_ray.model.checkpoint import WEIGHTS_FILE, CheckpointInfo, file_sha256, read_checkpoint, verify_weights
+
+if TYPE_CHECKING:
+    from dhim_ray.hasher import Encoded, Hasher
+
+log = logging.getLogger(__name__)
+
+#: Bumped when what a cached query graph holds changes: older graphs are then made again.
+GRAPH_FORMAT = 1
+GRAPH, SPEC, TOKENIZER = "model.onnx", "model.json", "tokenizer.json"
+
+
+def graph_folder(info: CheckpointInfo, ort_version: str, folder: Path | None = None) -> Path:
+    """Where the query graph of the checkpoint ``info`` is cached: keyed by its weights, the
+    encoder it was trained on, ONNX Runtime's version and the graph format."""
+    weights = info.weights_sha256 or file_sha256(info.path / WEIGHTS_FILE)
+    text = f"{weights}|{info.encoder_fingerprint}|ort={ort_version}|format={GRAPH_FORMAT}"
+    return (folder or cache_folder()) / f"query-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
+
+
+def query_graph(info: CheckpointInfo, ort_version: str) -> Path:
+    """The folder holding the query graph of ``info``, exported (with torch) where it is not
+    cached yet; written under a temporary name and renamed when whole."""
+    target = graph_folder(info, ort_version)
+    if (target / GRAPH).is_file():
+        return target
+    from dhim_ray.export import export_codes_graph
+
+    log.info("preparing %s for searches without torch (once per model and machine)", info.path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".query-", dir=target.parent))
+    try:
+        export_codes_graph(info.path, work / GRAPH)
+        if not (work / TOKENIZER).is_file():
+            raise ValueError("its tokenizer has no tokenizer.json")
+        try:
+            os.rename(work, target)
+        except OSError:  # another process cached the same graph first
+            if not (target / GRAPH).is_file():
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+class GraphHasher:
+    """Text -> packed codes through a model's query graph (ONNX Runtime and ``tokenizers``):
+    ``Hasher.encode``'s codes. Pre-threshold scores and sentence vectors, which only the torch
+    model gives, load the ``Hasher`` on first use."""
+
+    def __init__(self, folder: Path, info: CheckpointInfo):
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        spec = json.loads((folder / SPEC).read_text())
+        self.info, self.config = info, info.config
+        options = ort.SessionOptions()
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(str(folder / GRAPH), options, providers=["CPUExecutionProvider"])
+        self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER))
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(int(spec["max_tokens"]))
+        self.pad_id = int(spec["pad_id"])
+        self._hasher: Hasher | None = None
+
+    @property
+    def model_id(self) -> str:
+        return self.info.model_id
+
+    @property
+    def n_bits(self) -> int:
+        return self.config.model.n_bits
+
+    @property
+    def n_bytes(self) -> int:
+        return self.n_bits // 8
+
+    @property
+    def hasher(self) -> Hasher:
+        """The torch ``Hasher`` of the same model, loaded on first use."""
+        if self._hasher is None:
+            from dhim_ray.hasher import Hasher
+
+            self._hasher = Hasher.load(self.info.path)
+        return self._hasher
+
+    def encode(self, texts: list[str] | str, batch_size: int = 64, progress: bool = False, scores: bool = False,
+               vectors: bool = False) -> np.ndarray | Encoded:
+        """Texts -> packed codes, uint8 (n, n_bits // 8), as ``Hasher.encode``; with ``scores``
+        or ``vectors``, the ``Hasher``'s ``Encoded``."""
+        if scores or vectors:
+            return self.hasher.encode(texts, batch_size, progress, scores, vectors)
+        prepared = check_texts([texts] if isinstance(texts, str) else texts, self.config.features)
+        codes = np.empty((len(prepared), self.n_bytes), dtype=np.uint8)
+        for start in range(0, len(prepared), batch_size):
+            ids = [e.ids for e in self.tokenizer.encode_batch(prepared[start : start + batch_size])]
+            input_ids = np.full((len(ids), max(map(len, ids))), self.pad_id, dtype=np.int64)
+            mask = np.zeros_like(input_ids)
+            for row, doc in enumerate(ids):
+                input_ids[row, : len(doc)], mask[row, : len(doc)] = doc, 1
+            feeds = {"input_ids": input_ids, "attention_mask": mask}
+            codes[start : start + len(ids)] = self.session.run(None, feeds)[0]
+        return codes
+
+    def encode_bytes(self, texts: list[str] | str, batch_size: int = 64) -> list[bytes]:
+        """Texts -> one ``bytes`` per text, ready for Milvus BINARY_VECTOR search or insert."""
+        return codes_to_bytes(self.encode(texts, batch_size), self.n_bits)
+
+
+def load_query_hasher(model_dir: str | Path) -> GraphHasher | Hasher:
+    """The model at ``model_dir`` as a ``GraphHasher`` where its graph can stand in for it, else
+    its ``Hasher``. The checkpoint is checked as ``Hasher.load`` checks it, and refused alike."""
+    info = read_checkpoint(model_dir)
+    verify_weights(info)
+    if info.config.features.precision == "fp32":
+        try:
+            import onnxruntime
+
+            return GraphHasher(query_graph(info, onnxruntime.__version__), info)
+        except DHIMRayError:
+            raise
+        except Exception as exc:  # an encoder the exporter cannot trace, a slow tokenizer: torch runs it
+            log.warning("%s: hashing with torch (no query graph: %s)", model_dir, first_line(exc))
+    from dhim_ray.hasher import Hasher
+
+    return Hasher.load(model_dir)
