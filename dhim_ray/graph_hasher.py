@@ -56,7 +56,7 @@ def query_graph(info: CheckpointInfo, ort_version: str) -> Path:
         return target
     from dhim_ray.export import export_codes_graph
 
-    log.info("preparing %s for searches without torch (once per model and machine)", info.path)
+    log.debug("preparing %s for searches without torch (once per model and machine)", info.path)
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".query-", dir=target.parent))
     try:
