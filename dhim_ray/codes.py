@@ -79,3 +79,20 @@ def bytes_to_codes(rows: list[bytes], n_bits: int) -> np.ndarray:
             size = len(row) if hasattr(row, "__len__") else "?"
             raise CodeFormatError(f"code {i} has {size} bytes: expected {n_bytes} for {n_bits} bits")
     return np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(rows), n_bytes).copy()
+
+
+class TextHasher:
+    """What every text-to-codes hasher shares (``Hasher``, ``GraphHasher``): the code width from
+    its ``config`` (a DHIMConfig) and ``encode_bytes`` over its ``encode``."""
+
+    @property
+    def n_bits(self) -> int:
+        return self.config.model.n_bits
+
+    @property
+    def n_bytes(self) -> int:
+        return self.n_bits // 8
+
+    def encode_bytes(self, texts: list[str] | str, batch_size: int = 64) -> list[bytes]:
+        """Texts -> one ``bytes`` per text, ready for Milvus BINARY_VECTOR search or insert."""
+        return codes_to_bytes(self.encode(texts, batch_size), self.n_bits)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dhim_ray.codes import codes_to_bytes
+from dhim_ray.codes import TextHasher
 from dhim_ray.corpus.text import check_texts
 from dhim_ray.errors import DHIMRayError, first_line
 from dhim_ray.folders import cache_folder
@@ -73,7 +73,7 @@ def query_graph(info: CheckpointInfo, ort_version: str) -> Path:
     return target
 
 
-class GraphHasher:
+class GraphHasher(TextHasher):
     """Text -> packed codes through a model's query graph (ONNX Runtime and ``tokenizers``):
     ``Hasher.encode``'s codes. Pre-threshold scores and sentence vectors, which only the torch
     model gives, load the ``Hasher`` on first use."""
@@ -97,14 +97,6 @@ class GraphHasher:
     @property
     def model_id(self) -> str:
         return self.info.model_id
-
-    @property
-    def n_bits(self) -> int:
-        return self.config.model.n_bits
-
-    @property
-    def n_bytes(self) -> int:
-        return self.n_bits // 8
 
     @property
     def hasher(self) -> Hasher:
@@ -132,10 +124,6 @@ class GraphHasher:
             feeds = {"input_ids": input_ids, "attention_mask": mask}
             codes[start : start + len(ids)] = self.session.run(None, feeds)[0]
         return codes
-
-    def encode_bytes(self, texts: list[str] | str, batch_size: int = 64) -> list[bytes]:
-        """Texts -> one ``bytes`` per text, ready for Milvus BINARY_VECTOR search or insert."""
-        return codes_to_bytes(self.encode(texts, batch_size), self.n_bits)
 
 
 def load_query_hasher(model_dir: str | Path) -> GraphHasher | Hasher:

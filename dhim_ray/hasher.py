@@ -10,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 from tqdm.auto import tqdm
 
-from dhim_ray.codes import codes_to_bytes
+from dhim_ray.codes import TextHasher
 from dhim_ray.config import DHIMConfig
 from dhim_ray.corpus.text import check_texts
 from dhim_ray.encoding.encoder import DIGEST_FIELD, Features, FrozenEncoder, encoder_identity
@@ -71,7 +71,7 @@ def check_encoder(info: CheckpointInfo, encoder: str, fingerprint: str, hidden_s
         )
 
 
-class Hasher:
+class Hasher(TextHasher):
     """Text -> packed binary codes with a trained DHIM model and its frozen encoder.
 
     Example:
@@ -117,14 +117,6 @@ class Hasher:
         check_encoder(info, features.encoder, *encoder_identity(features))
         return info
 
-    @property
-    def n_bits(self) -> int:
-        return self.config.model.n_bits
-
-    @property
-    def n_bytes(self) -> int:
-        return self.n_bits // 8
-
     def _batches(self, texts: list[str] | str, batch_size: int) -> tuple[int, Iterator[tuple[np.ndarray, Features]]]:
         """(number of texts, (row indices, features) one encoder pass at a time), the texts
         checked first. Each pass is sorted by length and as wide as its longest document plus
@@ -163,7 +155,3 @@ class Hasher:
     def score_features(self, feats: Features) -> tuple[np.ndarray, np.ndarray]:
         """(packed codes, pre-threshold scores) of cached features: see ``encode(..., scores=True)``."""
         return score_features(self.model, feats, device=self.encoder.device)
-
-    def encode_bytes(self, texts: list[str] | str, batch_size: int = 64) -> list[bytes]:
-        """Texts -> one ``bytes`` per text, ready for Milvus BINARY_VECTOR search or insert."""
-        return codes_to_bytes(self.encode(texts, batch_size), self.n_bits)

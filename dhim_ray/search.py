@@ -34,6 +34,7 @@ from dhim_ray.connectors.milvus import (
 )
 from dhim_ray.corpus.text import empty_text, has_text, not_text
 from dhim_ray.errors import CollectionMismatchError, ConfigError, DataError, StoreError
+from dhim_ray.model.checkpoint import read_checkpoint
 from dhim_ray.retrieval.fusion import Fusion, check_mode, fuse
 from dhim_ray.retrieval.rerank import check_rerank, rerank
 
@@ -50,8 +51,6 @@ def find_collection(model_dir: str | Path, uri: str, token_env: str = "MILVUS_TO
     uses when it is given no collection name. None or several: a StoreError or
     ConfigError that says what is there. ``release_file=False`` leaves a milvus-lite file's
     server up for the Searcher that opens it next (one start instead of two)."""
-    from dhim_ray.model.checkpoint import read_checkpoint
-
     model = hasher or read_checkpoint(model_dir)  # its id and width
     client, found = connect(uri, token_env=token_env, create=False), []
     try:
