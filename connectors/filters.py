@@ -1,29 +1,7 @@
-"""A user's filter expression, parsed into our own tree and re-emitted from it for Milvus.
-
-Milvus does not guard itself against all of a filter: milvus-lite 2.5.1's server process dies
-on an integer divided by zero (also one it reads as zero, such as a digit that is not ASCII)
-or on the most negative integer divided by -1, runs the text after an escape its lexer
-refuses, and holds every client on a ``like`` pattern of thousands of wildcards. So a filter
-is never passed on as written: it is parsed with the grammar below, refused in one line where
-it leaves it, and what Milvus runs is the canonical text of the tree (``Filter.text``), which
-holds nothing the parse did not see::
-
-    expr    := or
-    or      := and (("or" | "||") and)*
-    and     := not (("and" | "&&") not)*
-    not     := ("not" | "!") not | pred        (sent to Milvus without 'not' where it can be)
-    pred    := value [cmp value [cmp value]] | value ["not"] "in" list | field "like" string
-             | field "is" ["not"] "null"
-    value   := term (("+" | "-") term)*
-    term    := factor ("*" factor | ("/" | "%") positive-integer)*
-    factor  := number | string | "true" | "false" | field | function "(" args ")" | "(" expr ")"
-    field   := name ("[" (string | integer) "]")*
-
-Numbers are ASCII digits (integers within int64), strings take the escapes ``\\\\``, ``\\"``
-and ``\\'`` and no control character, names are ASCII. What passes can still be refused by
-Milvus (a type it will not compare): that refusal is mapped to the same one line by the
-connector (``refused_by_milvus``), never to an outage.
-"""
+"""A user's filter expression parsed into our own tree (``parse_filter``) and re-emitted from it
+(``Filter.text``): Milvus never runs the text as typed. The grammar, and the inputs that kill
+milvus-lite that it refuses, are in docs/guarantees.md; a filter Milvus still
+refuses (a type it will not compare) is mapped to one line by ``refused_by_milvus``."""
 
 from __future__ import annotations
 

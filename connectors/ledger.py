@@ -1,13 +1,8 @@
-"""Which code collections an ingest has finished: a small collection, ``dhim_ray_ingests``,
-beside them in the same Milvus, one row per code collection.
-
-An ingest marks its collection ``writing`` before its first row and ``verified`` once the
-collection's count matches the source's, so a search can say that what it searches is
-incomplete (an interrupted ingest, or one still running) instead of answering as if it were
-whole. A collection the ledger does not know (made before it, or by another tool) is taken
-as it is, without a word. Milvus cannot change a collection's own description once made
-(and milvus-lite has no collection properties), hence a collection of its own.
-"""
+"""Which code collections an ingest has finished: one row per code collection in a small
+collection, ``dhim_ray_ingests``, beside them (Milvus cannot change a collection's description).
+An ingest marks its collection ``writing`` before its first row and ``verified`` once the count
+matches the source's, so a search can say that what it reads is incomplete; a collection the
+ledger does not know is taken as it is."""
 
 from __future__ import annotations
 

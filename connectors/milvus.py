@@ -1,28 +1,9 @@
 """Milvus connector for packed binary codes (pymilvus + numpy; never torch).
 
-A code collection holds one row per document:
-
-    id      INT64 primary key, deterministic from (source, split, row)
-    code    BINARY_VECTOR(n_bits), HAMMING metric
-    label   INT64 (-1 when the source has no label)
-    label_name  VARCHAR the label's name where the source names its labels (string labels,
-            a ClassLabel), else ""; collections made before it existed lack it and still work
-    text    VARCHAR preview of the document (first ``TEXT_PREVIEW`` characters)
-    source  VARCHAR corpus and split, e.g. "dbpedia:train"
-    row     INT64 row number in that source
-    key     VARCHAR the document's own id from the source's id column (ingest --id-column),
-            else ""; collections made before it existed lack it and still work
-    digest  INT64 a hash of what the row was made from (its whole text, label, ids, kept
-            columns): a rerun neither encodes nor writes a row stored as it is; collections
-            made before it existed lack it (a rerun encodes every row again)
-    text_sparse  SPARSE_FLOAT_VECTOR, only in a collection with a text index: Milvus' own BM25
-            function over ``text`` fills it on every upsert (SPARSE_INVERTED_INDEX, metric BM25)
-
-The collection description stores JSON metadata (format, n_bits, model id) so an
-existing collection with another width, metric or model is refused, not mixed.
-milvus-lite (a local ``.db`` file) takes one process per file and BIN_FLAT only;
-a server (``http://host:19530``) takes many writers and BIN_IVF_FLAT.
-"""
+One row per document (``id``, ``code`` BINARY_VECTOR with HAMMING, ``label``, ``label_name``,
+``text``, ``source``, ``row``, ``key``, ``digest``, and ``text_sparse`` where BM25 is kept: the
+fields are documented in docs/ingest-and-search.md); the collection's description holds JSON
+(format, n_bits, model id), so a collection of another width, metric or model is refused."""
 
 from __future__ import annotations
 
@@ -358,15 +339,12 @@ def _fields_are_ours(fields: list[dict]) -> bool:
 
 @dataclass
 class CodeCollection:
-    """One code collection: a client, the collection's name and the timeout of every call,
-    bound once (``MilvusTarget.bind(client)``). Methods are pymilvus' own calls with the
-    name and timeout filled in, and dhim-ray's checks around them.
+    """One code collection bound to a client, its name and a timeout (``target.bind(client)``):
+    pymilvus' calls with those filled in, and dhim-ray's checks around them.
 
         >>> coll = target.bind(client)
         >>> coll.ensure(64, model_id)
-        >>> coll.upsert(code_rows({"id": ids, "code": codes, "text": texts, "row": rows}, 64, source))
-        >>> coll.search(codes, 64, k=10)
-    """
+        >>> coll.search(codes, 64, k=10)"""
 
     client: Any
     name: str

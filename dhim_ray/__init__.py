@@ -1,21 +1,10 @@
 """dhim-ray: semantic hashing of documents with DHIM (Deep Hash InfoMax).
 
-Layers, each importing only those before it:
-
-- ``dhim_ray.*`` (this folder): the library, torch and numpy; never Ray or pymilvus.
-- ``dhim_ray.connectors``: Milvus (pymilvus, numpy); never torch.
-- ``dhim_ray.search``: the application API, library + connector, no Ray.
-- ``dhim_ray.jobs``: the Ray programs (Ray Train, Ray Data ingest, the demo).
-- ``dhim_ray.cli``: the ``dhim-ray`` command, imported by nothing.
-
     >>> from dhim_ray import Hasher, Searcher
     >>> codes = Hasher.load("runs/bbc-64").encode(["a document"])   # np.uint8 (1, 8), MSB first
-    >>> with Searcher.open("runs/bbc-64", "dhim_ray.db", "bbc_64") as s:
-    ...     hits = s.search(["oil prices rise"], k=10)
 
-Names are imported lazily so that ``import dhim_ray.codes`` (used by the Milvus
-connector) does not load torch, and ``import dhim_ray`` loads neither.
-"""
+The layers (library, connectors, search, jobs, cli) are in CONTRIBUTING.md. Names are imported
+lazily: ``import dhim_ray`` loads neither torch nor pymilvus."""
 
 from __future__ import annotations
 

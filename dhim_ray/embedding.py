@@ -1,25 +1,9 @@
-"""A DHIM model behind pymilvus' embedding-function interface, for Milvus users' own code.
+"""A DHIM model behind pymilvus' embedding-function interface (``encode_documents``,
+``encode_queries``, ``dim``): each text becomes its packed code as ``bytes``, the value a
+``BINARY_VECTOR`` field takes with the ``HAMMING`` metric. No pymilvus import here.
 
-pymilvus' model library (``pymilvus.model``) names what an embedding function offers:
-``encode_documents``, ``encode_queries``, ``dim`` and calling it. This class offers the same
-for a ``BINARY_VECTOR`` field: each text becomes its packed code as ``bytes`` (most
-significant bit first, ``dim`` bits), the value pymilvus inserts and searches with the
-``HAMMING`` metric. No pymilvus import here: the values are plain bytes.
-
-    >>> from pymilvus import MilvusClient, DataType
     >>> ef = DHIMEmbeddingFunction("runs/bbc-64")
-    >>> client = MilvusClient("docs.db")
-    >>> schema = client.create_schema(auto_id=True)
-    >>> schema.add_field("id", DataType.INT64, is_primary=True)
-    >>> schema.add_field("code", DataType.BINARY_VECTOR, dim=ef.dim)
-    >>> schema.add_field("text", DataType.VARCHAR, max_length=4096)
-    >>> index = client.prepare_index_params()
-    >>> index.add_index("code", index_type="BIN_FLAT", metric_type="HAMMING")
-    >>> client.create_collection("docs", schema=schema, index_params=index)
-    >>> client.insert("docs", [{"code": c, "text": t} for c, t in zip(ef.encode_documents(texts), texts)])
-    >>> client.search("docs", data=ef.encode_queries(["oil prices"]), anns_field="code", limit=5,
-    ...               output_fields=["text"])
-"""
+    >>> client.search("docs", data=ef.encode_queries(["oil prices"]), anns_field="code", limit=5)"""
 
 from __future__ import annotations
 

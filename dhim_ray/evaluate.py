@@ -1,13 +1,7 @@
-"""Evaluation, written once: precision@k of query codes against a database of codes,
-wherever the database lives (no Ray, no Milvus).
-
-``CodeDatabase`` is the one difference between the evaluations: codes hashed in memory
-(``InMemoryCodes``, for ``evaluate_checkpoint`` and the hashing baselines) or a Milvus
-collection (dhim_ray.evaluation.MilvusCodes, for ``evaluate_in_milvus``). ``evaluate_codes``
-scores both the same way: precision@k under both tie rules and, with ``rerank`` m > 1,
-the precision of the k x m candidates re-ranked. Without labels eval scores how many of
-each query's cosine neighbours the codes find (``label_free_scores``).
-"""
+"""Precision@k of query codes against a ``CodeDatabase``, wherever it lives: codes hashed in
+memory (``InMemoryCodes``) or a Milvus collection (dhim_ray.evaluation.MilvusCodes), scored the
+same way by ``evaluate_codes`` (both tie rules; re-ranked with ``rerank`` m > 1; label-free
+cosine-neighbour recall without labels). No Ray, no Milvus."""
 
 from __future__ import annotations
 

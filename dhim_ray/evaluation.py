@@ -1,18 +1,8 @@
-"""The eval command's request and its one entry point.
+"""The eval command's request (``EvalRequest``, checked when made) and its one entry point.
 
-    >>> from dhim_ray import CorpusSpec
-    >>> from dhim_ray.evaluation import EvalRequest, evaluate
     >>> request = EvalRequest("runs/bbc-64", database=CorpusSpec.parse("bbc:train"),
     ...                       queries=CorpusSpec.parse("bbc:val"), baselines=("itq",))
-    >>> [r["precision_at_k"] for r in evaluate(request)]   # the model's, then ITQ's
-
-A request says what to measure (``task``: topic or known-item), of what (a model, baselines,
-or both) and where (in memory against a ``database`` corpus, or in a Milvus ``collection``). It
-is checked once, when made: every refusal is a ConfigError whose message names the field
-(``bits=64: applies to baseline=NAME only; ...``). It joins the in-memory evaluators
-(dhim_ray.evaluate) and holds the ones that read a Milvus collection through a ``Searcher``
-(``evaluate_in_milvus``, ``known_item_in_milvus``); it never imports Ray.
-"""
+    >>> [r["precision_at_k"] for r in evaluate(request)]   # the model's, then ITQ's"""
 
 from __future__ import annotations
 
@@ -52,15 +42,11 @@ def _shown(spec: CorpusSpec) -> str:
 
 @dataclass(frozen=True)
 class EvalRequest:
-    """One evaluation. ``model_dir``: a checkpoint; ``baselines``: names from
-    dhim_ray.retrieval.baselines (``bits``, ``encoder``, ``max_words`` apply to them only; beside
-    a model they default to its width and features);
-    ``database`` and ``queries``: corpora (in memory), or ``collection``: a Milvus target whose
-    rows are the database (``nprobe``, ``mode`` and ``fusion`` apply there only). ``task``
-    topic: precision@``k`` by labels (cosine-neighbour recall@k without them); known-item:
-    ``windows`` of words cut from documents, each to find its own (``queries`` optional: the
-    windows come from its documents, added to the database). ``rerank`` m > 1: a model's
-    k x m Hamming candidates re-ranked. ``curves``: precision (recall) at every k, for a plot."""
+    """One evaluation: a ``model_dir`` and/or ``baselines``, scored against a ``database`` corpus
+    (in memory) or a Milvus ``collection``, on ``task`` topic (precision@k; cosine-neighbour
+    recall without labels) or known-item (``windows`` cut from documents). ``bits``, ``encoder``,
+    ``max_words`` apply to baselines; ``nprobe``, ``mode``, ``fusion`` to a collection; ``rerank`` m
+    re-ranks k x m candidates; ``curves`` gives precision at every k. See docs/evaluation.md."""
 
     model_dir: str | Path | None = None
     baselines: tuple[str, ...] = ()

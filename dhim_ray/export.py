@@ -1,14 +1,8 @@
-"""One ONNX graph from token ids to packed codes: ``dhim-ray export MODEL --out model.onnx``.
-
-The graph holds the frozen encoder, the DHIM head, the threshold and the bit packing;
-inputs ``input_ids`` and ``attention_mask`` (int64, (batch, tokens), as the tokenizer
-beside it pads them), output ``codes`` (uint8, (batch, n_bits / 8), most significant bit
-first): the same codes as ``Hasher.encode`` (for a model that encodes in fp32, the default;
-the graph computes in float32 whatever the model's precision). An application in any language with ONNX
-Runtime and a WordPiece tokenizer hashes its own queries with it and searches Milvus.
-Beside the graph: the tokenizer's files and ``<name>.json``, the text rules (the cleaning
-and word limit the tokenizer's input gets) and the code width.
-"""
+"""One ONNX graph from token ids to packed codes (``dhim-ray export MODEL --out model.onnx``):
+encoder, DHIM head, threshold and bit packing in float32. Inputs ``input_ids`` and
+``attention_mask`` (int64, (batch, tokens)); output ``codes`` (uint8, (batch, n_bits / 8), MSB
+first), ``Hasher.encode``'s codes for an fp32 model. Beside it: the tokenizer and
+``<name>.json`` (cleaning, word limit, code width). docs/serve.md shows it from other languages."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
-"""A trained model's codes from its ONNX graph, with no torch: what a one-shot search loads.
+"""A model's codes from its ONNX graph with no torch: what a one-shot search loads. The graph is
+made once per model and machine in the cache folder; where it cannot stand in for the model
+(another precision than fp32, no tokenizer.json) ``load_query_hasher`` gives the torch Hasher.
 
-``load_query_hasher(model_dir)`` gives a ``GraphHasher``: the graph ``dhim-ray export`` writes
-(token ids to packed codes), its tokenizer and text spec, kept in the cache folder under the
-model's weights and made once per model and machine (with torch, seconds). A process that
-only hashes queries then starts without torch or transformers. Where a graph cannot stand
-in for the model (it encodes in another precision than fp32, its tokenizer has no
-tokenizer.json) it gives the torch ``Hasher``.
-
-    >>> hasher = load_query_hasher("runs/bbc-64")
-    >>> hasher.encode(["oil prices rise"])      # uint8 (1, 8): Hasher.encode's codes
-"""
+    >>> load_query_hasher("runs/bbc-64").encode(["oil prices rise"])   # uint8 (1, 8)"""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
-"""The application API: search a Milvus code collection with texts.
+"""The application API: search a Milvus code collection with texts (library + connector, no Ray;
+``Searcher.open`` hashes through the model's graph, so it never loads torch).
 
-    >>> from dhim_ray import Searcher
     >>> with Searcher.open("runs/dbpedia-64", "dhim_ray.db", "dbpedia_64") as s:
-    ...     hits = s.search(["a football club in spain"], k=10)[0]
-    >>> hits[0]   # {"id", "distance", "label", "label_name", "text", "source", "row", "key"}
-
-It joins the library (the model hashes the queries) and the Milvus connector; it
-never imports Ray. ``Searcher.open`` hashes through the model's graph
-(dhim_ray.graph_hasher), so a process that only searches never loads torch.
-"""
+    ...     hits = s.search(["a football club in spain"], k=10)[0]"""
 
 from __future__ import annotations
 
@@ -128,15 +122,11 @@ class SearchResult:
 
 
 class Searcher:
-    """Text search over a Milvus code collection with the model it was ingested with.
+    """Text search over a Milvus code collection with the model it was ingested with; on open it
+    checks the collection exists, holds codes of the model's width and names this model.
 
-    Checks on open: the collection exists, holds codes of the model's width and was
-    ingested with this model (its id is stamped on the collection).
-
-    Example:
         >>> s = Searcher("runs/bbc-64", MilvusTarget("dhim_ray.db", "bbc_64"))
-        >>> s.search(["oil prices rise"], k=5)[0][0]   # {"id", "distance", "label", "text", ...}
-    """
+        >>> s.search(["oil prices rise"], k=5)[0][0]   # {"id", "distance", "label", "text", ...}"""
 
     def __init__(self, model_dir: str | Path, target: MilvusTarget, index: IndexSpec | None = None,
                  hasher: Hasher | GraphHasher | None = None, nprobe: int | None = None):
@@ -232,16 +222,10 @@ class Searcher:
     def search(self, texts: list[str] | str, k: int = 10, rerank: int = 1, filter: str | None = None,
                max_distance: int | None = None, mode: str | None = None,
                fusion: Fusion | None = None) -> list[list[dict[str, Any]]]:
-        """The k best rows per text. ``mode`` codes: by Hamming distance, or (``rerank`` m > 1)
-        the k x m nearest re-ranked by agreement with the query's pre-threshold scores (each hit
-        then carries its ``rerank_score``). ``mode`` text: by Milvus' BM25 over the
-        stored text (hits carry ``bm25``). ``mode`` hybrid: both lists fused (``fusion``, see
-        dhim_ray.retrieval.fusion). Default: hybrid where the collection has a text index.
-        Every hit carries its Hamming ``distance``.
-
-        ``filter``: a Milvus boolean expression over the stored fields (``label == 3``,
-        ``key in ["a", "b"]``); only rows it holds for are searched. ``max_distance`` R:
-        every row within R bits, nearest first, at most k of them (a radius search; codes only)."""
+        """The k best rows per text, each with its Hamming ``distance``. ``mode``: codes (``rerank`` m > 1
+        re-ranks k x m), text (BM25, ``bm25``) or hybrid (fused by ``fusion``; the default where the
+        collection keeps a text index). ``filter``: a boolean expression over stored fields;
+        ``max_distance`` R: rows within R bits, nearest first (codes only). See docs/ingest-and-search.md."""
         request = SearchRequest(texts, k=k, rerank=rerank, filter=filter, max_distance=max_distance, mode=mode)
         return self.run(request, fusion=fusion).hits
 

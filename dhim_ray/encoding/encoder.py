@@ -98,16 +98,9 @@ def weights_digest(folder: str | Path) -> str:
 
 @dataclass
 class Features:
-    """Frozen encoder outputs for n documents.
-
-    tokens: (n, T, H) float16, the last hidden layer without the [CLS] position.
-    mask:   (n, T) bool, True at word positions (not [SEP], not [PAD]).
-    cls:    (n, H) float32, the [CLS] vector.
-    mean:   (n, H) float32, mean over all non-pad tokens (sentence-transformers pooling).
-
-    tokens, cls and mean are numpy arrays, or ``RowFile`` views of a FeatureStore on
-    disk that read only the rows a batch indexes (``take`` returns arrays either way).
-    """
+    """Frozen encoder outputs for n documents: ``tokens`` (n, T, H) float16 without [CLS], ``mask``
+    (n, T) True at words, ``cls`` and ``mean`` (n, H) float32; numpy arrays, or ``RowFile`` views of
+    a FeatureStore that read only the rows indexed (``take`` returns arrays either way)."""
 
     tokens: np.ndarray | RowFile
     mask: np.ndarray
@@ -324,15 +317,10 @@ class FrozenEncoder:
     @torch.inference_mode()
     def iter_batches(self, texts: list[str], batch_size: int = 64, on_device: bool = False,
                      tokenised: bool = False, prepared: bool = False) -> Iterator[tuple[np.ndarray, Features]]:
-        """(row indices into ``texts``, their Features) one encoder pass at a time, longest
-        documents first (SORT_CHUNK texts sorted together), each batch's features only as
-        wide as its longest document plus ``reach``: what the DHIM head needs, and no more.
-
-        ``on_device`` (the torch backend): tokens and mask stay torch tensors on the encoder's
-        device, for a head on the same device (hashing on a GPU never copies the token states
-        to the host and back); cls and mean are numpy either way. ``tokenised``: ``texts``
-        are already ``token_ids`` (cleaned and tokenised elsewhere, e.g. on CPU tasks feeding
-        a GPU); ``prepared``: ``texts`` are already cleaned and cut to max_words."""
+        """(row indices, their Features) one encoder pass at a time, longest documents first, each
+        batch only as wide as its longest document plus ``reach``. ``on_device``: tokens and mask stay
+        torch tensors on the encoder's device; ``tokenised``: ``texts`` are already ``token_ids``;
+        ``prepared``: already cleaned and cut to max_words."""
         step = max(batch_size, SORT_CHUNK)
         for start in range(0, len(texts), step):
             chunk = texts[start : start + step]

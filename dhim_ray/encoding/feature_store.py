@@ -1,18 +1,9 @@
-"""Frozen features on disk: written once in batches, read back row by row (numpy only).
+"""Frozen features on disk (numpy only): ``.npy`` files filled batch by batch while the encoder
+runs and read back with ``pread`` as ``RowFile`` arrays, so a batch costs its own rows in memory
+and a Ray worker (a ``RowFile`` pickles as its path) reads only its shard.
 
-A corpus' token features are (n, T, H) float16: 100k short documents take ~4 GB,
-DBpedia's 560k ~21 GB. A ``FeatureStore`` folder keeps them as plain ``.npy`` files
-(tokens, mask, cls, mean) that are filled batch by batch while the encoder runs and
-read back with ``pread`` as ``RowFile`` arrays, so a training batch costs its own
-rows in memory and nothing more: no memory map grows the process, the operating
-system's page cache does the caching. A ``RowFile`` pickles as its path and row
-range, so a Ray worker opens the same store and reads only its shard.
-
-    store = FeatureStore.create(folder, n=len(texts), n_tokens=50, hidden=384)
-    store.writer().write(0, tokens, mask, cls, mean)   # any process, any order, disjoint rows
-    store.finish(**meta)                               # atomic: the folder appears complete
-    feats = FeatureStore.open(folder).features(in_memory=False)
-"""
+    >>> store = FeatureStore.create(folder, n=len(texts), n_tokens=50, hidden=384)
+    >>> feats = FeatureStore.open(folder).features(in_memory=False)"""
 
 from __future__ import annotations
 

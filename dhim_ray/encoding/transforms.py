@@ -1,17 +1,7 @@
-"""Sentence-vector whitening fitted on a corpus (torch; no Ray).
-
-Frozen BERT-family sentence vectors sit in a narrow, anisotropic cone, so cosine
-similarity between them is dominated by a few directions. ``Whitening`` (BERT-whitening,
-Su et al. 2021; WhiteningBERT, Huang et al. 2021) maps them to an isotropic space:
-z = (x - mu) V Lambda^(-1/2), principal axes in order of variance, optionally truncated to
-the first k. (BERT-flow, an invertible map to N(0, I), was measured and retired:
-docs/experiments.md.)
-
-It is an ``nn.Module`` whose fitted state is buffers: a DHIM model that uses it
-(``ModelConfig.target_transform``) holds it as a submodule, so it is saved, verified and
-reloaded with the model's weights. ``transform(x)`` applies it to a numpy array, chunk by
-chunk.
-"""
+"""Sentence-vector whitening fitted on a corpus (BERT-whitening, Su et al. 2021; torch, no Ray):
+z = (x - mu) V Lambda^(-1/2), axes by variance, optionally the first k. ``Whitening`` is an
+``nn.Module`` whose state is buffers, so a model that uses it (``model.target_transform``)
+saves and verifies it with its weights; ``transform(x)`` applies it to numpy, chunk by chunk."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""The DHIM hashing head (torch only; no Ray, no Milvus).
-
-Frozen encoder features in, binary codes out:
-
-    tokens (B, T, H) --conv w in windows, ReLU--> h (B, T, K*|windows|)
-    h --linear--> local logits (B, T, bits);  global logit = masked mean over T
-    logits --Bernoulli(sigmoid(logit / alpha)), straight-through--> codes in {0, 1}
-
-Training maximises JSD MI between each document's global code and its own local
-codes against other documents' locals, plus ``beta`` x MI between the global code
-and a code of a sentence-level target ([CLS] or the mean-pooled vector).
-"""
+"""The DHIM hashing head (torch only): token features -> windowed convolutions -> local logits
+per position, global logit = their masked mean -> Bernoulli(sigmoid(logit / alpha)) codes with
+a straight-through gradient. Training maximises the JSD MI between a document's global code
+and its own local codes, plus ``beta`` x MI with a sentence-level target (docs/training.md)."""
 
 from __future__ import annotations
 
@@ -132,19 +124,10 @@ class DHIM(nn.Module):
         gather=None,
         pairs: torch.Tensor | None = None,
     ) -> DHIMOutput:
-        """Training loss for a batch.
-
-        Args:
-            tokens: (n, T, H) token features, [CLS] excluded.
-            mask: (n, T) bool, True for word positions.
-            target: (n, H) regulariser target ([CLS] or mean-pooled), or None.
-            beta: weight of the regulariser MI term.
-            gather: optional callable (n, bits) -> ((N, bits), own_index (n,))
-                that all-gathers global codes across workers with autograd, so
-                negatives span the whole global batch. None: this batch only.
-            pairs: optional (n, n) bool over this batch: extra positives (e.g. a
-                document and one of its nearest neighbours) besides its own codes.
-        """
+        """Training loss for a batch: ``tokens`` (n, T, H), ``mask`` (n, T) True at words, ``target``
+        (n, H) or None, ``beta`` the regulariser's weight. ``gather``: all-gathers global codes across
+        workers with autograd (negatives span the global batch; None: this batch); ``pairs``: (n, n)
+        bool extra positives."""
         cfg = self.config
         positions = self._positions(mask)
         local = self.local_logits(tokens)  # (n, T, bits)

@@ -34,15 +34,9 @@ def to_tensors(
     crop: int = 0,
     rng: np.random.Generator | None = None,
 ):
-    """Batch of cached features -> (tokens (B,T,H) float32, mask (B,T), target (B,H) or None).
-
-    trim: if not None, cut trailing positions that are padding in every document of
-        the batch, keeping ``trim`` positions past the last word (the convolutions'
-        reach), so codes do not change; only valid when padding is masked out (the
-        paper's code counts padding as words).
-    crop: if > 0, keep a random window of ``crop`` word positions per document
-        (training augmentation for long documents; needs ``rng``).
-    """
+    """Cached features -> (tokens (B,T,H) float32, mask (B,T), target (B,H) or None). ``trim``: cut
+    padding past the last word but ``trim`` positions (codes unchanged where padding is masked);
+    ``crop`` > 0: a random window of that many word positions per document (needs ``rng``)."""
     mask_np = feats.mask[idx]
     tok_np = feats.tokens[idx]  # a numpy array, or the batch's rows read from a FeatureStore
     if crop:

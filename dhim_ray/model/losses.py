@@ -18,20 +18,10 @@ def jsd_mi(
     valid: torch.Tensor,
     score_sigmoid: bool = False,
 ) -> torch.Tensor:
-    """Jensen-Shannon MI lower bound: E_pos[-softplus(-s)] - E_neg[softplus(s)].
-
-    Args:
-        scores: (n, N, T) discriminator scores of n documents' T local codes
-            against the N global codes of the batch.
-        positive: (n, N) bool, True where the global code is the document's own.
-        valid: (n, T) bool, the local positions that are words.
-        score_sigmoid: the reference code's quirk: squash scores with a sigmoid
-            first, which bounds the objective (and admits the all-zero solution).
-    Returns:
-        scalar MI estimate. Positives are averaged over every valid (document,
-        position); negatives over every valid local code of the *other*
-        documents, so each document's negatives weigh 1/(N-1).
-    """
+    """Jensen-Shannon MI lower bound, E_pos[-softplus(-s)] - E_neg[softplus(s)], over ``scores``
+    (n, N, T) of n documents' local codes against N global codes; ``positive`` (n, N) marks each
+    document's own, ``valid`` (n, T) its words; each document's negatives weigh 1/(N-1).
+    ``score_sigmoid``: the reference code's squash (bounded, admits the all-zero solution)."""
     if score_sigmoid:
         scores = torch.sigmoid(scores)
     weight = valid[:, None, :].to(scores.dtype)  # (n, 1, T)

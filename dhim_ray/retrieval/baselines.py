@@ -1,12 +1,7 @@
-"""Classic unsupervised hashing on the same frozen sentence vectors (numpy; whitening uses
-dhim_ray.encoding.transforms, torch), and the float references they are measured against
-(FLOAT_BASELINES: cosine kNN on the unhashed vectors).
-
-Each baseline is fitted on the database's vectors, then hashes any vectors to
-packed codes. whitening-sign is BERT-whitening + sign of the first n_bits whitened
-dims: the same bits as pca-sign (whitening only rescales each principal axis, which
-does not change a sign), kept under its own name as the literature's baseline.
-"""
+"""Classic unsupervised hashing on the same frozen sentence vectors (numpy; whitening through
+dhim_ray.encoding.transforms), and the float references (``FLOAT_BASELINES``, cosine kNN).
+Each is fitted on the database's vectors; whitening-sign gives pca-sign's bits, kept under
+the literature's name."""
 
 from __future__ import annotations
 

@@ -1,22 +1,10 @@
-"""One ranking from two lists: the codes' (Hamming distance, the topic) and the text index's
-(Milvus' BM25 over the stored text, the words). Pure Python over hit dicts: no store here.
+"""One ranking from two lists: the codes' (Hamming, the topic) and BM25's (the words); pure
+Python over hit dicts. Fusions read positions only, never the scores, whose directions differ.
+``phrase`` (default, ``phrase:5``): the text list's first ``depth`` hits holding ``PHRASE_COVER``
+of the query's words go first, then the codes' list; ``head``: those hits ungated; ``rrf``:
+reciprocal rank fusion (measured in BENCHMARKS.md, "One search for both tasks").
 
-The codes know the topic and cannot find the one document a phrase came from; BM25 finds it
-and ranks topic neighbours worse. The fusions read positions only (never the raw scores, whose
-directions differ: a distance falls as a match improves, BM25 rises), so none can rank by the
-wrong direction:
-
-- ``phrase`` (the default, ``phrase:5``): of the text list's first ``depth`` hits, those whose
-  stored text holds at least ``PHRASE_COVER`` of the query's distinct words go first, then the
-  codes' list without them. A phrase's document holds its words and tops the list; a topic query
-  (a whole document, a few topic words) rarely has such a hit and gets the codes' own order.
-  Measured in BENCHMARKS.md ("One search for both tasks").
-- ``head``: the text list's first ``depth`` hits first, ungated.
-- ``rrf``: reciprocal rank fusion, each hit scored sum 1 / (c + rank) over the lists that hold
-  it (the textbook fusion, Milvus' RRFRanker; measured to lose on both tasks to the better list).
-
-    >>> fuse(code_hits, text_hits, k=10, fusion=Fusion("phrase", depth=5), query="the phrase searched")
-"""
+    >>> fuse(code_hits, text_hits, k=10, fusion=Fusion("phrase", depth=5), query="the phrase")"""
 
 from __future__ import annotations
 

@@ -1,24 +1,10 @@
-"""Known-item retrieval: does a code find the document a phrase came from?
+"""Known-item retrieval: does a phrase cut from a document find that document? No labels needed.
 
-Precision@k asks whether the nearest documents share the query's topic; a user who types
-a phrase often wants *that* document. Here each query is a window of consecutive words
-cut from one database document (its "target"), and the only relevant result is that
-document. No labels are needed, so it scores any corpus.
+Ranks follow precision@k's tie rule: a target with ``better`` documents strictly nearer and
+``tied`` at its distance (itself included) sits at each of ranks better+1 .. better+tied with
+equal chance, so recall@k = clip((k - better) / tied, 0, 1) and MRR and mean rank follow.
 
-Ranks follow the tie rule precision@k uses: a target at Hamming distance d with ``better``
-documents strictly nearer and ``tied`` documents at d (itself included) sits at each of
-ranks better+1 .. better+tied with equal chance. So
-
-- recall@k = E[rank <= k] = clip((k - better) / tied, 0, 1), averaged over queries;
-- MRR = E[1 / rank] = (H(better + tied) - H(better)) / tied, H the harmonic numbers;
-- mean rank = better + (tied + 1) / 2.
-
-Continuous scores (cosine, re-ranked lists) have no ties: tied = 1.
-
-    >>> queries = cut_windows(texts, n_queries=1000, words=8, seed=0)
-    >>> better, tied = hamming_ranks(db_codes, hasher.encode(queries.texts), queries.targets)
-    >>> known_item_scores(better, tied)["recall_at_10"]
-"""
+    >>> better, tied = hamming_ranks(db_codes, hasher.encode(queries.texts), queries.targets)"""
 
 from __future__ import annotations
 

@@ -87,20 +87,12 @@ def _ordered(distances: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np
 def hamming_topk(
     database: np.ndarray, queries: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact k nearest database codes of each query by Hamming distance.
+    """Exact k nearest database codes of each query by Hamming distance, ties by database order.
 
-    Ties are broken by database order (the lower index first), so the result is
-    deterministic.
+    ``database`` (n, n_bytes) and ``queries`` (m, n_bytes) packed codes of one width; returns
+    (indices, distances), both (m, k), sorted by (distance, index).
 
-    Args:
-        database: packed codes (n_database, n_bytes).
-        queries: packed codes (n_queries, n_bytes) of the same width.
-        k: neighbours per query, 1 <= k <= n_database.
-    Returns:
-        (indices, distances), both (n_queries, k), sorted by (distance, index).
-    Example:
-        >>> idx, dist = hamming_topk(db_codes, query_codes, k=10)
-    """
+        >>> idx, dist = hamming_topk(db_codes, query_codes, k=10)"""
     _check_search(database, queries)
     k = check_k(k, len(database))
     index = _index(database)
@@ -176,15 +168,9 @@ def precision_at_k(
     query_labels: np.ndarray,
     k: int = 100,
 ) -> PrecisionResult:
-    """Precision@k by Hamming distance: the share of each query's k nearest
-    database codes that carry the query's label, averaged over queries.
-
-    Reported two ways: ties broken by database order, and tie-aware: with
-    ``n_lt`` codes strictly closer than the k-th distance (``r_lt`` of them
-    relevant) and ``n_eq`` at exactly that distance (``r_eq`` relevant), the
-    expected precision under random tie-breaking is
-    ``(r_lt + (k - n_lt) * r_eq / n_eq) / k``.
-    """
+    """Precision@k by Hamming distance, averaged over queries, two ways: ties by database order,
+    and tie-aware, (r_lt + (k - n_lt) * r_eq / n_eq) / k with n_lt codes nearer than the k-th
+    distance (r_lt relevant) and n_eq at it (r_eq relevant)."""
     _check_search(database, queries)
     k = check_k(k, len(database))
     db_labels = _check_labels(database_labels, len(database), "database")
@@ -232,15 +218,9 @@ class NeighbourRecallResult:
 
 def neighbour_recall_at_k(database: np.ndarray, queries: np.ndarray, neighbours: np.ndarray,
                           k: int = 100) -> NeighbourRecallResult:
-    """A label-free quality score: the share of each query's ``neighbours`` (its k
-    nearest database documents by some other measure, e.g. cosine of the frozen
-    encoder's sentence vectors: ``cosine_topk``) among its k nearest codes by Hamming
-    distance, tie-aware as in precision_at_k, averaged over queries.
-
-    Args:
-        database, queries: packed codes of one width.
-        neighbours: (n_queries, m) database indices; m >= k, the first k are used.
-    """
+    """Label-free quality: the share of each query's ``neighbours`` ((n_queries, m) database indices
+    by another measure, e.g. ``cosine_topk``; the first k used) among its k nearest codes, tie-aware
+    as in precision_at_k, averaged over queries."""
     _check_search(database, queries)
     k = check_k(k, len(database))
     neighbours = np.asarray(neighbours)

@@ -1,15 +1,9 @@
-"""Asymmetric re-ranking of Hamming candidates (numpy only: the connector uses it too).
+"""Asymmetric re-ranking of Hamming candidates (numpy only). A query keeps its pre-threshold
+scores s_b = 2 sigmoid(logit_b / alpha) - 1; a candidate scores sum_b s_b (2 c_b - 1), so a
+mismatch on an unsure bit costs little and codes at one distance get an order. Nothing extra is
+stored.
 
-A query is hashed, but its real-valued pre-threshold scores are kept: for bit b,
-``s_b = 2 * sigmoid(logit_b / alpha) - 1`` in (-1, 1), the model's own confidence
-that the bit is 1 (sign) and how sure it is (size). A candidate's score is the
-agreement ``sum_b s_b * (2 c_b - 1)``: a mismatch on a bit the query is unsure of
-costs little, one on a confident bit costs a lot. So codes at one Hamming distance,
-which Milvus returns in arbitrary order, get a meaningful order, and nothing extra is
-stored: the database keeps its bits.
-
-    >>> idx, score = rerank_topk(db_codes, query_codes, query_scores, k=100, m=4)
-"""
+    >>> idx, score = rerank_topk(db_codes, query_codes, query_scores, k=100, m=4)"""
 
 from __future__ import annotations
 
