@@ -69,14 +69,10 @@ Columns = dict[str, list]
 
 def code_rows(batch: Mapping[str, Any], n_bits: int, source: str, name_field: bool = True,
               key_field: bool = True, digest_field: bool = True) -> Columns:
-    """The validated columns an upsert takes, from a columnar batch: ``id``, ``code`` (packed,
-    uint8 (n, n_bits / 8)), ``text`` and ``row``, and where present ``label``, ``label_name``,
-    ``key`` (each document's own id, at most KEY_MAX characters) and ``col:NAME`` (kept
-    metadata, of the kind its field has). The one row builder of the ingest's writes; every
-    code is checked for dtype and length first: Milvus stores wrong-length codes silently and
-    shifts the rest of the batch. ``name_field`` / ``key_field`` / ``digest_field``: the collection
-    has the label_name / key / digest field (CollectionInfo; False for one made before it); a
-    batch without digests writes 0 (not known)."""
+    """The validated columns an upsert takes, from a columnar batch: ``id``, ``code`` (uint8
+    (n, n_bits / 8), checked for dtype and length: Milvus stores a wrong length silently), ``text``,
+    ``row`` and, where present, ``label``, ``label_name``, ``key``, ``digest`` and ``col:NAME``.
+    ``name_field``/``key_field``/``digest_field``: the collection has that field."""
 
     codes = batch.get(CODE_FIELD)
     if codes is None or len(codes) == 0:

@@ -1,11 +1,6 @@
-"""The ``dhim-ray`` command line: the top layer, imported by nothing.
-
-Each command parses options into values (a CorpusSpec, a DHIMConfig, a MilvusTarget)
-and calls one function in ``dhim_ray`` or ``dhim_ray.jobs``. Errors print as one
-line (``error: ...``, the library's parameter names mapped to these flags) and exit
-2 for a mistake in the input, 1 for the environment (a server, the cluster, a lock),
-130 for Ctrl-C. Ray and Milvus are imported inside the commands that need them.
-"""
+"""The ``dhim-ray`` command line: the top layer, imported by nothing. Each command parses its
+options into a request and calls one function of ``dhim_ray`` or ``dhim_ray.jobs``; an error is
+one line, exit 2 for the input, 1 for the environment, 130 for Ctrl-C."""
 
 from __future__ import annotations
 

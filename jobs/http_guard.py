@@ -1,14 +1,7 @@
-"""The query service's front door: a plain ASGI middleware that answers what must never
-reach the application, before a byte of the body is read.
-
-Unknown routes (404), wrong methods (405), a ``Host`` the service is not known by or a
-cross-site ``Origin`` (403: a web page on another site, DNS rebinding), a missing or wrong
-bearer token (401), a compressed or otherwise encoded body (415) and a body over the limit
-(413: by its Content-Length, or counted as it streams in) get the service's one JSON error shape,
-``{"error": ..., "field": ...}``; while the service stops, every new request gets a 503 with a
-Retry-After and the ones already in (counted here) are answered. Each replica's app runs it first (Ray Serve 2.60 takes no
-middleware in its HTTP proxy); it imports nothing heavy.
-"""
+"""The query service's front door: a plain ASGI middleware that answers what must never reach
+the application, before a byte of the body is read: unknown routes (404), wrong methods (405),
+an unknown ``Host`` or cross-site ``Origin`` (403), a bad bearer token (401), an encoded body
+(415), a body over the limit (413), and 503 with Retry-After while the service stops."""
 
 from __future__ import annotations
 

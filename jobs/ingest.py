@@ -1,17 +1,9 @@
 """Bulk ingest: corpus -> Ray Data -> DHIM codes -> Milvus binary collection.
 
-Ray Data reads the source itself, shard by shard (jobs/stream.py): a counting pass
-refuses bad rows before anything is written, then the rows stream through the
-encoder actors (one model per actor) to the writers; the driver never holds the
-corpus. The collection's lifecycle (checked, created, written, verified) is the sink's
-(jobs/milvus_sink.py): with milvus-lite (a local .db file, one process per file) the driver
-is the single writer; with a Milvus server every write task upserts in parallel.
-
-Ids are deterministic per (source, row): the source is the corpus' identity (a local
-corpus' resolved path, a hub id) and split, so a rerun writes onto the same rows and
-another corpus never lands on them (a clash is refused before anything is written).
-Submitted to a cluster as ``ray job submit -- dhim-ray ingest CORPUS --model DIR --uri http://...``.
-"""
+Ray Data reads the source shard by shard (jobs/stream.py: a counting pass refuses bad rows
+before anything is written), the rows stream through the encoding actors to the sink
+(jobs/milvus_sink.py); the driver never holds the corpus. Ids are deterministic per
+(source, split, row), so a rerun writes onto the same rows (docs/ingest-and-search.md)."""
 
 from __future__ import annotations
 
@@ -105,15 +97,10 @@ class CodeEncoder:
 
 @dataclass
 class IngestResult:
-    """What an ingest wrote and what the collection then held.
-
-    ``rows_in_collection`` counts this source's rows up to the last row ingested: a
-    limited ingest (``limit=N``) verifies rows 0..N-1 and leaves any later rows of an
-    earlier, larger ingest as they were (``rows_of_source`` counts them all). An ingest of
-    the whole source removes the rows it no longer has (``stale_rows_removed``: rows past
-    its end, and rows whose text is now empty where ``drop_empty`` skipped them), so the
-    collection mirrors the source.
-    """
+    """What an ingest wrote and what the collection then held. ``rows_in_collection`` counts this
+    source's rows up to the last one ingested (a ``limit=N`` ingest verifies rows 0..N-1;
+    ``rows_of_source`` counts them all); a whole-source ingest removes the rows the source no longer
+    has (``stale_rows_removed``)."""
 
     collection: str
     uri: str
@@ -160,35 +147,12 @@ class IngestResult:
 
 @dataclass(frozen=True)
 class IngestRequest:
-    """One ingest, checked once when made (the model and the rows are checked by ``run_ingest``
-    before anything is written).
-
-    Args:
-        corpus: what to ingest; its split defaults to ``train``.
-        model_dir: checkpoint folder from ``dhim-ray train`` (checked, with its encoder, before
-            any collection is created; only the encoding actors load the weights).
-        target: Milvus URI and collection.
-        workers: encoding actors (with ``use_gpu``, one GPU each; no more than the source has
-            batches of ``batch_size * 8`` documents). batch_size: documents per
-            encoder call. write_batch: rows per upsert from the driver (milvus-lite).
-        overwrite: drop an existing collection of another width or model. index: its index
-            (default: BIN_FLAT on milvus-lite, BIN_IVF_FLAT on a server). address: a Ray cluster.
-        id_column: the source's column of the documents' own ids, kept in each row's
-            ``key`` field and returned with every hit (every row must have one).
-        keep_columns: metadata columns of the source kept as fields of their own (bool, int,
-            float or string, as the values fit: dhim_ray.corpus.columns), returned with every
-            hit and usable in filters; every row must have a value.
-        tokenise_apart: clean and tokenise on CPU actors ahead of the encoding actors
-            (default: with ``use_gpu``), so a GPU actor only encodes.
-        alias: once the collection is verified, point this alias at it (atomically; a Milvus
-            server only): applications searching the alias move to the new collection, and a
-            service following it loads the model the collection names.
-        text_index: keep Milvus' BM25 over the stored text, for text and hybrid search (Milvus
-            fills it from each row's text). None: a new collection keeps one where the Milvus at
-            the URI can (milvus-lite, a server from 2.5; elsewhere it says so in one line and
-            keeps codes only), an existing one keeps its choice. True where the Milvus cannot,
-            or a choice other than an existing collection's, is refused before anything is written.
-    """
+    """One ingest, checked once when made; ``run_ingest`` checks the model and the rows before
+    anything is written. The fields are ``dhim-ray ingest``'s options (docs/ingest-and-search.md):
+    ``corpus`` (split: train), ``model_dir``, ``target``, ``workers`` (encoding actors; one GPU each
+    with ``use_gpu``), ``batch_size``, ``write_batch``, ``overwrite``, ``index``, ``id_column``,
+    ``keep_columns``, ``tokenise_apart``, ``alias`` (a server only) and ``text_index`` (None: kept
+    where the Milvus can, an existing collection keeps its choice)."""
 
     corpus: CorpusSpec
     model_dir: str | Path
@@ -228,15 +192,9 @@ def ingest(corpus: CorpusSpec, model_dir: str | Path, target: MilvusTarget, prog
 
 
 def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
-    """``request``'s corpus through the model into its collection, verified (see the module doc).
-
-    Returns:
-        IngestResult with the verified row count.
-    Raises:
-        StoreError when the collection's count of the ingested rows differs from the
-        source's; CollectionMismatchError for another width, model or source's ids;
-        IngestInterrupted on Ctrl-C (a rerun completes it).
-    """
+    """``request``'s corpus through the model into its collection, verified; returns the
+    IngestResult. Raises StoreError when the count differs from the source's,
+    CollectionMismatchError for another width, model or source, IngestInterrupted on Ctrl-C."""
     r = request
     corpus, target = r.corpus, r.target
     # Everything that can be wrong with the model or the data fails here, before a

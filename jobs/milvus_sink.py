@@ -1,18 +1,8 @@
 """Where an ingest's rows go, from the first check to the verified count: ``CodeSink``.
-
-Its lifecycle, driven by jobs/ingest.py:
-
-1. ``check``, before the corpus is scanned: an existing collection that cannot take these
-   codes (another width, model, the fields kept) fails at once, and the text index is chosen.
-2. ``start``, once the scan has the columns' kinds: create or check the collection, refuse
-   ids that hold another source's rows, mark the ledger ``writing``.
-3. The writes, through one row builder (connectors/rows.py ``code_rows``): ``write_from``
-   upserts from the driver on milvus-lite (one process per file); on a server Ray's write tasks
-   call ``write``, each on a client of its own (the sink pickles: plain config only). Rows a
-   rerun found stored as they are (``stored``) were not encoded and are not written.
-4. ``complete``: delete the rows the source no longer has, count this source's rows, refuse a
-   count that differs, mark the ledger ``verified``, point the alias.
-"""
+``check`` (before the scan: width, model, fields, text index), ``start`` (create or check the
+collection, refuse another source's ids, mark the ledger ``writing``), the writes through one
+row builder (``write_from`` on the driver for milvus-lite, ``write`` in Ray's write tasks on a
+server), ``complete`` (delete stale rows, verify the count, mark ``verified``, point the alias)."""
 
 from __future__ import annotations
 

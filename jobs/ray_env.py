@@ -34,14 +34,9 @@ TRAIN_POLL_SECONDS = 0.25
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: bool | None = None) -> None:
-    """Start a local Ray (address None) or join one ('auto', 'ray://host:10001', 'host:6379').
-
-    Local runs disable Ray 2.60's token auth (RAY_AUTH_MODE=disabled). Ray's logs and
-    its workers' output stay out of the terminal unless ``verbose`` (default: the
-    ``dhim_ray`` logger is at DEBUG, i.e. ``dhim-ray -v``). A local start that fails,
-    as it can on a loaded machine (Ray waits a fixed 30 s for its node), is retried
-    cleanly before giving up.
-    """
+    """Start a local Ray (address None) or join one ('auto', 'ray://host:10001', 'host:6379'). Ray's
+    logs stay out of the terminal unless ``verbose`` (default: ``dhim-ray -v``); a local start that
+    fails on a loaded machine is retried cleanly before giving up."""
     if verbose is None:
         verbose = logging.getLogger("dhim_ray").isEnabledFor(logging.DEBUG)
     if not verbose:  # Ray Data's advice for a corpus of fewer blocks than encoding actors: nothing to act on

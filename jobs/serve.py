@@ -1,19 +1,8 @@
-"""Queries from any application: a Ray Serve HTTP service that hashes texts with a trained
-model and searches the Milvus collection ingested with it.
-
-    POST /search  {"texts": [...], "k": 10, "rerank": 1}  -> {"results": [[hit, ...], ...]}
-    POST /hash    {"texts": [...]}                        -> {"n_bits": 64, "codes": ["hex", ...]}
-    GET  /                                                -> a search page for a person (see docs/serve.md)
-    GET  /info                                            -> what the page shows: model, collection, rows, modes
-    GET  /health                                          -> model, n_bits, collection, rows, complete (503: Milvus down)
-    GET  /docs                                            -> the OpenAPI schema (FastAPI)
-
-Concurrent requests share encoder passes (``@serve.batch``); Milvus is searched per request.
-Bad requests get one JSON object naming the field and the limit (4xx) and never take the
-replica down; Milvus trouble answers 503 with a Retry-After, and the replica reconnects on
-the next request. ``dhim-ray serve`` starts it; ``serve.yaml`` deploys it on a cluster
-(``serve deploy serve.yaml``), where ``build_app`` is the import path.
-"""
+"""Queries from any application: a Ray Serve HTTP service that hashes texts with a trained model
+and searches the collection ingested with it: ``POST /search``, ``POST /hash``, ``GET /`` (a
+search page), ``/info``, ``/health``, ``/docs`` (docs/serve.md). Concurrent requests share encoder
+passes (``@serve.batch``); a bad request gets one JSON error (4xx), Milvus trouble a 503 with
+Retry-After. ``dhim-ray serve`` starts it; ``build_app`` is the import path for ``serve deploy``."""
 
 
 import asyncio
@@ -555,14 +544,10 @@ def start_service(options: ServeOptions, host: str = "127.0.0.1", port: int = 80
 
 
 def stop_service(and_ray: bool = False) -> bool:
-    """Stop the service as a load balancer would want it: new requests are answered 503 with a
-    Retry-After while the replicas finish the ones they hold (up to GRACEFUL_STOP_S), then Serve
-    stops (and, ``and_ray``, Ray): the port closes, no route answers 404 meanwhile. Returns False
-    where Ray was already gone (the whole process group signalled): then nothing is left to stop,
-    and the caller should leave at once with ``os._exit``, since Ray's core worker ends the process
-    after 60 s of trying to reach its dead cluster (and any ``ray.shutdown()`` waits for that).
-    Serve's controller ends itself inside its own shutdown call, which Ray's driver reports on
-    stdout as a failed task: that one line is left out."""
+    """Stop as a load balancer wants: new requests get 503 with Retry-After while the replicas finish
+    theirs (up to GRACEFUL_STOP_S), then Serve stops (and, ``and_ray``, Ray). Returns False where Ray
+    was already gone: the caller should then leave with ``os._exit`` (Ray's core worker would wait
+    60 s for its dead cluster)."""
     import contextlib
     import sys
 

@@ -1,17 +1,7 @@
-"""Ray Data reads a corpus split itself, shard by shard (see dhim_ray.corpus.sources).
-
-Two passes over the source, both in parallel read tasks, neither through the driver:
-
-1. ``scan``: counts every shard's rows, finds rows whose text is empty after
-   cleaning, and collects string label names. The driver gets one small summary per
-   block (counts, the first few bad rows, the distinct names), so its memory does not
-   grow with the corpus. Bad input is refused here, before anything is written.
-2. ``read_documents``: the rows again, now with their split-wide row numbers (from the
-   scan's counts), deterministic ids, labels numbered in one vocabulary, and empty
-   rows dropped when asked; ready for the encoder actors. Each row carries a digest of what
-   it is made from, and ``stored`` where the collection already holds it as it is (a rerun):
-   the encoders and the writers pass over those.
-"""
+"""Ray Data reads a corpus split itself, shard by shard, in two passes of parallel read tasks:
+``scan`` counts each shard's rows, finds empty texts and collects label names (one small summary
+per block reaches the driver; bad input is refused here), and ``read_documents`` yields the rows
+with split-wide row numbers, ids, numbered labels and digests, marking those a rerun finds stored."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The frozen encoder as an ONNX graph run by ONNX Runtime on the CPU (no Ray).
-
-The encoder is exported once per model and precision (``torch.onnx``), its attention,
-layer norms and GELUs fused by ONNX Runtime's transformer optimizer, optionally
-quantised to dynamic int8, and cached under ``cache_folder()`` keyed by the encoder's
-fingerprint. ``OnnxEncoder(graph)(input_ids, attention_mask)`` returns the last hidden
-layer, as the torch model's ``last_hidden_state``.
-"""
+"""The frozen encoder as an ONNX graph on ONNX Runtime's CPU (no Ray): exported once per model and
+precision, fused by ONNX Runtime's transformer optimizer, optionally dynamic int8, cached under
+``cache_folder()``. ``OnnxEncoder(graph)(input_ids, attention_mask)`` is ``last_hidden_state``."""
 
 from __future__ import annotations
 

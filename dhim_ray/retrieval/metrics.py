@@ -1,11 +1,6 @@
-"""Exact Hamming search and precision@k on packed codes.
-
-Search runs on faiss' ``IndexBinaryFlat`` (exact popcount scans in C++, every core),
-with one rule added on top: ties are broken by database order, so results are
-deterministic and equal to a brute-force sort by (distance, index). Queries go a
-chunk at a time so memory stays bounded for databases of millions. The full
-distance matrix (``hamming_distances``, numpy popcounts) is for small inputs and tests.
-"""
+"""Exact Hamming search and precision@k on packed codes: faiss' ``IndexBinaryFlat`` with ties
+broken by database order (equal to a sort by (distance, index)), a chunk of queries at a time;
+``hamming_distances`` (the full matrix) is for small inputs and tests."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""How one training worker talks to the others (torch.distributed only; no Ray).
-
-``training.fit`` runs the same loop in one process and in every Ray Train worker.
-What differs is a ``Collective``: a single process is its own world; a worker of a
-process group (gloo on CPU, NCCL on GPU) all-gathers the global batch's codes,
-agrees on the batch count, scores its share of the validation search and sums the
-shares, and hears rank 0's decision to stop.
-"""
+"""How one training worker talks to the others (torch.distributed only; no Ray): a
+``Collective`` is a world of one in-process, or a process group's member (gloo, NCCL) that
+all-gathers codes, agrees on batch counts, sums validation shares and hears rank 0 stop."""
 
 from __future__ import annotations
 

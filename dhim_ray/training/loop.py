@@ -65,13 +65,9 @@ ONE_LABEL_HINT = ("train on documents of several labels (--limit keeps the first
 
 
 def selection_criterion(select: str, has_val: bool, has_labels: bool, n_labels: int | None = None) -> str | None:
-    """What picks the epoch: "labels" (tie-aware P@k), "neighbours" (label-free
-    cosine-neighbour recall@k), or None without a validation slice (the last epoch).
-
-    ``n_labels``: how many distinct labels the searched training documents hold. With
-    one, P@k is the share of val documents with that label whatever the codes, so it
-    cannot rank epochs (early stopping would keep the first): "auto" then selects by
-    neighbours; "labels" is refused."""
+    """What picks the epoch: "labels" (tie-aware P@k), "neighbours" (cosine-neighbour recall@k), or
+    None without a validation slice. With ``n_labels`` 1, P@k cannot rank epochs: "auto" selects by
+    neighbours and "labels" is refused."""
     if not has_val:
         return None
     if select == "labels" and not has_labels:
@@ -463,32 +459,13 @@ def fit(
     callbacks: Sequence[TrainCallback] = (),
     wrap_model: Callable[[DHIM], torch.nn.Module] | None = None,
 ) -> FitResult:
-    """Train DHIM on cached features: the one loop, in-process and in every Ray worker.
+    """Train DHIM on cached features: the one loop, in-process and in every Ray Train worker.
 
-    Each epoch trains on ``train`` in shuffled batches (anchor/neighbour pairs by
-    default); then rank 0 searches the ``val`` codes against (a fixed sample of at most
-    ``max_select_database``) ``database`` codes, default ``train``, and the tie-aware
-    precision@k (without labels: a label-free criterion, see ``selection_criterion``) picks the
-    epoch and stops early after ``patience`` epochs without a better one. The best epoch's
-    weights are returned; without a validation slice, the last.
-
-    Args:
-        train / train_labels: what this worker trains on (its shard under Ray Train).
-        val / val_labels: the validation documents (every rank: each hashes a share).
-        database / database_labels: what validation searches and ITQ is fitted on
-            (default: train). Under Ray Train every rank passes the whole training split
-            (left on disk: a rank reads its share of the selection sample; rank 0 fits ITQ).
-        collective: how this worker talks to the others (default: a world of one).
-            ``config.train.batch_size`` stays the global batch: each of N workers
-            takes batch/N documents and the codes are all-gathered.
-        resume_from: a folder written by a checkpointing callback: training goes on
-            after its last finished epoch with its weights, Adam state and RNG.
-        callbacks: TrainCallback hooks, called on every rank.
-        wrap_model: wraps the model for training (Ray Train's DDP), after ITQ init.
-    Raises:
-        ConfigError when the features do not fit the config; DataError when there
-        are too few documents for one batch.
-    """
+    Each epoch trains on ``train`` (this worker's shard), then the tie-aware P@k of ``val`` codes
+    searched against ``database`` (default ``train``; label-free without labels) picks the epoch and
+    stops after ``patience`` epochs without a better one; returns the best epoch's weights.
+    ``collective``: the other workers; ``resume_from``: a checkpoint folder; ``callbacks``: hooks on
+    every rank; ``wrap_model``: Ray Train's DDP. Raises ConfigError, DataError (too few documents)."""
     device = torch.device(device)
     collective = collective or Collective()
     if train.tokens.shape[-1] != config.model.hidden_size:
