@@ -60,6 +60,14 @@ def mask_uri(uri: str) -> str:
     return _printable(scheme.group(0) + rest)
 
 
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
+
+
+def mask_urls(text: str) -> str:
+    """``text`` (a message) with every URL in it masked as ``mask_uri`` masks one."""
+    return _URL.sub(lambda m: mask_uri(m.group(0)), text)
+
+
 def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 

@@ -88,16 +88,12 @@ def as_flags(message: str) -> str:
     return _PARAM.sub(lambda m: FLAGS[m.group(1)] + " ", _FIELD.sub(r"--set \1", message))
 
 
-_CREDENTIALS = re.compile(r"(\w+://)[^/\s@]+@")
-_QUERY_SECRETS = re.compile(r"(\w+://[^\s?#]*)([?#])([^\s]+)")
-
-
 def fail(message: str, code: int) -> None:
     """One line on stderr, no markup interpretation (brackets and colons stay as given),
     credentials in any URL masked."""
-    message = _CREDENTIALS.sub(r"\1***@", " ".join(message.split()))
-    message = _QUERY_SECRETS.sub(lambda m: m.group(1) + m.group(2) + "***", message)
-    typer.echo(typer.style("error:", fg="red", bold=True) + " " + message, err=True)
+    from dhim_ray.connectors.connection import mask_urls
+
+    typer.echo(typer.style("error:", fg="red", bold=True) + " " + mask_urls(" ".join(message.split())), err=True)
     raise typer.Exit(code)
 
 
@@ -991,7 +987,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0)
     except UsageError as exc:
         where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
-        message = " ".join(exc.format_message().split())
+        from dhim_ray.connectors.connection import mask_urls
+
+        message = mask_urls(" ".join(exc.format_message().split()))
         typer.echo(typer.style("error:", fg="red", bold=True) + f" {message}{where}", err=True)
         sys.exit(2)
     except (typer.Abort, KeyboardInterrupt):

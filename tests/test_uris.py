@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from dhim_ray.connectors.connection import mask_uri, parse_server_uri
+from dhim_ray.connectors.connection import mask_uri, mask_urls, parse_server_uri
 from dhim_ray.connectors.milvus import MilvusTarget
 from dhim_ray.errors import ConfigError
 
@@ -43,6 +43,15 @@ def test_no_secret_character_in_any_message():
         message = str(caught.value)
         assert SECRET[2:] not in message and SECRET[:2] not in message, message
         assert "\n" not in message and message.startswith("uri="), message
+
+
+def test_a_message_has_every_url_in_it_masked_as_mask_uri_masks_it():
+    """The CLI's last line of defence: a message quoting a URL (one word) before it prints."""
+    for uri in (u for u in URIS if not any(c.isspace() for c in u)):
+        message = mask_urls(f"cannot reach {uri} (refused); or {uri}, check it")
+        assert SECRET[2:] not in message and SECRET[:2] not in message, message
+        assert message.startswith("cannot reach ") and message.endswith(" check it"), message
+    assert mask_urls("runs/dhim_ray.db: not found") == "runs/dhim_ray.db: not found"
 
 
 @pytest.mark.parametrize("uri, url", [
