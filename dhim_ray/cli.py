@@ -25,7 +25,7 @@ except ImportError:  # pragma: no cover
 
     NoArgsIsHelpError = ()
 
-from dhim_ray.errors import ConfigError, DHIMRayError, StoreBusyError
+from dhim_ray.errors import ConfigError, DHIMRayError, Interrupted, StoreBusyError
 
 logger = logging.getLogger(__name__)
 
@@ -110,8 +110,7 @@ def handle_errors(fn):
             starting(fn.__name__.rstrip("_"), _QUIET[0])
             return fn(*args, **kwargs)
         except DHIMRayError as exc:
-            interrupted = type(exc).__name__.endswith("Interrupted")
-            fail(as_flags(str(exc)), 130 if interrupted else 1 if exc.retriable else 2)
+            fail(as_flags(str(exc)), 130 if isinstance(exc, Interrupted) else 1 if exc.retriable else 2)
         except KeyboardInterrupt:
             fail("interrupted", 130)
         except Exception as exc:  # a full disk, whichever library met it (OSError, safetensors, Arrow, ...)
@@ -299,7 +298,6 @@ def given_flags(ctx: typer.Context, overrides: dict[str, dict[str, Any]], fields
     left at its default sets nothing (the config's own default, or ``--set``, decides); a
     flag given on the command line sets its field, and the same field given by ``--set``
     too is refused rather than one of them silently winning."""
-    from dhim_ray.errors import ConfigError
 
     flagged = set()
     for param, (section, name) in fields.items():
@@ -321,7 +319,6 @@ def build_config(bits: int, formulation: str, overrides: dict[str, dict[str, Any
     in any other names its ``--set`` pair."""
     from dhim_ray.codes import check_n_bits
     from dhim_ray.config import as_published, config_for_bits
-    from dhim_ray.errors import ConfigError
 
     check_n_bits(bits)
     if formulation not in ("shipped", "paper"):
@@ -379,7 +376,6 @@ def train(
     """Train DHIM on a corpus and save the best checkpoint."""
 
     from dhim_ray.config import parse_overrides
-    from dhim_ray.errors import ConfigError
     from dhim_ray.jobs.train import TrainRequest, run_training
 
     overrides = parse_overrides(list(set_ or []))
@@ -596,7 +592,6 @@ def ingest(
     parts), checks every row first, and streams it through the encoders."""
     from dhim_ray.connectors.connection import is_lite
     from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, default_index
-    from dhim_ray.errors import ConfigError
     from dhim_ray.jobs.ingest import IngestRequest, run_ingest
     from dhim_ray.model.checkpoint import read_checkpoint
 

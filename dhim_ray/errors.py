@@ -83,11 +83,15 @@ class ClusterError(DHIMRayError):
     retriable = True
 
 
-class TrainingInterrupted(DHIMRayError):
+class Interrupted(DHIMRayError):
+    """Work stopped by Ctrl-C; the message says what was kept (the CLI exits 130)."""
+
+
+class TrainingInterrupted(Interrupted):
     """Training was stopped (Ctrl-C); the message says what was kept and how to resume."""
 
 
-class IngestInterrupted(DHIMRayError):
+class IngestInterrupted(Interrupted):
     """Ingest was stopped (Ctrl-C); rerunning the same ingest completes it."""
 
 
