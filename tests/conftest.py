@@ -146,6 +146,19 @@ def bbc16(tmp_path_factory) -> Path:
     return train_bbc16(tmp_path_factory.mktemp("bbc16") / "bbc-16", 240)
 
 
+@pytest.fixture(scope="session")
+def bbc16_collection(ray_session, bbc16, tmp_path_factory):
+    """(target, IngestResult): BBC's first 240 training documents ingested with bbc16 into a
+    milvus-lite file once a session. The ingest, hybrid and service tests search it; a test
+    that changes its rows ingests a collection of its own."""
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.corpus.spec import CorpusSpec
+    from dhim_ray.jobs.ingest import ingest
+
+    target = MilvusTarget(str(tmp_path_factory.mktemp("bbc16-db") / "codes.db"), "bbc16")
+    return target, ingest(CorpusSpec("bbc", "train", limit=240), bbc16, target, workers=2, progress=False)
+
+
 def shared_corpus(name: str) -> Path:
     """A dev corpus from ../shared/data. Missing, it FAILS the test with how to get it
     (never a silent skip); deselect such tests with -m "not shared_data"."""

@@ -83,12 +83,8 @@ def model_dir(bbc16):
 
 
 @pytest.fixture(scope="module")
-def ingested(ray_session, model_dir, tmp_path_factory):
-    from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.jobs.ingest import ingest
-
-    target = MilvusTarget(str(tmp_path_factory.mktemp("db") / "codes.db"), "bbc16")
-    return target, ingest(BBC, model_dir, target, workers=2, progress=False)
+def ingested(bbc16_collection):
+    return bbc16_collection
 
 
 def phrase(text: str, start: int = 12, words: int = 8) -> str:

@@ -18,6 +18,7 @@ import httpx
 import numpy as np
 import pytest
 
+from dhim_ray.connectors.connection import release
 from dhim_ray.connectors.milvus import MilvusTarget
 from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
@@ -25,8 +26,7 @@ from dhim_ray.errors import ConfigError
 
 pytestmark = pytest.mark.slow  # real Ray, real Milvus, the packaged encoder: minutes
 
-N = 200
-BBC = CorpusSpec("bbc", "train", limit=N)
+N = 240  # the session collection (conftest.bbc16_collection)
 TOKEN = "s3rvice-t0ken-for-tests"
 QUERIES = ["oil prices rise as markets fall", "the striker scored twice in the cup final",
            "a new mobile phone with a faster chip"]
@@ -39,21 +39,19 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def service(ray_session, bbc16, tmp_path_factory):
+def service(ray_session, bbc16, bbc16_collection):
     """A 16-bit BBC model, its collection, what Searcher returns for QUERIES (computed before
     the service opens the milvus-lite file), then the service itself, with a bearer token."""
 
     from dhim_ray.hasher import Hasher
-    from dhim_ray.jobs.ingest import ingest
     from dhim_ray.jobs.serve import ServeOptions, start_service, stop_service, token_digest
     from dhim_ray.search import Searcher
 
-    model = bbc16
-    target = MilvusTarget(str(tmp_path_factory.mktemp("db") / "codes.db"), "bbc16")
-    ingest(BBC, model, target, workers=1, progress=False)
+    model, (target, _) = bbc16, bbc16_collection
     with Searcher(model, target) as s:
         expected = {"search": s.search(QUERIES, k=5), "reranked": s.search(QUERIES, k=5, rerank=4)}
     expected["codes"] = [c.tobytes().hex() for c in Hasher.load(model).encode(QUERIES)]
+    release(target.uri)  # the session's file: earlier modules searched it from this process
     os.environ["DHIM_RAY_TEST_API_TOKEN"] = TOKEN
     options = ServeOptions(str(model), target.uri, target.collection, api_token_sha256=token_digest(
         "DHIM_RAY_TEST_API_TOKEN"))
