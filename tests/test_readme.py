@@ -41,7 +41,9 @@ def run(cmd: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
 
 
 def ok(cmd: str, cwd: Path, timeout: int = 900) -> str:
+    started = time.monotonic()
     done = run(cmd, cwd, timeout)
+    print(f"{time.monotonic() - started:6.1f} s  {cmd}")  # shown where the test fails, or with -s
     assert done.returncode == 0, f"README command failed ({done.returncode}): {cmd}\n{done.stderr[-3000:]}"
     # another library's log lines stay out of the user's terminal (pymilvus': "... [WARNING][func]: ...")
     assert not re.search(r"\[(WARNING|ERROR)\]\[", done.stderr), f"{cmd} printed a library's log:\n{done.stderr[-3000:]}"
