@@ -919,13 +919,13 @@ def export(
 def demo(
     out_dir: Annotated[Path, typer.Option("--out", parser=folder, rich_help_panel="Output", help="Where the demo writes its model and database.")] = Path("runs/demo"),
     bits: Annotated[int, typer.Option(rich_help_panel="Model", help="Code length.")] = 64,
-    epochs: Annotated[int, typer.Option(rich_help_panel="Training", help="Maximum epochs.")] = 30,
+    epochs: Annotated[int, typer.Option(rich_help_panel="Training", help="Maximum epochs (as train's).")] = 100,
     as_json: AsJson = False,
 ):
     """End to end on the embedded defaults: train, evaluate, ingest and search.
 
-    Trains on the packaged BBC corpus with the packaged encoder, evaluates against baselines,
-    ingests into a milvus-lite file and searches it."""
+    Trains what 'dhim-ray train bbc --bits 64' trains (the packaged corpus and encoder),
+    evaluates against baselines, ingests into a milvus-lite file and searches it."""
     from dhim_ray.codes import check_n_bits
     from dhim_ray.jobs.demo import run_demo
 

@@ -46,10 +46,10 @@ def claim_folder(out_dir: Path, model_dir: Path) -> None:
     (out_dir / MARK).write_text("made by dhim-ray demo: each run replaces the model and database here\n")
 
 
-def run_demo(out_dir: str | Path, bits: int = 64, epochs: int = 15, progress: bool = True,
+def run_demo(out_dir: str | Path, bits: int = 64, epochs: int = 100, progress: bool = True,
              workers: int = 2) -> dict[str, Any]:
-    """Train, evaluate against baselines, ingest and search; returns what it measured.
-    Each run starts afresh in ``out_dir`` (its model and database are replaced)."""
+    """Train (the model ``dhim-ray train bbc --bits BITS`` trains), evaluate against baselines,
+    ingest and search; returns what it measured. Each run replaces its model and database."""
     cfg = config_for_bits(bits, train={"max_epochs": epochs})  # bad settings fail before anything is written
     out_dir = check_writable(Path(out_dir))
     cache = out_dir / "features"

@@ -28,7 +28,7 @@ NEEDS = (
     (r"http://milvus:", "a Milvus server (tests/server: ingest, alias and serve on one)"),
     (r"--use-gpu|--device cuda|--address auto", "a GPU or a cluster (test_ray_cluster submits train and ingest)"),
     (r"^dhim-ray serve ", "a service until Ctrl-C (test_readme runs it and queries it; test_serve)"),
-    (r"^dhim-ray train bbc ", "minutes of training (test_readme trains bbc; test_ray_train: --workers)"),
+    (r"^dhim-ray train bbc ", "minutes of training (test_readme: the demo trains bbc; test_ray_train: --workers)"),
 )
 #: The pages whose commands run here, in this order (evaluation.md searches the collection
 #: ingest-and-search.md makes).

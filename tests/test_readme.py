@@ -1,8 +1,9 @@
 """The README as a new user meets it on a fresh clone (no ../shared): every command it gives,
 run as written, in order, in an empty folder. The set-up's install is what this environment
-already did and its second command is this suite, so the set-up runs its `dhim-ray demo`; the
-cluster commands need a cluster (tests/test_ray_cluster.py submits the same commands to one);
-a hub preset runs where the hub answers and, where it does not, must fail in one line."""
+already did and its second command is this suite, so the set-up runs its `dhim-ray demo`, whose
+model is the one the Quickstart's `train` makes (checked, then taken as it is); the cluster
+commands need a cluster (tests/test_ray_cluster.py submits the same commands to one); a hub
+preset runs where the hub answers and, where it does not, must fail in one line."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,15 +72,22 @@ def test_every_readme_command_runs_as_written(tmp_path):
     # set-up: install (done) && the main job end to end on the embedded defaults; then the tests (this suite)
     assert setup[0].startswith("pip install") and setup[0].endswith("&& dhim-ray demo"), setup[0]
     assert setup[1].endswith("python -m pytest"), setup[1]
-    demo_dir = tmp_path / "demo"
-    demo_dir.mkdir()
-    out = ok("dhim-ray demo", demo_dir)
-    assert all(name in out for name in ("dhim", "itq", "lsh", "dhim via Milvus", "verified=True")), out[-2000:]
-
     work = tmp_path / "fresh-clone"
     work.mkdir()
+    out = ok("dhim-ray demo", work)
+    assert all(name in out for name in ("dhim", "itq", "lsh", "dhim via Milvus", "verified=True")), out[-2000:]
+
+    # the Quickstart's first command trains the model the demo just trained (its config, its
+    # corpus): it is taken from the demo's folder, not trained twice (minutes)
+    assert quickstart[0] == "dhim-ray train bbc --bits 64 --out runs/bbc-64", quickstart[0]
+    from dhim_ray.config import DHIMConfig, config_for_bits
+
+    demo_model = work / "runs" / "demo" / "bbc-64"
+    meta = json.loads((demo_model / "config.json").read_text())
+    assert DHIMConfig.from_dict(meta["config"]) == config_for_bits(64), meta["config"]
+    shutil.copytree(demo_model, work / "runs" / "bbc-64")
     stored_id = None
-    for cmd in quickstart:
+    for cmd in quickstart[1:]:
         if cmd.startswith("dhim-ray serve"):
             # Ctrl-C as in a terminal: a suite run in the background (``&``, nohup) would pass SIGINT ignored
             serve = subprocess.Popen(shlex.split(cmd), cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
