@@ -362,6 +362,43 @@ def test_wrong_length_code_refused_before_insert(tmp_path):
         release(target.uri)
 
 
+class PublicOnly:
+    """A MilvusClient showing only its public names, as a pymilvus without the private ones."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._client, name)
+
+
+def test_a_pymilvus_without_the_column_write_stores_the_same_rows_by_its_public_insert(tmp_path):
+    """The connector writes by column through pymilvus' connection handler, which is not its
+    public API; where a pymilvus lacks it, the public row insert stores the very same rows."""
+    codes = np.random.default_rng(0).integers(0, 256, (300, 8), dtype=np.uint8)
+    batch = {"id": document_ids("s", range(300)), "code": codes, "text": [f"doc {i}" for i in range(300)],
+             "row": np.arange(300), "label": np.arange(300) % 3}
+    stored = {}
+    for way in ("columns", "public rows"):
+        target = MilvusTarget(str(tmp_path / f"{way.split()[-1]}.db"), "x")
+        client = target.connect()
+        try:
+            # the pymilvus installed has the column path; a client showing only its public names has not
+            assert callable(getattr(client, "_get_connection", None))
+            collection = CodeCollection(client if way == "columns" else PublicOnly(client), "x")
+            collection.ensure(64, "m")
+            assert collection.upsert(code_rows(batch, 64, "s"), new=True) == 300
+            rows = client.query("x", filter="id >= 0", output_fields=["id", "code", "text", "row", "label"], limit=1000)
+            stored[way] = sorted((r["id"], bytes(r["code"][0] if isinstance(r["code"], list) else r["code"]),
+                                  r["text"], r["row"], r["label"]) for r in rows)
+        finally:
+            client.close()
+            release(target.uri)
+    assert len(stored["columns"]) == 300 and stored["columns"] == stored["public rows"]
+
+
 def test_unreachable_server_is_an_environment_error_and_credentials_in_a_uri_are_refused_masked():
     with pytest.raises(StoreUnreachableError, match=r"cannot reach Milvus at http://127.0.0.1:1 .*check uri") as e:
         MilvusTarget("http://127.0.0.1:1", "c").connect()
