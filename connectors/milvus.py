@@ -49,6 +49,7 @@ from dhim_ray.errors import (
     ConfigError,
     NoSpaceError,
     StoreError,
+    check_range,
     first_line,
 )
 
@@ -76,8 +77,7 @@ class IndexSpec:
     def __post_init__(self) -> None:
         if self.index_type not in INDEX_TYPES:
             raise ConfigError(f"index={self.index_type!r}: choose one of {', '.join(INDEX_TYPES)}")
-        if not 1 <= self.nlist <= 65536:
-            raise ConfigError(f"nlist={self.nlist}: must be between 1 and 65536, e.g. 128")
+        check_range("nlist", self.nlist, 1, 65536, example=128)
         if not 1 <= self.nprobe <= self.nlist:
             raise ConfigError(f"nprobe={self.nprobe}: must be between 1 and nlist ({self.nlist})")
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from dhim_ray.codes import check_n_bits
 from dhim_ray.corpus.text import CLEANINGS
-from dhim_ray.errors import ConfigError
+from dhim_ray.errors import ConfigError, check_range
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +56,7 @@ class FeatureConfig:
             raise ConfigError(f"cleaning={self.cleaning!r}: choose {' or '.join(CLEANINGS)}")
         if not isinstance(self.encoder, str) or not self.encoder.strip():
             raise ConfigError(f"encoder={self.encoder!r}: give a model name or path, e.g. {DEFAULT_ENCODER}")
-        if not _is_int(self.max_words) or not 1 <= self.max_words <= 100_000:
-            raise ConfigError(f"max_words={self.max_words}: must be between 1 and 100000, e.g. 50")
+        check_range("max_words", self.max_words, 1, 100_000, example=50)
         if not _is_int(self.max_tokens) or (self.max_tokens and not 3 <= self.max_tokens <= 8192):
             raise ConfigError(f"max_tokens={self.max_tokens}: must be 0 (auto) or between 3 and 8192")
 
@@ -98,10 +97,8 @@ class ModelConfig:
                               f"{MAX_WINDOW} ('same' padding), e.g. [1, 3, 5]")
         object.__setattr__(self, "windows", windows)
         check_n_bits(self.n_bits)
-        if not _is_int(self.hidden_size) or not 1 <= self.hidden_size <= 16384:
-            raise ConfigError(f"hidden_size={self.hidden_size}: must be between 1 and 16384")
-        if not _is_int(self.n_filters) or not 1 <= self.n_filters <= 4096:
-            raise ConfigError(f"n_filters={self.n_filters}: must be between 1 and 4096, e.g. 256")
+        check_range("hidden_size", self.hidden_size, 1, 16384)
+        check_range("n_filters", self.n_filters, 1, 4096, example=256)
         if not 0 < self.alpha <= 100:
             raise ConfigError(f"alpha={self.alpha}: must be in (0, 100], e.g. 0.1")
         if self.regulariser not in ("cls", "mean", "none"):
@@ -168,29 +165,22 @@ class TrainConfig:
     neighbours: int = 10  # >0: a random one of each document's top-m cosine neighbours is also a positive
 
     def __post_init__(self) -> None:
-        if not _is_int(self.batch_size) or not 2 <= self.batch_size <= 65536:
-            raise ConfigError(f"batch_size={self.batch_size}: must be between 2 (the loss needs negatives) and 65536, "
-                              "e.g. 128")
+        check_range("batch_size", self.batch_size, 2, 65536, example=128, low_means="the loss needs negatives")
         if not 0 < self.lr < 1:
             raise ConfigError(f"lr={self.lr}: must be in (0, 1), e.g. 1e-3")
         if not 0 <= self.beta <= 1000:
             raise ConfigError(f"beta={self.beta}: must be between 0 and 1000, e.g. 0.1")
-        if not _is_int(self.max_epochs) or not 1 <= self.max_epochs <= 100_000:
-            raise ConfigError(f"max_epochs={self.max_epochs}: must be between 1 and 100000")
-        if not _is_int(self.patience) or not 1 <= self.patience <= 100_000:
-            raise ConfigError(f"patience={self.patience}: must be between 1 and 100000, e.g. 6")
+        check_range("max_epochs", self.max_epochs, 1, 100_000)
+        check_range("patience", self.patience, 1, 100_000, example=6)
         if not 0 < self.grad_clip <= 1e6:
             raise ConfigError(f"grad_clip={self.grad_clip}: must be in (0, 1e6], e.g. 10")
-        if not _is_int(self.k) or not 1 <= self.k <= 10_000:
-            raise ConfigError(f"k={self.k}: must be between 1 and 10000, e.g. 100")
+        check_range("k", self.k, 1, 10_000, example=100)
         if not 0 < self.val_fraction < 1:
             raise ConfigError(f"val_fraction={self.val_fraction}: must be in (0, 1), e.g. 0.1")
-        if not _is_int(self.max_val) or not 1 <= self.max_val <= 1_000_000:
-            raise ConfigError(f"max_val={self.max_val}: must be between 1 and 1000000, e.g. 1000")
+        check_range("max_val", self.max_val, 1, 1_000_000, example=1000)
         if not _is_int(self.crop_tokens) or not 0 <= self.crop_tokens <= 100_000:
             raise ConfigError(f"crop_tokens={self.crop_tokens}: must be 0 (off) or up to 100000, e.g. 64")
-        if not _is_int(self.neighbours) or not 0 <= self.neighbours <= 1000:
-            raise ConfigError(f"neighbours={self.neighbours}: must be between 0 (off) and 1000, e.g. 10")
+        check_range("neighbours", self.neighbours, 0, 1000, example=10, low_means="off")
         if self.select not in SELECT_CRITERIA:
             raise ConfigError(f"select={self.select!r}: choose one of {', '.join(SELECT_CRITERIA)}")
         if (not _is_int(self.max_select_database) or self.max_select_database < 0

@@ -7,6 +7,8 @@ rewrites those names to its flags (``--bits 100: ...``) before printing the line
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class DHIMRayError(Exception):
     """Root of every error dhim-ray raises on purpose."""
@@ -114,3 +116,11 @@ def first_line(exc: BaseException | None, limit: int = 200) -> str:
     ``message`` where it has one), at most ``limit`` characters; its class name where it says nothing."""
     text = str(getattr(exc, "message", None) or exc).strip() if exc is not None else ""
     return text.splitlines()[0][:limit] if text else type(exc).__name__
+
+
+def check_range(name: str, value: Any, low: int, high: int, example: Any = None, low_means: str = "") -> None:
+    """A ConfigError unless ``value`` is a whole number from ``low`` to ``high``, naming the field."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        low_text = f"{low} ({low_means})" if low_means else f"{low}"
+        raise ConfigError(f"{name}={value}: must be between {low_text} and {high}"
+                          + (f", e.g. {example}" if example is not None else ""))

@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dhim_ray.connectors.connection import is_lite, mask_uri
 from dhim_ray.connectors.milvus import MilvusTarget
 from dhim_ray.corpus.text import check_texts, not_text
-from dhim_ray.errors import ConfigError, DataError, DHIMRayError, StoreError
+from dhim_ray.errors import ConfigError, DataError, DHIMRayError, StoreError, check_range
 from dhim_ray.hasher import Hasher
 from dhim_ray.retrieval.rerank import MAX_RERANK
 from dhim_ray.search import Searcher, SearchRequest
@@ -78,8 +78,7 @@ class ServeOptions:
     allowed_hosts: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if not 1 <= self.max_batch_size <= 1024:
-            raise ConfigError(f"max_batch_size={self.max_batch_size}: must be between 1 and 1024, e.g. 32")
+        check_range("max_batch_size", self.max_batch_size, 1, 1024, example=32)
         if not 0 <= self.batch_wait_s <= 1:
             raise ConfigError(f"batch_wait_s={self.batch_wait_s}: must be between 0 and 1 second")
 
@@ -496,8 +495,7 @@ def check_listen(host: str, port: int, open_access: bool, allow_open: bool = Fal
     a port out of range, a host that is not an address of this machine, a port another
     process already listens on (a second service would share it and split the requests),
     and a service without a token on a non-loopback address unless ``allow_open``."""
-    if isinstance(port, bool) or not 0 < port < 65536:
-        raise ConfigError(f"port={port}: must be between 1 and 65535")
+    check_range("port", port, 1, 65535)
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
@@ -527,8 +525,7 @@ def start_service(options: ServeOptions, host: str = "127.0.0.1", port: int = 80
     if cluster_address(address) is None:  # the proxy listens on this machine
         check_listen(host, port, not options.api_token_sha256, allow_open)
     else:  # on the cluster's nodes: the port cannot be probed from here, the rest still holds
-        if isinstance(port, bool) or not 0 < port < 65536:
-            raise ConfigError(f"port={port}: must be between 1 and 65535")
+        check_range("port", port, 1, 65535)
         check_open(host, not options.api_token_sha256, allow_open)
     if not options.api_token_sha256:  # an open service answers only to the names it is bound to
         options = replace(options, allowed_hosts=tuple(dict.fromkeys([*(options.allowed_hosts or ()), host])))

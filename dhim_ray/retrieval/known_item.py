@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dhim_ray.codes import check_codes
-from dhim_ray.errors import ConfigError, DataError
+from dhim_ray.errors import DataError, check_range
 
 #: The ks recall is reported at, and the one that is the task's primary metric.
 RECALL_KS = (1, 10, 100)
@@ -33,10 +33,8 @@ class KnownItemQueries:
 
 
 def check_window(words: int, n_queries: int) -> None:
-    if isinstance(words, bool) or not isinstance(words, int) or not 1 <= words <= 512:
-        raise ConfigError(f"window_words={words}: must be between 1 and 512, e.g. 8")
-    if isinstance(n_queries, bool) or not isinstance(n_queries, int) or not 1 <= n_queries <= 1_000_000:
-        raise ConfigError(f"n_windows={n_queries}: must be between 1 and 1000000, e.g. 1000")
+    check_range("window_words", words, 1, 512, example=8)
+    check_range("n_windows", n_queries, 1, 1_000_000, example=1000)
 
 
 def cut_windows(texts: Sequence[str], n_queries: int = 1000, words: int = 8, seed: int = 0,
