@@ -60,12 +60,13 @@ def mask_uri(uri: str) -> str:
     return _printable(scheme.group(0) + rest)
 
 
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://\S*?)([:,.)\]'\"]*)(?=\s|$)")
 
 
 def mask_urls(text: str) -> str:
-    """``text`` (a message) with every URL in it masked as ``mask_uri`` masks one."""
-    return _URL.sub(lambda m: mask_uri(m.group(0)), text)
+    """``text`` (a message) with every URL in it masked as ``mask_uri`` masks one (punctuation
+    after a URL stays as it is)."""
+    return _URL.sub(lambda m: mask_uri(m.group(1)) + m.group(2), text)
 
 
 def _printable(text: str) -> str:

@@ -343,7 +343,7 @@ CASES = [
     (["demo", "--bits", "abc"], 2, "Invalid value for '--bits'"),
     # secrets, capacity, odd values (each failed differently before)
     (["search", "x", "--model", "{model}", "--uri", "http://127.0.0.1:1/?token=hunter2", "--collection", "toy_16"], 2,
-     "http://127.0.0.1:1/?*** a Milvus address has no"),
+     "http://127.0.0.1:1/?***: a Milvus address has no"),
     (T("--workers", "99"), 1, "CPUs and takes at most one worker per CPU; use at most"),
     (T("--seed", "-1"), 2, "--seed -1: must be an integer between 0 and 4294967295"),
     (T("--cache-dir", "/proc/1/dhim-cache"), 2, "cannot be written; give a writable folder"),
