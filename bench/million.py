@@ -24,6 +24,8 @@
                                                            # connector does) against by row (as before)
     python -m bench.million pipeline --docs 200000         # the ingest with the encoder bypassed: the
                                                            # driver's CPU per row, against bare insert loops
+    python -m bench.million server-writers --docs 200000   # the same into the tests' Milvus server at 1, 2
+                                                           # and 4 write tasks, against a bare insert loop
 
 The corpus is generated deterministically from the dev corpora's text (../shared/data):
 document i takes a random dev document (its corpus and label are the label) and
@@ -342,7 +344,7 @@ class StoredCodes:
 
 def run_ingest(n_docs: int, model: Path, uri: str, collection: str, workers: int,
                text_index: bool | None = None, precomputed: bool = False, corpus: Path | None = None,
-               write_batch: int = 2000) -> dict:
+               write_batch: int = 2000, write_tasks: int | None = None) -> dict:
     """One ingest in this process (run it in a fresh one: peak memory is per process).
     ``precomputed``: the encoder is bypassed (StoredCodes). ``corpus``: a folder of Parquet
     parts holding ``n_docs`` rows (default: the generated corpus)."""
@@ -364,7 +366,8 @@ def run_ingest(n_docs: int, model: Path, uri: str, collection: str, workers: int
     t0, cpu0 = time.perf_counter(), time.process_time()
     with PeakMemory() as peak:
         result = job.ingest(corpus, model, MilvusTarget(uri, collection, timeout=3600), workers=workers,
-                            progress=False, batch_size=256, write_batch=write_batch, text_index=text_index)
+                            progress=False, batch_size=256, write_batch=write_batch, text_index=text_index,
+                            write_tasks=write_tasks)
     driver_cpu = time.process_time() - cpu0  # every thread of the driver's process: Ray's own included
     return {"docs": n_docs, "workers": workers, "docs_per_s": result.docs_per_second, "seconds": result.seconds,
             "driver_cpu_s": driver_cpu, "driver_cpu_us_per_row": driver_cpu / n_docs * 1e6,
@@ -608,7 +611,7 @@ def bare_insert(n_docs: int, db: str, write_batch: int, text_index: bool) -> dic
     import pyarrow.parquet as pq
 
     from dhim_ray.connectors.connection import release
-    from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget
+    from dhim_ray.connectors.milvus import MilvusTarget, default_index
     from dhim_ray.connectors.rows import code_rows, document_ids, source_label
     from dhim_ray.corpus.spec import CorpusSpec
 
@@ -631,7 +634,7 @@ def bare_insert(n_docs: int, db: str, write_batch: int, text_index: bool) -> dic
         for f in Path(db).parent.glob(f"{Path(db).name}*"):
             f.unlink()
         with MilvusTarget(db, "docs", timeout=3600).open() as c:
-            info = c.ensure(64, "bench:bare", IndexSpec(), text_index=text_index)
+            info = c.ensure(64, "bench:bare", default_index(db), text_index=text_index)
             built = [code_rows(b, 64, source, name_field=info.label_names, key_field=info.keys) for b in batches]
             by_row = [[dict(zip(r, values)) for values in zip(*r.values())] for r in built] \
                 if way == "public_rows" else None
@@ -643,6 +646,8 @@ def bare_insert(n_docs: int, db: str, write_batch: int, text_index: bool) -> dic
                     c.upsert(r, new=True)
             seconds = time.perf_counter() - t0
             out[way] = {"rows_per_s": n_docs / seconds, "seconds": seconds, "count": c.count()}
+            if not MilvusTarget(db, "docs").lite:  # a server keeps it: the next way starts empty too
+                c.client.drop_collection(c.name)
         release(db)
     for f in Path(db).parent.glob(f"{Path(db).name}*"):
         f.unlink()
@@ -678,6 +683,33 @@ def bench_pipeline(n_docs: int, workers: int, write_batch: int = 500) -> dict:
            "over_connector_columns": ingest["docs_per_s"] / bare["connector_columns"]["rows_per_s"]}
     logger.info("%s", out)
     return out
+
+
+def server_writers(n_docs: int, workers: int, write_tasks: list[int]) -> None:
+    """The server path's write tasks: a ``--precomputed`` ingest into the tests' Milvus 2.3 server
+    (codes only, BIN_IVF_FLAT) at each number of write tasks, each into a new collection in a fresh
+    process, against a bare loop of pymilvus' public inserts of the same rows (2,000 a call, as a
+    write task sends them) into the same server: its own insert rate from one client."""
+    from bench.store import ensure_own_network, tests_server
+    from dhim_ray.jobs.milvus_sink import BATCH_ROWS
+
+    ensure_own_network("million")
+    tiny_model()
+    make_corpus(n_docs)
+    with tests_server(CACHE / "server-writers") as uri:
+        out: dict = {"docs": n_docs, "workers": workers, "write_batch": BATCH_ROWS, "ingest": {}}
+        for n in write_tasks:
+            out["ingest"][n] = child([str(n_docs), uri, f"docs_w{n}", "--workers", str(workers), "--precomputed",
+                                      "--write-tasks", str(n)])
+            logger.info("%d write tasks: %.0f docs/s", n, out["ingest"][n]["docs_per_s"])
+        done = subprocess.run([sys.executable, "-m", "bench.million", "_bare", str(n_docs), uri, str(BATCH_ROWS),
+                               "--no-text-index"], stdout=subprocess.PIPE, text=True, check=True,
+                              cwd=Path(__file__).resolve().parents[1])
+        out["bare"] = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    out["over_bare_public_rows"] = {n: r["docs_per_s"] / out["bare"]["public_rows"]["rows_per_s"]
+                                    for n, r in out["ingest"].items()}
+    logger.info("%s", out)
+    record(f"server_writers_{n_docs}", out)
 
 
 def bench_columns(n_docs: int, workers: int, rounds: int = 2) -> dict:
@@ -776,10 +808,15 @@ def main() -> None:
     p.add_argument("--docs", type=int, default=200_000)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--write-batch", type=int, default=500, help="rows per write (ingest's default)")
+    p = sub.add_parser("server-writers")
+    p.add_argument("--docs", type=int, default=200_000)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--write-tasks", type=int, nargs="+", default=[1, 2, 4])
     p = sub.add_parser("_bare")
     p.add_argument("docs", type=int)
     p.add_argument("db")
     p.add_argument("write_batch", type=int)
+    p.add_argument("--text-index", action=argparse.BooleanOptionalAction, default=True)
     p = sub.add_parser("_one")
     p.add_argument("docs", type=int)
     p.add_argument("uri", help="a milvus-lite .db file or a server URI")
@@ -788,6 +825,7 @@ def main() -> None:
     p.add_argument("--text-index", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--precomputed", action="store_true", help="bypass the encoder (StoredCodes)")
     p.add_argument("--write-batch", type=int, default=2000, help="rows per write from the driver (milvus-lite)")
+    p.add_argument("--write-tasks", type=int, default=None, help="Ray write tasks on a server")
     p.add_argument("--by-row", action="store_true", help="send rows as pymilvus' row dicts (bench columns)")
     args = ap.parse_args()
     if args.cmd == "corpus":
@@ -802,11 +840,14 @@ def main() -> None:
 
             CodeCollection._write = CodeCollection._write_rows
         print(json.dumps(run_ingest(args.docs, tiny_model(), args.uri, args.collection, args.workers,
-                                    args.text_index, args.precomputed, write_batch=args.write_batch)))
+                                    args.text_index, args.precomputed, write_batch=args.write_batch,
+                                    write_tasks=args.write_tasks)))
     elif args.cmd == "pipeline":
         record(f"pipeline_{args.docs}", bench_pipeline(args.docs, args.workers, args.write_batch))
     elif args.cmd == "_bare":
-        print(json.dumps(bare_insert(args.docs, args.db, args.write_batch, text_index=True)))
+        print(json.dumps(bare_insert(args.docs, args.db, args.write_batch, text_index=args.text_index)))
+    elif args.cmd == "server-writers":
+        server_writers(args.docs, args.workers, args.write_tasks)
     elif args.cmd == "columns":
         record(f"columns_{args.docs}", bench_columns(args.docs, args.workers))
     elif args.cmd == "ingest":

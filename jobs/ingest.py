@@ -28,7 +28,7 @@ from dhim_ray.connectors.rows import RESERVED_FIELDS, document_ids, source_label
 from dhim_ray.corpus.sources import label_vocabulary, plan_split, with_kept_columns, with_key_column
 from dhim_ray.corpus.spec import CorpusSpec, canonical_split
 from dhim_ray.encoding.encoder import load_tokenizer, token_ids
-from dhim_ray.errors import ConfigError, IngestInterrupted, NoSpaceError
+from dhim_ray.errors import ConfigError, IngestInterrupted, NoSpaceError, check_range
 from dhim_ray.hasher import Hasher
 
 from .milvus_sink import CodeSink, CollectionSpec
@@ -152,7 +152,8 @@ class IngestRequest:
     ``corpus`` (split: train), ``model_dir``, ``target``, ``workers`` (encoding actors; one GPU each
     with ``use_gpu``), ``batch_size``, ``write_batch``, ``overwrite``, ``index``, ``id_column``,
     ``keep_columns``, ``tokenise_apart``, ``alias`` (a server only) and ``text_index`` (None: kept
-    where the Milvus can, an existing collection keeps its choice)."""
+    where the Milvus can, an existing collection keeps its choice); ``write_tasks``: Ray's write
+    tasks on a server (None: max(2, workers); bench.million server-writers measures 1, 2, 4)."""
 
     corpus: CorpusSpec
     model_dir: str | Path
@@ -169,12 +170,15 @@ class IngestRequest:
     alias: str | None = None
     tokenise_apart: bool | None = None
     text_index: bool | None = None
+    write_tasks: int | None = None
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or self.workers < 1:
             raise ConfigError(f"workers={self.workers}: must be >= 1, e.g. workers=2")
         if self.batch_size < 1 or self.write_batch < 1:
             raise ConfigError(f"batch_size={min(self.batch_size, self.write_batch)}: must be >= 1, e.g. batch_size=64")
+        if self.write_tasks is not None:
+            check_range("write_tasks", self.write_tasks, 1, 1024, example=4)
         object.__setattr__(self, "corpus", self.corpus.with_split(self.corpus.split or "train"))
         object.__setattr__(self, "keep_columns", tuple(self.keep_columns))
         check_alias_support(self.target.uri, self.alias)
@@ -281,7 +285,7 @@ def _write(sink: CodeSink, ds, r: IngestRequest, n_documents: int, progress: boo
                 sink.write_from(ds, n_documents, progress, r.write_batch)
             else:  # upserts wait on the network, not the CPU, and must run whatever the encoders hold
                 # (after a node dies, its actors restart on the nodes left and can fill them): no CPU
-                ds.write_datasink(sink, concurrency=max(2, r.workers), ray_remote_args={"num_cpus": 0})
+                ds.write_datasink(sink, concurrency=r.write_tasks or max(2, r.workers), ray_remote_args={"num_cpus": 0})
     except KeyboardInterrupt:
         raise IngestInterrupted(
             f"interrupted; rerun the same ingest to complete {r.target.collection!r}: a rerun writes the rows "

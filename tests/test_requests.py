@@ -92,3 +92,12 @@ def test_an_eval_request_compares_a_model_with_baselines_each_once():
     assert EvalRequest("m", ("itq",), DB, Q, max_words=9).baseline_features(model) == FeatureConfig("some/encoder", 9)
     known = EvalRequest("m", database=DB, task="known-item")  # the windows come from the database
     assert known.queries is None and known.collection is None
+
+
+@pytest.mark.parametrize("write_tasks", [0, 1025, 2.5, True])
+def test_an_ingest_request_refuses_write_tasks_out_of_range(write_tasks, tmp_path):
+    from dhim_ray.jobs.ingest import IngestRequest
+
+    with pytest.raises(ConfigError, match=rf"^write_tasks={write_tasks}: must be between 1 and 1024, e.g. 4$"):
+        IngestRequest(DB, tmp_path, MilvusTarget("http://127.0.0.1:19530", "c"), write_tasks=write_tasks)
+    assert IngestRequest(DB, tmp_path, MilvusTarget("http://127.0.0.1:19530", "c"), write_tasks=4).write_tasks == 4
