@@ -10,6 +10,9 @@ import logging
 from dataclasses import dataclass, replace
 
 import numpy as np
+import ray
+from ray.data import Datasource, ReadTask
+from ray.data.block import BlockMetadata
 
 from dhim_ray.connectors.rows import DIGEST_FIELD, KEY_MAX, document_ids, row_digests
 from dhim_ray.corpus import rules
@@ -39,7 +42,6 @@ MIN_READ_TASKS = 4
 def read_task(shards: int) -> dict:
     """The read tasks' Ray arguments for ``shards`` shards: no CPU, and a bounded number at once
     (never more than there are shards: Ray warns of a limit it cannot reach)."""
-    import ray
 
     cap = max(MIN_READ_TASKS, int(ray.cluster_resources().get("CPU", 0)))
     return {**READ_TASK, "concurrency": max(1, min(shards, cap))}
@@ -51,52 +53,37 @@ def _arrow_types() -> dict:
     return {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64(), "string": pa.string()}
 
 
-class ShardSource:
-    """A Ray Data datasource: one read task per shard.
-
-    Without ``prepare`` it yields the scan's per-block summaries; with it, document
-    rows (``id``, ``text``, ``label``, ``row``) ready to encode.
-    """
+class ShardSource(Datasource):
+    """A Ray Data datasource, one read task per shard: without ``prepare`` the scan's per-block
+    summaries, with it document rows (``id``, ``text``, ``label``, ``row``) ready to encode. An
+    in-memory table (the packaged corpus) goes to the object store once, and the read tasks carry
+    its reference, not the table (Ray warns on large read functions)."""
 
     def __init__(self, plan: SourcePlan, cleaning: str, prepare: Prepare | None = None):
-        self.plan, self.cleaning, self.prepare = plan, cleaning, prepare
+        super().__init__()
+        shards = tuple(replace(s, table=ray.put(s.table)) if s.table is not None else s for s in plan.shards)
+        self.plan, self.cleaning, self.prepare = replace(plan, shards=shards), cleaning, prepare
 
-    def datasource(self):
-        import ray
-        from ray.data import Datasource, ReadTask
-        from ray.data.block import BlockMetadata
+    def estimate_inmemory_data_size(self):
+        return None
 
-        # An in-memory table (the packaged corpus) goes to the object store once; the
-        # read tasks carry its reference, not the table (Ray warns on large read functions).
-        shards = tuple(replace(s, table=ray.put(s.table)) if s.table is not None else s for s in self.plan.shards)
-        outer = ShardSource(replace(self.plan, shards=shards), self.cleaning, self.prepare)
+    def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
+        tasks = []
+        for i, shard in enumerate(self.plan.shards):
+            if self.prepare is not None and not self.prepare.wants(i):
+                continue
+            meta = BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None,
+                                 input_files=(shard.path,) if shard.path else None)
+            tasks.append(ReadTask(lambda i=i: self.read(i), meta))
+        return tasks
 
-        class _Source(Datasource):
-            def estimate_inmemory_data_size(self):
-                return None
-
-            def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
-                tasks = []
-                for i, shard in enumerate(outer.plan.shards):
-                    if outer.prepare is not None and not outer.prepare.wants(i):
-                        continue
-                    meta = BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None,
-                                         input_files=(shard.path,) if shard.path else None)
-                    tasks.append(ReadTask(lambda i=i: outer.read(i), meta))
-                return tasks
-
-            def get_name(self):
-                return "CorpusShards"
-
-        return _Source()
+    def get_name(self):
+        return "CorpusShards"
 
     def read(self, i: int):
         shard = self.plan.shards[i]
-        if shard.table is not None:
-            import ray
-
-            if isinstance(shard.table, ray.ObjectRef):  # put there by datasource()
-                shard = replace(shard, table=ray.get(shard.table))
+        if isinstance(shard.table, ray.ObjectRef):
+            shard = replace(shard, table=ray.get(shard.table))
         for block in read_shard(shard, self.plan.text_column, self.plan.label_column,
                                 key_column=self.plan.key_column, kept=self.plan.kept_columns):
             if self.prepare is None:
@@ -110,13 +97,12 @@ class ShardSource:
 def read_documents(plan: SourcePlan, cleaning: str, prepare: Prepare):
     """The split's document rows as a Ray Dataset, read in parallel tasks (one per shard)
     in blocks of about BLOCK_BYTES, so even a single file feeds every encoder actor."""
-    import ray
 
     ctx = ray.data.DataContext.get_current()
     before = ctx.target_max_block_size
     ctx.target_max_block_size = BLOCK_BYTES  # the Dataset keeps a copy of the context
     try:
-        return ray.data.read_datasource(ShardSource(plan, cleaning, prepare).datasource(),
+        return ray.data.read_datasource(ShardSource(plan, cleaning, prepare),
                                         override_num_blocks=len(plan.shards), **read_task(len(plan.shards)))
     finally:
         ctx.target_max_block_size = before
@@ -136,11 +122,10 @@ def summarise(block, shard: int, cleaning: str):
 
 def scan(plan: SourcePlan, cleaning: str) -> ScanResult:
     """Count rows per shard, find empty texts and label names, in parallel read tasks."""
-    import ray
 
     # One block stream per shard: left to itself Ray Data cuts a lone shard's output into
     # ~200 tiny blocks, and the scheduling overhead then outweighs the work.
-    ds = ray.data.read_datasource(ShardSource(plan, cleaning).datasource(), override_num_blocks=len(plan.shards),
+    ds = ray.data.read_datasource(ShardSource(plan, cleaning), override_num_blocks=len(plan.shards),
                                   **read_task(len(plan.shards)))
     with task_errors():
         summaries = ds.take_all()
@@ -212,7 +197,6 @@ class Prepare:
         found = np.zeros(len(ids), dtype=bool)
         if self.stored is None or not len(ids):
             return found
-        import ray
 
         low, high = int(ids.min()), int(ids.max())
         for have_ids, have in ray.get([ref for first, last, ref in self.stored if first <= high and last >= low]):
