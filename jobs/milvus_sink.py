@@ -139,10 +139,9 @@ class CodeSink(Datasink[WriteStats]):
         collection.refuse_foreign_rows(first_ids, self.source)  # ids carry a hash of the source
         if not spec.keys:
             collection.refuse_dropping_keys(info, self.source)
-        # milvus-lite's upsert slows as the collection grows (with 4M rows held: about 500 rows/s, insert
-        # 18,000; bench million upsert): rows no earlier run wrote are inserted, and a rerun reads each
-        # batch's stored rows first and writes only those missing or changed. The driver writes each batch
-        # once; a server's write tasks may be retried, and a retried insert would write a row twice: they upsert.
+        # milvus-lite's upsert slows as the collection grows and its insert does not (bench million
+        # upsert): new rows are inserted, a rerun writes only the rows missing or changed. A server's
+        # write tasks may be retried, and a retried insert would write a row twice: they upsert.
         if self.target.lite:  # counted once: the file's writer is this process until ``complete``
             self.held, self.source_held = collection.count(), collection.count_source(self.source)
         self.new_rows = self.target.lite and self.source_held == 0

@@ -53,14 +53,12 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
     os.environ.setdefault("RAY_gcs_server_request_timeout_seconds", "120")
     address = cluster_address(address)
     if address is None:
-        # A local Ray's node agent samples every process' CPU and memory for the dashboard
-        # (off here) every 5 s: on a 2-core machine that took ~13% of a core from training.
+        # A local Ray's node agent samples every process for the dashboard (off here): on a small
+        # machine that took a share of a core from training.
         os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "60000")
-        # Ray starts its workers 15 nice levels below the driver: beside any other busy
-        # process the encoders and training workers then get a few percent of a core
-        # (beside one busy loop per core an ingest took 7.2x as long: docs/experiments.md).
-        # A local run is the user's own command, so its workers run at the user's priority
-        # (`nice dhim-ray ...` still works).
+        # Ray starts its workers 15 nice levels below the driver, starving them beside any busy
+        # process (docs/experiments.md); a local run is the user's own command, so its workers
+        # run at the user's priority (`nice dhim-ray ...` still works).
         os.environ.setdefault("RAY_worker_niceness", "0")
     import ray
 

@@ -33,9 +33,9 @@ BLOCK_BYTES = 256 << 10
 #: and can fill them; reads that needed a CPU then never ran and the ingest waited forever
 #: (found by killing a node of the multi-node test cluster mid-ingest).
 READ_TASK = {"num_cpus": 0}
-#: ... so Ray would start every shard's read at once, each in a worker process of its own (100
-#: shards at 10M documents: 107 processes, 19 of the machine's 23 GiB in use): at most this many run together, or
-#: as many as the cluster has CPUs where that is more.
+#: ... so Ray would start every shard's read at once, each in a worker process of its own (at
+#: 10M documents most of the machine's memory): at most this many run together, or as many as
+#: the cluster has CPUs where that is more.
 MIN_READ_TASKS = 4
 
 
