@@ -88,12 +88,17 @@ def as_flags(message: str) -> str:
     return _PARAM.sub(lambda m: FLAGS[m.group(1)] + " ", _FIELD.sub(r"--set \1", message))
 
 
-def fail(message: str, code: int) -> None:
-    """One line on stderr, no markup interpretation (brackets and colons stay as given),
-    credentials in any URL masked."""
+def print_error(message: str) -> None:
+    """``error: MESSAGE`` as one line on stderr, no markup interpretation (brackets and colons
+    stay as given), credentials in any URL masked."""
     from dhim_ray.connectors.connection import mask_urls
 
     typer.echo(typer.style("error:", fg="red", bold=True) + " " + mask_urls(" ".join(message.split())), err=True)
+
+
+def fail(message: str, code: int) -> None:
+    """The error's one line (``print_error``), then exit with ``code``."""
+    print_error(message)
     raise typer.Exit(code)
 
 
@@ -982,13 +987,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0)
     except UsageError as exc:
         where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
-        from dhim_ray.connectors.connection import mask_urls
-
-        message = mask_urls(" ".join(exc.format_message().split()))
-        typer.echo(typer.style("error:", fg="red", bold=True) + f" {message}{where}", err=True)
+        print_error(exc.format_message() + where)
         sys.exit(2)
     except (typer.Abort, KeyboardInterrupt):
-        typer.echo(typer.style("error:", fg="red", bold=True) + " interrupted", err=True)
+        print_error("interrupted")
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
