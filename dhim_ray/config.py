@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from dhim_ray.codes import check_n_bits
 from dhim_ray.corpus.text import CLEANINGS
-from dhim_ray.errors import ConfigError, check_range
+from dhim_ray.errors import ConfigError, check_range, is_whole
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class FeatureConfig:
         if not isinstance(self.encoder, str) or not self.encoder.strip():
             raise ConfigError(f"encoder={self.encoder!r}: give a model name or path, e.g. {DEFAULT_ENCODER}")
         check_range("max_words", self.max_words, 1, 100_000, example=50)
-        if not _is_int(self.max_tokens) or (self.max_tokens and not 3 <= self.max_tokens <= 8192):
+        if not is_whole(self.max_tokens) or (self.max_tokens and not 3 <= self.max_tokens <= 8192):
             raise ConfigError(f"max_tokens={self.max_tokens}: must be 0 (auto) or between 3 and 8192")
 
     @property
@@ -91,7 +91,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         windows = tuple(self.windows)
-        if not windows or len(windows) > MAX_WINDOWS or any(not _is_int(w) or not 1 <= w <= MAX_WINDOW or w % 2 == 0
+        if not windows or len(windows) > MAX_WINDOWS or any(not is_whole(w) or not 1 <= w <= MAX_WINDOW or w % 2 == 0
                                                            for w in windows):
             raise ConfigError(f"windows={list(windows)}: need 1 to {MAX_WINDOWS} odd whole sizes between 1 and "
                               f"{MAX_WINDOW} ('same' padding), e.g. [1, 3, 5]")
@@ -110,7 +110,7 @@ class ModelConfig:
         if self.target_transform != "none" and self.regulariser == "none":
             raise ConfigError(f"target_transform={self.target_transform!r} transforms the regulariser target: "
                               "also set regulariser=mean or cls")
-        if not _is_int(self.identity_bits) or not 0 <= self.identity_bits <= self.n_bits - 8:
+        if not is_whole(self.identity_bits) or not 0 <= self.identity_bits <= self.n_bits - 8:
             raise ConfigError(f"identity_bits={self.identity_bits}: must be between 0 and n_bits - 8 = "
                               f"{self.n_bits - 8} (the head keeps at least 8 bits), e.g. {self.n_bits // 2}")
         if self.identity_bits > self.hidden_size:
@@ -178,12 +178,12 @@ class TrainConfig:
         if not 0 < self.val_fraction < 1:
             raise ConfigError(f"val_fraction={self.val_fraction}: must be in (0, 1), e.g. 0.1")
         check_range("max_val", self.max_val, 1, 1_000_000, example=1000)
-        if not _is_int(self.crop_tokens) or not 0 <= self.crop_tokens <= 100_000:
+        if not is_whole(self.crop_tokens) or not 0 <= self.crop_tokens <= 100_000:
             raise ConfigError(f"crop_tokens={self.crop_tokens}: must be 0 (off) or up to 100000, e.g. 64")
         check_range("neighbours", self.neighbours, 0, 1000, example=10, low_means="off")
         if self.select not in SELECT_CRITERIA:
             raise ConfigError(f"select={self.select!r}: choose one of {', '.join(SELECT_CRITERIA)}")
-        if (not _is_int(self.max_select_database) or self.max_select_database < 0
+        if (not is_whole(self.max_select_database) or self.max_select_database < 0
                 or 0 < self.max_select_database <= self.k or self.max_select_database > 100_000_000):
             raise ConfigError(f"max_select_database={self.max_select_database}: 0 (all) or more than k={self.k} "
                               "and at most 100000000")
@@ -196,10 +196,6 @@ class TrainConfig:
 #: hidden_size x n_filters x window weights over every position: wider ones are n-grams
 #: no document needs, and a huge one runs for hours).
 MAX_WINDOWS, MAX_WINDOW = 8, 31
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_seed(seed: int) -> int:

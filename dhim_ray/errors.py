@@ -118,9 +118,14 @@ def first_line(exc: BaseException | None, limit: int = 200) -> str:
     return text.splitlines()[0][:limit] if text else type(exc).__name__
 
 
+def is_whole(value: Any) -> bool:
+    """An int, not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def check_range(name: str, value: Any, low: int, high: int, example: Any = None, low_means: str = "") -> None:
     """A ConfigError unless ``value`` is a whole number from ``low`` to ``high``, naming the field."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    if not is_whole(value) or not low <= value <= high:
         low_text = f"{low} ({low_means})" if low_means else f"{low}"
         raise ConfigError(f"{name}={value}: must be between {low_text} and {high}"
                           + (f", e.g. {example}" if example is not None else ""))
