@@ -610,7 +610,7 @@ def bare_insert(n_docs: int, db: str, write_batch: int, text_index: bool) -> dic
     public ``insert`` of row dicts, and the connector's column write alone (no Ray, no driver)."""
     import pyarrow.parquet as pq
 
-    from dhim_ray.connectors.connection import release
+    from dhim_ray.connectors.connection import is_lite, release
     from dhim_ray.connectors.milvus import MilvusTarget, default_index
     from dhim_ray.connectors.rows import code_rows, document_ids, source_label
     from dhim_ray.corpus.spec import CorpusSpec
@@ -646,7 +646,7 @@ def bare_insert(n_docs: int, db: str, write_batch: int, text_index: bool) -> dic
                     c.upsert(r, new=True)
             seconds = time.perf_counter() - t0
             out[way] = {"rows_per_s": n_docs / seconds, "seconds": seconds, "count": c.count()}
-            if not MilvusTarget(db, "docs").lite:  # a server keeps it: the next way starts empty too
+            if not is_lite(db):  # a server keeps it: the next way starts empty too
                 c.client.drop_collection(c.name)
         release(db)
     for f in Path(db).parent.glob(f"{Path(db).name}*"):

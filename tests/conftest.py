@@ -146,9 +146,13 @@ def bbc16(tmp_path_factory) -> Path:
     return train_bbc16(tmp_path_factory.mktemp("bbc16") / "bbc-16", 240)
 
 
+#: BBC training documents in the session's collection (bbc16_collection).
+BBC16_DOCS = 240
+
+
 @pytest.fixture(scope="session")
 def bbc16_collection(ray_session, bbc16, tmp_path_factory):
-    """(target, IngestResult): BBC's first 240 training documents ingested with bbc16 into a
+    """(target, IngestResult): BBC's first BBC16_DOCS training documents ingested with bbc16 into a
     milvus-lite file once a session. The ingest, hybrid and service tests search it; a test
     that changes its rows ingests a collection of its own."""
     from dhim_ray.connectors.milvus import MilvusTarget
@@ -156,7 +160,7 @@ def bbc16_collection(ray_session, bbc16, tmp_path_factory):
     from dhim_ray.jobs.ingest import ingest
 
     target = MilvusTarget(str(tmp_path_factory.mktemp("bbc16-db") / "codes.db"), "bbc16")
-    return target, ingest(CorpusSpec("bbc", "train", limit=240), bbc16, target, workers=2, progress=False)
+    return target, ingest(CorpusSpec("bbc", "train", limit=BBC16_DOCS), bbc16, target, workers=2, progress=False)
 
 
 def shared_corpus(name: str) -> Path:

@@ -13,13 +13,14 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import BBC16_DOCS
 
 from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError, ConfigError
 from dhim_ray.retrieval.fusion import Fusion, fuse
 
-N = 240
+N = BBC16_DOCS  # the session collection (conftest.bbc16_collection)
 BBC = CorpusSpec("bbc", "train", limit=N)
 
 

@@ -10,7 +10,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import write_csv
+from conftest import BBC16_DOCS, write_csv
 
 from dhim_ray.codes import bytes_to_codes
 from dhim_ray.connectors.connection import release
@@ -31,7 +31,7 @@ from dhim_ray.errors import (
 
 pytestmark = pytest.mark.slow  # real Ray, real Milvus, the packaged encoder: minutes
 
-N = 240
+N = BBC16_DOCS  # the session collection (conftest.bbc16_collection)
 BBC = CorpusSpec("bbc", "train", limit=N)
 
 

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 import pytest
+from conftest import BBC16_DOCS
 
 from dhim_ray.connectors.connection import release
 from dhim_ray.connectors.milvus import MilvusTarget
@@ -26,7 +27,7 @@ from dhim_ray.errors import ConfigError
 
 pytestmark = pytest.mark.slow  # real Ray, real Milvus, the packaged encoder: minutes
 
-N = 240  # the session collection (conftest.bbc16_collection)
+N = BBC16_DOCS  # the session collection (conftest.bbc16_collection)
 TOKEN = "s3rvice-t0ken-for-tests"
 QUERIES = ["oil prices rise as markets fall", "the striker scored twice in the cup final",
            "a new mobile phone with a faster chip"]
