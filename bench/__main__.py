@@ -13,6 +13,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "item_level": ("known-item recall and P@100 for every method, and DHIM's training variants", "Two tasks"),
     "hybrid": ("codes, Milvus' BM25 and their fusions through milvus-lite, both tasks, bytes per document",
                "One search for both tasks"),
+    "lexical": ("BM25 through SQLite's FTS5 beside the file against milvus-lite's own, the same queries",
+                "One search for both tasks"),
     "quality": ("DHIM (shipped, as published, ablations) against LSH, PCA and ITQ", "Retrieval quality"),
     "encode_speed": ("Hasher.encode against SentenceTransformer.encode on the CPU", "The hot path"),
     "onnx_speed": ("torch, ONNX Runtime and int8 against sentence-transformers' backends", "Backends on the CPU"),

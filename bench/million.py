@@ -512,13 +512,15 @@ def bench_write(n_docs: int, workers: int, after: float, n_queries: int, text_in
 
 
 def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: str | None = None,
-                 text_index: bool = False, max_step_s: float = 600.0) -> dict:
+                 text_index: bool = False, max_step_s: float = 600.0, text_store: str | None = None) -> dict:
     """The store's write rates as a collection of our rows grows: insert ``n_rows`` rows, 500 a
     call as the ingest's driver writes them (the rate of each ``every``), and at 0 rows and at
     ``n_rows`` rows time ``probe`` rows through upsert and through insert (ids not yet held).
     ``uri``: a Milvus server's (whose write tasks upsert every row); else a new milvus-lite file.
-    ``text_index``: the collection keeps Milvus' BM25 index over the text, as a new file does.
-    A step that takes over ``max_step_s`` ends the growth there (the rows held, then the probes)."""
+    ``text_index``: the collection keeps a BM25 index over the text, as a new file does, in
+    ``text_store`` (sqlite: FTS5 beside the file, the default; milvus: milvus-lite's own). A step
+    that takes over ``max_step_s`` ends the growth there (the rows held, then the probes); a
+    milvus-lite file is then opened in a fresh process and timed to its first answers."""
     import pyarrow.parquet as pq
 
     from dhim_ray.connectors.connection import release
@@ -550,10 +552,12 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
 
     out: dict = {"rows": n_rows, "probe": probe, "store": "milvus-lite" if lite else "Milvus 2.3 server",
                  "text_index": text_index, "every": every, "insert_rows_per_s_by_million": []}
+    if text_index:
+        out["text_store"] = text_store or ("sqlite" if lite else "milvus")
     info = None
     try:
         with MilvusTarget(uri, "docs", timeout=3600).open() as c:
-            info = c.ensure(64, "bench:upsert", IndexSpec(), text_index=text_index)
+            info = c.ensure(64, "bench:upsert", IndexSpec(), text_index=text_index, text_store=text_store)
             out["at_0"] = {"upsert": rate(c, 10**12, probe, False)[1], "insert": rate(c, 2 * 10**12, probe, True)[1]}
             held = 0
             while held < n_rows:  # a step past max_step_s ends the growth where it got to
@@ -569,6 +573,11 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
             out["rows"] = held
             out["at_n"] = {"upsert": rate(c, 3 * 10**12, probe, False)[1], "insert": rate(c, 4 * 10**12, probe, True)[1]}
             out["count"] = c.count()
+        if lite:
+            release(str(db))
+            out["reopen"] = child_json(f"import json, bench.million as m; print(json.dumps(m.first_answers({str(db)!r}, "
+                                       f"'docs', {text_index})))")
+            logger.info("reopened: %s", out["reopen"])
     finally:
         if lite:
             release(str(db))
@@ -578,6 +587,32 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
     out["insert_over_upsert_at_n"] = out["at_n"]["insert"] / out["at_n"]["upsert"]
     logger.info("%s", out)
     return out
+
+
+def first_answers(db: str, collection: str, text: bool) -> dict:
+    """Seconds from opening a milvus-lite file in this process to its first count, its first
+    search by code and (``text``) by words: what a one-shot ``dhim-ray search`` waits for."""
+    from dhim_ray.connectors.milvus import MilvusTarget
+
+    t0 = time.perf_counter()
+    out = {}
+    with MilvusTarget(db, collection, timeout=3600).open(create=False) as c:
+        c.count()
+        out["open_to_count_s"] = time.perf_counter() - t0
+        c.search(np.zeros((1, 8), np.uint8), 64, 10)
+        out["open_to_code_search_s"] = time.perf_counter() - t0
+        if text:
+            t1 = time.perf_counter()
+            c.search_text(["the market rose after the company said its profit grew"], 10)
+            out["text_search_s"] = time.perf_counter() - t1
+            out["open_to_text_search_s"] = time.perf_counter() - t0
+    return out
+
+
+def child_json(code: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def upsert_on_server(n_rows: int, probe: int, every: int, max_step_s: float) -> None:
@@ -801,6 +836,8 @@ def main() -> None:
     p.add_argument("--every", type=int, default=1_000_000, help="rows per measured step of the insert rate")
     p.add_argument("--max-step-seconds", type=float, default=600.0, help="a slower step ends the growth there")
     p.add_argument("--text-index", action="store_true", help="the collection keeps a BM25 index (milvus-lite)")
+    p.add_argument("--text-store", choices=("sqlite", "milvus"), default=None,
+                   help="where: FTS5 beside the file (the default) or milvus-lite's own BM25")
     p = sub.add_parser("columns")
     p.add_argument("--docs", type=int, default=200_000)
     p.add_argument("--workers", type=int, default=2)
@@ -871,9 +908,10 @@ def main() -> None:
     elif args.cmd == "upsert" and args.server:
         upsert_on_server(args.rows, args.probe, args.every, args.max_step_seconds)
     elif args.cmd == "upsert":
-        record(f"upsert_{'text_' * args.text_index}{args.rows}",
+        store = (args.text_store or "sqlite") if args.text_index else ""
+        record(f"upsert_{'text_' * args.text_index}{store + '_' if store == 'sqlite' else ''}{args.rows}",
                bench_upsert(args.rows, args.probe, args.every, text_index=args.text_index,
-                            max_step_s=args.max_step_seconds))
+                            max_step_s=args.max_step_seconds, text_store=store or None))
     elif args.cmd == "hybrid":
         record(f"hybrid_{args.docs}", bench_hybrid(args.docs, args.workers, args.queries))
     elif args.cmd == "interrupt" and args.server:

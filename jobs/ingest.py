@@ -116,7 +116,7 @@ class IngestResult:
     rows_unchanged: int = 0  # rows an earlier run had stored as they are: not encoded again, not written
     alias: str = ""  # the alias now pointing at the collection (ingest --alias)
     alias_was: str = ""  # the collection the alias pointed at before ("" for a new alias)
-    text_index: bool = False  # the collection keeps Milvus' BM25 over its text (hybrid search)
+    text_index: bool = False  # the collection keeps BM25 over its text (hybrid search)
     keeps: str = "codes"  # what each row keeps beside its text: codes, a text index, columns
 
     @classmethod

@@ -29,7 +29,8 @@ logger = logging.getLogger(__name__)
 BATCH_ROWS = 2000
 #: Codes past which a milvus-lite collection is better served by a Milvus server (bench/store.py).
 LITE_ADVISED_CODES = 10_000_000
-#: Documents past which a milvus-lite collection with a text index writes too slowly (bench million upsert).
+#: Documents past which milvus-lite's own BM25 index (a collection made before the words were kept
+#: beside the file) writes too slowly (bench million upsert).
 LITE_TEXT_ADVISED_DOCS = 1_000_000
 
 
@@ -168,11 +169,10 @@ class CodeSink(Datasink[WriteStats]):
         from tqdm.auto import tqdm
 
         collection = self._open()
-        if self.info.text_index and (after := self.held - self.source_held + total) > LITE_TEXT_ADVISED_DOCS:
-            logger.warning("%s will hold %s documents in milvus-lite with a text index, whose writes slow as it "
-                           "grows (about 300 rows a second with 2 million held, against 16,000 without the index) "
-                           "and which rebuilds the index on every open; past %s, "
-                           "ingest into a Milvus server, or with --no-text-index where only topic queries come "
+        if self.info.text_store == "milvus" and (after := self.held - self.source_held + total) > LITE_TEXT_ADVISED_DOCS:
+            logger.warning("%s will hold %s documents in milvus-lite with Milvus' own text index, whose writes slow "
+                           "as it grows and which it rebuilds on every open; past %s, re-ingest it into a new "
+                           "collection (its words are then kept beside the file) or a Milvus server "
                            "(docs/ingest-and-search.md, 'How big')", collection.name, f"{after:,}",
                            f"{LITE_TEXT_ADVISED_DOCS:,}")
         with tqdm(total=total, desc=f"ingest {collection.name}", unit="doc", disable=not progress) as bar:

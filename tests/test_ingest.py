@@ -863,24 +863,28 @@ def test_a_lite_collection_past_the_advised_size_says_to_move_to_a_server(ray_se
                                                                           monkeypatch, caplog):
     """Past LITE_ADVISED_CODES (10 million, from bench/store.py) an ingest into milvus-lite says
     once where a server serves better, and past LITE_TEXT_ADVISED_DOCS (1 million: bench million
-    upsert --text-index) so does one into a collection with a text index; below them, nothing."""
+    upsert --text-index) so does one into a collection keeping milvus-lite's own BM25 index (made
+    before the words were kept beside the file); below them, or with the words beside it, nothing."""
     import dhim_ray.jobs.ingest as job
     import dhim_ray.jobs.milvus_sink as sink
+    from dhim_ray.model.checkpoint import read_checkpoint
 
     target = MilvusTarget(str(tmp_path / "big.db"), "big")
     job.ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False)
     assert "codes in milvus-lite" not in caplog.text
-    assert "with a text index" not in caplog.text
     monkeypatch.setattr(sink, "LITE_ADVISED_CODES", 30)  # the same rules, at sizes a test can write
     monkeypatch.setattr(sink, "LITE_TEXT_ADVISED_DOCS", 30)
     job.ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False)
     assert "big holds 40 codes in milvus-lite" in caplog.text and "a Milvus server with BIN_IVF_FLAT" in caplog.text
-    # said before the writes, counting what the collection will hold: its other rows and this source's
-    assert "big will hold 40 documents in milvus-lite with a text index" in caplog.text
+    assert "own text index" not in caplog.text  # the default keeps its words beside the file: no limit at 1 million
     caplog.clear()
-    job.ingest(CorpusSpec("bbc", "train", limit=20), model_dir, MilvusTarget(str(tmp_path / "big.db"), "small"),
-               workers=1, progress=False, text_index=False)
-    assert "with a text index" not in caplog.text
+    model = read_checkpoint(model_dir)
+    old = MilvusTarget(str(tmp_path / "big.db"), "old")
+    with old.open() as collection:
+        collection.ensure(model.n_bits, model.model_id, text_index=True, text_store="milvus")
+    job.ingest(CorpusSpec("bbc", "train", limit=40), model_dir, old, workers=1, progress=False)
+    # said before the writes, counting what the collection will hold: its other rows and this source's
+    assert "old will hold 40 documents in milvus-lite with Milvus' own text index" in caplog.text
 
 
 def test_a_rerun_finds_stored_rows_in_whichever_part_of_the_collection_holds_them(ray_session):

@@ -1,0 +1,122 @@
+"""The words of a milvus-lite file's collections, kept beside it in SQLite's FTS5 (Python's own
+sqlite3): BM25 over each row's stored text, whose writes hold their rate as the file grows and
+which opens at once, where milvus-lite's BM25 index slows past a million rows and is rebuilt on
+every open (BENCHMARKS.md, 'The text index past a million documents').
+
+    >>> index = TextIndex("codes.db")          # codes.db.text, one FTS5 table per collection
+    >>> index.search("news_64", ["a football club in spain"], k=10)"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from dhim_ray.errors import StoreError, first_line
+
+#: The sidecar file: ``codes.db`` keeps its words in ``codes.db.text``.
+SUFFIX = ".text"
+_WORD = re.compile(r"\w+")
+#: Words of one query sent to FTS5 (a whole document as a query stays one bounded OR).
+MAX_QUERY_WORDS = 256
+
+
+def text_file(lite_file: str | Path) -> Path:
+    """Where the words of the milvus-lite file ``lite_file`` are kept."""
+    return Path(str(lite_file) + SUFFIX)
+
+
+def match_query(text: str) -> str | None:
+    """``text`` as an FTS5 query: each distinct word quoted (no word is read as an operator),
+    joined by OR, as BM25 ranks a query's words; None where it has no word."""
+    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(text)))[:MAX_QUERY_WORDS]
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words) or None
+
+
+class TextIndex:
+    """The FTS5 tables beside one milvus-lite file; a connection of its own, opened at first use
+    and shared by threads under a lock (a service answers from several)."""
+
+    def __init__(self, lite_file: str | Path):
+        self.path = text_file(lite_file)
+        self._db: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is None:
+            try:
+                db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+                db.execute("pragma journal_mode=wal")
+                db.execute("pragma synchronous=normal")
+                db.execute("create virtual table if not exists temp.fts5_probe using fts5(x)")
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.path}: the text index cannot be opened ({first_line(exc)}); this Python's "
+                                 "sqlite3 needs FTS5 (python.org and Debian builds have it)") from exc
+            self._db = db
+        return self._db
+
+    @staticmethod
+    def _table(name: str) -> str:
+        return f'"words_{name}"'  # collection names are checked: letters, digits and _
+
+    def _run(self, what: str, sql: str, args: Sequence = (), many: bool = False) -> sqlite3.Cursor:
+        try:
+            db = self._connect()
+            return db.executemany(sql, args) if many else db.execute(sql, args)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: {what} failed ({first_line(exc)})") from exc
+
+    def create(self, name: str) -> None:
+        """A new, empty table for collection ``name`` (one left by a dropped collection goes)."""
+        with self._lock:
+            self._run("dropping a text table", f"drop table if exists {self._table(name)}")
+            self._run("creating a text table", f"create virtual table {self._table(name)} using "
+                      "fts5(text, tokenize='unicode61 remove_diacritics 2')")
+
+    def has(self, name: str) -> bool:
+        if not self.path.exists():
+            return False
+        with self._lock:
+            return self._run("reading the text tables", "select 1 from sqlite_master where name = ?",
+                             (f"words_{name}",)).fetchone() is not None
+
+    def write(self, name: str, ids: Sequence[int], texts: Sequence[str]) -> None:
+        """Rows ``ids`` hold ``texts`` (a row already kept is replaced), in one transaction."""
+        with self._lock:
+            self._run("beginning a write", "begin")
+            try:
+                self._run("writing the text index", f"insert or replace into {self._table(name)}(rowid, text) "
+                          "values (?, ?)", list(zip(map(int, ids), texts)), many=True)
+                self._run("committing a write", "commit")
+            except BaseException:
+                self._db.execute("rollback")
+                raise
+
+    def delete(self, name: str, ids: Sequence[int]) -> None:
+        with self._lock:
+            self._run("deleting from the text index", f"delete from {self._table(name)} where rowid = ?",
+                      [(int(i),) for i in ids], many=True)
+
+    def ranked(self, name: str, text: str) -> Iterator[tuple[int, float]]:
+        """(id, BM25 score, higher is better) of every row sharing a word with ``text``, best
+        first, ties by id: read lazily, so a caller that needs ten reads ten."""
+        query = match_query(text)
+        if query is None:
+            return
+        with self._lock:
+            cursor = self._run("a text search", f"select rowid, -bm25({self._table(name)}) as score from "
+                               f"{self._table(name)} where {self._table(name)} match ? order by score desc, rowid",
+                               (query,))
+            rows = cursor.fetchmany(64)
+        while rows:
+            yield from ((int(i), float(s)) for i, s in rows)
+            with self._lock:
+                rows = cursor.fetchmany(1024)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None

@@ -1,0 +1,103 @@
+"""The words of a milvus-lite collection, kept beside its file in SQLite's FTS5 (connectors/lexical.py):
+on real milvus-lite with generated rows, the words follow every write, rewrite, deletion and
+overwrite of the rows; a filter most rows fail pages through the ranked list; a query's words
+are never read as FTS5 operators; and Milvus' own BM25 (a 2.5+ server's path) still runs on
+the same engine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dhim_ray.connectors.connection import release
+from dhim_ray.connectors.lexical import match_query, text_file
+from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget
+from dhim_ray.connectors.rows import TEXT_SPARSE_FIELD, code_rows
+
+TOPICS = ["oil prices rose sharply in asian markets", "the football club signed a striker from spain",
+          "a new phone was unveiled at the fair", "parliament voted on the budget bill"]
+
+
+def rows(ids, texts, labels=None):
+    n = len(ids)
+    batch = {"id": np.asarray(ids, np.int64), "row": np.asarray(ids, np.int64), "code": np.zeros((n, 8), np.uint8),
+             "label": np.asarray(labels if labels is not None else [0] * n, np.int64),
+             "text": np.asarray(texts, dtype=object)}
+    return code_rows(batch, 64, "gen")
+
+
+def ranked_ids(collection, text):
+    return [i for i, _ in collection.words.ranked(collection.name, text)]
+
+
+@pytest.fixture
+def lite(tmp_path):
+    db = str(tmp_path / "codes.db")
+    yield db
+    release(db)
+
+
+def test_match_query_quotes_every_word_so_none_is_an_operator():
+    assert match_query('NEAR(oil "prices") AND -rose OR col:x* ^spain') == \
+        '"near" OR "oil" OR "prices" OR "and" OR "rose" OR "or" OR "col" OR "x" OR "spain"'
+    assert match_query("  ,;!? ") is None and match_query("") is None
+    assert match_query("Oil oil OIL") == '"oil"'  # each word once
+
+
+def test_a_new_lite_collection_keeps_its_words_beside_the_file_and_finds_a_phrases_document(lite):
+    with MilvusTarget(lite, "docs").open() as c:
+        info = c.ensure(64, "m", IndexSpec(), text_index=True)
+        assert (info.text_index, info.text_store, info.meta["text_index"]) == (True, "sqlite", "fts5")
+        c.upsert(rows(range(40), [f"{TOPICS[i % 4]} story {i}" for i in range(40)]), new=True)
+        fields = {f["name"] for f in c.client.describe_collection("docs")["fields"]}
+    assert text_file(lite).exists() and TEXT_SPARSE_FIELD not in fields  # Milvus keeps no BM25 of its own
+    with MilvusTarget(lite, "docs").open() as c:  # reopened: read from the description, nothing rebuilt
+        assert c.describe().text_store == "sqlite"
+        hits = c.search_text(["football club story 13", "nothing shared xyzzy"], k=5)
+        assert hits[0][0]["id"] == 13 and hits[0][0]["bm25"] > hits[0][1]["bm25"] and hits[1] == []
+        assert {h["id"] % 4 for h in hits[0][1:]} == {1}  # the rest share the topic's words
+        assert set(hits[0][0]) == {"id", "bm25", "label", "text", "source", "row"}
+        scores = [(-h["bm25"], h["id"]) for h in c.search_text(["oil prices"], k=10)[0]]
+        assert scores == sorted(scores)  # best first, ties by id
+
+
+def test_rewrites_deletions_and_an_overwrite_keep_the_words_in_step_with_the_rows(lite):
+    with MilvusTarget(lite, "docs").open() as c:
+        c.ensure(64, "m", IndexSpec(), text_index=True)
+        c.upsert(rows(range(8), [TOPICS[i % 4] for i in range(8)]), new=True)
+        assert ranked_ids(c, "budget") == [3, 7]
+        c.upsert(rows([3], ["budget talks moved to the markets desk"]))  # rewritten: its old words go
+        assert ranked_ids(c, "parliament") == [7] and ranked_ids(c, "desk") == [3]
+        assert c.upsert_changed(rows([3, 9], ["budget talks moved to the markets desk", "a desk lamp"])) == (1, 1)
+        assert sorted(ranked_ids(c, "desk")) == [3, 9]
+        removed, left = c.delete_stale_rows("gen", last_row=5, dropped_ids=[1])  # rows 6, 7, 9 and row 1 go
+        assert (removed, left) == (4, 5) and ranked_ids(c, "desk") == [3] and ranked_ids(c, "football") == [5]
+        c.ensure(64, "m", IndexSpec(), overwrite=True, text_index=True)
+        assert ranked_ids(c, "oil") == [] and c.count() == 0
+
+
+def test_a_filter_most_rows_fail_pages_through_the_ranked_list(lite):
+    n = 3000  # every row holds the word; the filter passes 3, ranked anywhere in the list
+    with MilvusTarget(lite, "docs").open() as c:
+        c.ensure(64, "m", IndexSpec(), text_index=True)
+        c.upsert(rows(range(n), [f"common {'filler ' * (i % 7)}{i}" for i in range(n)], [i % 1000 for i in range(n)]),
+                 new=True)
+        hits = c.search_text(["common"], k=5, filter="label == 7", output_fields=["label"])[0]
+        assert sorted(h["id"] for h in hits) == [7, 1007, 2007] and {h["label"] for h in hits} == {7}
+        assert len(c.search_text(["common"], k=5)[0]) == 5
+
+
+def test_milvus_own_bm25_the_servers_path_still_runs_on_milvus_lite(lite):
+    """A 2.5+ server keeps BM25 in Milvus; milvus-lite 2.5.1 runs the same calls: the same rows
+    in both stores find the same document first."""
+    texts = [f"{TOPICS[i % 4]} story {i}" for i in range(40)]
+    with MilvusTarget(lite, "in_milvus").open() as m, MilvusTarget(lite, "in_sqlite").open() as s:
+        info = m.ensure(64, "m", IndexSpec(), text_index=True, text_store="milvus")
+        assert (info.text_store, info.meta["text_index"]) == ("milvus", "bm25")
+        s.ensure(64, "m", IndexSpec(), text_index=True)
+        for c in (m, s):
+            c.upsert(rows(range(40), texts), new=True)
+        assert m.describe().text_store == "milvus" and not m.words.has("in_milvus")
+        queries = ["football club story 13", "parliament budget story 22", "phone fair story 6"]
+        assert [h[0]["id"] for h in m.search_text(queries, 3)] == [h[0]["id"] for h in s.search_text(queries, 3)] \
+            == [13, 22, 6]
