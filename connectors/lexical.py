@@ -28,10 +28,15 @@ def text_file(lite_file: str | Path) -> Path:
     return Path(str(lite_file) + SUFFIX)
 
 
-def match_query(text: str) -> str | None:
-    """``text`` as an FTS5 query: each distinct word quoted (no word is read as an operator),
-    joined by OR, as BM25 ranks a query's words; None where it has no word."""
-    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(text)))[:MAX_QUERY_WORDS]
+def query_words(text: str) -> list[str]:
+    """The distinct words of ``text``, lower-cased, in order, at most MAX_QUERY_WORDS."""
+    return list(dict.fromkeys(w.lower() for w in _WORD.findall(text)))[:MAX_QUERY_WORDS]
+
+
+def match_query(text: str | Sequence[str]) -> str | None:
+    """``text`` (or its words) as an FTS5 query: each word quoted (no word is read as an
+    operator), joined by OR, as BM25 ranks a query's words; None where it has no word."""
+    words = query_words(text) if isinstance(text, str) else text
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in words) or None
 
 
@@ -43,6 +48,9 @@ class TextIndex:
         self.path = text_file(lite_file)
         self._db: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        #: per table: (the file's version when counted, rows, {word: rows holding it})
+        self._counts: dict[str, tuple[tuple[int, int], int, dict[str, int]]] = {}
+        self._writes = 0
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
@@ -71,6 +79,7 @@ class TextIndex:
     def create(self, name: str) -> None:
         """A new, empty table for collection ``name`` (one left by a dropped collection goes)."""
         with self._lock:
+            self._writes += 1
             self._run("dropping a text table", f"drop table if exists {self._table(name)}")
             self._run("creating a text table", f"create virtual table {self._table(name)} using "
                       "fts5(text, tokenize='unicode61 remove_diacritics 2')")
@@ -85,6 +94,7 @@ class TextIndex:
     def write(self, name: str, ids: Sequence[int], texts: Sequence[str]) -> None:
         """Rows ``ids`` hold ``texts`` (a row already kept is replaced), in one transaction."""
         with self._lock:
+            self._writes += 1
             self._run("beginning a write", "begin")
             try:
                 self._run("writing the text index", f"insert or replace into {self._table(name)}(rowid, text) "
@@ -96,27 +106,60 @@ class TextIndex:
 
     def delete(self, name: str, ids: Sequence[int]) -> None:
         with self._lock:
+            self._writes += 1
             self._run("deleting from the text index", f"delete from {self._table(name)} where rowid = ?",
                       [(int(i),) for i in ids], many=True)
 
     def ranked(self, name: str, text: str) -> Iterator[tuple[int, float]]:
         """(id, BM25 score, higher is better) of every row sharing a word with ``text``, best
-        first, ties by id: read lazily, so a caller that needs ten reads ten."""
-        query = match_query(text)
-        if query is None:
+        first, ties by id: read lazily, so a caller that needs ten reads ten. Words held by half
+        the rows or more (FTS5 gives them an idf of ~0) are matched last: the rows sharing a
+        rarer word come first without reading the common words' long lists."""
+        words = query_words(text)
+        if not words:
             return
+        common = self._common(name, words) if len(words) > 1 else set()
+        rare = [w for w in words if w not in common]
+        seen: set[int] = set()
+        if rare and common:
+            for hit in self._scan(name, rare):
+                seen.add(hit[0])
+                yield hit
+        yield from (hit for hit in self._scan(name, words) if hit[0] not in seen)
+
+    def _scan(self, name: str, words: list[str]) -> Iterator[tuple[int, float]]:
+        table = self._table(name)
         with self._lock:
-            cursor = self._run("a text search", f"select rowid, -bm25({self._table(name)}) as score from "
-                               f"{self._table(name)} where {self._table(name)} match ? order by score desc, rowid",
-                               (query,))
+            cursor = self._run("a text search", f"select rowid, -bm25({table}) as score from {table} where {table} "
+                               "match ? order by score desc, rowid", (match_query(words),))
             rows = cursor.fetchmany(64)
         while rows:
             yield from ((int(i), float(s)) for i, s in rows)
             with self._lock:
                 rows = cursor.fetchmany(1024)
 
+    def _common(self, name: str, words: list[str]) -> set[str]:
+        """Those of ``words`` held by half of table ``name``'s rows or more; counts are kept until
+        the file changes (this process's writes, or another's: sqlite's data_version)."""
+        with self._lock:
+            version = (self._run("reading the version", "pragma data_version").fetchone()[0], self._writes)
+            known = self._counts.get(name)
+            if known is None or known[0] != version:
+                rows = self._run("counting rows", f'select count(*) from "words_{name}_docsize"').fetchone()[0]
+                self._run("reading the vocabulary", f'create virtual table if not exists temp."vocab_{name}" '
+                          f"using fts5vocab(main, {self._table(name)}, 'row')")
+                known = self._counts[name] = (version, rows, {})
+            _, rows, held = known
+            missing = [w for w in words if w not in held]
+            if missing:
+                held.update(dict.fromkeys(missing, 0))
+                held.update(self._run("reading the vocabulary", f'select term, doc from temp."vocab_{name}" where '
+                                      f"term in ({','.join('?' * len(missing))})", missing).fetchall())
+        return {w for w in words if 2 * held[w] >= rows}
+
     def close(self) -> None:
         with self._lock:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+            self._counts.clear()  # the vocabulary tables were the connection's

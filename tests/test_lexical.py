@@ -87,6 +87,28 @@ def test_a_filter_most_rows_fail_pages_through_the_ranked_list(lite):
         assert len(c.search_text(["common"], k=5)[0]) == 5
 
 
+def test_words_in_half_the_rows_are_matched_last_and_the_order_is_fts5s_own(lite):
+    """A query's common words (FTS5's idf ~0) are read after its rarer ones: every row the whole
+    query finds, each with its score to within the common words' ~0 weight, best first, rows
+    holding only common words last; a write that makes a word rare again is seen at once."""
+    import sqlite3
+
+    texts = [f"the {TOPICS[i % 4]} {'and more ' * (i % 3)}story {i}" for i in range(60)]
+    with MilvusTarget(lite, "docs").open() as c:
+        c.ensure(64, "m", IndexSpec(), text_index=True)
+        c.upsert(rows(range(60), texts), new=True)
+        query = "the story of the budget and the phone"
+        assert c.words._common("docs", ["the", "story", "and", "budget", "phone"]) == {"the", "story", "and"}
+        whole = dict(sqlite3.connect(text_file(lite)).execute(
+            'select rowid, -bm25("words_docs") from "words_docs" where "words_docs" match ?', (match_query(query),)))
+        ranked = list(c.words.ranked("docs", query))
+        assert len(ranked) == len(whole) == 60 and all(abs(whole[i] - s) < 1e-4 for i, s in ranked)
+        assert ranked == sorted(ranked, key=lambda hit: (-hit[1], hit[0]))
+        assert {i for i, _ in ranked[:30]} == {i for i in range(60) if i % 4 in (2, 3)}  # budget, phone first
+        c.upsert(rows(range(60, 200), [f"filler {i}" for i in range(60, 200)]))
+        assert c.words._common("docs", ["the", "story", "and"]) == set()  # 60 of 200 rows now
+
+
 def test_milvus_own_bm25_the_servers_path_still_runs_on_milvus_lite(lite):
     """A 2.5+ server keeps BM25 in Milvus; milvus-lite 2.5.1 runs the same calls: the same rows
     in both stores find the same document first."""
