@@ -32,6 +32,9 @@ LITE_ADVISED_CODES = 10_000_000
 #: Documents past which milvus-lite's own BM25 index (a collection made before the words were kept
 #: beside the file) writes too slowly (bench million upsert).
 LITE_TEXT_ADVISED_DOCS = 1_000_000
+#: Documents past which a process opening a milvus-lite file waits over 30 s for it to load the
+#: codes (bench million upsert: 87 s at 5 million), and an FTS5 query over common words takes seconds.
+LITE_OPEN_ADVISED_DOCS = 2_500_000
 
 
 @dataclass(frozen=True)
@@ -169,12 +172,18 @@ class CodeSink(Datasink[WriteStats]):
         from tqdm.auto import tqdm
 
         collection = self._open()
-        if self.info.text_store == "milvus" and (after := self.held - self.source_held + total) > LITE_TEXT_ADVISED_DOCS:
+        after = self.held - self.source_held + total
+        if self.info.text_store == "milvus" and after > LITE_TEXT_ADVISED_DOCS:
             logger.warning("%s will hold %s documents in milvus-lite with Milvus' own text index, whose writes slow "
                            "as it grows and which it rebuilds on every open; past %s, re-ingest it into a new "
                            "collection (its words are then kept beside the file) or a Milvus server "
                            "(docs/ingest-and-search.md, 'How big')", collection.name, f"{after:,}",
                            f"{LITE_TEXT_ADVISED_DOCS:,}")
+        elif after > LITE_OPEN_ADVISED_DOCS:
+            logger.warning("%s will hold %s documents in milvus-lite: past %s, each process that opens the file "
+                           "waits over 30 s while it loads the codes, and a text query takes seconds; search it "
+                           "through dhim-ray serve (opened once) or a Milvus server (docs/ingest-and-search.md, "
+                           "'How big')", collection.name, f"{after:,}", f"{LITE_OPEN_ADVISED_DOCS:,}")
         with tqdm(total=total, desc=f"ingest {collection.name}", unit="doc", disable=not progress) as bar:
             for batch in ds.iter_batches(batch_size=batch_size, batch_format="numpy"):
                 batch, stored = unstored(batch)

@@ -864,7 +864,8 @@ def test_a_lite_collection_past_the_advised_size_says_to_move_to_a_server(ray_se
     """Past LITE_ADVISED_CODES (10 million, from bench/store.py) an ingest into milvus-lite says
     once where a server serves better, and past LITE_TEXT_ADVISED_DOCS (1 million: bench million
     upsert --text-index) so does one into a collection keeping milvus-lite's own BM25 index (made
-    before the words were kept beside the file); below them, or with the words beside it, nothing."""
+    before the words were kept beside the file), past LITE_OPEN_ADVISED_DOCS (2.5 million: a file
+    slow to open) any other; below them, nothing."""
     import dhim_ray.jobs.ingest as job
     import dhim_ray.jobs.milvus_sink as sink
     from dhim_ray.model.checkpoint import read_checkpoint
@@ -874,9 +875,16 @@ def test_a_lite_collection_past_the_advised_size_says_to_move_to_a_server(ray_se
     assert "codes in milvus-lite" not in caplog.text
     monkeypatch.setattr(sink, "LITE_ADVISED_CODES", 30)  # the same rules, at sizes a test can write
     monkeypatch.setattr(sink, "LITE_TEXT_ADVISED_DOCS", 30)
+    monkeypatch.setattr(sink, "LITE_OPEN_ADVISED_DOCS", 60)
     job.ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False)
     assert "big holds 40 codes in milvus-lite" in caplog.text and "a Milvus server with BIN_IVF_FLAT" in caplog.text
     assert "own text index" not in caplog.text  # the default keeps its words beside the file: no limit at 1 million
+    assert "waits over 30 s" not in caplog.text  # 40 documents, under the open limit
+    monkeypatch.setattr(sink, "LITE_OPEN_ADVISED_DOCS", 30)
+    caplog.clear()
+    job.ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False)
+    assert "big will hold 40 documents in milvus-lite: past 30, each process that opens the file waits over 30 s" \
+        in caplog.text
     caplog.clear()
     model = read_checkpoint(model_dir)
     old = MilvusTarget(str(tmp_path / "big.db"), "old")
