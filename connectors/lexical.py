@@ -50,7 +50,6 @@ class TextIndex:
         self._lock = threading.Lock()
         #: per table: (the file's version when counted, rows, {word: rows holding it})
         self._counts: dict[str, tuple[tuple[int, int], int, dict[str, int]]] = {}
-        self._writes = 0
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
@@ -79,7 +78,6 @@ class TextIndex:
     def create(self, name: str) -> None:
         """A new, empty table for collection ``name`` (one left by a dropped collection goes)."""
         with self._lock:
-            self._writes += 1
             self._run("dropping a text table", f"drop table if exists {self._table(name)}")
             self._run("creating a text table", f"create virtual table {self._table(name)} using "
                       "fts5(text, tokenize='unicode61 remove_diacritics 2')")
@@ -94,7 +92,6 @@ class TextIndex:
     def write(self, name: str, ids: Sequence[int], texts: Sequence[str]) -> None:
         """Rows ``ids`` hold ``texts`` (a row already kept is replaced), in one transaction."""
         with self._lock:
-            self._writes += 1
             self._run("beginning a write", "begin")
             try:
                 self._run("writing the text index", f"insert or replace into {self._table(name)}(rowid, text) "
@@ -106,7 +103,6 @@ class TextIndex:
 
     def delete(self, name: str, ids: Sequence[int]) -> None:
         with self._lock:
-            self._writes += 1
             self._run("deleting from the text index", f"delete from {self._table(name)} where rowid = ?",
                       [(int(i),) for i in ids], many=True)
 
@@ -140,9 +136,10 @@ class TextIndex:
 
     def _common(self, name: str, words: list[str]) -> set[str]:
         """Those of ``words`` held by half of table ``name``'s rows or more; counts are kept until
-        the file changes (this process's writes, or another's: sqlite's data_version)."""
+        the file changes (another process's writes: sqlite's data_version; this connection's: its
+        total_changes)."""
         with self._lock:
-            version = (self._run("reading the version", "pragma data_version").fetchone()[0], self._writes)
+            version = (self._run("reading the version", "pragma data_version").fetchone()[0], self._db.total_changes)
             known = self._counts.get(name)
             if known is None or known[0] != version:
                 rows = self._run("counting rows", f'select count(*) from "words_{name}_docsize"').fetchone()[0]
