@@ -165,8 +165,7 @@ def bench_digests(sizes: list[int]) -> dict:
                              "code": rng.integers(0, 256, (n, 8), dtype=np.uint8), "label": np.zeros(n, np.int64),
                              "text": np.array(["a"] * n, dtype=object),
                              "digest": rng.integers(1, 2**62, n, dtype=np.int64)}
-                    held += c.upsert(code_rows(batch, 64, "bench:digests", name_field=info.label_names,
-                                               key_field=info.keys), new=True)
+                    held += c.upsert(code_rows(batch, 64, "bench:digests", info), new=True)
             release(str(db))
             row = {}
             for way in ("parts", "whole"):  # a fresh process each: peak memory is per process
@@ -540,7 +539,7 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
         batch = {"id": np.arange(start, start + n, dtype=np.int64), "row": np.arange(start, start + n),
                  "code": rng.integers(0, 256, (n, 8), dtype=np.uint8), "label": np.zeros(n, np.int64),
                  "text": np.array([texts[(start + i) % len(texts)] for i in range(n)], dtype=object)}
-        return code_rows(batch, 64, "bench:upsert", name_field=info.label_names, key_field=info.keys)
+        return code_rows(batch, 64, "bench:upsert", info)
 
     def rate(collection, start: int, n: int, new: bool, budget: float = float("inf")) -> tuple[int, float]:
         """Rows written (at most ``budget`` seconds of them) and their rate."""
@@ -673,7 +672,7 @@ def bare_insert(n_docs: int, db: str, write_batch: int, text_index: bool) -> dic
             f.unlink()
         with MilvusTarget(db, "docs", timeout=3600).open() as c:
             info = c.ensure(64, "bench:bare", default_index(db), text_index=text_index)
-            built = [code_rows(b, 64, source, name_field=info.label_names, key_field=info.keys) for b in batches]
+            built = [code_rows(b, 64, source, info) for b in batches]
             by_row = [[dict(zip(r, values)) for values in zip(*r.values())] for r in built] \
                 if way == "public_rows" else None
             t0 = time.perf_counter()

@@ -446,11 +446,12 @@ def parse_filter(expr: str | None) -> Filter | None:
     return parsed
 
 
-def check_filter(expr: str | None, fields: Sequence[str] | None = None) -> str | None:
+def check_filter(expr: str | Filter | None, fields: Sequence[str] | None = None) -> str | None:
     """The canonical text of a filter, what Milvus is sent (None or blank: no filter), or a
     ConfigError saying in one line what is wrong with it. ``fields``: the collection's field
-    names, where known (a name not among them is refused, naming them)."""
-    parsed = parse_filter(expr)
+    names, where known (a name not among them is refused, naming them). A ``Filter`` is parsed
+    already: its text, not parsed again."""
+    parsed = expr if isinstance(expr, Filter) else parse_filter(expr)
     if parsed is None:
         return None
     if fields is not None:

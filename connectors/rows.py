@@ -67,13 +67,13 @@ def row_digests(columns: Mapping[str, Sequence[Any]]) -> np.ndarray:
 Columns = dict[str, list]
 
 
-def code_rows(batch: Mapping[str, Any], n_bits: int, source: str, name_field: bool = True,
-              key_field: bool = True, digest_field: bool = True) -> Columns:
+def code_rows(batch: Mapping[str, Any], n_bits: int, source: str, fields: Any = None) -> Columns:
     """The validated columns an upsert takes, from a columnar batch: ``id``, ``code`` (uint8
     (n, n_bits / 8), checked for dtype and length: Milvus stores a wrong length silently), ``text``,
     ``row`` and, where present, ``label``, ``label_name``, ``key``, ``digest`` and ``col:NAME``.
-    ``name_field``/``key_field``/``digest_field``: the collection has that field."""
-
+    ``fields``: the collection's ``CollectionInfo`` (which of label_names, keys, digests it keeps; None: all)."""
+    name_field, key_field, digest_field = (True, True, True) if fields is None else \
+        (fields.label_names, fields.keys, fields.digests)
     codes = batch.get(CODE_FIELD)
     if codes is None or len(codes) == 0:
         codes = np.zeros((0, n_bits // 8), np.uint8)

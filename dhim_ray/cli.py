@@ -72,7 +72,7 @@ FLAGS = {
     "host": "--host", "window_words": "--window-words", "n_windows": "--windows",
     "filter": "--filter", "max_distance": "--max-distance", "keep_columns": "--keep-columns", "alias": "--alias", "mode": "--mode",
     "fusion": "--fusion", "like": "--like", "feature_memory": "--feature-memory", "device": "--device", "bits": "--bits", "database": "--database",
-    "queries": "--queries", "task": "--task",
+    "queries": "--queries", "task": "--task", "formulation": "--formulation",
 }
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
@@ -108,10 +108,6 @@ def handle_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            if fn.__name__ in ("train", "demo") and kwargs.get("bits") is not None:  # refused before "loading ..."
-                from dhim_ray.codes import check_n_bits
-
-                check_n_bits(kwargs["bits"])
             starting(fn.__name__.rstrip("_"), _QUIET[0])
             return fn(*args, **kwargs)
         except DHIMRayError as exc:
@@ -225,6 +221,14 @@ def folder(value: str) -> Path:
     return Path(value)
 
 
+def code_length(value: int) -> int:
+    """--bits, checked as it is parsed: refused before the command says its first step."""
+    from dhim_ray.codes import check_n_bits
+
+    check_n_bits(value)
+    return value
+
+
 def onnx_file(value: str) -> Path:
     """An .onnx file to write."""
     if not str(value).strip() or not str(value).endswith(".onnx"):
@@ -316,37 +320,12 @@ def given_flags(ctx: typer.Context, overrides: dict[str, dict[str, Any]], fields
     return frozenset(flagged)
 
 
-def build_config(bits: int, formulation: str, overrides: dict[str, dict[str, Any]],
-                 flagged: frozenset[tuple[str, str]] = frozenset()):
-    """The shipped (or the paper's) config for ``bits``, then ``overrides`` per section:
-    flags and ``--set`` pairs arrive here as one dict, the one path into a config, and the
-    config's own checks judge both. ``flagged``: the (section, field)s a flag set; an error
-    in any other names its ``--set`` pair."""
-    from dhim_ray.codes import check_n_bits
-    from dhim_ray.config import as_published, config_for_bits
-
-    check_n_bits(bits)
-    if formulation not in ("shipped", "paper"):
-        raise ConfigError(f"--formulation {formulation!r}: choose shipped or paper")
-    cfg = config_for_bits(bits)
-    if formulation == "paper":
-        cfg = as_published(cfg)
-    try:
-        return cfg.replace(**{name: values for name, values in overrides.items() if values})
-    except ConfigError as exc:  # "beta=-1: ..." names the field: say how it was given
-        field_name = str(exc).partition("=")[0]
-        for section, values in overrides.items():
-            if field_name in values and (section, field_name) not in flagged:
-                raise ConfigError(f"--set {section}.{exc}") from None
-        raise
-
-
 @app.command()
 @handle_errors
 def train(
     ctx: typer.Context,
     corpus: Annotated[str, typer.Argument(help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id.")],
-    bits: Annotated[int, typer.Option("--bits", "-b", rich_help_panel="Model", help="Code length: a multiple of 8 in 8..1024.")] = 64,
+    bits: Annotated[int, typer.Option("--bits", "-b", callback=code_length, rich_help_panel="Model", help="Code length: a multiple of 8 in 8..1024.")] = 64,
     encoder: Encoder = "all-MiniLM-L6-v2",
     max_words: Annotated[int, typer.Option(rich_help_panel="Model", help="Words kept per document (paper: 50 short, 400 long).")] = 50,
     epochs: Annotated[int, typer.Option(rich_help_panel="Training", help="Maximum epochs.")] = 100,
@@ -380,29 +359,20 @@ def train(
 ):
     """Train DHIM on a corpus and save the best checkpoint."""
 
-    from dhim_ray.config import parse_overrides
+    from dhim_ray.config import build_config, parse_overrides
     from dhim_ray.jobs.train import TrainRequest, run_training
 
     overrides = parse_overrides(list(set_ or []))
-    flagged = given_flags(ctx, overrides, {"encoder": ("features", "encoder"), "max_words": ("features", "max_words"),
+    flagged = given_flags(ctx, overrides, {"bits": ("model", "n_bits"), "encoder": ("features", "encoder"),
+                                           "max_words": ("features", "max_words"),
                                  "epochs": ("train", "max_epochs"), "patience": ("train", "patience"),
                                  "select": ("train", "select"), "seed": ("train", "seed")}, locals())
-    if "n_bits" in overrides["model"]:  # the code length picks the per-length defaults: one way to give it
-        if ctx.get_parameter_source("bits") not in (None, ParameterSource.DEFAULT):
-            raise ConfigError("--bits and --set model.n_bits: the same setting given twice; give it once")
-        bits = overrides["model"].pop("n_bits")
-        from dhim_ray.codes import check_n_bits
-
-        try:
-            check_n_bits(bits)
-        except ConfigError as exc:
-            raise ConfigError(f"--set model.{exc}") from None
     request = TrainRequest(corpus_spec(corpus, text_column, label_column, drop_empty, limit),
                            build_config(bits, formulation, overrides, flagged), out_dir, workers, use_gpu, address,
                            storage_path, resume, max_failures, cache_dir, feature_memory, device)
     out_dir = request.out_dir
     summary = run_training(request, progress=not as_json)
-    result = {"out": str(out_dir), "n_bits": bits, **{k: v for k, v in summary.items() if k != "history"}}
+    result = {"out": str(out_dir), "n_bits": request.config.model.n_bits, **{k: v for k, v in summary.items() if k != "history"}}
     result["curve"] = _training_curve(out_dir, summary)
     print_result(result, as_json, title=f"trained {out_dir}")
 
@@ -595,36 +565,14 @@ def ingest(
 
     Ray Data reads the split itself (CSV, JSON Lines, Parquet; one file or a folder of
     parts), checks every row first, and streams it through the encoders."""
-    from dhim_ray.connectors.connection import is_lite
-    from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, default_index
     from dhim_ray.jobs.ingest import IngestRequest, run_ingest
-    from dhim_ray.model.checkpoint import read_checkpoint
 
-    spec = corpus_spec(corpus, text_column, label_column, drop_empty, limit)
-    if spec.split and split is not None and spec.split != split:
-        raise ConfigError(f"--split {split} and {corpus}: two splits named; give one")
-    spec = spec.with_split(spec.split or ("train" if split is None else split))
-    if nlist is not None:
-        IndexSpec("BIN_IVF_FLAT", nlist=nlist, nprobe=1)  # the range first: nlist=0 says so
-    if nlist is not None and is_lite(uri):
-        raise ConfigError(f"--nlist {nlist}: applies to BIN_IVF_FLAT on a Milvus server; a milvus-lite file is "
-                          "searched exactly (BIN_FLAT), drop --nlist")
-    nlist = 128 if nlist is None else nlist
-    checkpoint = read_checkpoint(model_dir)
-    n_bits = checkpoint.n_bits
-    if alias is not None and collection is None:  # a version of its own per model
-        from dhim_ray.connectors.milvus import check_collection_name
-
-        check_collection_name(alias, "alias", "news")  # the name typed, before one is made from it
-        collection = f"{alias}_{checkpoint.model_id.split(':')[-1][:8]}"
-    collection = collection or _default_collection(spec.name, n_bits)
-    target = MilvusTarget(uri, collection, token_env=token_env)
-    index_spec = IndexSpec(index, nlist=nlist, nprobe=min(16, nlist)) if index else default_index(uri, nlist)
-    request = IngestRequest(spec, model_dir, target, workers=workers, batch_size=batch_size, overwrite=overwrite,
-                            index=index_spec, address=address, use_gpu=use_gpu, id_column=id_column,
-                            keep_columns=column_names(keep_columns), alias=alias, text_index=text_index)
+    request = IngestRequest.parse(corpus_spec(corpus, text_column, label_column, drop_empty, limit), model_dir, uri,
+                                  collection, split, index, nlist, token_env, alias, workers=workers,
+                                  batch_size=batch_size, overwrite=overwrite, address=address, use_gpu=use_gpu,
+                                  id_column=id_column, keep_columns=column_names(keep_columns), text_index=text_index)
     result = run_ingest(request, progress=not as_json)
-    print_result(result.as_dict(), as_json, title=f"ingested into {collection}")
+    print_result(result.as_dict(), as_json, title=f"ingested into {request.target.collection}")
 
 
 def column_names(value: str | None) -> tuple[str, ...]:
@@ -636,13 +584,6 @@ def column_names(value: str | None) -> tuple[str, ...]:
         raise typer.BadParameter(f"{value!r}: an empty column name; give names separated by commas, e.g. title,year",
                                  param_hint="--keep-columns")
     return names
-
-
-def _default_collection(name: str, n_bits: int) -> str:
-    base = re.sub(r"[^A-Za-z0-9_]", "_", Path(name).name if Path(name).exists() else name).strip("_") or "docs"
-    if base[0].isdigit():
-        base = "c_" + base
-    return f"{base}_{n_bits}"
 
 
 @app.command()
@@ -756,7 +697,7 @@ def _ask_service(uri: str, collection: str | None, model_dir: Path, request):
     record = running_service(uri, collection, str(model_dir))
     if record is None:
         return None
-    body = {"k": request.k, "rerank": request.rerank, "filter": request.filter, "max_distance": request.max_distance,
+    body = {"k": request.k, "rerank": request.rerank, "filter": request.filter and request.filter.text, "max_distance": request.max_distance,
             "mode": request.mode, **({"texts": list(request.texts)} if request.texts else {"like": list(request.like)})}
     logger.info("%s is held by the service at %s: asking it", uri, record["url"])
     try:
@@ -923,7 +864,7 @@ def export(
 @handle_errors
 def demo(
     out_dir: Annotated[Path, typer.Option("--out", parser=folder, rich_help_panel="Output", help="Where the demo writes its model and database.")] = Path("runs/demo"),
-    bits: Annotated[int, typer.Option(rich_help_panel="Model", help="Code length.")] = 64,
+    bits: Annotated[int, typer.Option(callback=code_length, rich_help_panel="Model", help="Code length.")] = 64,
     epochs: Annotated[int, typer.Option(rich_help_panel="Training", help="Maximum epochs (as train's).")] = 100,
     as_json: AsJson = False,
 ):
@@ -931,10 +872,8 @@ def demo(
 
     Trains what 'dhim-ray train bbc --bits 64' trains (the packaged corpus and encoder),
     evaluates against baselines, ingests into a milvus-lite file and searches it."""
-    from dhim_ray.codes import check_n_bits
     from dhim_ray.jobs.demo import run_demo
 
-    check_n_bits(bits)
     result = run_demo(out_dir, bits=bits, epochs=epochs, progress=not as_json)
     if as_json:
         print_result(result, True)
@@ -988,6 +927,9 @@ def main(argv: list[str] | None = None) -> None:
     except UsageError as exc:
         where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
         print_error(exc.format_message() + where)
+        sys.exit(2)
+    except ConfigError as exc:  # an option checked as it is parsed (--bits)
+        print_error(as_flags(str(exc)))
         sys.exit(2)
     except (typer.Abort, KeyboardInterrupt):
         print_error("interrupted")

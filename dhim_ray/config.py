@@ -381,3 +381,34 @@ def as_published(config: DHIMConfig) -> DHIMConfig:
                "n_filters": filters, "linear_path": False, "init": "random", "alpha": ref["alpha"], "identity_bits": 0},
         train={"beta": 1.0, "batch_size": ref["batch_size"], "lr": ref["lr"], "neighbours": 0, "crop_tokens": 0},
     )
+
+
+def build_config(bits: int, formulation: str, overrides: dict[str, dict[str, Any]],
+                 flagged: frozenset[tuple[str, str]] = frozenset()) -> DHIMConfig:
+    """The shipped (or the paper's) config for ``bits``, then ``overrides`` per section (a command's
+    flags and ``--set`` pairs, one dict); ``model.n_bits`` there replaces ``bits`` and picks the
+    per-length defaults. ``flagged``: the (section, field)s a flag set, named as the field alone
+    in an error; any other as SECTION.FIELD. Raises ConfigError."""
+    def where(section: str, name: str) -> str:
+        return "" if (section, name) in flagged else f"{section}."
+
+    if "n_bits" in overrides.get("model", {}):
+        bits = overrides["model"].pop("n_bits")
+        try:
+            check_n_bits(bits)
+        except ConfigError as exc:
+            raise ConfigError(f"{where('model', 'n_bits')}{exc}") from None
+    check_n_bits(bits)
+    if formulation not in ("shipped", "paper"):
+        raise ConfigError(f"formulation={formulation!r}: choose shipped or paper")
+    cfg = config_for_bits(bits)
+    if formulation == "paper":
+        cfg = as_published(cfg)
+    try:
+        return cfg.replace(**{name: values for name, values in overrides.items() if values})
+    except ConfigError as exc:  # "beta=-1: ..." names the field: say how it was given
+        field_name = str(exc).partition("=")[0]
+        for section, values in overrides.items():
+            if field_name in values:
+                raise ConfigError(f"{where(section, field_name)}{exc}") from None
+        raise

@@ -101,12 +101,13 @@ class GraphHasher(TextHasher):
         return self._hasher
 
     def encode(self, texts: list[str] | str, batch_size: int = 64, progress: bool = False, scores: bool = False,
-               vectors: bool = False) -> np.ndarray | Encoded:
+               vectors: bool = False, prepared: bool = False) -> np.ndarray | Encoded:
         """Texts -> packed codes, uint8 (n, n_bits // 8), as ``Hasher.encode``; with ``scores``
         or ``vectors``, the ``Hasher``'s ``Encoded``."""
         if scores or vectors:
-            return self.hasher.encode(texts, batch_size, progress, scores, vectors)
-        prepared = check_texts([texts] if isinstance(texts, str) else texts, self.config.features)
+            return self.hasher.encode(texts, batch_size, progress, scores, vectors, prepared)
+        texts = [texts] if isinstance(texts, str) else texts
+        prepared = texts if prepared else check_texts(texts, self.config.features)
         codes = np.empty((len(prepared), self.n_bytes), dtype=np.uint8)
         for start in range(0, len(prepared), batch_size):
             ids = [e.ids for e in self.tokenizer.encode_batch(prepared[start : start + batch_size])]

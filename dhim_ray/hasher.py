@@ -117,24 +117,28 @@ class Hasher(TextHasher):
         check_encoder(info, features.encoder, *encoder_identity(features))
         return info
 
-    def _batches(self, texts: list[str] | str, batch_size: int) -> tuple[int, Iterator[tuple[np.ndarray, Features]]]:
+    def _batches(self, texts: list[str] | str, batch_size: int,
+                 prepared: bool = False) -> tuple[int, Iterator[tuple[np.ndarray, Features]]]:
         """(number of texts, (row indices, features) one encoder pass at a time), the texts
-        checked first. Each pass is sorted by length and as wide as its longest document plus
-        the head's reach: the head reads nothing further (FrozenEncoder.iter_batches)."""
+        checked first unless ``prepared`` (``check_texts``' output). Each pass is sorted by length and
+        as wide as its longest document plus the head's reach (FrozenEncoder.iter_batches)."""
         if isinstance(texts, str):
             texts = [texts]
-        prepared = check_texts(texts, self.config.features)  # cleaned once, here
+        if not prepared:
+            texts = check_texts(texts, self.config.features)  # cleaned once, here
+        prepared = texts
         return len(prepared), self.encoder.iter_batches(prepared, batch_size, on_device=True, prepared=True)
 
     def encode(self, texts: list[str] | str, batch_size: int = 64, progress: bool = False, scores: bool = False,
-               vectors: bool = False) -> np.ndarray | Encoded:
-        """Texts -> packed codes, uint8 (n, n_bits // 8), most significant bit first.
+               vectors: bool = False, prepared: bool = False) -> np.ndarray | Encoded:
+        """Texts -> packed codes, uint8 (n, n_bits // 8), most significant bit first (``prepared``:
+        the texts are ``check_texts``' output for this model, not cleaned again).
 
         With ``scores`` and/or ``vectors``: an ``Encoded`` (codes, scores, vectors), the scores
         the pre-threshold ones (n, n_bits) float32 in (-1, 1) that re-rank Hamming candidates by
         their bits (``dhim_ray.retrieval.rerank``), the vectors the encoder's mean-pooled
         sentence vectors (n, width) float32; what was not asked for is None."""
-        n, batches = self._batches(texts, batch_size)
+        n, batches = self._batches(texts, batch_size, prepared)
         codes = np.empty((n, self.n_bytes), dtype=np.uint8)
         bit_scores = np.empty((n, self.n_bits), dtype=np.float32) if scores else None
         means = np.empty((n, self.encoder.hidden_size), dtype=np.float32) if vectors else None

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dhim_ray.connectors.connection import connect, mask_uri, release
+from dhim_ray.connectors.filters import Filter, parse_filter
 from dhim_ray.connectors.milvus import (
     MAX_SEARCH_K,
     CodeCollection,
     IndexSpec,
     MilvusTarget,
-    check_filter,
     check_max_distance,
     check_search_k,
     collections_of_model,
@@ -78,7 +78,7 @@ class SearchRequest:
     like: tuple[int | str, ...] = ()
     k: int = 10
     rerank: int = 1
-    filter: str | None = None
+    filter: str | Filter | None = None  # parsed when made: a Filter
     max_distance: int | None = None
     mode: str | None = None
 
@@ -103,7 +103,8 @@ class SearchRequest:
         if self.max_distance is not None and (isinstance(self.max_distance, bool) or not isinstance(
                 self.max_distance, (int, np.integer)) or self.max_distance < 0):
             raise ConfigError(f"max_distance={self.max_distance!r}: must be a whole number of bits, 0 or more")
-        object.__setattr__(self, "filter", check_filter(self.filter))
+        if not isinstance(self.filter, Filter):  # parsed once, here; Searcher.run checks its fields
+            object.__setattr__(self, "filter", parse_filter(self.filter))
         if self.like and self.rerank > 1:
             raise ConfigError(f"rerank={self.rerank} with like: a stored row has no query scores to re-rank by; "
                               "drop one")
@@ -233,7 +234,8 @@ class Searcher:
         """``request`` against this collection: the one search path of the library, the CLI and
         the HTTP service. ``encoded``: the texts' (codes, scores), already made (the
         service hashes concurrent requests together); else they are hashed here."""
-        check_filter(request.filter, self.filter_fields)
+        if request.filter is not None:
+            request.filter.check_fields(self.filter_fields)
         if request.max_distance is not None:
             check_max_distance(request.max_distance, self.hasher.n_bits)
         if request.like:
@@ -253,13 +255,13 @@ class Searcher:
 
     def search_encoded(self, texts: list[str], codes: np.ndarray, k: int, rerank: int = 1,
                        scores: np.ndarray | None = None,
-                       filter: str | None = None, max_distance: int | None = None, mode: str = "codes",
+                       filter: str | Filter | None = None, max_distance: int | None = None, mode: str = "codes",
                        fusion: Fusion | None = None,
                        output_fields: tuple[str, ...] | None = None) -> list[list[dict[str, Any]]]:
         """``search`` on texts already hashed (``codes``; ``scores`` where ``rerank`` > 1): the one
         search path of the library, the CLI and the service."""
         mode = check_mode(mode)
-        check_filter(filter, self.filter_fields)
+        filter = self._filter(filter)
         fusion = fusion or Fusion()
         if mode != "text":
             if check_rerank(rerank) == 1:
@@ -279,6 +281,16 @@ class Searcher:
             out = [[{f: v for f, v in h.items() if f != "text"} for h in row] for row in out]
         return self._with_distances(codes, out)
 
+    def _filter(self, filter: str | Filter | None) -> Filter | None:
+        """A filter as given to a public method: a string parsed and its fields checked here; a
+        ``Filter`` comes from a ``SearchRequest`` that ``run`` checked already."""
+        if isinstance(filter, Filter):
+            return filter
+        parsed = parse_filter(filter)
+        if parsed is not None:
+            parsed.check_fields(self.filter_fields)
+        return parsed
+
     def _with_distances(self, codes: np.ndarray, hits: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
         """Every hit with its Hamming distance to its query's code (a text hit has none of its own)."""
         missing = sorted({h["id"] for row in hits for h in row if "distance" not in h})
@@ -291,7 +303,7 @@ class Searcher:
         return hits
 
     def like(self, ids: list[int] | None = None, keys: list[str] | None = None, k: int = 10,
-             filter: str | None = None, max_distance: int | None = None,
+             filter: str | Filter | None = None, max_distance: int | None = None,
              include_self: bool = False) -> list[list[dict[str, Any]]]:
         """More like these: search with the stored codes of rows ``ids`` (or of the documents
         whose own ids, ``ingest --id-column``, are ``keys``), no re-encoding. Each row itself
@@ -299,7 +311,7 @@ class Searcher:
         an id or key the collection does not hold is a DataError naming it."""
 
         check_search_k(k)
-        check_filter(filter, self.filter_fields)
+        filter = self._filter(filter)
         if (ids is None) == (keys is None):
             raise ConfigError("like: give ids or keys (the rows whose codes to search with), not both or neither")
         if keys is not None:
@@ -344,7 +356,7 @@ class Searcher:
         return {"keys": [str(v) for v in values]}
 
     def search_reranked(self, codes: np.ndarray, scores: np.ndarray, k: int, m: int,
-                        output_fields: tuple[str, ...] | None = None, filter: str | None = None,
+                        output_fields: tuple[str, ...] | None = None, filter: str | Filter | None = None,
                         max_distance: int | None = None) -> list[list[dict[str, Any]]]:
         """Fetch min(k x m, 16384) Hamming candidates per query and keep the k best by agreement
         of their codes with the query's ``scores``. Equal scores keep Hamming order."""
@@ -361,7 +373,7 @@ class Searcher:
         return out
 
     def search_codes(self, codes: np.ndarray, k: int, output_fields: tuple[str, ...] | None = None,
-                     filter: str | None = None, max_distance: int | None = None):
+                     filter: str | Filter | None = None, max_distance: int | None = None):
         """Top-k rows by Hamming distance per packed code; ``output_fields`` default to all the
         collection has (label_name where its rows carry label names)."""
         return self.collection.search(codes, self.hasher.n_bits, k, self.index,

@@ -8,19 +8,21 @@ before anything is written), the rows stream through the encoding actors to the 
 from __future__ import annotations
 
 import logging
+import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dhim_ray.config import FeatureConfig
-from dhim_ray.connectors.connection import check_lite_path, mask_uri, release
+from dhim_ray.connectors.connection import check_lite_path, is_lite, mask_uri, release
 from dhim_ray.connectors.milvus import (
     IndexSpec,
     MilvusTarget,
     check_alias_support,
+    check_collection_name,
     check_index_for,
     default_index,
 )
@@ -171,6 +173,7 @@ class IngestRequest:
     tokenise_apart: bool | None = None
     text_index: bool | None = None
     write_tasks: int | None = None
+    checkpoint: Any = field(default=None, repr=False, compare=False)  # the model's checked fields, where parse read them
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or self.workers < 1:
@@ -186,6 +189,41 @@ class IngestRequest:
             raise ConfigError(f"alias={self.alias}: the alias and the collection need two names (the collection: a "
                               "version)")
         object.__setattr__(self, "index", check_index_for(self.target.uri, self.index or default_index(self.target.uri)))
+
+
+    @classmethod
+    def parse(cls, corpus: CorpusSpec, model_dir: str | Path, uri: str, collection: str | None = None,
+              split: str | None = None, index: str | None = None, nlist: int | None = None,
+              token_env: str = "MILVUS_TOKEN", alias: str | None = None, **options) -> IngestRequest:
+        """The request an ingest's words make: ``split`` (or the corpus' own ``:split``; train),
+        ``collection`` (None: named after the alias and the model, else CORPUS_BITS), ``index``
+        and ``nlist`` (None: the store's default) resolved here; ``options``: the fields above.
+        Raises ConfigError for two splits, an ``nlist`` milvus-lite cannot use, a bad name."""
+        if corpus.split and split is not None and corpus.split != split:
+            raise ConfigError(f"split={split} and {corpus.name}:{corpus.split}: two splits named; give one")
+        corpus = corpus.with_split(corpus.split or ("train" if split is None else split))
+        if nlist is not None:
+            IndexSpec("BIN_IVF_FLAT", nlist=nlist, nprobe=1)  # the range first: nlist=0 says so
+            if is_lite(uri):
+                raise ConfigError(f"nlist={nlist}: applies to BIN_IVF_FLAT on a Milvus server; a milvus-lite file is "
+                                  "searched exactly (BIN_FLAT), leave nlist out")
+        nlist = 128 if nlist is None else nlist
+        checkpoint = Hasher.check(model_dir)  # the model's width and id name the collection
+        if alias is not None and collection is None:  # a version of its own per model
+            check_collection_name(alias, "alias", "news")  # the name typed, before one is made from it
+            collection = f"{alias}_{checkpoint.model_id.split(':')[-1][:8]}"
+        target = MilvusTarget(uri, collection or default_collection(corpus.name, checkpoint.n_bits),
+                              token_env=token_env)
+        index_spec = IndexSpec(index, nlist=nlist, nprobe=min(16, nlist)) if index else default_index(uri, nlist)
+        return cls(corpus, model_dir, target, index=index_spec, alias=alias, checkpoint=checkpoint, **options)
+
+
+def default_collection(name: str, n_bits: int) -> str:
+    """A corpus' collection name: its preset or file name, letters, digits and ``_`` only, then the bits."""
+    base = re.sub(r"[^A-Za-z0-9_]", "_", Path(name).name if Path(name).exists() else name).strip("_") or "docs"
+    if base[0].isdigit():
+        base = "c_" + base
+    return f"{base}_{n_bits}"
 
 
 def ingest(corpus: CorpusSpec, model_dir: str | Path, target: MilvusTarget, progress: bool = True,
@@ -271,7 +309,7 @@ def _checked_model(r: IngestRequest) -> tuple[Hasher, CollectionSpec]:
         import torch
 
         check_gpus(r.workers, True, available=torch.cuda.device_count())
-    model = Hasher.check(r.model_dir)
+    model = r.checkpoint or Hasher.check(r.model_dir)
     return model, CollectionSpec(model.n_bits, model.model_id, str(Path(r.model_dir).resolve()), r.index, r.overwrite,
                                  keys=r.id_column is not None)
 

@@ -81,14 +81,10 @@ class CollectionSpec:
 
 class CodeSink(Datasink[WriteStats]):
     """Upserts an ingest's rows into ``target``'s collection and owns that collection's
-    lifecycle (the module's docstring). ``name_field`` / ``key_field`` / ``digest_field``: the
-    collection has the label_name / key / digest field (set by ``start``; given directly where
-    the collection was made elsewhere)."""
+    lifecycle (the module's docstring); ``info``: the collection's fields, set by ``start``."""
 
-    def __init__(self, target: MilvusTarget, n_bits: int, source: str, name_field: bool = True,
-                 key_field: bool = True, digest_field: bool = True):
+    def __init__(self, target: MilvusTarget, n_bits: int, source: str):
         self.target, self.n_bits, self.source = target, n_bits, source
-        self.name_field, self.key_field, self.digest_field = name_field, key_field, digest_field
         self.rows_written = 0
         self.new_rows = False  # milvus-lite, and the collection held none of this source's rows: insert
         self.held = self.source_held = 0  # milvus-lite: the rows, and this source's, held when the ingest began
@@ -160,7 +156,7 @@ class CodeSink(Datasink[WriteStats]):
                 logger.info("%s holds %s rows of %s: those read as they were stored are not encoded again",
                             info.name, f"{held:,}", self.source)
         ledger.mark(collection.client, info.name, ledger.WRITING, self.source, timeout=collection.timeout)
-        self.info, self.name_field, self.key_field, self.digest_field = info, info.label_names, info.keys, info.digests
+        self.info = info
         if not self.target.lite:
             self.close()  # a server's rows are written by Ray tasks, each on a client of its own
         return info
@@ -186,15 +182,10 @@ class CodeSink(Datasink[WriteStats]):
                            "'How big')", collection.name, f"{after:,}", f"{LITE_OPEN_ADVISED_DOCS:,}")
         with tqdm(total=total, desc=f"ingest {collection.name}", unit="doc", disable=not progress) as bar:
             for batch in ds.iter_batches(batch_size=batch_size, batch_format="numpy"):
-                batch, stored = unstored(batch)
-                rows = code_rows(batch, self.n_bits, self.source, self.name_field, self.key_field, self.digest_field)
-                if self.new_rows:
-                    written, unchanged = collection.upsert(rows, new=True), 0
-                else:
-                    written, unchanged = collection.upsert_changed(rows)
+                written, passed = self._put(collection, batch)
                 self.rows_written += written
-                self.rows_unchanged += unchanged + stored
-                bar.update(written + unchanged + stored)
+                self.rows_unchanged += passed
+                bar.update(written + passed)
         return self.rows_written  # the session stays open for ``complete``: reopened, a big file loads again
 
     def write(self, blocks: Iterable, ctx) -> WriteStats:
@@ -205,13 +196,25 @@ class CodeSink(Datasink[WriteStats]):
         started, written, passed = time.time(), 0, 0
         with self.target.open(create=False) as collection:
             for block in blocks:
-                batch, stored = unstored(BlockAccessor.for_block(block).to_batch_format("numpy"))
-                passed += stored
+                batch = BlockAccessor.for_block(block).to_batch_format("numpy")
                 for start in range(0, len(batch["id"]), BATCH_ROWS):
-                    part = {name: values[start : start + BATCH_ROWS] for name, values in batch.items()}
-                    written += collection.upsert(code_rows(part, self.n_bits, self.source, self.name_field,
-                                                            self.key_field, self.digest_field))
+                    wrote, stored = self._put(collection, {name: values[start : start + BATCH_ROWS]
+                                                           for name, values in batch.items()})
+                    written, passed = written + wrote, passed + stored
         return WriteStats(written, f"{socket.gethostname()}:{os.getpid()}", started, time.time(), passed)
+
+    def _put(self, collection: CodeCollection, batch: dict[str, np.ndarray]) -> tuple[int, int]:
+        """One encoded batch into ``collection``: (rows written, rows passed over as stored). A new
+        source's rows on milvus-lite are inserted, a rerun's written where changed; a server's
+        upserted (a retried write task must not write a row twice)."""
+        batch, stored = unstored(batch)
+        rows = code_rows(batch, self.n_bits, self.source, self.info)
+        if not self.target.lite:
+            return collection.upsert(rows), stored
+        if self.new_rows:
+            return collection.upsert(rows, new=True), stored
+        written, unchanged = collection.upsert_changed(rows)
+        return written, unchanged + stored
 
     def on_write_complete(self, write_result) -> None:
         self.stats = list(write_result.write_returns)

@@ -327,29 +327,28 @@ class QueryService:
                     logger.debug("closing a failed Milvus connection", exc_info=True)
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
-    async def _encode_batch(self, requests: list[tuple[Hasher, list[str]]]) -> list[tuple[Any, Any]]:
-        """Every waiting request's texts through one encoder pass per model (one, unless an alias
-        moved while they waited); each request gets its own rows back."""
+    async def _encode_batch(self, requests: list[tuple[Hasher, list[str], bool]]) -> list[tuple[Any, Any]]:
+        """Every waiting request's texts (cleaned by ``check_texts`` for its model) through one encoder
+        pass per model (one, unless an alias moved while they waited); each request gets its own rows
+        back, with their pre-threshold scores where any of them re-ranks."""
         out: list[Any] = [None] * len(requests)
         by_model: dict[int, list[int]] = {}
-        for i, (hasher, _) in enumerate(requests):
+        for i, (hasher, _, _) in enumerate(requests):
             by_model.setdefault(id(hasher), []).append(i)
         for members in by_model.values():
             hasher = requests[members[0]][0]
             flat = [t for i in members for t in requests[i][1]]
             self.passes, self.requests = self.passes + 1, self.requests + len(members)
-            codes, scores, _ = await asyncio.to_thread(hasher.encode, flat, scores=True)
+            if any(requests[i][2] for i in members):
+                codes, scores, _ = await asyncio.to_thread(hasher.encode, flat, scores=True, prepared=True)
+            else:
+                codes, scores = await asyncio.to_thread(hasher.encode, flat, prepared=True), None
             start = 0
             for i in members:
                 stop = start + len(requests[i][1])
-                out[i] = (codes[start:stop], scores[start:stop])
+                out[i] = (codes[start:stop], None if scores is None else scores[start:stop])
                 start = stop
         return out
-
-    async def _encode(self, texts: list[str], hasher: Hasher | None = None):
-        hasher = hasher or self.hasher
-        check_texts(texts, hasher.config.features)  # empty after cleaning: a 422, alone
-        return await self._encode_batch((hasher, texts))
 
     def _milvus_down(self, exc: Exception) -> JSONResponse:
         """A 503 that tells the client when to retry and nothing of where the store lives (the log has it)."""
@@ -365,13 +364,15 @@ class QueryService:
             return _error(401, "authorization: missing or wrong bearer token", "authorization")
         try:
             search = SearchRequest(**body.model_dump())
-            if search.texts:
-                check_texts(list(search.texts), self.hasher.config.features)  # empty after cleaning: a 422, alone
+            hasher = self.hasher  # empty after cleaning: a 422, alone, before Milvus is asked
+            texts = check_texts(list(search.texts), hasher.config.features) if search.texts else None
         except (ConfigError, DataError) as exc:
             return _refused(exc)
         try:
             searcher = await self._searcher()  # the model comes with the collection (an alias may move)
-            encoded = await self._encode(list(search.texts), searcher.hasher) if search.texts else None
+            if texts and searcher.hasher is not hasher:  # moved to another model: cleaned by its rules
+                texts = check_texts(list(search.texts), searcher.hasher.config.features)
+            encoded = await self._encode_batch((searcher.hasher, texts, search.rerank > 1)) if texts else None
             t0 = time.perf_counter()
             result = await asyncio.to_thread(searcher.run, search, encoded)
         except (ConfigError, DataError) as exc:  # a filter Milvus refuses, an id the collection lacks
@@ -390,7 +391,8 @@ class QueryService:
         if not self._authorised(request):
             return _error(401, "authorization: missing or wrong bearer token", "authorization")
         try:
-            codes, _ = await self._encode(body.texts)
+            codes, _ = await self._encode_batch((self.hasher, check_texts(body.texts, self.hasher.config.features),
+                                                 False))
         except DataError as exc:
             return _error(422, f"texts: {exc}", "texts")
         return {"n_bits": self.hasher.n_bits, "model": self.hasher.model_id, "codes": [c.tobytes().hex() for c in codes]}

@@ -189,8 +189,7 @@ def test_eval_without_labels_scores_cosine_neighbour_recall(trained, toy_folder,
 
 
 def test_init_flag_turns_the_linear_path_on_and_paper_turns_it_off():
-    from dhim_ray.cli import build_config
-    from dhim_ray.config import init_levers
+    from dhim_ray.config import build_config, init_levers
 
     def build(formulation="shipped", bits=32, init=None):
         return build_config(bits, formulation, {"model": init_levers(init) if init else {}})

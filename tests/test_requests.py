@@ -41,7 +41,7 @@ def test_a_bad_search_request_is_refused_naming_its_field(fields, starts):
 def test_a_search_request_takes_one_text_or_many_and_keeps_them_as_given():
     assert SearchRequest("oil prices").texts == ("oil prices",)
     req = SearchRequest(["a", "b"], k=5, rerank=4, filter="  label == 3 ", max_distance=0)
-    assert req.texts == ("a", "b") and req.filter == "label == 3" and req.max_distance == 0
+    assert req.texts == ("a", "b") and req.filter.text == "label == 3" and req.max_distance == 0
     assert SearchRequest(like=["doc-7", 3]).like == ("doc-7", 3)
 
 
