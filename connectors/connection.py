@@ -261,13 +261,10 @@ def _with_server_log(start):
 
 
 def guard_lite_locks() -> None:
-    """Only the process that took a milvus-lite file's lock removes it.
-
-    milvus-lite 2.5.1 deletes ``.NAME.db.lock`` whenever one of its Server objects stops,
-    also one whose start was refused because another process holds the file: a refused
-    open then left the holder unprotected, and the next process opened the same file
-    beside it. Wrapped here (once per process): a server that never took the lock closes
-    its handle and deletes nothing."""
+    """Only the process that took a milvus-lite file's lock removes it (once per process):
+    milvus-lite 2.5.1 deletes ``.NAME.db.lock`` whenever a Server stops, also one refused because
+    another process holds the file, which left the holder unprotected; wrapped, a server that
+    never took the lock closes its handle and deletes nothing."""
     from milvus_lite.server import Server
 
     if getattr(Server, "_dhim_ray_guarded", False):

@@ -65,14 +65,10 @@ def find_collection(model_dir: str | Path, uri: str, token_env: str = "MILVUS_TO
 
 @dataclass(frozen=True)
 class SearchRequest:
-    """One search, as the library, the CLI and the HTTP service ask for it, checked once here:
-    query ``texts`` or ``like`` (stored rows: a hit's ``id`` or a document's own id), ``k`` hits
-    each, ``rerank`` (k x rerank Hamming candidates re-ranked; 1 = off), ``filter`` (a Milvus
-    expression over the stored fields), ``max_distance`` (every row within that many bits, up to
-    k; codes only) and ``mode`` (codes, text or hybrid; None: the collection's default). What
-    depends on the collection (the filter's field names, the radius against the code width, a
-    text mode without a text index) is checked by ``Searcher.run``. A bad field is a ConfigError
-    whose message starts with the field's name."""
+    """One search, as the library, the CLI and the service ask for it, checked once here: ``texts``
+    or ``like`` (stored rows' ids), ``k``, ``rerank`` (1 = off), ``filter`` (parsed into a ``Filter``),
+    ``max_distance`` (codes only) and ``mode`` (None: the collection's default). What depends on
+    the collection is checked by ``Searcher.run``. A bad field is a ConfigError naming it first."""
 
     texts: tuple[str, ...] = ()
     like: tuple[int | str, ...] = ()

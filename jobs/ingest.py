@@ -149,13 +149,11 @@ class IngestResult:
 
 @dataclass(frozen=True)
 class IngestRequest:
-    """One ingest, checked once when made; ``run_ingest`` checks the model and the rows before
-    anything is written. The fields are ``dhim-ray ingest``'s options (docs/ingest-and-search.md):
-    ``corpus`` (split: train), ``model_dir``, ``target``, ``workers`` (encoding actors; one GPU each
-    with ``use_gpu``), ``batch_size``, ``write_batch``, ``overwrite``, ``index``, ``id_column``,
-    ``keep_columns``, ``tokenise_apart``, ``alias`` (a server only) and ``text_index`` (None: kept
-    where the Milvus can, an existing collection keeps its choice); ``write_tasks``: Ray's write
-    tasks on a server (None: max(2, workers); bench.million server-writers measures 1, 2, 4)."""
+    """One ingest, checked once when made (``parse`` makes one from the command's words); its fields
+    are ``dhim-ray ingest``'s options (docs/ingest-and-search.md). ``text_index`` None: kept where the
+    Milvus can; ``write_tasks`` None: max(2, workers) of Ray's write tasks on a server.
+
+    >>> run_ingest(IngestRequest.parse(CorpusSpec("bbc"), "runs/bbc-64", "dhim_ray.db"))"""
 
     corpus: CorpusSpec
     model_dir: str | Path

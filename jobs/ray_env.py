@@ -98,13 +98,10 @@ class _Idle:
 
 
 def _absorb_actor_restart_warning() -> None:
-    """Ray's C++ core prints one false alarm to the terminal per process: every Ray Data
-    actor pool (Ray 2.60 passes the actors their transformer by reference, and keeps that
-    reference, so restarts work) logs "has constructor arguments in the object store and
-    max_restarts > 0" (ray-project/ray#53727) at ERROR, which no log level hides without
-    printing another line. It is logged once per process, when the actor is submitted: so
-    submit one such actor here with the terminal's file descriptor pointed elsewhere, and
-    kill it. -v leaves the line alone."""
+    """Spend Ray's once-a-process false alarm for actor pools (ray-project/ray#53727) away from the terminal."""
+    # Ray's C++ core logs "has constructor arguments in the object store and max_restarts > 0" at
+    # ERROR once per process, when the first such actor is submitted; no log level hides it. One
+    # actor submitted here with fd 2 pointed elsewhere, then killed, spends it (-v leaves it alone).
     import ray
 
     with stderr_to(os.devnull):
@@ -286,13 +283,10 @@ def _path_view(path: str, probe: str | None) -> str:
 
 
 def check_shared_paths(paths: dict[str, tuple[str | Path, bool]]) -> None:
-    """Refuse at once a path that another node of the cluster does not see as the driver does.
-
-    ``paths``: {what the user named it: (path, written)}. A path that jobs write (a storage
-    path) gets a probe file from the driver, which every node must then see; a path they only
-    read (a corpus folder, a model folder) must list the same files at the same sizes there.
-    On one node (a local Ray) there is nothing to check. Raises ConfigError naming the node.
-    """
+    """Refuse at once a path another node does not see as the driver does. ``paths``: {what the
+    user named it: (path, written)}: a written path gets the driver's probe file, which every node
+    must see; a read one must list the same files at the same sizes there. Nothing to check on
+    one node. Raises ConfigError naming the node."""
     import uuid
 
     import ray

@@ -59,13 +59,10 @@ HEALTH_TIMEOUT_S = 5.0
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """What a service replica needs; plain values, so it travels to the replicas.
-
-    api_token_sha256: the sha256 of the bearer token clients must send (never the token
-    itself); "" serves without one. allowed_hosts: the names (beyond addresses and localhost)
-    a request's Host may give; None: any (a service with a token). max_batch_size 1 turns
-    dynamic batching off.
-    """
+    """What a service replica needs, as plain values that travel to the replicas.
+    ``api_token_sha256``: the bearer token's sha256 ("" serves without one); ``allowed_hosts``: the
+    names a request's Host may give besides addresses and localhost (None: any, with a token);
+    ``max_batch_size`` 1 turns dynamic batching off."""
 
     model_dir: str
     uri: str

@@ -398,13 +398,10 @@ class RayTrain:
 
 @dataclass(frozen=True)
 class TrainRequest:
-    """One training run, checked once when made. ``workers`` > 1, ``use_gpu`` or a cluster
-    ``address`` train with Ray Train (``storage_path``: its checkpoints per epoch;
-    ``max_failures``: worker failures it recovers from); otherwise in this process on
-    ``device`` (auto: a GPU where torch sees one). ``resume``: an interrupted run to continue, its ``out_dir`` (in-process, where
-    it also becomes the output) or its Ray run folder. ``out_dir`` defaults to
-    runs/CORPUS-BITS. ``feature_memory_gb``: frozen features held in memory, the rest read
-    from disk (``cache_dir``, else a folder in ``out_dir`` removed at the end)."""
+    """One training run, checked once when made: ``workers`` > 1, ``use_gpu`` or an ``address``
+    train with Ray Train, else in this process on ``device``; ``resume``: an interrupted run's
+    ``out_dir`` (in-process) or Ray run folder; ``out_dir`` defaults to runs/CORPUS-BITS. The
+    fields are ``dhim-ray train``'s options (docs/training.md)."""
 
     corpus: CorpusSpec
     config: DHIMConfig
@@ -461,13 +458,10 @@ def run_training(request: TrainRequest, progress: bool = True) -> dict[str, Any]
 
 def train_distributed(request: TrainRequest, callbacks: tuple[TrainCallback, ...] = (), progress: bool = False,
                       name: str | None = None) -> dict[str, Any]:
-    """``request`` trained with Ray Train, however many workers it asks for (one too), and its
-    best checkpoint saved in ``request.out_dir`` (the usual format): the run summary.
-
-    ``callbacks`` run in every worker (they must pickle); ``name``: the Ray run folder's
-    (default OUT-TIME). Raises TrainingInterrupted (Ctrl-C) or TrainingFailed, both naming
-    the run folder to ``--resume``.
-    """
+    """``request`` trained with Ray Train (one worker too), its best checkpoint saved in
+    ``request.out_dir``: the run summary. ``callbacks`` run in every worker (they must pickle);
+    ``name``: the Ray run folder's (default OUT-TIME). Raises TrainingInterrupted (Ctrl-C) or
+    TrainingFailed, both naming the run folder to resume."""
     out_dir = Path(request.out_dir).resolve()  # checked (and removed again if the run is refused) by train()
     backend = RayTrain(request, tuple(callbacks), progress, name)
     return train(request.corpus, request.config, out_dir, backend, resume=request.resume is not None)[1]

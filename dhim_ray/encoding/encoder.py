@@ -330,13 +330,10 @@ class FrozenEncoder:
 
     @torch.inference_mode()
     def _encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> Features:
-        """Features of ``texts`` in input order, fixed width (n_tokens - 1 positions).
-
-        The texts are tokenised SORT_CHUNK at a time, sorted by length and encoded ``batch_size``
-        at a time, each batch padded only as far as its longest document plus ``reach``:
-        positions further on stay zero (mask False), so codes equal those of the paper's
-        pad-everything-to-max_words path while the encoder skips most of the padding.
-        """
+        """Features of ``texts`` in input order, fixed width (n_tokens - 1 positions)."""
+        # Tokenised SORT_CHUNK at a time, sorted by length, encoded batch_size at a time, each batch
+        # padded only as far as its longest document plus ``reach``: positions further on stay zero
+        # (mask False), so the codes equal the paper's pad-to-max_words path's.
         out = Features.zeros(len(texts), self.config.n_tokens - 1, self.hidden_size)
         with tqdm(total=len(texts), desc="encoding", unit="doc", disable=not progress, leave=False) as bar:
             for rows, b in self.iter_batches(texts, batch_size):
