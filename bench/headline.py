@@ -12,7 +12,7 @@ from __future__ import annotations
 from bench.harness import HERE, corpus_path, write_result
 from dhim_ray.config import FeatureConfig
 from dhim_ray.corpus.spec import CorpusSpec
-from dhim_ray.evaluate import evaluate_baseline
+from dhim_ray.eval_in_memory import evaluate_baseline
 
 CORPORA = {"dbpedia": 50, "agnews": 50, "r8": 400, "20ng": 400}
 

@@ -370,7 +370,16 @@ def store_server() -> list[str] | None:
                    f"{e['radius_completeness_nprobe_nlist']:.3f}"]
                   for x in runs for key, e in sorted(((k, v) for k, v in x.items() if k.startswith("bin_ivf_flat")),
                                                      key=lambda kv: int(kv[0][len("bin_ivf_flat"):]))))
-    return flat + [""] + ivf
+    def growth(x: dict) -> str:
+        steps = x.get("insert_rows_per_s_as_it_grows") or {}
+        return ", ".join(f"{int(held) / 1e6:g}M: {rate / 1e3:.0f}k" for held, rate in steps.items()) or "-"
+
+    writes = _table(["codes", "inserts rows/s, whole load", "as the collection grows (codes held: rows/s)",
+                     "disk B/code", "server memory B/code, loaded (BIN_FLAT)"],
+                    ([f"{x['n_codes']:,}", f"{x['insert_rows_per_s']:,}" if "insert_rows_per_s" in x else "-",
+                      growth(x), f"{x['disk_bytes_per_code']:.0f}" if "disk_bytes_per_code" in x else "-",
+                      f"{x['bin_flat']['server_rss_bytes_per_code']:.0f}"] for x in runs))
+    return flat + [""] + ivf + [""] + writes
 
 
 def million_write() -> list[str] | None:

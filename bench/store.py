@@ -253,11 +253,22 @@ def bench_server(n: int, nlists: tuple[int, ...] = SERVER_NLISTS, nprobes: tuple
         client.create_collection("store", schema=schema)
         pid = server_pid()
         rss_before = rss_of(pid) if pid else 0
-        t0 = time.perf_counter()
+        t0 = step_t0 = time.perf_counter()
+        step = max(INSERT_BATCH, n // 10 // INSERT_BATCH * INSERT_BATCH)  # the rate as the collection grows
+        growth = {}
         for s in range(0, n, INSERT_BATCH):
             client.insert("store", [{"id": s + i, "code": row.tobytes()} for i, row in enumerate(db[s:s + INSERT_BATCH])])
+            if (s + INSERT_BATCH) % step == 0 or s + INSERT_BATCH >= n:
+                held = min(n, s + INSERT_BATCH)
+                growth[held] = round((held - (max(growth) if growth else 0)) / (time.perf_counter() - step_t0))
+                step_t0 = time.perf_counter()
+                logger.info("server: %d codes held, inserting %d rows/s", held, growth[held])
         client.flush("store")
         out["insert_rows_per_s"] = round(n / (time.perf_counter() - t0))
+        out["insert_rows_per_s_as_it_grows"] = growth
+        out["server_rss_after_insert_bytes_per_code"] = round((rss_of(pid) - rss_before) / n, 1) if pid else None
+        out["disk_bytes_per_code"] = round(sum(f.stat().st_size for f in (CACHE / f"server-{n}").rglob("*")
+                                               if f.is_file()) / n, 1)
 
         def index(kind: str, **params) -> float:
             client.release_collection("store")

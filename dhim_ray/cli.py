@@ -16,14 +16,9 @@ from typing import Annotated, Any
 
 import typer
 
-try:  # typer >= 0.2x vendors click; older ones use click itself
-    from typer._click.core import ParameterSource
-    from typer._click.exceptions import NoArgsIsHelpError, UsageError
-except ImportError:  # pragma: no cover
-    from click.core import ParameterSource
-    from click.exceptions import UsageError
-
-    NoArgsIsHelpError = ()
+# typer 0.29 vendors click and exports these under no public name (pyproject pins the minor version)
+from typer._click.core import ParameterSource
+from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
 from dhim_ray.errors import ConfigError, DHIMRayError, Interrupted, StoreBusyError
 
@@ -434,7 +429,7 @@ def eval_(
     often a window of a document's words finds that document."""
     from dhim_ray.config import check_seed
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.evaluate import WindowSpec
+    from dhim_ray.eval_in_memory import WindowSpec
     from dhim_ray.evaluation import EvalRequest, evaluate
     from dhim_ray.retrieval.fusion import Fusion
 

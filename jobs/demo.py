@@ -16,8 +16,8 @@ from typing import Any
 from dhim_ray.config import config_for_bits
 from dhim_ray.connectors.milvus import MilvusTarget
 from dhim_ray.corpus.spec import CorpusSpec
-from dhim_ray.evaluate import WindowSpec, evaluate_baseline, evaluate_checkpoint
-from dhim_ray.evaluation import evaluate_in_milvus, known_item_in_milvus
+from dhim_ray.eval_in_memory import WindowSpec, evaluate_baseline, evaluate_checkpoint
+from dhim_ray.eval_in_milvus import evaluate_in_milvus, known_item_in_milvus
 from dhim_ray.model.checkpoint import check_writable
 from dhim_ray.search import Searcher
 from dhim_ray.training.pipeline import train_corpus

@@ -1,6 +1,6 @@
 """Bulk ingest: corpus -> Ray Data -> DHIM codes -> Milvus binary collection.
 
-Ray Data reads the source shard by shard (jobs/stream.py: a counting pass refuses bad rows
+Ray Data reads the source shard by shard (jobs/read_tasks.py: a counting pass refuses bad rows
 before anything is written), the rows stream through the encoding actors to the sink
 (jobs/milvus_sink.py); the driver never holds the corpus. Ids are deterministic per
 (source, split, row), so a rerun writes onto the same rows (docs/ingest-and-search.md)."""
@@ -44,7 +44,7 @@ from .ray_env import (
     task_errors,
     tokeniser_resources,
 )
-from .stream import Prepare, check_scan, read_documents, scan
+from .read_tasks import Prepare, check_scan, read_documents, scan
 
 logger = logging.getLogger(__name__)
 

@@ -50,7 +50,7 @@ class WriteStats:
 
 def unstored(batch: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
     """The rows of an encoded ``batch`` to write, and how many were passed over: rows marked
-    ``stored`` (jobs/stream.py: the collection holds them as they are) were not encoded."""
+    ``stored`` (jobs/read_tasks.py: the collection holds them as they are) were not encoded."""
     stored = batch.pop("stored", None)
     if stored is None or not stored.any():
         return batch, 0

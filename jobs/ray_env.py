@@ -262,7 +262,7 @@ def actor_resources(workers: int) -> tuple[float, int]:
 
     Actors asking 1 CPU each on a small box leave nothing for Ray Data's other
     tasks and the pipeline hangs; one CPU always stays free. (Read and write tasks ask
-    for none, jobs/stream.READ_TASK: they run whatever else holds the CPUs.)
+    for none, jobs/read_tasks.READ_TASK: they run whatever else holds the CPUs.)
     """
     cpus = cluster_cpus()
     actor_cpus = max(0.1, min(1.0, (cpus - 1) / workers)) if cpus > 1 else 0.5 / workers

@@ -59,7 +59,7 @@ class ForkedCLI:
 #: What the commands import, done once in the parent (each takes a command 0.1 to 3 s).
 PRELOADED = ("numpy", "pyarrow", "torch", "pymilvus", "transformers.models.bert.modeling_bert",
              "transformers.models.bert.tokenization_bert", "transformers.models.auto.modeling_auto",
-             "transformers.models.auto.tokenization_auto", "dhim_ray.cli", "dhim_ray.search", "dhim_ray.evaluation",
+             "transformers.models.auto.tokenization_auto", "dhim_ray.cli", "dhim_ray.search", "dhim_ray.evaluation", "dhim_ray.eval_in_milvus",
              "dhim_ray.training.pipeline", "dhim_ray.connectors.milvus", "dhim_ray.jobs.ingest", "dhim_ray.jobs.train")
 
 

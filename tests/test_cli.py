@@ -79,7 +79,7 @@ def test_eval_json_has_both_precisions(trained, toy_folder):
     result = json.loads(r.output.strip().splitlines()[-1])
     assert result["k"] == 20 and result["n_queries"] == 40
     from dhim_ray.corpus.spec import CorpusSpec
-    from dhim_ray.evaluate import evaluate_checkpoint
+    from dhim_ray.eval_in_memory import evaluate_checkpoint
 
     want = evaluate_checkpoint(trained, CorpusSpec(str(toy_folder), "train"), CorpusSpec(str(toy_folder), "val"), k=20,
                                progress=False)  # the same evaluation in this process

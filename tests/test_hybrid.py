@@ -267,8 +267,8 @@ def test_eval_without_labels_scores_the_collection_as_in_memory(ingested, model_
     """Queries without labels: the collection's stored codes are scored by cosine-neighbour
     recall@k (its stored texts encoded again), the figure the in-memory eval gives for the same
     documents; a mode other than codes is refused in one line."""
-    from dhim_ray.evaluate import evaluate_checkpoint
-    from dhim_ray.evaluation import evaluate_in_milvus
+    from dhim_ray.eval_in_memory import evaluate_checkpoint
+    from dhim_ray.eval_in_milvus import evaluate_in_milvus
 
     target, _ = ingested
     texts = load_split(CorpusSpec("bbc", "test")).texts[:40]

@@ -91,7 +91,7 @@ def test_stored_rows_are_marked_by_digest_and_not_encoded(ray_session, model_dir
 
     from dhim_ray.hasher import Hasher
     from dhim_ray.jobs.ingest import CodeEncoder
-    from dhim_ray.jobs.stream import Prepare
+    from dhim_ray.jobs.read_tasks import Prepare
 
     texts = load_split(BBC).texts[:4]
     block = pa.table({"row": np.arange(4), "text": texts, "label": [0, 1, 1, 2]})
@@ -174,8 +174,8 @@ def test_search_own_text_returns_it_at_distance_zero(ingested, model_dir):
 
 
 def test_milvus_precision_equals_in_memory(ingested, model_dir):
-    from dhim_ray.evaluate import evaluate_checkpoint
-    from dhim_ray.evaluation import evaluate_in_milvus
+    from dhim_ray.eval_in_memory import evaluate_checkpoint
+    from dhim_ray.eval_in_milvus import evaluate_in_milvus
 
     target, _ = ingested
     queries = CorpusSpec("bbc", "val", limit=60)
@@ -188,8 +188,8 @@ def test_milvus_precision_equals_in_memory(ingested, model_dir):
 def test_queries_naming_some_of_the_classes_are_matched_by_name(ray_session, model_dir, tmp_path):
     """A query file holding two of the collection's five classes numbers its labels 0..1 by
     itself; through Milvus they must be matched by name, as the in-memory eval does."""
-    from dhim_ray.evaluate import evaluate_checkpoint
-    from dhim_ray.evaluation import evaluate_in_milvus
+    from dhim_ray.eval_in_memory import evaluate_checkpoint
+    from dhim_ray.eval_in_milvus import evaluate_in_milvus
 
     bbc = load_split(CorpusSpec("bbc"), "train")
     names = bbc.label_names
@@ -527,8 +527,8 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
     """search --rerank M: the k x M nearest in the collection, re-ranked by agreement with the
     query's scores. Which codes tied at the (k x M)-th distance the store returns is its own
     choice, so the check re-ranks exactly the candidates the store returned."""
-    from dhim_ray.evaluate import evaluate_checkpoint
-    from dhim_ray.evaluation import evaluate_in_milvus
+    from dhim_ray.eval_in_memory import evaluate_checkpoint
+    from dhim_ray.eval_in_milvus import evaluate_in_milvus
     from dhim_ray.hasher import Hasher
     from dhim_ray.retrieval.rerank import agreement, rerank_topk
     from dhim_ray.search import Searcher
@@ -901,7 +901,7 @@ def test_a_rerun_finds_stored_rows_in_whichever_part_of_the_collection_holds_the
     them, by id and digest."""
     import ray
 
-    from dhim_ray.jobs.stream import Prepare
+    from dhim_ray.jobs.read_tasks import Prepare
 
     ids = np.arange(100, 130, dtype=np.int64)
     parts = tuple((int(p[0]), int(p[-1]), ray.put((p, p * 7))) for p in (ids[:10], ids[10:20], ids[20:]))

@@ -76,7 +76,7 @@ def test_windows_find_their_document_under_float_cosine(tmp_path):
     packaged encoder's vectors: the task's answer is known."""
     from dhim_ray.config import FeatureConfig
     from dhim_ray.corpus.spec import CorpusSpec
-    from dhim_ray.evaluate import WindowSpec, known_item_baseline
+    from dhim_ray.eval_in_memory import WindowSpec, known_item_baseline
 
     vocab = ["apple", "river", "engine", "violin", "glacier", "senate", "protein", "harbour", "comet", "tractor",
              "opera", "volcano", "bishop", "satellite", "orchard", "copper", "tennis", "lantern", "desert", "fabric"]
@@ -99,8 +99,8 @@ def test_the_same_figures_in_memory_and_through_milvus(tmp_path, toy_folder, tin
     from dhim_ray.connectors.rows import code_rows, document_ids
     from dhim_ray.corpus.data import load_split
     from dhim_ray.corpus.spec import CorpusSpec
-    from dhim_ray.evaluate import WindowSpec, known_item_checkpoint
-    from dhim_ray.evaluation import known_item_in_milvus
+    from dhim_ray.eval_in_memory import WindowSpec, known_item_checkpoint
+    from dhim_ray.eval_in_milvus import known_item_in_milvus
     from dhim_ray.hasher import Hasher
 
     model = tiny_model

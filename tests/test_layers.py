@@ -4,7 +4,7 @@ the source (module level and inside functions), and on what importing really loa
     core        dhim_ray/{corpus,encoding,model,training,retrieval}/, config, errors, hasher
                                         torch, numpy, transformers; never Ray, pymilvus
     connectors  connectors/ (dhim_ray.connectors)   pymilvus, numpy; never torch or Ray
-    search      dhim_ray/search.py, evaluation.py   core + connectors; never Ray
+    search      dhim_ray/search.py, evaluation.py, eval_in_milvus.py   core + connectors; never Ray
     jobs        jobs/ (dhim_ray.jobs)   Ray programs joining them
     cli         dhim_ray/cli.py         on top; imported by nothing
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP = {"cli", "search", "evaluation"}  # modules of dhim_ray/ above the core
+TOP = {"cli", "search", "evaluation", "eval_in_milvus"}  # modules of dhim_ray/ above the core
 
 
 def layer_of(path: Path) -> str:
@@ -29,7 +29,7 @@ def layer_of(path: Path) -> str:
     if rel.parts[0] == "jobs":
         return "jobs"
     if path.stem in TOP and path.parent.name == "dhim_ray":
-        return "search" if path.stem == "evaluation" else path.stem
+        return "search" if path.stem in ("evaluation", "eval_in_milvus") else path.stem
     return "core"
 
 
@@ -65,7 +65,7 @@ def imports_of(path: Path) -> set[str]:
 SOURCES = [p for folder in ("dhim_ray", "connectors", "jobs") for p in sorted((ROOT / folder).rglob("*.py"))]
 FORBIDDEN = {
     "core": ("ray", "pymilvus", "milvus_lite", "dhim_ray.connectors", "dhim_ray.jobs", "dhim_ray.search",
-             "dhim_ray.evaluation", "dhim_ray.cli"),
+             "dhim_ray.evaluation", "dhim_ray.eval_in_milvus", "dhim_ray.cli"),
     "connectors": ("ray", "torch", "transformers", "dhim_ray.model", "dhim_ray.encoding", "dhim_ray.training",
                    "dhim_ray.hasher", "dhim_ray.jobs", "dhim_ray.search", "dhim_ray.cli"),
     "search": ("ray", "dhim_ray.jobs", "dhim_ray.cli"),
@@ -99,7 +99,7 @@ def room_of(module: str) -> str | None:
         return None
     if parts[1] in SHARED:
         return "shared"
-    return parts[1] if parts[1] in ROOMS else "application"  # hasher, evaluate, embedding, export
+    return parts[1] if parts[1] in ROOMS else "application"  # hasher, eval_in_memory, embedding, export
 
 
 CORE = [p for p in SOURCES if layer_of(p) == "core" and p.name != "__init__.py"]
@@ -108,7 +108,7 @@ CORE = [p for p in SOURCES if layer_of(p) == "core" and p.name != "__init__.py"]
 @pytest.mark.parametrize("path", CORE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_the_rooms_of_the_core_only_point_down(path):
     """corpus < config < encoding < model < retrieval < training < application (hasher,
-    evaluate, embedding, export): inference lives with the model, not in training."""
+    eval_in_memory, embedding, export): inference lives with the model, not in training."""
     mine = room_of(module_name(path))
     up = sorted(m for m in imports_of(path) if room_of(m) and ROOMS.index(room_of(m)) > ROOMS.index(mine))
     assert not up, f"{path.relative_to(ROOT)} ({mine}) imports from higher rooms: {up}"

@@ -140,7 +140,7 @@ def test_has_text_agrees_with_the_cleaner(text, cleaning):
 
 @pytest.mark.slow  # real Ray
 def test_scan_counts_and_refuses_empty_rows(ray_session, tmp_path):
-    from dhim_ray.jobs.stream import Prepare, check_scan, read_documents, scan
+    from dhim_ray.jobs.read_tasks import Prepare, check_scan, read_documents, scan
 
     rows = [(label, text) for label, text in make_toy_corpus(60)]
     rows[7] = (rows[7][0], "  ")
@@ -219,7 +219,7 @@ def test_the_in_memory_loader_and_the_ray_scan_refuse_alike(ray_session, tmp_pat
     """One set of rules: a file refused in memory (train, eval) is refused with the same line by
     the streaming scan (ingest)."""
     from dhim_ray.corpus.data import load_corpus
-    from dhim_ray.jobs.stream import check_scan, scan
+    from dhim_ray.jobs.read_tasks import check_scan, scan
 
     write_csv(tmp_path / "train.csv", rows, header=True)
     spec = CorpusSpec(str(tmp_path), "train")

@@ -1,5 +1,5 @@
 """A corpus in memory: plan each split, read every shard, apply the input rules (no Ray,
-no Milvus). The same reader and rules serve Ray Data's streaming reads (jobs/stream.py);
+no Milvus). The same reader and rules serve Ray Data's streaming reads (jobs/read_tasks.py);
 corpora are named as in dhim_ray.corpus.spec.
 """
 

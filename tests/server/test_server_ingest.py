@@ -169,8 +169,8 @@ def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus
 
 def test_search_through_the_ivf_index(ingested, model_dir):
     """nprobe = nlist probes every cluster: exact, so it must agree with in-memory search."""
-    from dhim_ray.evaluate import evaluate_checkpoint
-    from dhim_ray.evaluation import evaluate_in_milvus
+    from dhim_ray.eval_in_memory import evaluate_checkpoint
+    from dhim_ray.eval_in_milvus import evaluate_in_milvus
     from dhim_ray.search import Searcher
 
     target, _ = ingested

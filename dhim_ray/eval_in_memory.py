@@ -1,5 +1,5 @@
 """Precision@k of query codes against a ``CodeDatabase``, wherever it lives: codes hashed in
-memory (``InMemoryCodes``) or a Milvus collection (dhim_ray.evaluation.MilvusCodes), scored the
+memory (``InMemoryCodes``) or a Milvus collection (dhim_ray.eval_in_milvus.MilvusCodes), scored the
 same way by ``evaluate_codes`` (both tie rules; re-ranked with ``rerank`` m > 1; label-free
 cosine-neighbour recall without labels). No Ray, no Milvus."""
 
