@@ -107,10 +107,11 @@ class GraphHasher(TextHasher):
         if scores or vectors:
             return self.hasher.encode(texts, batch_size, progress, scores, vectors, prepared)
         texts = [texts] if isinstance(texts, str) else texts
-        prepared = texts if prepared else check_texts(texts, self.config.features)
-        codes = np.empty((len(prepared), self.n_bytes), dtype=np.uint8)
-        for start in range(0, len(prepared), batch_size):
-            ids = [e.ids for e in self.tokenizer.encode_batch(prepared[start : start + batch_size])]
+        if not prepared:
+            texts = check_texts(texts, self.config.features)
+        codes = np.empty((len(texts), self.n_bytes), dtype=np.uint8)
+        for start in range(0, len(texts), batch_size):
+            ids = [e.ids for e in self.tokenizer.encode_batch(texts[start : start + batch_size])]
             input_ids = np.full((len(ids), max(map(len, ids))), self.pad_id, dtype=np.int64)
             mask = np.zeros_like(input_ids)
             for row, doc in enumerate(ids):

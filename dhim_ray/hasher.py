@@ -126,8 +126,7 @@ class Hasher(TextHasher):
             texts = [texts]
         if not prepared:
             texts = check_texts(texts, self.config.features)  # cleaned once, here
-        prepared = texts
-        return len(prepared), self.encoder.iter_batches(prepared, batch_size, on_device=True, prepared=True)
+        return len(texts), self.encoder.iter_batches(texts, batch_size, on_device=True, prepared=True)
 
     def encode(self, texts: list[str] | str, batch_size: int = 64, progress: bool = False, scores: bool = False,
                vectors: bool = False, prepared: bool = False) -> np.ndarray | Encoded:
