@@ -392,13 +392,13 @@ def build_config(bits: int, formulation: str, overrides: dict[str, dict[str, Any
     def where(section: str, name: str) -> str:
         return "" if (section, name) in flagged else f"{section}."
 
-    if "n_bits" in overrides.get("model", {}):
+    given = "n_bits" in overrides.get("model", {})
+    if given:
         bits = overrides["model"].pop("n_bits")
-        try:
-            check_n_bits(bits)
-        except ConfigError as exc:
-            raise ConfigError(f"{where('model', 'n_bits')}{exc}") from None
-    check_n_bits(bits)
+    try:
+        check_n_bits(bits)
+    except ConfigError as exc:
+        raise ConfigError(f"{where('model', 'n_bits') if given else ''}{exc}") from None
     if formulation not in ("shipped", "paper"):
         raise ConfigError(f"formulation={formulation!r}: choose shipped or paper")
     cfg = config_for_bits(bits)

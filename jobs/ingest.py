@@ -188,7 +188,6 @@ class IngestRequest:
                               "version)")
         object.__setattr__(self, "index", check_index_for(self.target.uri, self.index or default_index(self.target.uri)))
 
-
     @classmethod
     def parse(cls, corpus: CorpusSpec, model_dir: str | Path, uri: str, collection: str | None = None,
               split: str | None = None, index: str | None = None, nlist: int | None = None,
