@@ -19,6 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
+#: Where `ip netns exec` finds the files it mounts over a namespace's /etc.
+ETC_NETNS = Path("/etc/netns")
+
 
 def _run(cmd: list[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, check=check, **kw)
@@ -60,6 +63,15 @@ class NetnsCluster:
         """A namespace on the bridge with its address: a host of its own."""
         i = self.hosts.index(node)
         outside, inside = f"{self.prefix}v{i}", f"{self.prefix}p{i}"
+        # `ip netns exec` mounts /etc/netns/<node>/* over /etc/: each host knows the cluster's
+        # names, and its name lookups stay on loopback (with the machine's own name server, which
+        # no namespace reaches, each reverse lookup of a peer, as torch's process group makes,
+        # waited out its time-outs: 10 s a lookup)
+        etc = ETC_NETNS / node
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "hosts").write_text(Path("/etc/hosts").read_text().rstrip("\n") + "\n"
+                                   + "".join(f"{ip} {name}\n" for name, ip in self.ips.items()))
+        (etc / "resolv.conf").write_text("# no name server: the cluster's names are in hosts\n")
         _run(["ip", "netns", "add", node])
         _run(["ip", "link", "add", outside, "type", "veth", "peer", "name", inside])
         _run(["ip", "link", "set", inside, "netns", node])
@@ -175,6 +187,10 @@ class NetnsCluster:
         for node in nodes:
             self.kill_node(node)
             _run(["ip", "netns", "del", node], check=False)
+        for node in self.hosts:
+            shutil.rmtree(ETC_NETNS / node, ignore_errors=True)
+        if ETC_NETNS.is_dir() and not any(ETC_NETNS.iterdir()):
+            ETC_NETNS.rmdir()
         for i in range(len(self.hosts)):
             _run(["ip", "link", "del", f"{self.prefix}v{i}"], check=False)
         _run(["ip", "link", "del", self.bridge], check=False)

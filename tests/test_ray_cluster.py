@@ -25,6 +25,14 @@ def cluster():
         yield c
 
 
+@pytest.fixture(scope="module")
+def features(tmp_path_factory) -> str:
+    """One --cache-dir for the module's trainings of the toy corpus: the first run's encoder
+    actors build its feature stores (across the nodes), the later runs open them (Ray Data's
+    encoding would otherwise take a third of each run); what they check starts at training."""
+    return str(tmp_path_factory.mktemp("features"))
+
+
 def actor_nodes(cluster: NetnsCluster, name_part: str, alive: bool = False) -> set[str]:
     """The addresses of the nodes that ran actors whose class name holds ``name_part`` (with
     ``alive``, that run them now)."""
@@ -47,13 +55,14 @@ def train_summary(run) -> dict:
     return summary_of(run, "best_epoch")
 
 
-def test_train_submitted_as_a_job_spreads_its_workers_over_both_nodes(cluster, toy_folder, tiny_bert, tmp_path):
+def test_train_submitted_as_a_job_spreads_its_workers_over_both_nodes(cluster, toy_folder, tiny_bert, tmp_path,
+                                                                      features):
     """Four workers on two nodes train what four workers of a local Ray on this machine
     train: the same best epoch and val P@100, the same codes."""
     from dhim_ray.hasher import Hasher
 
     args = ["train", str(toy_folder), "--encoder", tiny_bert, "--max-words", "12", "--bits", "16",
-            "--epochs", "3", "--workers", "4", "--json"]
+            "--epochs", "3", "--workers", "4", "--cache-dir", features, "--json"]
     out = tmp_path / "model"
     run = cluster.submit(["dhim-ray", "-v", *args, "--address", "auto", "--out", str(out),
                           "--storage-path", str(tmp_path / "ray-storage")])
@@ -105,7 +114,7 @@ def last_epoch_state(storage) -> tuple[list, dict]:
 
 
 def test_a_worker_node_killed_at_an_epoch_boundary_training_resumes_to_the_same_best_epoch(
-        cluster, toy_folder, tiny_bert, tmp_path):
+        cluster, toy_folder, tiny_bert, tmp_path, features):
     """Kill the node of a training worker once two epochs are checkpointed: Ray Train restarts
     the worker group on the nodes left from the last checkpoint (FailureConfig), and the run
     ends at the undisturbed run's best epoch and score, every epoch's loss and val P@100 and
@@ -120,7 +129,7 @@ def test_a_worker_node_killed_at_an_epoch_boundary_training_resumes_to_the_same_
     def train(name: str):
         return cluster.submit(["dhim-ray", "train", str(toy_folder), "--encoder", tiny_bert, "--max-words", "12",
                                "--bits", "16", "--epochs", str(epochs), "--set", f"train.patience={epochs}", "--workers", "2",
-                               "--address", "auto", "--out", str(tmp_path / name),
+                               "--address", "auto", "--out", str(tmp_path / name), "--cache-dir", features,
                                "--storage-path", str(tmp_path / f"{name}-runs"), "--json"])
 
     t0 = time.monotonic()
