@@ -22,6 +22,13 @@ def corpus(toy_folder):
     return CorpusSpec(str(toy_folder))
 
 
+@pytest.fixture(scope="module")
+def features(tmp_path_factory) -> Path:
+    """One --cache-dir for the trainings of the toy corpus that check what happens after the
+    features: the first builds its stores, the others open them."""
+    return tmp_path_factory.mktemp("features")
+
+
 def config(tiny_config, epochs):
     return tiny_config.replace(train={"max_epochs": epochs, "patience": 10, "batch_size": 32})
 
@@ -83,7 +90,7 @@ def test_two_workers_train_and_checkpoint_loads_without_ray(ray_session, tmp_pat
     assert np.array_equal(hash_features(hasher.model, ray_feats), in_process)
 
 
-def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, corpus, tiny_config):
+def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, corpus, tiny_config, features):
     """One loop: a single Ray worker (DDP over a world of one) and the in-process run
     see the same batches and reach the same weights. The driver logs each epoch rank 0
     reported, once, in order."""
@@ -107,7 +114,8 @@ def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, 
     train_logger.addHandler(lines)
     train_logger.setLevel(logging.INFO)
     try:
-        ray_summary = train_distributed(TrainRequest(corpus, cfg, tmp_path / "ray", storage_path=tmp_path / "runs"))
+        ray_summary = train_distributed(TrainRequest(corpus, cfg, tmp_path / "ray", storage_path=tmp_path / "runs",
+                                                      cache_dir=features))
     finally:
         train_logger.removeHandler(lines)
         train_logger.setLevel(level)
@@ -122,7 +130,7 @@ def test_one_ray_worker_runs_the_same_loop_as_in_process(ray_session, tmp_path, 
     assert np.array_equal(Hasher.load(tmp_path / "ray").encode(texts), Hasher.load(tmp_path / "local").encode(texts))
 
 
-def test_worker_failure_resumes_from_last_checkpoint(ray_session, tmp_path, corpus, tiny_config):
+def test_worker_failure_resumes_from_last_checkpoint(ray_session, tmp_path, corpus, tiny_config, features):
     from dhim_ray.hasher import Hasher
     from dhim_ray.jobs.train import TrainRequest, train_distributed
 
@@ -139,7 +147,7 @@ def test_worker_failure_resumes_from_last_checkpoint(ray_session, tmp_path, corp
                 raise RuntimeError("injected failure at epoch 2")
 
     request = TrainRequest(corpus, config(tiny_config, 4), tmp_path / "model", workers=2,
-                           storage_path=tmp_path / "runs", max_failures=1)
+                           storage_path=tmp_path / "runs", max_failures=1, cache_dir=features)
     summary = train_distributed(request, callbacks=(FailOnceAtEpoch2(),))
     # The failure at 2 restarts from the last checkpoint Ray Train registered: epoch 1's, or epoch 0's
     # where the failure beat the controller's next poll of the workers (seen on a loaded machine);
@@ -150,7 +158,7 @@ def test_worker_failure_resumes_from_last_checkpoint(ray_session, tmp_path, corp
     assert Hasher.load(tmp_path / "model").encode(["football goal"]).shape == (1, 2)
 
 
-def test_failure_past_max_failures_names_the_run_folder(ray_session, tmp_path, corpus, tiny_config):
+def test_failure_past_max_failures_names_the_run_folder(ray_session, tmp_path, corpus, tiny_config, features):
     from dhim_ray.errors import TrainingFailed
     from dhim_ray.jobs.train import TrainRequest, train_distributed
 
@@ -160,7 +168,7 @@ def test_failure_past_max_failures_names_the_run_folder(ray_session, tmp_path, c
                 raise RuntimeError("injected failure")
 
     request = TrainRequest(corpus, config(tiny_config, 3), tmp_path / "model", workers=2,
-                           storage_path=tmp_path / "runs", max_failures=0)
+                           storage_path=tmp_path / "runs", max_failures=0, cache_dir=features)
     with pytest.raises(TrainingFailed, match=f"--resume {tmp_path / 'runs' / 'failing'}"):
         train_distributed(request, callbacks=(AlwaysFail(),), name="failing")
     assert not (tmp_path / "model" / "config.json").exists()
