@@ -2,9 +2,9 @@
 run as written, in order, in an empty folder. The set-up's install is what this environment
 already did and its second command is this suite, so the set-up runs its `dhim-ray demo`, whose
 model is the one the Quickstart's `train` makes (checked, then taken as it is, with the file its
-ingest wrote: the Quickstart's `ingest` reruns it); the cluster
-commands need a cluster (tests/test_ray_cluster.py submits the same commands to one); a hub
-preset runs where the hub answers and, where it does not, must fail in one line."""
+ingest wrote: the Quickstart's `ingest` reruns it); the cluster commands need a cluster
+(tests/test_ray_cluster.py submits the same commands to one); a hub preset runs where the hub
+answers and, where it does not, must fail in one line."""
 
 from __future__ import annotations
 
