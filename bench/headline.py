@@ -10,9 +10,8 @@ agnews, 400 for r8 and 20ng. DHIM's and ITQ's columns come from bench/quality.js
 from __future__ import annotations
 
 from bench.harness import HERE, corpus_path, write_result
-from dhim_ray.config import FeatureConfig
 from dhim_ray.corpus.spec import CorpusSpec
-from dhim_ray.eval_in_memory import evaluate_baseline
+from dhim_ray.evaluation import EvalRequest, evaluate
 
 CORPORA = {"dbpedia": 50, "agnews": 50, "r8": 400, "20ng": 400}
 
@@ -21,11 +20,10 @@ def main() -> None:
     rows = []
     for name, words in CORPORA.items():
         folder = str(corpus_path(name))
-        for baseline in ("ubinary", "cosine"):
-            r = evaluate_baseline(baseline, None, CorpusSpec(folder, "train"), CorpusSpec(folder, "val"), 100,
-                                  features=FeatureConfig(max_words=words), progress=False,
-                                  cache_dir=HERE / ".cache" / "features")
-            row = {"corpus": name, "method": baseline, "bytes_per_doc": r["bytes_per_doc"],
+        request = EvalRequest(baselines=("ubinary", "cosine"), database=CorpusSpec(folder, "train"),
+                              queries=CorpusSpec(folder, "val"), max_words=words, cache_dir=HERE / ".cache" / "features")
+        for r in evaluate(request, progress=False):
+            row = {"corpus": name, "method": r["method"], "bytes_per_doc": r["bytes_per_doc"],
                    "p_tie": round(r["precision_at_k_tie_aware"], 5)}
             print(row, flush=True)
             rows.append(row)

@@ -1,7 +1,8 @@
-"""Precision@k of query codes against a ``CodeDatabase``, wherever it lives: codes hashed in
-memory (``InMemoryCodes``) or a Milvus collection (dhim_ray.eval_in_milvus.MilvusCodes), scored the
-same way by ``evaluate_codes`` (both tie rules; re-ranked with ``rerank`` m > 1; label-free
-cosine-neighbour recall without labels). No Ray, no Milvus."""
+"""The evaluator's parts: a method (``Model`` or ``Baseline``: features -> an index of the database and
+the queries' side), the database indexed in memory (``InMemoryCodes``, ``InMemoryVectors``) or in Milvus
+(dhim_ray.eval_in_milvus.MilvusCodes), and two tasks, ``topic`` (precision@k, both tie rules, scored by
+``evaluate_codes`` wherever the codes live; cosine-neighbour recall without labels) and
+``known_item_task``. Run through dhim_ray.evaluation.evaluate. No Ray, no Milvus."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import numpy as np
 from dhim_ray.config import DEFAULT_ENCODER, FeatureConfig
 from dhim_ray.corpus.data import Split, align_labels, load_corpus, load_split
 from dhim_ray.corpus.spec import CorpusSpec
-from dhim_ray.encoding.encoder import FrozenEncoder
+from dhim_ray.encoding.encoder import Features, FrozenEncoder
 from dhim_ray.encoding.transforms import fit_transform, transform
 from dhim_ray.hasher import Hasher
 from dhim_ray.plots import CURVE_KS
@@ -45,17 +46,44 @@ class CodeDatabase(Protocol):
 
 @dataclass
 class InMemoryCodes:
-    """A database of packed codes and their labels in memory, searched exactly."""
+    """A database of packed codes (and their labels) in memory, searched exactly by Hamming distance."""
 
     codes: np.ndarray
-    labels: np.ndarray
+    labels: np.ndarray | None = None
 
     def precision(self, codes: np.ndarray, labels: np.ndarray, k: int) -> PrecisionResult:
         return precision_at_k(self.codes, self.labels, codes, labels, k)
 
+    def reranked(self, codes: np.ndarray, scores: np.ndarray | None, k: int, m: int) -> np.ndarray:
+        return rerank_topk(self.codes, codes, scores, k, m)[0]
+
     def reranked_labels(self, codes: np.ndarray, scores: np.ndarray | None, k: int, m: int) -> np.ndarray:
-        idx, _ = rerank_topk(self.codes, codes, scores, k, m)
-        return self.labels[idx]
+        return self.labels[self.reranked(codes, scores, k, m)]
+
+    def neighbour_recall(self, codes: np.ndarray, neighbours: np.ndarray) -> float:
+        return neighbour_recall_at_k(self.codes, codes, neighbours, neighbours.shape[1]).recall_at_k
+
+    def item_ranks(self, codes: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return known_item.hamming_ranks(self.codes, codes, targets)
+
+
+@dataclass
+class InMemoryVectors:
+    """A database of float vectors in memory, searched exactly by cosine (no ties: distances are continuous,
+    so both tie rules give the same figure)."""
+
+    vectors: np.ndarray
+    labels: np.ndarray | None = None
+
+    def precision(self, queries: np.ndarray, labels: np.ndarray, k: int) -> PrecisionResult:
+        p = cosine_precision_at_k(self.vectors, self.labels, queries, labels, k)
+        return PrecisionResult(k, p, p, len(queries), len(self.vectors))
+
+    def neighbour_recall(self, queries: np.ndarray, neighbours: np.ndarray) -> float:
+        return _overlap(cosine_topk(self.vectors, queries, neighbours.shape[1]), neighbours)
+
+    def item_ranks(self, queries: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return known_item.cosine_ranks(self.vectors, queries, targets)
 
 
 def evaluate_codes(database: CodeDatabase, codes: np.ndarray, labels: np.ndarray, k: int, rerank: int = 1,
@@ -68,7 +96,7 @@ def evaluate_codes(database: CodeDatabase, codes: np.ndarray, labels: np.ndarray
     """
     rerank = check_rerank(rerank)
     result = database.precision(codes, labels, k)
-    out: dict[str, Any] = result.as_dict()
+    out: dict[str, Any] = {**result.as_dict(), "primary_metric": "precision_at_k_tie_aware"}
     if curve:  # tie-aware precision at every k of the curve the database holds
         ks = [c for c in CURVE_KS if c <= result.n_database]
         out["curve"] = {"k": ks, "value": [database.precision(codes, labels, c).precision_at_k_tie_aware for c in ks],
@@ -107,18 +135,12 @@ def eval_splits(database: CorpusSpec, queries: CorpusSpec, k: int | None = None)
     return db, q, labels
 
 
-def label_free_scores(neighbours: np.ndarray, found, n_database: int) -> dict[str, Any]:
-    """Eval without labels: the share of each query's k nearest database documents by cosine
-    of the frozen encoder's mean-pooled vectors (``neighbours``, (n_q, k) from
-    ``cosine_topk``) that a method finds. ``found``: a callable (neighbours) -> recall in
-    [0, 1] (tie-aware for codes)."""
-    return {"metric": NEIGHBOUR_METRIC, "k": neighbours.shape[1], "neighbour_recall_at_k": float(found(neighbours)),
-            "n_queries": len(neighbours), "n_database": n_database}
-
-
-def codes_found(db_codes: np.ndarray, q_codes: np.ndarray):
-    """label_free_scores' ``found`` for packed codes: tie-aware recall of the neighbours."""
-    return lambda neighbours: neighbour_recall_at_k(db_codes, q_codes, neighbours, neighbours.shape[1]).recall_at_k
+def label_free_scores(neighbours: np.ndarray, recall: float, n_database: int) -> dict[str, Any]:
+    """Eval without labels: ``recall``, the share of each query's k nearest database documents by
+    cosine of the frozen encoder's mean-pooled vectors (``neighbours``, (n_q, k) from
+    ``cosine_topk``) that a method finds (tie-aware for codes)."""
+    return {"metric": NEIGHBOUR_METRIC, "k": neighbours.shape[1], "neighbour_recall_at_k": float(recall),
+            "primary_metric": "neighbour_recall_at_k", "n_queries": len(neighbours), "n_database": n_database}
 
 
 def _overlap(found: np.ndarray, neighbours: np.ndarray) -> float:
@@ -126,101 +148,89 @@ def _overlap(found: np.ndarray, neighbours: np.ndarray) -> float:
     return float(np.mean([len(np.intersect1d(a, b)) / neighbours.shape[1] for a, b in zip(found, neighbours)]))
 
 
-def evaluate_checkpoint(
-    model_dir: str | Path,
-    database: CorpusSpec,
-    queries: CorpusSpec,
-    k: int = 100,
-    progress: bool = True,
-    cache_dir: str | Path | None = None,
-    device: str = "cpu",
-    rerank: int = 1,
-    curve: bool = False,
-) -> dict[str, Any]:
-    """Precision@k of a trained model: hash database and queries, search exactly.
-    ``rerank`` m > 1 also reports the precision of the k x m Hamming candidates
-    re-ranked by agreement with the queries' pre-threshold scores."""
-    rerank = check_rerank(rerank)
-    hasher = Hasher.load(model_dir, device=device)
+# ---- what is measured: a model or a baseline --------------------------------------------------
+class Model:
+    """A trained DHIM model as an evaluated method: codes of the features, and the queries'
+    pre-threshold scores that re-rank (``rerank`` m > 1)."""
+
+    reranks = True
+
+    def __init__(self, model_dir: str | Path, device: str = "cpu"):
+        self.hasher = Hasher.load(model_dir, device=device)
+        self.encoder = self.hasher.encoder
+        self.about = {"method": "dhim", "model": str(model_dir), "n_bits": self.hasher.n_bits,
+                      "bytes_per_doc": self.hasher.n_bytes}
+
+    def fit(self, database: Features, labels: np.ndarray | None = None) -> InMemoryCodes:
+        return InMemoryCodes(self.hasher.hash_features(database), labels)
+
+    def queries(self, features: Features) -> tuple[np.ndarray, np.ndarray | None]:
+        return self.hasher.score_features(features)
+
+    def query_texts(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
+        return self.hasher.encode(texts, scores=True)[:2]
+
+
+class Baseline:
+    """A classic hashing baseline (fitted on the database's mean-pooled vectors) or a float one
+    (``FLOAT_BASELINES``: exact cosine kNN after its transform fitted on the database; ``n_bits`` unused)."""
+
+    reranks = False
+
+    def __init__(self, name: str, n_bits: int | None, features: FeatureConfig | None = None, seed: int = 0):
+        check_baseline(name)
+        self.name = name
+        self.model = None if name in FLOAT_BASELINES else make_baseline(name, n_bits, seed)  # fail fast on a width
+        self.encoder = FrozenEncoder(features or FeatureConfig(encoder=DEFAULT_ENCODER))
+        self.fitted = None
+        self.about: dict[str, Any] = {"method": name}
+
+    def fit(self, database: Features, labels: np.ndarray | None = None) -> InMemoryCodes | InMemoryVectors:
+        x = np.asarray(database.mean, np.float32)
+        if self.model is None:
+            kind = FLOAT_BASELINES[self.name]
+            self.fitted = None if kind is None else fit_transform(kind, x)
+            x = transform(self.fitted, x)
+            self.about.update(dims=x.shape[1], bytes_per_doc=4 * x.shape[1])
+            return InMemoryVectors(x, labels)
+        self.model.fit(x)
+        self.about.update(n_bits=self.model.n_bits, bytes_per_doc=self.model.n_bits // 8)
+        return InMemoryCodes(self.model.hash(x), labels)
+
+    def queries(self, features: Features) -> tuple[np.ndarray, None]:
+        x = np.asarray(features.mean, np.float32)
+        return (transform(self.fitted, x) if self.model is None else self.model.hash(x)), None
+
+    def query_texts(self, texts: list[str]) -> tuple[np.ndarray, None]:
+        return self.queries(self.encoder.features(texts))
+
+
+Method = Model | Baseline
+
+
+def topic(method: Method, database: CorpusSpec, queries: CorpusSpec, k: int = 100, rerank: int = 1,
+          progress: bool = True, cache_dir: str | Path | None = None, curve: bool = False) -> dict[str, Any]:
+    """Precision@k of ``method``: the database and the queries encoded, the database indexed, searched exactly
+    (without labels: cosine-neighbour recall@k). ``rerank`` m > 1 (a model) also reports the k x m
+    Hamming candidates re-ranked by agreement with the queries' pre-threshold scores.
+
+    >>> topic(Model("runs/bbc-64"), CorpusSpec("bbc", "train"), CorpusSpec("bbc", "test"))["precision_at_k"]"""
+    rerank = check_rerank(rerank) if method.reranks else 1
     db, q, q_labels = eval_splits(database, queries, k)
     t0 = time.perf_counter()
-    db_f = hasher.encoder.features(db.texts, progress=progress, cache_dir=cache_dir)
-    q_f = hasher.encoder.features(q.texts, progress=progress, cache_dir=cache_dir)
-    db_codes = hasher.hash_features(db_f)
-    q_codes, q_scores = hasher.score_features(q_f)
+    db_f = method.encoder.features(db.texts, progress=progress, cache_dir=cache_dir)
+    q_f = method.encoder.features(q.texts, progress=progress, cache_dir=cache_dir)
+    index = method.fit(db_f, db.labels)
+    q_codes, q_scores = method.queries(q_f)
     if q_labels is None:
         neighbours = cosine_topk(db_f.mean, q_f.mean, k)  # once: the plain and the re-ranked recall share them
-        out = {"method": "dhim", "model": str(model_dir), "n_bits": hasher.n_bits,
-               **label_free_scores(neighbours, codes_found(db_codes, q_codes), len(db_codes))}
+        out = label_free_scores(neighbours, index.neighbour_recall(q_codes, neighbours), len(db.texts))
         if rerank > 1:
-            idx, _ = rerank_topk(db_codes, q_codes, q_scores, out["k"], rerank)
-            out.update(rerank=rerank, rerank_by=BY_BITS, neighbour_recall_at_k_reranked=_overlap(idx, neighbours))
-        return {**out, "seconds": round(time.perf_counter() - t0, 2)}
-    scores = evaluate_codes(InMemoryCodes(db_codes, db.labels), q_codes, q_labels, k, rerank, q_scores, curve=curve)
-    return {"method": "dhim", "model": str(model_dir), "n_bits": hasher.n_bits, **scores,
-            "seconds": round(time.perf_counter() - t0, 2)}
-
-
-def evaluate_baseline(
-    baseline: str,
-    n_bits: int | None,
-    database: CorpusSpec,
-    queries: CorpusSpec,
-    k: int = 100,
-    features: FeatureConfig | None = None,
-    seed: int = 0,
-    progress: bool = True,
-    cache_dir: str | Path | None = None,
-    curve: bool = False,
-) -> dict[str, Any]:
-    """Precision@k of a classic hashing baseline on the frozen mean-pooled features, or of a
-    float baseline (``FLOAT_BASELINES``: exact cosine kNN, ``n_bits`` unused)."""
-    check_baseline(baseline)
-    model = None if baseline in FLOAT_BASELINES else make_baseline(baseline, n_bits, seed)  # fail fast on a width
-    enc = FrozenEncoder(features or FeatureConfig(encoder=DEFAULT_ENCODER))
-    db, q, q_labels = eval_splits(database, queries, k)
-    db_f = enc.features(db.texts, progress=progress, cache_dir=cache_dir)
-    q_f = enc.features(q.texts, progress=progress, cache_dir=cache_dir)
-    if model is None:
-        return _float_baseline(baseline, db_f.mean, db.labels, q_f.mean, q_labels, k, curve)
-    model.fit(db_f.mean)
-    n_bits = model.n_bits
-    if q_labels is None:
-        found = codes_found(model.hash(db_f.mean), model.hash(q_f.mean))
-        return {"method": baseline, "n_bits": n_bits, "bytes_per_doc": n_bits // 8,
-                **label_free_scores(cosine_topk(db_f.mean, q_f.mean, k), found, len(db_f.mean))}
-    scores = evaluate_codes(InMemoryCodes(model.hash(db_f.mean), db.labels), model.hash(q_f.mean), q_labels, k,
-                            curve=curve)
-    return {"method": baseline, "n_bits": n_bits, "bytes_per_doc": n_bits // 8, **scores}
-
-
-def _transformed(name: str, database, queries) -> tuple[np.ndarray, np.ndarray]:
-    """A float baseline's database and query vectors, float32, through its transform fitted on
-    the database (as they are for cosine)."""
-    kind = FLOAT_BASELINES[name]
-    fitted = None if kind is None else fit_transform(kind, np.asarray(database, np.float32))
-    return transform(fitted, np.asarray(database, np.float32)), transform(fitted, np.asarray(queries, np.float32))
-
-
-def _float_baseline(name: str, database, database_labels, queries, query_labels, k: int,
-                    curve: bool = False) -> dict[str, Any]:
-    """Cosine kNN precision@k on float vectors, after the baseline's transform fitted on the database."""
-    plain_x, plain_q = np.asarray(database, np.float32), np.asarray(queries, np.float32)
-    x, qv = _transformed(name, plain_x, plain_q)
-    if query_labels is None:  # without labels: the plain vectors' neighbours the transformed ones find
-        return {"method": name, "dims": x.shape[1], "bytes_per_doc": 4 * x.shape[1],
-                **label_free_scores(cosine_topk(plain_x, plain_q, k),
-                                    lambda nb: _overlap(cosine_topk(x, qv, nb.shape[1]), nb), len(plain_x))}
-    p = cosine_precision_at_k(x, database_labels, qv, query_labels, k)
-    # distances are continuous: no ties to break, so both tie rules give the same figure
-    out = {"method": name, "dims": x.shape[1], "bytes_per_doc": 4 * x.shape[1], "k": k, "precision_at_k": p,
-           "precision_at_k_tie_aware": p, "n_queries": len(qv), "n_database": len(x)}
-    if curve:
-        ks = [c for c in CURVE_KS if c <= len(x)]
-        relevant = np.asarray(database_labels)[cosine_topk(x, qv, ks[-1])] == np.asarray(query_labels)[:, None]
-        hits = np.cumsum(relevant, axis=1).mean(axis=0)
-        out["curve"] = {"k": ks, "value": [float(hits[c - 1] / c) for c in ks], "metric": "precision@k"}
-    return out
+            out.update(rerank=rerank, rerank_by=BY_BITS, neighbour_recall_at_k_reranked=_overlap(
+                index.reranked(q_codes, q_scores, out["k"], rerank), neighbours))
+    else:
+        out = evaluate_codes(index, q_codes, q_labels, k, rerank, q_scores, curve=curve)
+    return {**method.about, **out, "seconds": round(time.perf_counter() - t0, 2)}
 
 
 # ---- known-item retrieval ----------------------------------------------------------------------
@@ -254,7 +264,7 @@ def known_item_corpus(database: CorpusSpec, queries: CorpusSpec | None) -> tuple
         f"windows of {queries.display}, each to find its document among {database.display} and {queries.display}"
 
 
-def _known_item_result(method: str, better, tied, windows: known_item.KnownItemQueries, n_database: int,
+def known_item_result(method: str, better, tied, windows: known_item.KnownItemQueries, n_database: int,
                        where: str, curve: bool = False, **extra) -> dict[str, Any]:
     out = {"task": known_item.TASK, "method": method, **extra, **known_item.known_item_scores(better, tied),
            "primary_metric": known_item.PRIMARY, "window_words": windows.words, "n_queries": len(windows.texts),
@@ -266,52 +276,28 @@ def _known_item_result(method: str, better, tied, windows: known_item.KnownItemQ
     return out
 
 
-def known_item_checkpoint(model_dir: str | Path, database: CorpusSpec, queries: CorpusSpec | None = None,
-                          windows: WindowSpec = WindowSpec(), rerank: int = 1, progress: bool = True,
-                          cache_dir: str | Path | None = None, device: str = "cpu",
-                          curve: bool = False) -> dict[str, Any]:
-    """Known-item retrieval of a trained model: each query is a window of words cut from a
-    document, the one relevant result that document (dhim_ray.retrieval.known_item). With
-    ``rerank`` m > 1 also the re-ranked list's figures (suffix ``_reranked``)."""
-    rerank = check_rerank(rerank)
-    hasher = Hasher.load(model_dir, device=device)
+def known_item_task(method: Method, database: CorpusSpec, queries: CorpusSpec | None = None,
+                    windows: WindowSpec = WindowSpec(), rerank: int = 1, progress: bool = True,
+                    cache_dir: str | Path | None = None, curve: bool = False) -> dict[str, Any]:
+    """Known-item retrieval of ``method``: each query is a window of words cut from a document, the one
+    relevant result that document (dhim_ray.retrieval.known_item). With ``rerank`` m > 1 (a model) also
+    the re-ranked list's figures (suffix ``_reranked``).
+
+    >>> known_item_task(Model("runs/bbc-64"), CorpusSpec("bbc", "train"))["recall_at_10"]"""
+    rerank = check_rerank(rerank) if method.reranks else 1
     texts, candidates, where = known_item_corpus(database, queries)
     cut = known_item.cut_windows(texts, windows.n_queries, windows.words, windows.seed, candidates,
-                                 hasher.config.features.cleaning)
+                                 method.encoder.config.cleaning)
     t0 = time.perf_counter()
-    db_codes = hasher.hash_features(hasher.encoder.features(texts, progress=progress, cache_dir=cache_dir))
-    q_codes, q_scores, _ = hasher.encode(cut.texts, scores=True)
-    better, tied = known_item.hamming_ranks(db_codes, q_codes, cut.targets)
-    out = _known_item_result("dhim", better, tied, cut, len(texts), where, curve, model=str(model_dir),
-                             n_bits=hasher.n_bits, bytes_per_doc=hasher.n_bytes,
-                             searched=IN_MEMORY_CODES.format(model=model_dir))
+    index = method.fit(method.encoder.features(texts, progress=progress, cache_dir=cache_dir))
+    q_codes, q_scores = method.query_texts(cut.texts)
+    about = dict(method.about)
+    if isinstance(method, Model):
+        about["searched"] = IN_MEMORY_CODES.format(model=about["model"])
+    out = known_item_result(about.pop("method"), *index.item_ranks(q_codes, cut.targets), cut, len(texts), where,
+                             curve, **about)
     if rerank > 1:
-        idx, _ = rerank_topk(db_codes, q_codes, q_scores, max(known_item.RECALL_KS), rerank)
+        idx = index.reranked(q_codes, q_scores, max(known_item.RECALL_KS), rerank)
         reranked = known_item.known_item_scores(*known_item.list_ranks(idx, cut.targets, len(texts)))
         out.update(rerank=rerank, rerank_by=BY_BITS, **{f"{k}_reranked": v for k, v in reranked.items()})
     return {**out, "seconds": round(time.perf_counter() - t0, 2)}
-
-
-def known_item_baseline(baseline: str, n_bits: int | None, database: CorpusSpec, queries: CorpusSpec | None = None,
-                        windows: WindowSpec = WindowSpec(), features: FeatureConfig | None = None, seed: int = 0,
-                        progress: bool = True, cache_dir: str | Path | None = None,
-                        curve: bool = False) -> dict[str, Any]:
-    """Known-item retrieval of a hashing baseline (fitted on the database's vectors) or of a
-    float baseline (cosine on the vectors, after its transform)."""
-    check_baseline(baseline)
-    model = None if baseline in FLOAT_BASELINES else make_baseline(baseline, n_bits, seed)
-    enc = FrozenEncoder(features or FeatureConfig(encoder=DEFAULT_ENCODER))
-    texts, candidates, where = known_item_corpus(database, queries)
-    cut = known_item.cut_windows(texts, windows.n_queries, windows.words, windows.seed, candidates,
-                                 enc.config.cleaning)
-    x = enc.features(texts, progress=progress, cache_dir=cache_dir).mean
-    qv = enc.features(cut.texts).mean
-    if model is None:
-        x, qv = _transformed(baseline, x, qv)
-        better, tied = known_item.cosine_ranks(x, qv, cut.targets)
-        return _known_item_result(baseline, better, tied, cut, len(texts), where, curve, dims=x.shape[1],
-                                  bytes_per_doc=4 * x.shape[1])
-    model.fit(x)
-    better, tied = known_item.hamming_ranks(model.hash(x), model.hash(qv), cut.targets)
-    return _known_item_result(baseline, better, tied, cut, len(texts), where, curve, n_bits=model.n_bits,
-                              bytes_per_doc=model.n_bits // 8)

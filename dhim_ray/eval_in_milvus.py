@@ -18,7 +18,7 @@ from dhim_ray.connectors.milvus import MAX_SEARCH_K, IndexSpec, MilvusTarget
 from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import ConfigError, StoreError
-from dhim_ray.eval_in_memory import WindowSpec, codes_found, evaluate_codes, label_free_scores
+from dhim_ray.eval_in_memory import InMemoryCodes, WindowSpec, evaluate_codes, known_item_result, label_free_scores
 from dhim_ray.retrieval import known_item
 from dhim_ray.retrieval.fusion import Fusion
 from dhim_ray.retrieval.metrics import PrecisionResult, cosine_topk, tie_aware_hits
@@ -67,7 +67,8 @@ def evaluate_in_milvus(
             hits = searcher.search_encoded(q.texts, codes, k, rerank, scores, mode=mode, fusion=fusion,
                                            output_fields=label_of.fields)
             found = sum(int((label_of(row) == label).sum()) for row, label in zip(hits, q_labels) if row)
-            result = {"k": k, "precision_at_k": found / (len(hits) * k), "n_queries": len(hits), "n_database": n_db,
+            result = {"k": k, "precision_at_k": found / (len(hits) * k), "primary_metric": "precision_at_k",
+                      "n_queries": len(hits), "n_database": n_db,
                       **({"fusion": str(fusion)} if mode == "hybrid" else {}),
                       **({"rerank": rerank} if rerank > 1 else {})}
         out = {"method": "dhim", "mode": mode, "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
@@ -95,7 +96,8 @@ def label_free_in_milvus(searcher: Searcher, queries: list[str], k: int, mode: s
     q_f = searcher.hasher.encoder.features(queries, progress=False)
     neighbours = cosine_topk(db_f.mean, q_f.mean, k)
     db_codes = searcher.collection.fetch_codes(ids, searcher.hasher.n_bits)
-    return label_free_scores(neighbours, codes_found(db_codes, searcher.hasher.hash_features(q_f)), len(ids))
+    recall = InMemoryCodes(db_codes).neighbour_recall(searcher.hasher.hash_features(q_f), neighbours)
+    return label_free_scores(neighbours, recall, len(ids))
 
 
 #: Collections up to this size give their windows from every stored text (the same windows
@@ -132,17 +134,14 @@ def known_item_in_milvus(model_dir: str | Path, target: MilvusTarget, windows: W
             hits = searcher.search_encoded(cut.texts, codes, min(max(known_item.RECALL_KS), n_db), mode=mode,
                                            fusion=fusion, output_fields=())
             better, tied = known_item.list_ranks(_id_lists(hits), target_ids, n_db)
-        out = {"task": known_item.TASK, "method": "dhim", "mode": mode,
-               **({"fusion": str(fusion)} if mode == "hybrid" else {}),
-               "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
-               "n_bits": searcher.hasher.n_bits, "bytes_per_doc": searcher.hasher.n_bytes,
-               **known_item.known_item_scores(better, tied), "primary_metric": known_item.PRIMARY,
-               "window_words": windows.words, "n_queries": len(cut.texts), "n_database": n_db, "seed": windows.seed}
+        out = known_item_result("dhim", better, tied, cut, n_db, f"windows of the texts stored in {target.collection}",
+                                 mode=mode, **({"fusion": str(fusion)} if mode == "hybrid" else {}),
+                                 search=f"milvus {mask_uri(target.uri)}/{target.collection}",
+                                 n_bits=searcher.hasher.n_bits, bytes_per_doc=searcher.hasher.n_bytes)
         if rerank > 1:
             hits = searcher.search_encoded(cut.texts, codes, max(known_item.RECALL_KS), rerank, scores, mode=mode,
                                            fusion=fusion, output_fields=())
-            ranked = _id_lists(hits)
-            reranked = known_item.known_item_scores(*known_item.list_ranks(ranked, target_ids, n_db))
+            reranked = known_item.known_item_scores(*known_item.list_ranks(_id_lists(hits), target_ids, n_db))
             out.update(rerank=rerank, **{f"{k}_reranked": v for k, v in reranked.items()})
     return {**out, "seconds": round(time.perf_counter() - t0, 2)}
 

@@ -155,25 +155,14 @@ def evaluate(request: EvalRequest, progress: bool = True) -> list[dict[str, Any]
 
 
 def _evaluate_in_memory(r: EvalRequest, progress: bool) -> list[dict[str, Any]]:
-    from dhim_ray import eval_in_memory as ev
+    from dhim_ray.eval_in_memory import Baseline, Model, known_item_task, topic
 
-    model = None
-    if r.model_dir is not None and r.baselines:  # compared on the model's own features and width
-        from dhim_ray.model.checkpoint import read_checkpoint
-
-        model = read_checkpoint(r.model_dir)
+    methods: list[Model | Baseline] = [] if r.model_dir is None else [Model(r.model_dir)]
+    model = methods[0].hasher if methods else None  # baselines beside a model: its features and width
     features = r.baseline_features(None if model is None else model.config.features)
-    bits = {name: r.baseline_bits(name, None if model is None else model.n_bits) for name in r.baselines}
-    common = {"progress": progress, "cache_dir": r.cache_dir, "curve": r.curves}
-    results = []
+    methods += [Baseline(name, r.baseline_bits(name, None if model is None else model.n_bits), features)
+                for name in r.baselines]
+    common = {"rerank": r.rerank, "progress": progress, "cache_dir": r.cache_dir, "curve": r.curves}
     if r.task == "known-item":
-        if r.model_dir is not None:
-            results.append(ev.known_item_checkpoint(r.model_dir, r.database, r.queries, r.windows, r.rerank, **common))
-        results += [ev.known_item_baseline(name, bits[name], r.database, r.queries, r.windows, features,
-                                           **common) for name in r.baselines]
-        return results
-    if r.model_dir is not None:
-        results.append(ev.evaluate_checkpoint(r.model_dir, r.database, r.queries, r.k, rerank=r.rerank, **common))
-    results += [ev.evaluate_baseline(name, bits[name], r.database, r.queries, r.k, features=features,
-                                     **common) for name in r.baselines]
-    return results
+        return [known_item_task(m, r.database, r.queries, r.windows, **common) for m in methods]
+    return [topic(m, r.database, r.queries, r.k, **common) for m in methods]

@@ -16,8 +16,8 @@ from typing import Any
 from dhim_ray.config import config_for_bits
 from dhim_ray.connectors.milvus import MilvusTarget
 from dhim_ray.corpus.spec import CorpusSpec
-from dhim_ray.eval_in_memory import WindowSpec, evaluate_baseline, evaluate_checkpoint
-from dhim_ray.eval_in_milvus import evaluate_in_milvus, known_item_in_milvus
+from dhim_ray.eval_in_memory import WindowSpec
+from dhim_ray.evaluation import EvalRequest, evaluate
 from dhim_ray.model.checkpoint import check_writable
 from dhim_ray.search import Searcher
 from dhim_ray.training.pipeline import train_corpus
@@ -64,10 +64,7 @@ def run_demo(out_dir: str | Path, bits: int = 64, epochs: int = 100, progress: b
     summary = train_corpus(CorpusSpec(CORPUS), cfg, model_dir, progress=progress, cache_dir=cache)
 
     logger.info("2/5 eval: precision@100, database = train, queries = test (unseen by the epoch choice)")
-    rows = [evaluate_checkpoint(model_dir, train_split, test_split, 100, progress=progress, cache_dir=cache)]
-    for baseline in ("itq", "lsh"):
-        rows.append(evaluate_baseline(baseline, bits, train_split, test_split, 100, progress=progress,
-                                      cache_dir=cache))
+    rows = evaluate(EvalRequest(model_dir, ("itq", "lsh"), train_split, test_split, cache_dir=cache), progress)
 
     logger.info("3/5 ingest: Ray Data -> milvus-lite %s", out_dir / "dhim_ray.db")
     target = MilvusTarget(str(out_dir / "dhim_ray.db"), f"{CORPUS}_{bits}")
@@ -80,10 +77,10 @@ def run_demo(out_dir: str | Path, bits: int = 64, epochs: int = 100, progress: b
         ingest_log.setLevel(level)
 
     logger.info("4/5 eval through Milvus: the codes, and the codes fused with BM25 (hybrid); both tasks")
-    milvus = evaluate_in_milvus(model_dir, test_split, target, k=100, mode="codes")
-    hybrid = evaluate_in_milvus(model_dir, test_split, target, k=100, mode="hybrid")
-    windows = WindowSpec(n_queries=500)
-    known = {mode: known_item_in_milvus(model_dir, target, windows, mode=mode)["recall_at_10"]
+    milvus, hybrid = (evaluate(EvalRequest(model_dir, queries=test_split, collection=target, mode=mode))[0]
+                      for mode in ("codes", "hybrid"))
+    known = {mode: evaluate(EvalRequest(model_dir, collection=target, task="known-item", mode=mode,
+                                        windows=WindowSpec(n_queries=500)))[0]["recall_at_10"]
              for mode in ("codes", "hybrid")}
 
     logger.info("5/5 search: %r", QUERY)

@@ -79,9 +79,9 @@ def test_eval_json_has_both_precisions(trained, toy_folder):
     result = json.loads(r.output.strip().splitlines()[-1])
     assert result["k"] == 20 and result["n_queries"] == 40
     from dhim_ray.corpus.spec import CorpusSpec
-    from dhim_ray.eval_in_memory import evaluate_checkpoint
+    from dhim_ray.eval_in_memory import Model, topic
 
-    want = evaluate_checkpoint(trained, CorpusSpec(str(toy_folder), "train"), CorpusSpec(str(toy_folder), "val"), k=20,
+    want = topic(Model(trained), CorpusSpec(str(toy_folder), "train"), CorpusSpec(str(toy_folder), "val"), k=20,
                                progress=False)  # the same evaluation in this process
     for key in ("precision_at_k", "precision_at_k_tie_aware"):
         assert result[key] == pytest.approx(want[key], abs=1e-12), key

@@ -267,7 +267,7 @@ def test_eval_without_labels_scores_the_collection_as_in_memory(ingested, model_
     """Queries without labels: the collection's stored codes are scored by cosine-neighbour
     recall@k (its stored texts encoded again), the figure the in-memory eval gives for the same
     documents; a mode other than codes is refused in one line."""
-    from dhim_ray.eval_in_memory import evaluate_checkpoint
+    from dhim_ray.eval_in_memory import Model, topic
     from dhim_ray.eval_in_milvus import evaluate_in_milvus
 
     target, _ = ingested
@@ -275,7 +275,7 @@ def test_eval_without_labels_scores_the_collection_as_in_memory(ingested, model_
     (tmp_path / "q.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     queries = CorpusSpec.parse(f"{tmp_path / 'q.jsonl'}:train")
     milvus = evaluate_in_milvus(model_dir, queries, target, k=10, mode="codes")
-    memory = evaluate_checkpoint(model_dir, BBC, queries, k=10, progress=False)
+    memory = topic(Model(model_dir), BBC, queries, k=10, progress=False)
     assert milvus["metric"] == memory["metric"] and milvus["n_database"] == memory["n_database"] == N
     assert milvus["neighbour_recall_at_k"] == pytest.approx(memory["neighbour_recall_at_k"], abs=1e-12)
     assert 0 < milvus["neighbour_recall_at_k"] <= 1

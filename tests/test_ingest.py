@@ -174,12 +174,12 @@ def test_search_own_text_returns_it_at_distance_zero(ingested, model_dir):
 
 
 def test_milvus_precision_equals_in_memory(ingested, model_dir):
-    from dhim_ray.eval_in_memory import evaluate_checkpoint
+    from dhim_ray.eval_in_memory import Model, topic
     from dhim_ray.eval_in_milvus import evaluate_in_milvus
 
     target, _ = ingested
     queries = CorpusSpec("bbc", "val", limit=60)
-    in_memory = evaluate_checkpoint(model_dir, BBC, queries, k=50, progress=False)
+    in_memory = topic(Model(model_dir), BBC, queries, k=50, progress=False)
     milvus = evaluate_in_milvus(model_dir, queries, target, k=50, mode="codes")
     assert milvus["precision_at_k_tie_aware"] == pytest.approx(in_memory["precision_at_k_tie_aware"], abs=1e-9)
     assert milvus["precision_at_k"] == pytest.approx(in_memory["precision_at_k"], abs=1e-9)
@@ -188,7 +188,7 @@ def test_milvus_precision_equals_in_memory(ingested, model_dir):
 def test_queries_naming_some_of_the_classes_are_matched_by_name(ray_session, model_dir, tmp_path):
     """A query file holding two of the collection's five classes numbers its labels 0..1 by
     itself; through Milvus they must be matched by name, as the in-memory eval does."""
-    from dhim_ray.eval_in_memory import evaluate_checkpoint
+    from dhim_ray.eval_in_memory import Model, topic
     from dhim_ray.eval_in_milvus import evaluate_in_milvus
 
     bbc = load_split(CorpusSpec("bbc"), "train")
@@ -201,7 +201,7 @@ def test_queries_naming_some_of_the_classes_are_matched_by_name(ray_session, mod
     ingest_job(CorpusSpec(str(tmp_path / "db"), "train"), model_dir, target)
     queries = CorpusSpec(str(tmp_path / "q"), "val")
     milvus = evaluate_in_milvus(model_dir, queries, target, k=20, mode="codes")
-    in_memory = evaluate_checkpoint(model_dir, CorpusSpec(str(tmp_path / "db"), "train"), queries, k=20,
+    in_memory = topic(Model(model_dir), CorpusSpec(str(tmp_path / "db"), "train"), queries, k=20,
                                     progress=False)
     assert milvus["precision_at_k_tie_aware"] == pytest.approx(in_memory["precision_at_k_tie_aware"], abs=1e-9)
     # matched by number, entertainment and sport (0 and 1 in the queries) met the collection's business
@@ -527,7 +527,7 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
     """search --rerank M: the k x M nearest in the collection, re-ranked by agreement with the
     query's scores. Which codes tied at the (k x M)-th distance the store returns is its own
     choice, so the check re-ranks exactly the candidates the store returned."""
-    from dhim_ray.eval_in_memory import evaluate_checkpoint
+    from dhim_ray.eval_in_memory import Model, topic
     from dhim_ray.eval_in_milvus import evaluate_in_milvus
     from dhim_ray.hasher import Hasher
     from dhim_ray.retrieval.rerank import agreement, rerank_topk
@@ -551,8 +551,8 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
         assert all(np.diff([h["rerank_score"] for h in row_hits]) <= 0)
     # eval --rerank: the plain precisions are unchanged and the re-ranked one is the in-memory re-rank's
     queries_spec = CorpusSpec("bbc", "val", limit=40)
-    in_memory = evaluate_checkpoint(model_dir, BBC, queries_spec, k=20, progress=False, rerank=4)
-    plain_eval = evaluate_checkpoint(model_dir, BBC, queries_spec, k=20, progress=False)
+    in_memory = topic(Model(model_dir), BBC, queries_spec, k=20, progress=False, rerank=4)
+    plain_eval = topic(Model(model_dir), BBC, queries_spec, k=20, progress=False)
     assert in_memory["precision_at_k_tie_aware"] == plain_eval["precision_at_k_tie_aware"]
     split, q_split = load_split(BBC), load_split(queries_spec)
     hasher = Hasher.load(model_dir)

@@ -76,7 +76,7 @@ def test_windows_find_their_document_under_float_cosine(tmp_path):
     packaged encoder's vectors: the task's answer is known."""
     from dhim_ray.config import FeatureConfig
     from dhim_ray.corpus.spec import CorpusSpec
-    from dhim_ray.eval_in_memory import WindowSpec, known_item_baseline
+    from dhim_ray.eval_in_memory import Baseline, WindowSpec, known_item_task
 
     vocab = ["apple", "river", "engine", "violin", "glacier", "senate", "protein", "harbour", "comet", "tractor",
              "opera", "volcano", "bishop", "satellite", "orchard", "copper", "tennis", "lantern", "desert", "fabric"]
@@ -87,8 +87,8 @@ def test_windows_find_their_document_under_float_cosine(tmp_path):
         rng.shuffle(words)
         rows.append(f'{d},"{" ".join(words)}"')
     (tmp_path / "train.csv").write_text("label,text\n" + "\n".join(rows) + "\n")
-    r = known_item_baseline("cosine", None, CorpusSpec(str(tmp_path), "train"), None, WindowSpec(40, 4, 0),
-                            FeatureConfig(max_words=50), progress=False)
+    r = known_item_task(Baseline("cosine", None, FeatureConfig(max_words=50)), CorpusSpec(str(tmp_path), "train"),
+                        None, WindowSpec(40, 4, 0), progress=False)
     assert r["task"] == "known-item" and r["primary_metric"] == "recall_at_10" and r["n_queries"] == 40
     assert r["recall_at_1"] == 1.0 and r["mrr"] == 1.0
 
@@ -99,7 +99,7 @@ def test_the_same_figures_in_memory_and_through_milvus(tmp_path, toy_folder, tin
     from dhim_ray.connectors.rows import code_rows, document_ids
     from dhim_ray.corpus.data import load_split
     from dhim_ray.corpus.spec import CorpusSpec
-    from dhim_ray.eval_in_memory import WindowSpec, known_item_checkpoint
+    from dhim_ray.eval_in_memory import Model, WindowSpec, known_item_task
     from dhim_ray.eval_in_milvus import known_item_in_milvus
     from dhim_ray.hasher import Hasher
 
@@ -113,7 +113,7 @@ def test_the_same_figures_in_memory_and_through_milvus(tmp_path, toy_folder, tin
         collection.upsert(code_rows({"id": document_ids("toy@1", rows), "code": hasher.encode(split.texts),
                                      "label": split.labels, "text": split.texts, "row": rows}, 16, "toy@1"))
     spec = WindowSpec(60, 4, 3)
-    memory = known_item_checkpoint(model, CorpusSpec(str(toy_folder), "train"), None, spec, rerank=4, progress=False)
+    memory = known_item_task(Model(model), CorpusSpec(str(toy_folder), "train"), None, spec, rerank=4, progress=False)
     milvus = known_item_in_milvus(model, target, spec, rerank=4)
     for key in ("recall_at_1", "recall_at_10", "recall_at_100", "mrr", "mean_rank", "n_queries", "n_database"):
         assert milvus[key] == pytest.approx(memory[key]), key
