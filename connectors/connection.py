@@ -102,14 +102,14 @@ def parse_server_uri(uri: str) -> ServerAddress:
     scheme = _SCHEME.match(masked)
     if scheme is None or scheme.group(1).lower() not in ("http", "https", "tcp", "grpc"):
         raise ConfigError(f"uri={masked}: not a Milvus address; give http://host:19530 (a server) or a path ending "
-                          "in .db (milvus-lite)")
+                          "in .db (milvus-lite)", field="uri")
     rest = masked[scheme.end():]
     if rest.startswith("***@"):
         raise ConfigError(f"uri={masked}: credentials do not go in the URI (it is printed and kept in shell history); "
-                          "export MILVUS_TOKEN=user:password (or --token-env VAR) and give the URI without them")
+                          "export MILVUS_TOKEN=user:password (or --token-env VAR) and give the URI without them", field="uri")
     if any(c in rest for c in ";?#"):
         raise ConfigError(f"uri={masked}: a Milvus address has no ';', '?' or '#' part; give http://host:19530 "
-                          "(a token goes in MILVUS_TOKEN)")
+                          "(a token goes in MILVUS_TOKEN)", field="uri")
     hostport, _, path = rest.partition("/")
     if hostport.startswith("["):
         host, closed, port_text = hostport[1:].partition("]")
@@ -122,13 +122,13 @@ def parse_server_uri(uri: str) -> ServerAddress:
         host, _, port_text = hostport.partition(":")
         valid = _HOST.fullmatch(host) is not None
     if not valid:
-        raise ConfigError(f"uri={masked}: {host!r} is not a host name or address; give http://host:19530")
+        raise ConfigError(f"uri={masked}: {host!r} is not a host name or address; give http://host:19530", field="uri")
     if port_text and not (port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536):
-        raise ConfigError(f"uri={masked}: the port must be a number from 1 to 65535, e.g. http://HOST:19530")
+        raise ConfigError(f"uri={masked}: the port must be a number from 1 to 65535, e.g. http://HOST:19530", field="uri")
     database = path.strip("/")
     if database and not _DATABASE.fullmatch(database):
         raise ConfigError(f"uri={masked}: '/{database}' is not a Milvus database name (letters, digits, '_'); "
-                          "give http://host:19530 or http://host:19530/DATABASE")
+                          "give http://host:19530 or http://host:19530/DATABASE", field="uri")
     return ServerAddress(scheme.group(1).lower(), host.lower(), int(port_text) if port_text else None, database)
 
 
@@ -146,13 +146,13 @@ def check_lite_file(uri: str) -> None:
         why = "has a space" if " " in name else "is longer than 36 characters" if len(name) > 36 else \
             "has characters other than letters, digits, '.', '-' and '_'"
         raise ConfigError(f"uri={uri}: the milvus-lite file name {name!r} {why}, which milvus-lite refuses; "
-                          "rename it, e.g. codes.db (its folder may have any name)")
+                          "rename it, e.g. codes.db (its folder may have any name)", field="uri")
     if os.path.isfile(uri) and os.path.getsize(uri) > 0:
         with open(uri, "rb") as f:
             head = f.read(len(_SQLITE_HEADER))
         if head != _SQLITE_HEADER:
             raise ConfigError(f"uri={uri}: the file is not a milvus-lite database; give another .db path "
-                              "(a new one is created by 'dhim-ray ingest')")
+                              "(a new one is created by 'dhim-ray ingest')", field="uri")
 
 
 def _check_reachable(uri: str, timeout: float) -> None:
@@ -181,17 +181,17 @@ def check_lite_path(uri: str, create: bool = True) -> None:
     """What a milvus-lite URI must be before a server opens it (creating nothing): a .db
     name milvus-lite takes, in a folder that exists; ``create=False``: the file exists."""
     if not uri.endswith(".db"):
-        raise ConfigError(f"uri={uri}: a milvus-lite file must end in .db, or give http://host:19530")
+        raise ConfigError(f"uri={uri}: a milvus-lite file must end in .db, or give http://host:19530", field="uri")
     check_lite_file(uri)
     if not create and not os.path.isfile(uri):
-        raise StoreError(f"uri={uri}: no such milvus-lite file; check the path or run 'dhim-ray ingest' first")
+        raise StoreError(f"uri={uri}: no such milvus-lite file; check the path or run 'dhim-ray ingest' first", field="uri")
     parent = os.path.dirname(os.path.abspath(uri))
     if not os.path.isdir(parent):
-        raise StoreError(f"uri={uri}: folder {parent} does not exist; create it or pick another path")
+        raise StoreError(f"uri={uri}: folder {parent} does not exist; create it or pick another path", field="uri")
     if create and not os.access(uri if os.path.exists(uri) else parent, os.W_OK):
         where = "the file" if os.path.exists(uri) else f"its folder {parent}"
         raise StoreReadOnlyError(f"uri={uri}: {where} cannot be written (read-only); make it writable or ingest into "
-                                 "a file elsewhere (--uri)")
+                                 "a file elsewhere (uri=PATH)", field="uri")
 
 
 def check_server_uri(uri: str) -> tuple[str, int]:

@@ -49,7 +49,7 @@ def shown(expr: str, chars: int = 80) -> str:
 
 
 def _refuse(expr: str, why: str) -> ConfigError:
-    return ConfigError(f"filter={shown(expr)}: {why}; {_EXAMPLE}")
+    return ConfigError(f"filter={shown(expr)}: {why}; {_EXAMPLE}", field="filter")
 
 
 @dataclass(frozen=True)
@@ -437,7 +437,7 @@ def parse_filter(expr: str | None) -> Filter | None:
     if expr is None or (isinstance(expr, str) and not expr.strip()):
         return None
     if not isinstance(expr, str):
-        raise ConfigError(f"filter: must be a string, not {type(expr).__name__}; {_EXAMPLE}")
+        raise ConfigError(f"filter: must be a string, not {type(expr).__name__}; {_EXAMPLE}", field="filter")
     if len(expr) > MAX_FILTER_CHARS:
         raise _refuse(expr, f"longer than {MAX_FILTER_CHARS:,} characters")
     parsed = _Parser(expr).parse()

@@ -78,10 +78,10 @@ class IndexSpec:
 
     def __post_init__(self) -> None:
         if self.index_type not in INDEX_TYPES:
-            raise ConfigError(f"index={self.index_type!r}: choose one of {', '.join(INDEX_TYPES)}")
+            raise ConfigError(f"index={self.index_type!r}: choose one of {', '.join(INDEX_TYPES)}", field="index")
         check_range("nlist", self.nlist, 1, 65536, example=128)
         if not 1 <= self.nprobe <= self.nlist:
-            raise ConfigError(f"nprobe={self.nprobe}: must be between 1 and nlist ({self.nlist})")
+            raise ConfigError(f"nprobe={self.nprobe}: must be between 1 and nlist ({self.nlist})", field="nprobe")
 
     def params(self) -> dict[str, Any]:
         return {"nlist": self.nlist} if self.index_type == "BIN_IVF_FLAT" else {}
@@ -102,7 +102,7 @@ def check_index_for(uri: str, index: IndexSpec) -> IndexSpec:
         raise ConfigError(
             f"index={index.index_type}: milvus-lite files take BIN_FLAT only; leave index out, "
             "or ingest into a Milvus server (uri=http://host:19530)"
-        )
+        , field="index")
     return index
 
 
@@ -157,7 +157,7 @@ class MilvusTarget:
         if not self.lite:
             check_server_uri(self.uri)
         elif not self.uri.endswith(".db"):
-            raise ConfigError(f"uri={self.uri}: a milvus-lite file must end in .db, or give http://host:19530")
+            raise ConfigError(f"uri={self.uri}: a milvus-lite file must end in .db, or give http://host:19530", field="uri")
 
     @property
     def lite(self) -> bool:
@@ -270,8 +270,8 @@ def check_alias_support(uri: str, alias: str | None) -> None:
         return
     check_collection_name(alias, "alias", "news")
     if is_lite(uri):
-        raise ConfigError(f"--alias {alias}: a milvus-lite file has no aliases; ingest into a Milvus server "
-                          "(--uri http://host:19530), or search the new collection by its name")
+        raise ConfigError(f"alias={alias}: a milvus-lite file has no aliases; ingest into a Milvus server "
+                          "(uri=http://host:19530), or search the new collection by its name", field="alias")
 
 
 #: The first Milvus server release with the BM25 function and sparse vectors.
@@ -296,7 +296,7 @@ def text_index_support(client, uri: str, timeout: float = DEFAULT_TIMEOUT) -> st
 def check_max_distance(max_distance: int, n_bits: int) -> int:
     if isinstance(max_distance, bool) or not isinstance(max_distance, (int, np.integer)) \
             or not 0 <= max_distance <= n_bits:
-        raise ConfigError(f"max_distance={max_distance!r}: must be a whole number of bits between 0 and {n_bits}")
+        raise ConfigError(f"max_distance={max_distance!r}: must be a whole number of bits between 0 and {n_bits}", field="max_distance")
     return int(max_distance)
 
 
@@ -308,7 +308,7 @@ def _filter_refusal(expr: str, exc: Exception) -> ConfigError:
            "Milvus cannot parse it" if getattr(exc, "code", None) == 1100 or "invalid expr" in message.lower() else
            "Milvus cannot evaluate it (every comparison needs a field, of the value's type)")
     return ConfigError(f"filter={shown(expr)}: {why}; write a boolean expression over the collection's fields, "
-                       "e.g. 'label == 3'")
+                       "e.g. 'label == 3'", field="filter")
 
 
 def _failed(what: str, exc: Exception) -> str:
@@ -323,7 +323,7 @@ def _column_problems(have: dict[str, tuple[str, int]], want: dict[str, tuple[str
     if set(have) != set(want) or (known and any(wider(k, have[n][0]) != have[n][0] for n, (k, _) in want.items())):
         shown = (describe_columns(have), describe_columns(want)) if known else (
             ", ".join(have) or "none", ", ".join(want) or "none")
-        return [f"it keeps columns {shown[0]}, this ingest {shown[1]} (--keep-columns)"]
+        return [f"it keeps columns {shown[0]}, this ingest {shown[1]} (keep_columns=NAMES)"]
     return [f"column {n!r} has values of {longest:,} bytes and its field takes {have[n][1]:,}"
             for n, (_, longest) in want.items() if have[n][0] == "string" and longest > have[n][1]]
 
@@ -420,16 +420,16 @@ class CodeCollection:
                 problems.append("it keeps float vectors or sign codes beside its codes, which this version no longer "
                                 "writes (searching it still works)")
             if text_index is not None and info.text_index != text_index:
-                problems.append("it keeps a text index (BM25) and this ingest has none (drop --no-text-index)"
+                problems.append("it keeps a text index (BM25) and this ingest has none (drop text_index=False)"
                                 if info.text_index else
-                                "it keeps codes only and this ingest adds a text index (add --no-text-index)")
+                                "it keeps codes only and this ingest adds a text index (add text_index=False)")
             if keys and not info.keys:
-                problems.append("it was made before rows kept their own ids (drop --id-column)")
+                problems.append("it was made before rows kept their own ids (drop id_column=NAME)")
             if columns is not None:
                 problems += _column_problems(info.columns, columns)
         if problems:
             raise CollectionMismatchError(
-                f"collection {self.name!r}: {'; '.join(problems)}; pick another --collection or pass --overwrite"
+                f"collection {self.name!r}: {'; '.join(problems)}; pick another collection=NAME or pass overwrite=True"
             )
         return info
 
@@ -455,7 +455,7 @@ class CodeCollection:
         self._schema = None  # a new collection: its fields are described again at the next write
         store = (text_store or ("sqlite" if self.lite_file else "milvus")) if text_index else ""
         if store not in ("", "sqlite", "milvus") or (store == "sqlite" and not self.lite_file):
-            raise ConfigError(f"text_store={store!r}: write sqlite (beside a milvus-lite file) or milvus")
+            raise ConfigError(f"text_store={store!r}: write sqlite (beside a milvus-lite file) or milvus", field="text_store")
         fields = {n: (kind, string_bound(longest) if kind == "string" else 0) for n, (kind, longest) in columns.items()}
         meta = {"format": FORMAT, "n_bits": n_bits, "model": model,
                 **({"columns": {n: list(v) for n, v in fields.items()}} if fields else {}),
@@ -544,7 +544,7 @@ class CodeCollection:
         if free < LITE_MIN_FREE_BYTES:
             raise NoSpaceError(f"no space left on the device holding {self.lite_file} ({free // 1024} KiB free, "
                                f"milvus-lite needs {LITE_MIN_FREE_BYTES // 2**20} MiB to write); free some space or "
-                               "ingest into a file elsewhere (--uri), then rerun the same ingest (it completes it)")
+                               "ingest into a file elsewhere (uri=PATH), then rerun the same ingest (it completes it)")
 
     def get(self, ids: Sequence[int], fields: Sequence[str], batch_size: int = 4096) -> dict[int, dict[str, Any]]:
         """Rows ``ids`` by primary key (pymilvus ``get``), their ``fields``; absent ids are left out."""
@@ -798,7 +798,8 @@ class CodeCollection:
         try:
             if before is None:
                 if client.has_collection(alias, timeout=timeout):
-                    raise ConfigError(f"--alias {alias}: a collection has that name; an alias needs a name of its own")
+                    raise ConfigError(f"alias={alias}: a collection has that name; an alias needs a name of its own",
+                                      field="alias")
                 client.create_alias(self.name, alias, timeout=timeout)
             elif before != self.name:
                 client.alter_alias(self.name, alias, timeout=timeout)
@@ -866,5 +867,5 @@ def _same_row(stored: dict[str, Any], rows: Columns, i: int) -> bool:
 def check_search_k(k: int) -> int:
     """Hits per query must be in 1..16384 (Milvus' top-k limit); raise ConfigError otherwise."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_SEARCH_K:
-        raise ConfigError(f"k={k}: must be between 1 and {MAX_SEARCH_K} (Milvus' top-k limit)")
+        raise ConfigError(f"k={k}: must be between 1 and {MAX_SEARCH_K} (Milvus' top-k limit)", field="k")
     return int(k)

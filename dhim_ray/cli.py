@@ -67,8 +67,14 @@ FLAGS = {
     "host": "--host", "window_words": "--window-words", "n_windows": "--windows",
     "filter": "--filter", "max_distance": "--max-distance", "keep_columns": "--keep-columns", "alias": "--alias", "mode": "--mode",
     "fusion": "--fusion", "like": "--like", "feature_memory": "--feature-memory", "device": "--device", "bits": "--bits", "database": "--database",
-    "queries": "--queries", "task": "--task", "formulation": "--formulation",
+    "queries": "--queries", "task": "--task", "formulation": "--formulation", "id_column": "--id-column",
+    "model_dir": "--model", "allow_open": "--allow-open",
 }
+#: Switches: ``name=True`` (or False) is the flag itself.
+SWITCHES = {("drop_empty", "True"): "--drop-empty", ("overwrite", "True"): "--overwrite",
+            ("use_gpu", "True"): "--use-gpu", ("allow_open", "True"): "--allow-open",
+            ("text_index", "True"): "--text-index", ("text_index", "False"): "--no-text-index"}
+_SWITCH = re.compile(r"(?<![\w.-])(" + "|".join({n for n, _ in SWITCHES}) + r")=(True|False)\b")
 _PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
 
 
@@ -80,6 +86,7 @@ _FIELD = re.compile(r"(?<![\w.'\"-])(?<!--set )(?:set )?((?:features|model|train
 def as_flags(message: str) -> str:
     """'n_bits=100: must be ...' -> '--bits 100: must be ...'; '(set) model.init=random' ->
     '--set model.init=random'."""
+    message = _SWITCH.sub(lambda m: SWITCHES.get((m.group(1), m.group(2)), m.group(0)), message)
     return _PARAM.sub(lambda m: FLAGS[m.group(1)] + " ", _FIELD.sub(r"--set \1", message))
 
 

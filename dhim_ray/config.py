@@ -47,18 +47,18 @@ class FeatureConfig:
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
-            raise ConfigError(f"backend={self.backend!r}: choose one of {', '.join(BACKENDS)}")
+            raise ConfigError(f"backend={self.backend!r}: choose one of {', '.join(BACKENDS)}", field="backend")
         if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision={self.precision!r}: choose one of {', '.join(PRECISIONS)}")
+            raise ConfigError(f"precision={self.precision!r}: choose one of {', '.join(PRECISIONS)}", field="precision")
         if self.precision == "int8" and self.backend == "torch":
-            raise ConfigError("precision='int8' runs on the ONNX backend: use backend=auto or backend=onnx")
+            raise ConfigError("precision='int8' runs on the ONNX backend: use backend=auto or backend=onnx", field="precision")
         if self.cleaning not in CLEANINGS:
-            raise ConfigError(f"cleaning={self.cleaning!r}: choose {' or '.join(CLEANINGS)}")
+            raise ConfigError(f"cleaning={self.cleaning!r}: choose {' or '.join(CLEANINGS)}", field="cleaning")
         if not isinstance(self.encoder, str) or not self.encoder.strip():
-            raise ConfigError(f"encoder={self.encoder!r}: give a model name or path, e.g. {DEFAULT_ENCODER}")
+            raise ConfigError(f"encoder={self.encoder!r}: give a model name or path, e.g. {DEFAULT_ENCODER}", field="encoder")
         check_range("max_words", self.max_words, 1, 100_000, example=50)
         if not is_whole(self.max_tokens) or (self.max_tokens and not 3 <= self.max_tokens <= 8192):
-            raise ConfigError(f"max_tokens={self.max_tokens}: must be 0 (auto) or between 3 and 8192")
+            raise ConfigError(f"max_tokens={self.max_tokens}: must be 0 (auto) or between 3 and 8192", field="max_tokens")
 
     @property
     def n_tokens(self) -> int:
@@ -94,30 +94,30 @@ class ModelConfig:
         if not windows or len(windows) > MAX_WINDOWS or any(not is_whole(w) or not 1 <= w <= MAX_WINDOW or w % 2 == 0
                                                            for w in windows):
             raise ConfigError(f"windows={list(windows)}: need 1 to {MAX_WINDOWS} odd whole sizes between 1 and "
-                              f"{MAX_WINDOW} ('same' padding), e.g. [1, 3, 5]")
+                              f"{MAX_WINDOW} ('same' padding), e.g. [1, 3, 5]", field="windows")
         object.__setattr__(self, "windows", windows)
         check_n_bits(self.n_bits)
         check_range("hidden_size", self.hidden_size, 1, 16384)
         check_range("n_filters", self.n_filters, 1, 4096, example=256)
         if not 0 < self.alpha <= 100:
-            raise ConfigError(f"alpha={self.alpha}: must be in (0, 100], e.g. 0.1")
+            raise ConfigError(f"alpha={self.alpha}: must be in (0, 100], e.g. 0.1", field="alpha")
         if self.regulariser not in ("cls", "mean", "none"):
-            raise ConfigError(f"regulariser={self.regulariser!r}: choose cls, mean or none")
+            raise ConfigError(f"regulariser={self.regulariser!r}: choose cls, mean or none", field="regulariser")
         if self.init not in ("random", "itq"):
-            raise ConfigError(f"init={self.init!r}: choose random or itq")
+            raise ConfigError(f"init={self.init!r}: choose random or itq", field="init")
         if self.target_transform not in TRANSFORMS:
-            raise ConfigError(f"target_transform={self.target_transform!r}: choose one of {', '.join(TRANSFORMS)}")
+            raise ConfigError(f"target_transform={self.target_transform!r}: choose one of {', '.join(TRANSFORMS)}", field="target_transform")
         if self.target_transform != "none" and self.regulariser == "none":
             raise ConfigError(f"target_transform={self.target_transform!r} transforms the regulariser target: "
-                              "also set regulariser=mean or cls")
+                              "also set regulariser=mean or cls", field="target_transform")
         if not is_whole(self.identity_bits) or not 0 <= self.identity_bits <= self.n_bits - 8:
             raise ConfigError(f"identity_bits={self.identity_bits}: must be between 0 and n_bits - 8 = "
-                              f"{self.n_bits - 8} (the head keeps at least 8 bits), e.g. {self.n_bits // 2}")
+                              f"{self.n_bits - 8} (the head keeps at least 8 bits), e.g. {self.n_bits // 2}", field="identity_bits")
         if self.identity_bits > self.hidden_size:
             raise ConfigError(f"identity_bits={self.identity_bits}: at most the encoder width "
-                              f"({self.hidden_size}) can be ITQ bits; use fewer")
+                              f"({self.hidden_size}) can be ITQ bits; use fewer", field="identity_bits")
         if self.init == "itq" and not self.linear_path:
-            raise ConfigError("init=itq initialises the linear path: also set linear_path=True")
+            raise ConfigError("init=itq initialises the linear path: also set linear_path=True", field="init")
         if self.shared_cls_projection and self.hidden_size != self.n_filters * len(self.windows):
             raise ConfigError(
                 f"shared_cls_projection needs hidden_size == filters x windows "
@@ -167,28 +167,28 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check_range("batch_size", self.batch_size, 2, 65536, example=128, low_means="the loss needs negatives")
         if not 0 < self.lr < 1:
-            raise ConfigError(f"lr={self.lr}: must be in (0, 1), e.g. 1e-3")
+            raise ConfigError(f"lr={self.lr}: must be in (0, 1), e.g. 1e-3", field="lr")
         if not 0 <= self.beta <= 1000:
-            raise ConfigError(f"beta={self.beta}: must be between 0 and 1000, e.g. 0.1")
+            raise ConfigError(f"beta={self.beta}: must be between 0 and 1000, e.g. 0.1", field="beta")
         check_range("max_epochs", self.max_epochs, 1, 100_000)
         check_range("patience", self.patience, 1, 100_000, example=6)
         if not 0 < self.grad_clip <= 1e6:
-            raise ConfigError(f"grad_clip={self.grad_clip}: must be in (0, 1e6], e.g. 10")
+            raise ConfigError(f"grad_clip={self.grad_clip}: must be in (0, 1e6], e.g. 10", field="grad_clip")
         check_range("k", self.k, 1, 10_000, example=100)
         if not 0 < self.val_fraction < 1:
-            raise ConfigError(f"val_fraction={self.val_fraction}: must be in (0, 1), e.g. 0.1")
+            raise ConfigError(f"val_fraction={self.val_fraction}: must be in (0, 1), e.g. 0.1", field="val_fraction")
         check_range("max_val", self.max_val, 1, 1_000_000, example=1000)
         if not is_whole(self.crop_tokens) or not 0 <= self.crop_tokens <= 100_000:
-            raise ConfigError(f"crop_tokens={self.crop_tokens}: must be 0 (off) or up to 100000, e.g. 64")
+            raise ConfigError(f"crop_tokens={self.crop_tokens}: must be 0 (off) or up to 100000, e.g. 64", field="crop_tokens")
         check_range("neighbours", self.neighbours, 0, 1000, example=10, low_means="off")
         if self.select not in SELECT_CRITERIA:
-            raise ConfigError(f"select={self.select!r}: choose one of {', '.join(SELECT_CRITERIA)}")
+            raise ConfigError(f"select={self.select!r}: choose one of {', '.join(SELECT_CRITERIA)}", field="select")
         if (not is_whole(self.max_select_database) or self.max_select_database < 0
                 or 0 < self.max_select_database <= self.k or self.max_select_database > 100_000_000):
             raise ConfigError(f"max_select_database={self.max_select_database}: 0 (all) or more than k={self.k} "
-                              "and at most 100000000")
+                              "and at most 100000000", field="max_select_database")
         if not 0 <= self.feature_dropout < 1:
-            raise ConfigError(f"feature_dropout={self.feature_dropout}: must be in [0, 1)")
+            raise ConfigError(f"feature_dropout={self.feature_dropout}: must be in [0, 1)", field="feature_dropout")
         check_seed(self.seed)
 
 
@@ -201,7 +201,7 @@ MAX_WINDOWS, MAX_WINDOW = 8, 31
 def check_seed(seed: int) -> int:
     """Seeds feed numpy and torch generators: integers in 0..2**32-1."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-        raise ConfigError(f"seed={seed}: must be an integer between 0 and {2**32 - 1}, e.g. 0")
+        raise ConfigError(f"seed={seed}: must be an integer between 0 and {2**32 - 1}, e.g. 0", field="seed")
     return seed
 
 
@@ -317,13 +317,13 @@ def parse_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
         section, dot, name = key.strip().partition(".")
         if not sep or not dot or section not in over:
             raise ConfigError(f"set={pair!r}: write SECTION.FIELD=VALUE with SECTION one of "
-                              f"{', '.join(SECTIONS)}, e.g. train.beta=2.0")
+                              f"{', '.join(SECTIONS)}, e.g. train.beta=2.0", field="set")
         fields = {f.name: f for f in dataclasses.fields(known[section])}
         if name in RETIRED_FIELDS.get(section, {}):
             raise ConfigError(f"set={pair!r}: {section}.{name} was an experiment this version no longer has "
-                              "(its findings: docs/experiments.md)")
+                              "(its findings: docs/experiments.md)", field="set")
         if name not in fields:
-            raise ConfigError(f"set={pair!r}: {section} has no field {name!r}; it has {', '.join(fields)}")
+            raise ConfigError(f"set={pair!r}: {section} has no field {name!r}; it has {', '.join(fields)}", field="set")
         try:
             parsed = json.loads(value)
         except json.JSONDecodeError:
@@ -350,7 +350,7 @@ def _coerce(value: Any, default: Any, pair: str) -> Any:
     else:
         ok = isinstance(value, str)
     if not ok:
-        raise ConfigError(f"set={pair!r}: expected a {kind.__name__} value, e.g. {json.dumps(default)}")
+        raise ConfigError(f"set={pair!r}: expected a {kind.__name__} value, e.g. {json.dumps(default)}", field="set")
     return value
 
 
@@ -400,7 +400,7 @@ def build_config(bits: int, formulation: str, overrides: dict[str, dict[str, Any
     except ConfigError as exc:
         raise ConfigError(f"{where('model', 'n_bits') if given else ''}{exc}") from None
     if formulation not in ("shipped", "paper"):
-        raise ConfigError(f"formulation={formulation!r}: choose shipped or paper")
+        raise ConfigError(f"formulation={formulation!r}: choose shipped or paper", field="formulation")
     cfg = config_for_bits(bits)
     if formulation == "paper":
         cfg = as_published(cfg)

@@ -1,8 +1,10 @@
 """One root exception with narrow subclasses.
 
 Every message says what was given, what was expected and how to fix it, in one
-line. Library messages name the Python parameter (``n_bits=100: ...``); the CLI
-rewrites those names to its flags (``--bits 100: ...``) before printing the line.
+line. Library messages name the Python parameter (``n_bits=100: ...``), and an error about
+one field carries its name (``exc.field``): the CLI rewrites parameter names to its flags
+(``--bits 100: ...``, from one table, ``dhim_ray.cli.FLAGS``), the HTTP service returns the
+field beside the message.
 """
 
 from __future__ import annotations
@@ -15,6 +17,11 @@ class DHIMRayError(Exception):
 
     #: True when retrying the same call later may succeed (network, locks).
     retriable: bool = False
+
+    def __init__(self, *args: Any, field: str | None = None):
+        super().__init__(*args)
+        #: The parameter (request field) the error is about, where it is about one.
+        self.field = field
 
 
 class ConfigError(DHIMRayError, ValueError):
@@ -128,4 +135,4 @@ def check_range(name: str, value: Any, low: int, high: int, example: Any = None,
     if not is_whole(value) or not low <= value <= high:
         low_text = f"{low} ({low_means})" if low_means else f"{low}"
         raise ConfigError(f"{name}={value}: must be between {low_text} and {high}"
-                          + (f", e.g. {example}" if example is not None else ""))
+                          + (f", e.g. {example}" if example is not None else ""), field=name)

@@ -53,7 +53,7 @@ def evaluate_in_milvus(
         mode = searcher.resolve_mode(mode)
         n_db = searcher.count()
         if k > n_db:
-            raise ConfigError(f"k={k}: larger than the collection ({n_db} codes); use k={n_db} or less")
+            raise ConfigError(f"k={k}: larger than the collection ({n_db} codes); use k={n_db} or less", field="k")
         if q_labels is None:
             out = {"method": "dhim", "mode": mode, "search": f"milvus {mask_uri(target.uri)}/{target.collection}",
                    "n_bits": searcher.hasher.n_bits, **label_free_in_milvus(searcher, q.texts, k, mode, rerank)}
@@ -84,9 +84,9 @@ def label_free_in_milvus(searcher: Searcher, queries: list[str], k: int, mode: s
     exact Hamming distance, whatever the index)."""
     if mode != "codes":
         raise ConfigError(f"mode={mode}: without labels, eval scores the codes' neighbours; use mode=codes, or give "
-                          "queries with labels (--label-column)")
+                          "queries with labels (label_column=NAME)", field="mode")
     if rerank > 1:
-        raise ConfigError(f"rerank={rerank}: without labels, eval scores the codes alone; drop rerank")
+        raise ConfigError(f"rerank={rerank}: without labels, eval scores the codes alone; drop rerank", field="rerank")
     logger.warning("the queries have no labels: scoring by how many of each query's %d nearest documents by cosine "
                    "of the frozen encoder's sentence vectors the stored codes find (every stored text encoded again)",
                    k)

@@ -62,7 +62,7 @@ class EvalRequest:
         object.__setattr__(self, "baselines", tuple(dict.fromkeys(self.baselines or ())))
         check_rerank(self.rerank)
         if self.task not in TASKS:
-            raise ConfigError(f"task={self.task!r}: choose topic or known-item")
+            raise ConfigError(f"task={self.task!r}: choose topic or known-item", field="task")
         if self.mode is not None:
             check_mode(self.mode)
         self._check_methods()
@@ -78,7 +78,7 @@ class EvalRequest:
             raise ConfigError("give a model folder, baseline=NAME, or both to compare them")
         if self.rerank > 1 and self.model_dir is None:
             raise ConfigError(f"rerank={self.rerank} with baseline={self.baselines[0]}: re-ranking needs a DHIM "
-                              "model's scores; drop one")
+                              "model's scores; drop one", field="rerank")
         if not self.baselines:  # options a model does not take are refused, never ignored
             for name in ("bits", "encoder", "max_words"):
                 if getattr(self, name) is not None:
@@ -86,7 +86,7 @@ class EvalRequest:
                                       "width, encoder and words it was trained with, drop it")
         elif self.bits is not None and all(b in FLOAT_BASELINES for b in self.baselines):
             raise ConfigError(f"bits={self.bits}: baseline={self.baselines[0]} searches the float vectors, not codes; "
-                              "drop it")
+                              "drop it", field="bits")
 
     def _check_place(self) -> None:
         """In memory (a database corpus) or in Milvus (a collection), and what each needs."""
@@ -101,18 +101,18 @@ class EvalRequest:
             name = self.collection.collection
             if self.database is not None:
                 raise ConfigError(f"database={_shown(self.database)} and collection={name} both given; the "
-                                  "collection is the database, drop one")
+                                  "collection is the database, drop one", field="database")
             if self.model_dir is None:
-                raise ConfigError(f"collection={name}: give the model folder the collection was ingested with")
+                raise ConfigError(f"collection={name}: give the model folder the collection was ingested with", field="collection")
             if self.baselines:
                 raise ConfigError(f"collection={name} searches the model's codes in Milvus; baseline="
-                                  f"{self.baselines[0]} is evaluated in memory against database=CORPUS: drop one")
+                                  f"{self.baselines[0]} is evaluated in memory against database=CORPUS: drop one", field="collection")
             if self.curves:
                 raise ConfigError(f"collection={name}: curves are drawn from in-memory evaluations "
-                                  "(database=CORPUS); drop collection=NAME or the plot")
+                                  "(database=CORPUS); drop collection=NAME or the plot", field="collection")
             if self.task == "known-item" and self.queries is not None:
                 raise ConfigError(f"queries={_shown(self.queries)}: known-item windows in a collection are cut from "
-                                  "its own texts; drop it")
+                                  "its own texts; drop it", field="queries")
         if self.task == "topic" and self.queries is None:
             raise ConfigError("eval needs queries=CORPUS:SPLIT, e.g. queries=bbc:test")
 

@@ -83,16 +83,17 @@ def check_export_path(out: Path) -> Path:
     ``MODEL/config.onnx`` would write its spec over the checkpoint's config.json), a spec
     path holding another file, a folder under a file or one that cannot be written."""
     if out.suffix != ".onnx":
-        raise ConfigError(f"--out {out}: give a file name ending in .onnx, e.g. {out.with_suffix('.onnx').name}")
+        raise ConfigError(f"out={out}: give a file name ending in .onnx, e.g. {out.with_suffix('.onnx').name}",
+                          field="out")
     if out.is_dir():
-        raise ConfigError(f"--out {out}: is a folder; give a file name ending in .onnx")
+        raise ConfigError(f"out={out}: is a folder; give a file name ending in .onnx", field="out")
     folder, spec = out.parent, out.with_suffix(".json")
     if any((folder / name).exists() for name in ("model.safetensors", "pytorch_model.bin")):
-        raise ConfigError(f"--out {out}: {folder} holds a model, whose files the export would replace; export into "
-                          "a folder of its own, e.g. --out exports/model.onnx")
+        raise ConfigError(f"out={out}: {folder} holds a model, whose files the export would replace; export into "
+                          "a folder of its own, e.g. out=exports/model.onnx", field="out")
     if spec.exists() and not _is_spec(spec):
-        raise ConfigError(f"--out {out}: its spec would overwrite {spec}, which is not an export's; pick another "
-                          "--out name or folder")
+        raise ConfigError(f"out={out}: its spec would overwrite {spec}, which is not an export's; pick another "
+                          "out=FILE", field="out")
     check_writable(folder)  # a folder under a file, or one that cannot be written: refused, as for a checkpoint
     return out
 
@@ -126,8 +127,8 @@ def export_codes_graph(model_dir: str | Path, out: str | Path) -> Path:
         hasher.encoder.tokenizer.save_pretrained(str(tokenizer))
         beside = out.parent / "tokenizer.json"
         if beside.exists() and beside.read_bytes() != (tokenizer / "tokenizer.json").read_bytes():
-            raise ConfigError(f"--out {out}: {out.parent} holds another encoder's tokenizer.json (an earlier "
-                              "export's), which this export would replace; export into a folder of its own")
+            raise ConfigError(f"out={out}: {out.parent} holds another encoder's tokenizer.json (an earlier "
+                              "export's), which this export would replace; export into a folder of its own", field="out")
         export_graph(TokensToCodes(hasher), hasher.encoder.model, partial, "codes", {0: "batch"})
         optimise(partial, hasher.encoder.model.config)
         for file in tokenizer.iterdir():

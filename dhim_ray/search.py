@@ -55,10 +55,10 @@ def find_collection(model_dir: str | Path, uri: str, token_env: str = "MILVUS_TO
             release(uri)
     if not found:
         raise StoreError(f"no collection at {mask_uri(uri)} was ingested with {model_dir}; run 'dhim-ray ingest "
-                         f"CORPUS --model {model_dir} --uri {mask_uri(uri)}' first, or name one with --collection")
+                         f"CORPUS --model {model_dir} --uri {mask_uri(uri)}' first, or name one with collection=NAME")
     if len(found) > 1:
         raise ConfigError(f"{mask_uri(uri)} holds {len(found)} collections ingested with {model_dir} "
-                          f"({', '.join(found)}); name one with --collection")
+                          f"({', '.join(found)}); name one with collection=NAME", field="collection")
     logger.info("searching collection %s at %s (the one ingested with %s)", found[0], mask_uri(uri), model_dir)
     return found[0]
 
@@ -82,30 +82,30 @@ class SearchRequest:
         object.__setattr__(self, "texts", (self.texts,) if isinstance(self.texts, str) else tuple(self.texts or ()))
         object.__setattr__(self, "like", tuple(self.like or ()))
         if bool(self.texts) == bool(self.like):
-            raise ConfigError("give query texts or like=ID (a stored row's id), not both or neither")
+            raise ConfigError("give query texts or like=ID (a stored row's id), not both or neither", field="texts")
         for field, values in (("texts", self.texts), ("like", self.like)):
             for i, t in enumerate(values):
                 if isinstance(t, str) and (why := not_text(t, f"{field}[{i}]")):
-                    raise ConfigError(why)
+                    raise ConfigError(why, field=field)
         for i, t in enumerate(self.texts):  # empty to every cleaner: said before a model or Milvus is opened
             if isinstance(t, str) and not has_text(t):
                 raise empty_text(i, t)
         check_search_k(self.k)
         if check_rerank(self.rerank) > 1 and self.k * self.rerank > MAX_SEARCH_K:
             raise ConfigError(f"rerank={self.rerank}: k x rerank = {self.k * self.rerank} Hamming candidates, at most "
-                              f"{MAX_SEARCH_K}; lower k or rerank")
+                              f"{MAX_SEARCH_K}; lower k or rerank", field="rerank")
         if self.mode is not None:
             check_mode(self.mode)
         if self.max_distance is not None and (isinstance(self.max_distance, bool) or not isinstance(
                 self.max_distance, (int, np.integer)) or self.max_distance < 0):
-            raise ConfigError(f"max_distance={self.max_distance!r}: must be a whole number of bits, 0 or more")
+            raise ConfigError(f"max_distance={self.max_distance!r}: must be a whole number of bits, 0 or more", field="max_distance")
         if not isinstance(self.filter, Filter):  # parsed once, here; Searcher.run checks its fields
             object.__setattr__(self, "filter", parse_filter(self.filter))
         if self.like and self.rerank > 1:
             raise ConfigError(f"rerank={self.rerank} with like: a stored row has no query scores to re-rank by; "
-                              "drop one")
+                              "drop one", field="rerank")
         if self.like and self.mode not in (None, "codes"):
-            raise ConfigError(f"mode={self.mode} with like: more-like-this searches a stored row's code; drop mode")
+            raise ConfigError(f"mode={self.mode} with like: more-like-this searches a stored row's code; drop mode", field="mode")
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ class Searcher:
     def __init__(self, model_dir: str | Path, target: MilvusTarget, index: IndexSpec | None = None,
                  hasher: Hasher | GraphHasher | None = None, nprobe: int | None = None):
         if nprobe is not None and (isinstance(nprobe, bool) or nprobe < 1):
-            raise ConfigError(f"nprobe={nprobe}: must be >= 1 (clusters to probe; nlist is exact)")
+            raise ConfigError(f"nprobe={nprobe}: must be >= 1 (clusters to probe; nlist is exact)", field="nprobe")
         if hasher is None:
             from dhim_ray.hasher import Hasher
 
@@ -210,10 +210,10 @@ class Searcher:
         check_mode(mode)
         if mode != "codes" and not self.has_text_index:
             raise ConfigError(f"mode={mode}: collection {self.info.name!r} has no text index; search mode=codes, or "
-                              "re-ingest it into a collection with one (the default where Milvus has BM25)")
+                              "re-ingest it into a collection with one (the default where Milvus has BM25)", field="mode")
         if mode != "codes" and max_distance is not None:
             raise ConfigError(f"max_distance={max_distance}: a radius in bits applies to the codes only; search "
-                              "mode=codes or drop max_distance")
+                              "mode=codes or drop max_distance", field="max_distance")
         return mode
 
     def search(self, texts: list[str] | str, k: int = 10, rerank: int = 1, filter: str | None = None,
@@ -309,32 +309,32 @@ class Searcher:
         check_search_k(k)
         filter = self._filter(filter)
         if (ids is None) == (keys is None):
-            raise ConfigError("like: give ids or keys (the rows whose codes to search with), not both or neither")
+            raise ConfigError("like: give ids or keys (the rows whose codes to search with), not both or neither", field="like")
         if keys is not None:
             keys = [str(key) for key in keys]
             bad = next((key for key in keys if not key.strip() or any(ord(c) < 32 for c in key)), None)
             if bad is not None:
                 why = "is empty" if not bad.strip() else "holds a line break or another control character"
                 raise ConfigError(f"like: the id {shown(bad, 40)} {why}, which no Milvus filter matches; give a hit's "
-                                  "row id (its 'id') or a document's own id")
+                                  "row id (its 'id') or a document's own id", field="like")
             found = self.collection.ids_of_keys(keys)
             missing = [key for key in keys if key not in found]
             if missing:
                 raise DataError(f"like: collection {self.target.collection!r} holds no document with id "
                                 f"{', '.join(shown(m, 40) for m in missing[:5])}; give a hit's id (the id column of "
-                                "search's table) or a document's own id (ingest --id-column)")
+                                "search's table) or a document's own id (ingest --id-column)", field="like")
             shared = next((key for key in keys if len(found[key]) > 1), None)
             if shared is not None:
                 raise DataError(f"like: {len(found[shared])} documents in collection {self.target.collection!r} have "
                                 f"the id {shown(shared, 40)} (row ids {', '.join(map(str, found[shared][:5]))}); give "
-                                "one of those row ids")
+                                "one of those row ids", field="like")
             ids = [found[key][0] for key in keys]
         ids = [int(i) for i in ids]
         held = self.collection.get(ids, ["id"])
         missing = [i for i in ids if i not in held]
         if missing:
             raise DataError(f"like: collection {self.target.collection!r} holds no row with id "
-                            f"{', '.join(map(str, missing[:5]))}; take ids from a search's hits")
+                            f"{', '.join(map(str, missing[:5]))}; take ids from a search's hits", field="like")
         codes = self.collection.fetch_codes(ids, self.hasher.n_bits)
         limit = k if include_self else min(k + 1, MAX_SEARCH_K)
         hits = self.search_codes(codes, limit, filter=filter, max_distance=max_distance)

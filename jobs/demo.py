@@ -41,7 +41,7 @@ def claim_folder(out_dir: Path, model_dir: Path) -> None:
     theirs = next((p for p in (model_dir, out_dir / "dhim_ray.db") if p.exists()), None)
     if theirs is not None and not (out_dir / MARK).exists():
         raise ConfigError(f"out={out_dir}: {theirs} was not made by the demo, which replaces it on each run; give "
-                          "the demo a folder of its own, e.g. out=runs/demo")
+                          "the demo a folder of its own, e.g. out=runs/demo", field="out")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MARK).write_text("made by dhim-ray demo: each run replaces the model and database here\n")
 

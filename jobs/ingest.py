@@ -175,9 +175,9 @@ class IngestRequest:
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or self.workers < 1:
-            raise ConfigError(f"workers={self.workers}: must be >= 1, e.g. workers=2")
+            raise ConfigError(f"workers={self.workers}: must be >= 1, e.g. workers=2", field="workers")
         if self.batch_size < 1 or self.write_batch < 1:
-            raise ConfigError(f"batch_size={min(self.batch_size, self.write_batch)}: must be >= 1, e.g. batch_size=64")
+            raise ConfigError(f"batch_size={min(self.batch_size, self.write_batch)}: must be >= 1, e.g. batch_size=64", field="batch_size")
         if self.write_tasks is not None:
             check_range("write_tasks", self.write_tasks, 1, 1024, example=4)
         object.__setattr__(self, "corpus", self.corpus.with_split(self.corpus.split or "train"))
@@ -185,7 +185,7 @@ class IngestRequest:
         check_alias_support(self.target.uri, self.alias)
         if self.alias is not None and self.alias == self.target.collection:
             raise ConfigError(f"alias={self.alias}: the alias and the collection need two names (the collection: a "
-                              "version)")
+                              "version)", field="alias")
         object.__setattr__(self, "index", check_index_for(self.target.uri, self.index or default_index(self.target.uri)))
 
     @classmethod
@@ -197,13 +197,13 @@ class IngestRequest:
         and ``nlist`` (None: the store's default) resolved here; ``options``: the fields above.
         Raises ConfigError for two splits, an ``nlist`` milvus-lite cannot use, a bad name."""
         if corpus.split and split is not None and corpus.split != split:
-            raise ConfigError(f"split={split} and {corpus.name}:{corpus.split}: two splits named; give one")
+            raise ConfigError(f"split={split} and {corpus.name}:{corpus.split}: two splits named; give one", field="split")
         corpus = corpus.with_split(corpus.split or ("train" if split is None else split))
         if nlist is not None:
             IndexSpec("BIN_IVF_FLAT", nlist=nlist, nprobe=1)  # the range first: nlist=0 says so
             if is_lite(uri):
                 raise ConfigError(f"nlist={nlist}: applies to BIN_IVF_FLAT on a Milvus server; a milvus-lite file is "
-                                  "searched exactly (BIN_FLAT), leave nlist out")
+                                  "searched exactly (BIN_FLAT), leave nlist out", field="nlist")
         nlist = 128 if nlist is None else nlist
         checkpoint = Hasher.check(model_dir)  # the model's width and id name the collection
         if alias is not None and collection is None:  # a version of its own per model

@@ -123,8 +123,8 @@ class CodeSink(Datasink[WriteStats]):
         if why_not is None:
             return True if text_index is None else text_index
         if text_index:
-            raise ConfigError(f"--text-index: {mask_uri(self.target.uri)} cannot keep one ({why_not}); drop "
-                              "--text-index to keep codes only, or ingest into Milvus 2.5 or later")
+            raise ConfigError(f"text_index=True: {mask_uri(self.target.uri)} cannot keep one ({why_not}); drop "
+                              "text_index=True to keep codes only, or ingest into Milvus 2.5 or later", field="text_index")
         if text_index is None:
             logger.warning("no text index: %s; %s keeps codes only (search by codes)", why_not, collection.name)
         return False
@@ -192,7 +192,7 @@ class CodeSink(Datasink[WriteStats]):
         """A Ray write task (a Milvus server): its blocks upserted on a client of its own."""
         if self.target.lite:
             raise ConfigError(f"uri={self.target.uri}: write tasks write from many processes but a milvus-lite file "
-                              "takes one; write from the driver (CodeSink.write_from) or use a Milvus server")
+                              "takes one; write from the driver (CodeSink.write_from) or use a Milvus server", field="uri")
         started, written, passed = time.time(), 0, 0
         with self.target.open(create=False) as collection:
             for block in blocks:

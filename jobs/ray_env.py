@@ -81,7 +81,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
             raise ClusterError(
                 f"address={address}: cannot join the Ray cluster ({first_line(exc)}); "
                 "start it with 'ray start --head' or check the address"
-            ) from exc
+            , field="address") from exc
     else:
         _start_local(num_cpus, kwargs)
     quiet_ray_data(verbose)
@@ -144,7 +144,7 @@ def _check_address(address: str) -> None:
     url = urlparse(address if "://" in address else f"ray://{address}")
     host, port = url.hostname, url.port or (10001 if address.startswith("ray://") else 6379)
     if not host:
-        raise ClusterError(f"address={address!r}: expected 'auto', ray://host:10001 or host:6379")
+        raise ClusterError(f"address={address!r}: expected 'auto', ray://host:10001 or host:6379", field="address")
     try:
         with socket.create_connection((host, port), timeout=5):
             return
@@ -152,7 +152,7 @@ def _check_address(address: str) -> None:
         raise ClusterError(
             f"address={address}: nothing answers at {host}:{port} ({exc.strerror or exc}); "
             "start the cluster or check the address"
-        ) from exc
+        , field="address") from exc
 
 
 def quiet_ray(verbose: bool = False) -> None:
@@ -213,7 +213,7 @@ def check_gpus(workers: int, use_gpu: bool, available: float | None = None) -> N
         raise ClusterError(
             f"use_gpu with workers={workers}: the cluster has {gpus:g} GPUs; lower workers to {int(gpus)} "
             "or add GPU nodes (cluster.yaml)" if gpus else
-            "use_gpu: the cluster has no GPUs; drop --use-gpu or start GPU workers (cluster.yaml)"
+            "use_gpu: the cluster has no GPUs; drop use_gpu=True or start GPU workers (cluster.yaml)"
         )
 
 
@@ -226,7 +226,7 @@ def check_capacity(workers: int, use_gpu: bool) -> None:
     cpus = float(ray.cluster_resources().get("CPU", 0))
     if workers > max(1, int(cpus)):
         raise ClusterError(f"workers={workers}: the cluster has {cpus:g} CPUs and takes at most one worker per CPU; "
-                           f"use at most {max(1, int(cpus))} or add nodes (cluster.yaml)")
+                           f"use at most {max(1, int(cpus))} or add nodes (cluster.yaml)", field="workers")
 
 
 def bind_gloo_to_node() -> None:

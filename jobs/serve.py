@@ -10,7 +10,6 @@ import hashlib
 import ipaddress
 import logging
 import os
-import re
 import socket
 import threading
 import time
@@ -77,7 +76,7 @@ class ServeOptions:
     def __post_init__(self) -> None:
         check_range("max_batch_size", self.max_batch_size, 1, 1024, example=32)
         if not 0 <= self.batch_wait_s <= 1:
-            raise ConfigError(f"batch_wait_s={self.batch_wait_s}: must be between 0 and 1 second")
+            raise ConfigError(f"batch_wait_s={self.batch_wait_s}: must be between 0 and 1 second", field="batch_wait_s")
 
 
 def token_digest(token_env: str | None) -> str:
@@ -87,11 +86,11 @@ def token_digest(token_env: str | None) -> str:
         return ""
     if not token_env.strip():
         raise ConfigError("api_token_env='': an empty variable name; name the variable holding the token "
-                          "(e.g. DHIM_RAY_API_TOKEN), or leave the option out to serve without one")
+                          "(e.g. DHIM_RAY_API_TOKEN), or leave the option out to serve without one", field="api_token_env")
     token = os.environ.get(token_env, "")
     if not token:
         raise ConfigError(f"api_token_env={token_env}: the environment variable is not set or empty; "
-                          f"export {token_env}=... or leave the option out to serve without a token")
+                          f"export {token_env}=... or leave the option out to serve without a token", field="api_token_env")
     return hashlib.sha256(token.encode()).hexdigest()
 
 
@@ -146,15 +145,13 @@ class SearchBody(HashRequest):
         return k
 
 
-#: The request's fields, as a refusal's message names them first.
-_FIELDS = re.compile(r"(texts|like|k|rerank|filter|max_distance|mode)\b")
-
-
 def _refused(exc: Exception) -> JSONResponse:
-    """A 422 naming the field a SearchRequest's (or the collection's) refusal starts with."""
-    message = str(exc)
-    field = m.group(1) if (m := _FIELDS.match(message)) else "texts"
-    return _error(422, message if m or message.startswith("give") else f"texts: {message}", field)
+    """A 422 naming the body's field a SearchRequest's (or the collection's) refusal is about (``exc.field``);
+    the texts where it names none of them."""
+    message, field = str(exc), getattr(exc, "field", None)
+    if field not in SearchBody.model_fields:
+        message, field = f"texts: {message}", "texts"
+    return _error(422, message, field)
 
 
 def _error(status: int, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
@@ -455,10 +452,10 @@ def build_app(args: dict[str, Any]):
 
 def check_replicas(uri: str, replicas: int) -> None:
     if isinstance(replicas, bool) or replicas < 1:
-        raise ConfigError(f"replicas={replicas}: must be >= 1")
+        raise ConfigError(f"replicas={replicas}: must be >= 1", field="replicas")
     if replicas > 1 and is_lite(uri):
         raise ConfigError(f"replicas={replicas}: a milvus-lite file ({uri}) opens in one process only; "
-                          "serve one replica, or use a Milvus server (uri=http://host:19530) to scale")
+                          "serve one replica, or use a Milvus server (uri=http://host:19530) to scale", field="replicas")
 
 
 def preflight(options: ServeOptions) -> dict[str, Any]:
@@ -486,7 +483,7 @@ def check_open(host: str, open_access: bool, allow_open: bool) -> None:
     """A service without a token listens on loopback only, unless ``allow_open``."""
     if open_access and not is_loopback(host) and not allow_open:
         raise ConfigError(f"host={host}: a service without a token on an address other hosts can reach; set "
-                          "--api-token-env VAR (clients send Authorization: Bearer ...), or pass --allow-open")
+                          "api_token_env=VAR (clients send Authorization: Bearer ...), or pass allow_open=True", field="host")
 
 
 def check_listen(host: str, port: int, open_access: bool, allow_open: bool = False) -> None:
@@ -498,7 +495,7 @@ def check_listen(host: str, port: int, open_access: bool, allow_open: bool = Fal
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
-        raise ConfigError(f"host={host}: not an address of this machine ({exc}); use 127.0.0.1 or 0.0.0.0") from None
+        raise ConfigError(f"host={host}: not an address of this machine ({exc}); use 127.0.0.1 or 0.0.0.0", field="host") from None
     check_open(host, open_access, allow_open)
     family, _, _, _, address = infos[0]
     with socket.socket(family, socket.SOCK_STREAM) as probe:
@@ -508,9 +505,9 @@ def check_listen(host: str, port: int, open_access: bool, allow_open: bool = Fal
         except OSError as exc:
             if exc.errno in (98, 48):  # EADDRINUSE (Linux, macOS)
                 raise ConfigError(f"port={port}: {host}:{port} is in use by another process (another service?); "
-                                  "stop it or pick another --port") from None
+                                  "stop it or pick another port=N", field="port") from None
             raise ConfigError(f"host={host}: cannot listen there ({exc.strerror or exc}); use 127.0.0.1 or "
-                              "0.0.0.0") from None
+                              "0.0.0.0", field="host") from None
 
 
 def start_service(options: ServeOptions, host: str = "127.0.0.1", port: int = 8000, replicas: int = 1,

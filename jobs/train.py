@@ -213,7 +213,7 @@ def find_resume_checkpoint(run_dir: Path) -> str:
     """The checkpoint of the latest finished epoch under a Ray Train run folder."""
     run_dir = Path(run_dir).resolve()
     if not run_dir.is_dir():
-        raise CheckpointError(f"resume={run_dir}: no such folder; pass the run folder a distributed train printed")
+        raise CheckpointError(f"resume={run_dir}: no such folder; pass the run folder a distributed train printed", field="resume")
     found = []
     for meta in run_dir.rglob(STATE_META):
         try:
@@ -224,7 +224,7 @@ def find_resume_checkpoint(run_dir: Path) -> str:
         raise CheckpointError(
             f"resume={run_dir}: not a dhim-ray training run (no checkpoint with {STATE_META}); "
             "pass the run folder a distributed train printed"
-        )
+        , field="resume")
     return max(found)[1]
 
 
@@ -371,12 +371,12 @@ class RayTrain:
         except KeyboardInterrupt:
             raise TrainingInterrupted(
                 f"interrupted; finished epochs are checkpointed in {run_dir}; continue with the same command and "
-                f"--resume {run_dir}"
+                f"resume={run_dir}"
             ) from None
         except Exception as exc:
             first = first_line(exc, 300)
             raise TrainingFailed(f"Ray Train failed ({first}); finished epochs are in {run_dir}: fix the cause and "
-                                 f"rerun with --resume {run_dir} (-v shows Ray's logs)") from exc
+                                 f"rerun with resume={run_dir} (-v shows Ray's logs)") from exc
         finally:
             try:
                 events.put(END_OF_RUN, timeout=5)  # after every epoch's record: the queue keeps order
@@ -418,12 +418,12 @@ class TrainRequest:
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or self.workers < 1:
-            raise ConfigError(f"workers={self.workers}: must be >= 1, e.g. workers=2")
+            raise ConfigError(f"workers={self.workers}: must be >= 1, e.g. workers=2", field="workers")
         if self.max_failures < 0:
-            raise ConfigError(f"max_failures={self.max_failures}: must be >= 0")
+            raise ConfigError(f"max_failures={self.max_failures}: must be >= 0", field="max_failures")
         if not 0 <= self.feature_memory_gb < float("inf"):  # NaN and infinity too
             raise ConfigError(f"feature_memory={self.feature_memory_gb}: must be a finite number >= 0 GiB (0 keeps "
-                              "every feature on disk)")
+                              "every feature on disk)", field="feature_memory")
         check_cache_dir(self.cache_dir)
         if not self.distributed:  # Ray Train places its workers itself (use_gpu)
             object.__setattr__(self, "device", pick_device(self.device))
@@ -431,7 +431,7 @@ class TrainRequest:
         if self.resume is not None and not self.distributed:  # an in-process run resumes where it writes
             if out is not None and out.resolve() != Path(self.resume).resolve():
                 raise ConfigError(f"resume={self.resume} with out={out}: an in-process run resumes in its own out "
-                                  f"folder; give resume={self.resume} alone (or the same folder to both)")
+                                  f"folder; give resume={self.resume} alone (or the same folder to both)", field="resume")
             out = Path(self.resume)
         if out is None:
             name = self.corpus.name

@@ -51,13 +51,13 @@ def test_single_files_with_named_columns(tmp_path):
 def test_missing_text_column(tmp_path):
     with open(tmp_path / "c.jsonl", "w") as f:
         f.write(json.dumps({"body": "hello", "label": 1}) + "\n")
-    with pytest.raises(DataError, match="no text column 'text'; columns are .*body.*; pass --text-column NAME"):
+    with pytest.raises(DataError, match="no text column 'text'; columns are .*body.*; pass text_column=NAME"):
         load_corpus(str(tmp_path / "c.jsonl"))
 
 
 def test_empty_and_bad_rows(tmp_path):
     write_csv(tmp_path / "d" / "train.csv", [(1, "football goal"), (2, ""), (1, "@@@"), (2, "vote party")])
-    with pytest.raises(DataError, match=r"2 of 4 rows have empty or non-string text \(rows 1, 2\).*--drop-empty"):
+    with pytest.raises(DataError, match=r"2 of 4 rows have empty or non-string text \(rows 1, 2\).*drop_empty=True"):
         load_corpus(str(tmp_path / "d"))
     split = load_corpus(str(tmp_path / "d"), drop_empty=True).split("train")
     assert split.texts == ["football goal", "vote party"] and split.rows.tolist() == [0, 3]

@@ -337,7 +337,7 @@ def test_collection_of_another_width_is_refused(ray_session, model_dir, tmp_path
     CodeCollection(client, "wide").ensure(64, "other-model")
     client.close()
     release(target.uri)
-    with pytest.raises(CollectionMismatchError, match="its codes have 64 bits, these have 16.*--overwrite"):
+    with pytest.raises(CollectionMismatchError, match="its codes have 64 bits, these have 16.*overwrite=True"):
         ingest(BBC, model_dir, target, progress=False)
 
 

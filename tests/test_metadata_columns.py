@@ -100,7 +100,7 @@ def test_kept_columns_come_back_typed_with_every_hit_and_filter(ray_session, mod
     again = ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False, keep_columns=kept)
     assert again.verified and (again.rows_written, again.rows_unchanged) == (0, N)
     with pytest.raises(CollectionMismatchError, match=r"it keeps columns title, year, score, flag, date, this "
-                                                      r"ingest title \(--keep-columns\)"):
+                                                      r"ingest title \(keep_columns=NAMES\)"):
         ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False, keep_columns=("title",))
     with pytest.raises(CollectionMismatchError, match="this ingest none"):
         ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False)
@@ -129,8 +129,8 @@ def test_search_json_carries_the_kept_columns(ray_session, model_dir, corpus, tm
 @pytest.mark.slow
 @pytest.mark.parametrize("keep, lines, message", [
     (("nosuch",), None, r"no column 'nosuch' to keep; columns are \['text', 'year', 'source'\]"),
-    (("text",), None, "--keep-columns 'text' is already kept"),
-    (("source",), None, "--keep-columns 'source': a collection's own field has that name"),
+    (("text",), None, "keep_columns='text' is already kept"),
+    (("source",), None, "keep_columns='source': a collection's own field has that name"),
     (("year",), {2: None, 5: None}, r"column 'year' has no value in 2 rows \(rows 2, 5\)"),
     # CSV: an empty cell is a missing value, not ""; a header naming a kept column twice is refused
     (("year",), {2: "", 5: ""}, r"column 'year' has no value in 2 rows \(rows 2, 5\)"),

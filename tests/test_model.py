@@ -353,12 +353,12 @@ def test_interrupted_in_process_training_keeps_the_best_epoch_and_resumes(tmp_pa
 
     corpus, out = CorpusSpec(str(toy_folder)), tmp_path / "run"
     cfg = tiny_config.replace(train={"max_epochs": 4, "patience": 10})
-    with pytest.raises(TrainingInterrupted, match="interrupted after epoch 1.*--resume"):
+    with pytest.raises(TrainingInterrupted, match="interrupted after epoch 1.*resume="):
         train_corpus(corpus, cfg, out, progress=False, callbacks=(CtrlCAtEpoch(2),))
     info = read_checkpoint(out)
     assert has_training_state(out) and info.summary["epochs_run"] == 2
     assert Hasher.load(out).encode(["football goal"]).shape == (1, 2)  # the best epoch so far is usable
-    with pytest.raises(CheckpointError, match="holds an unfinished run; continue it with --resume"):
+    with pytest.raises(CheckpointError, match="holds an unfinished run; continue it with resume="):
         train_corpus(corpus, cfg, out, progress=False)
     # a resume must be the run's own command: not another width, setting or corpus
     with pytest.raises(CheckpointError, match="started with model.n_bits=16, this command asks for 64"):

@@ -169,7 +169,7 @@ def test_failure_past_max_failures_names_the_run_folder(ray_session, tmp_path, c
 
     request = TrainRequest(corpus, config(tiny_config, 3), tmp_path / "model", workers=2,
                            storage_path=tmp_path / "runs", max_failures=0, cache_dir=features)
-    with pytest.raises(TrainingFailed, match=f"--resume {tmp_path / 'runs' / 'failing'}"):
+    with pytest.raises(TrainingFailed, match=f"resume={tmp_path / 'runs' / 'failing'}"):
         train_distributed(request, callbacks=(AlwaysFail(),), name="failing")
     assert not (tmp_path / "model" / "config.json").exists()
 

@@ -4,6 +4,8 @@ field it reports."""
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from dhim_ray.cli import as_flags
@@ -18,24 +20,28 @@ from dhim_ray.search import SearchRequest
 DB, Q = CorpusSpec.parse("bbc:train"), CorpusSpec.parse("bbc:val")
 
 
-@pytest.mark.parametrize("fields, starts", [
-    ({}, "give query texts or like=ID"),
-    ({"texts": ["a"], "like": [1]}, "give query texts or like=ID"),
-    ({"texts": ["a"], "k": 0}, "k=0: must be between 1 and 16384"),
-    ({"texts": ["a"], "rerank": 65}, "rerank=65: must be an integer in 1..64"),
-    ({"texts": ["a"], "k": 1000, "rerank": 64}, "rerank=64: k x rerank = 64000"),
-    ({"texts": ["a"], "mode": "fuzzy"}, "mode='fuzzy': choose codes, text or hybrid"),
-    ({"texts": ["a"], "max_distance": -1}, "max_distance=-1: must be a whole number of bits"),
-    ({"texts": ["a"], "filter": "(label == 3"}, "filter='(label == 3': 1 bracket left open"),
-    ({"texts": ["oil", "\ud800 prices"]}, "texts[1]: a lone surrogate '\\ud800' at character 1 is not text"),
-    ({"like": ["doc-7", "\udc80"]}, "like[1]: a lone surrogate '\\udc80'"),
-    ({"like": [7], "rerank": 4}, "rerank=4 with like"),
-    ({"like": [7], "mode": "text"}, "mode=text with like"),
+@pytest.mark.parametrize("fields, starts, field", [
+    ({}, "give query texts or like=ID", "texts"),
+    ({"texts": ["a"], "like": [1]}, "give query texts or like=ID", "texts"),
+    ({"texts": ["a"], "k": 0}, "k=0: must be between 1 and 16384", "k"),
+    ({"texts": ["a"], "rerank": 65}, "rerank=65: must be an integer in 1..64", "rerank"),
+    ({"texts": ["a"], "k": 1000, "rerank": 64}, "rerank=64: k x rerank = 64000", "rerank"),
+    ({"texts": ["a"], "mode": "fuzzy"}, "mode='fuzzy': choose codes, text or hybrid", "mode"),
+    ({"texts": ["a"], "max_distance": -1}, "max_distance=-1: must be a whole number of bits", "max_distance"),
+    ({"texts": ["a"], "filter": "(label == 3"}, "filter='(label == 3': 1 bracket left open", "filter"),
+    ({"texts": ["oil", "\ud800 prices"]}, "texts[1]: a lone surrogate '\\ud800' at character 1 is not text", "texts"),
+    ({"like": ["doc-7", "\udc80"]}, "like[1]: a lone surrogate '\\udc80'", "like"),
+    ({"like": [7], "rerank": 4}, "rerank=4 with like", "rerank"),
+    ({"like": [7], "mode": "text"}, "mode=text with like", "mode"),
 ])
-def test_a_bad_search_request_is_refused_naming_its_field(fields, starts):
+def test_a_bad_search_request_is_refused_naming_its_field(fields, starts, field):
+    """The message starts with the field, and the error carries it (what the service's 422 names)."""
     with pytest.raises(ConfigError) as refused:
         SearchRequest(**fields)
     assert str(refused.value).startswith(starts), str(refused.value)
+    assert refused.value.field == field
+    again = pickle.loads(pickle.dumps(refused.value))  # as Ray carries it from a worker
+    assert (str(again), again.field) == (str(refused.value), field)
 
 
 def test_a_search_request_takes_one_text_or_many_and_keeps_them_as_given():
@@ -49,6 +55,11 @@ def test_the_cli_names_the_flag_of_the_field():
     with pytest.raises(ConfigError) as refused:
         SearchRequest(["a"], k=20_000)
     assert as_flags(str(refused.value)).startswith("--k 20000: must be between 1 and 16384")
+    # a switch is its flag alone; a message naming parameters names flags, one table for both
+    assert as_flags("fix the data or pass drop_empty=True") == "fix the data or pass --drop-empty"
+    assert as_flags("(drop text_index=False)") == "(drop --no-text-index)"
+    assert as_flags("pick another collection=NAME or pass overwrite=True") == \
+        "pick another --collection NAME or pass --overwrite"
 
 
 def collection():

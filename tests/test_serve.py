@@ -316,7 +316,7 @@ def test_an_open_service_beyond_loopback_needs_allow_open():
 
     assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
     assert not is_loopback("0.0.0.0")
-    with pytest.raises(ConfigError, match="--allow-open"):
+    with pytest.raises(ConfigError, match="allow_open=True"):
         check_listen("0.0.0.0", free_port(), open_access=True)
     check_listen("0.0.0.0", free_port(), open_access=True, allow_open=True)
     check_listen("0.0.0.0", free_port(), open_access=False)

@@ -99,7 +99,7 @@ def test_headerless_csv_and_jsonl_blocks_larger_than_one_read(tmp_path, monkeypa
 
 def test_missing_columns_are_named_before_reading(tmp_path):
     folder = write_format(tmp_path, "parquet", ROWS[:10])
-    with pytest.raises(DataError, match="no text column 'body'.*--text-column"):
+    with pytest.raises(DataError, match="no text column 'body'.*text_column=NAME"):
         plan_split(CorpusSpec(str(folder), "train", text_column="body"))
     with pytest.raises(DataError, match="no label column 'topic'"):
         plan_split(CorpusSpec(str(folder), "train", label_column="topic"))
@@ -149,7 +149,7 @@ def test_scan_counts_and_refuses_empty_rows(ray_session, tmp_path):
     plan = plan_split(CorpusSpec(str(folder), "train"))
     result = scan(plan, "unicode")
     assert result.n_rows == len(rows) and result.blank_rows.tolist() == [7, 100]
-    with pytest.raises(DataError, match=r"2 of \d+ rows have empty .*rows 7, 100.*--drop-empty"):
+    with pytest.raises(DataError, match=r"2 of \d+ rows have empty .*rows 7, 100.*drop_empty=True"):
         check_scan(plan, result, drop_empty=False, limit=None)
     assert check_scan(plan, result, drop_empty=False, limit=7) == (7, 0)
     n, dropped = check_scan(plan, result, drop_empty=True, limit=None)

@@ -167,23 +167,24 @@ def check(where: str, result: ScanResult, drop_empty: bool, limit: int | None, k
     unkeyed = result.unkeyed_rows[result.unkeyed_rows < n]
     if len(unkeyed):
         raise DataError(f"{where}: {len(unkeyed)} rows have no id in column {key_column!r} "
-                        f"(rows {shown(unkeyed)}); fill them in, or drop --id-column")
+                        f"(rows {shown(unkeyed)}); fill them in, or drop id_column", field="id_column")
     long_keys = result.long_key_rows[result.long_key_rows < n]
     if len(long_keys):
         raise DataError(f"{where}: {len(long_keys)} ids in column {key_column!r} are longer than "
-                        f"{key_max} characters (rows {shown(long_keys)}); shorten them, or drop --id-column")
+                        f"{key_max} characters (rows {shown(long_keys)}); shorten them, or drop id_column", field="id_column")
     for name, rows in result.missing_values.items():
         rows = rows[rows < n]
         if len(rows):
             raise DataError(f"{where}: column {name!r} has no value in {len(rows)} rows (rows {shown(rows)}); fill "
-                            "them in, or leave it out of --keep-columns")
+                            "them in, or leave it out of keep_columns", field="keep_columns")
     for name, (_, longest) in result.columns.items():
         if longest > kept_columns.STRING_MAX_BYTES:
             raise DataError(f"{where}: column {name!r} has a value of {longest:,} bytes; Milvus keeps at most "
-                            f"{kept_columns.STRING_MAX_BYTES:,} in a field; shorten it, or leave it out of --keep-columns")
+                            f"{kept_columns.STRING_MAX_BYTES:,} in a field; shorten it, or leave it out of keep_columns",
+                            field="keep_columns")
     if len(blank) and not drop_empty:
         raise DataError(f"{where}: {len(blank)} of {n} rows have empty or non-string text "
-                        f"(rows {shown(blank)}); fix the data or pass --drop-empty to skip them")
+                        f"(rows {shown(blank)}); fix the data or pass drop_empty=True to skip them")
     if len(blank) == n:
         raise DataError(f"{where}: every row has empty text; nothing left to use")
     if len(blank):

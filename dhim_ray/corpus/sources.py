@@ -261,14 +261,14 @@ def with_key_column(plan: SourcePlan, column: str | None) -> SourcePlan:
     if column is None:
         return plan
     if not column.strip():
-        raise DataError("--id-column '': give a column name")
+        raise DataError("id_column='': give a column name", field="id_column")
     names = _schema_names(plan.shards[0])
     if column not in names:
-        raise DataError(f"{plan.where}: no id column {column!r}; columns are {names}; pass --id-column NAME")
+        raise DataError(f"{plan.where}: no id column {column!r}; columns are {names}; pass id_column=NAME", field="id_column")
     _check_once(names, (column,), plan.where)
     if column in (plan.text_column, plan.label_column):
-        raise DataError(f"--id-column {column!r} is the {'text' if column == plan.text_column else 'label'} "
-                        "column; name the column that holds each document's own id")
+        raise DataError(f"id_column={column!r} is the {'text' if column == plan.text_column else 'label'} "
+                        "column; name the column that holds each document's own id", field="id_column")
     return replace(plan, key_column=column)
 
 
@@ -288,22 +288,24 @@ def with_kept_columns(plan: SourcePlan, names: Sequence[str], reserved: Sequence
     have = _schema_names(plan.shards[0])
     for name in names:
         if name not in have:
-            raise DataError(f"{plan.where}: no column {name!r} to keep; columns are {have}; fix --keep-columns")
+            raise DataError(f"{plan.where}: no column {name!r} to keep; columns are {have}; fix keep_columns",
+                            field="keep_columns")
         if name in (plan.text_column, plan.label_column, plan.key_column):
-            raise DataError(f"--keep-columns {name!r} is already kept (the text, label or id column); leave it out")
+            raise DataError(f"keep_columns={name!r} is already kept (the text, label or id column); leave it out",
+                            field="keep_columns")
         if name in reserved:
-            raise DataError(f"--keep-columns {name!r}: a collection's own field has that name "
-                            f"({', '.join(reserved)}); rename the column in the source")
+            raise DataError(f"keep_columns={name!r}: a collection's own field has that name "
+                            f"({', '.join(reserved)}); rename the column in the source", field="keep_columns")
         try:
             check_name(name)
         except ValueError as exc:
-            raise DataError(f"--keep-columns {exc}") from None
+            raise DataError(f"keep_columns={exc}", field="keep_columns") from None
     if len(set(names)) != len(names):
-        raise DataError(f"--keep-columns {','.join(names)}: a column is named twice")
+        raise DataError(f"keep_columns={','.join(names)}: a column is named twice", field="keep_columns")
     _check_once(have, names, plan.where)
     if len(names) > MAX_KEPT_COLUMNS:
-        raise DataError(f"--keep-columns: {len(names)} columns; a collection keeps at most {MAX_KEPT_COLUMNS} (Milvus "
-                        f"holds 64 fields, {64 - MAX_KEPT_COLUMNS} of them dhim-ray's); keep fewer")
+        raise DataError(f"keep_columns={','.join(names[:2])},...: {len(names)} columns; a collection keeps at most {MAX_KEPT_COLUMNS} (Milvus "
+                        f"holds 64 fields, {64 - MAX_KEPT_COLUMNS} of them dhim-ray's); keep fewer", field="keep_columns")
     return replace(plan, kept_columns=tuple(names))
 
 
@@ -400,10 +402,11 @@ def _pick_columns(names: list[str], spec: CorpusSpec, where: str) -> tuple[str, 
     text = spec.text_column or (preset.text_column if preset else "text")
     label = spec.label_column or (preset.label_column if preset else "label")
     if text not in names:
-        raise DataError(f"{where}: no text column {text!r}; columns are {names}; pass --text-column NAME")
+        raise DataError(f"{where}: no text column {text!r}; columns are {names}; pass text_column=NAME", field="text_column")
     if label not in names:
         if spec.label_column is not None:
-            raise DataError(f"{where}: no label column {label!r}; columns are {names}; pass --label-column NAME")
+            raise DataError(f"{where}: no label column {label!r}; columns are {names}; pass label_column=NAME",
+                                field="label_column")
         return text, None
     return text, label
 
@@ -433,7 +436,7 @@ def read_shard(shard: Shard, text_column: str | None, label_column: str | None,
                 if not pa.types.is_string(text.type) and not pa.types.is_large_string(text.type):
                     if pa.types.is_nested(text.type) or pa.types.is_binary(text.type):
                         raise DataError(f"{shard.path or 'the table'}: text column {text_column!r} holds {text.type} values, not "
-                                        "text; name a column of strings with --text-column")
+                                        "text; name a column of strings with text_column=NAME", field="text_column")
                     text = text.cast(pa.string())
                 cols["text"] = text
             if label_column:

@@ -58,9 +58,9 @@ class CorpusSpec:
         if not isinstance(self.name, str) or not self.name.strip():
             raise DataError("corpus: empty name; give a preset (bbc, dbpedia, ...), a folder, a file or a hub id")
         if self.split is not None and not self.split.strip():
-            raise DataError("split='': give a split name such as train or val, or leave it out")
+            raise DataError("split='': give a split name such as train or val, or leave it out", field="split")
         if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 1):
-            raise DataError(f"limit={self.limit}: must be >= 1 (rows per split)")
+            raise DataError(f"limit={self.limit}: must be >= 1 (rows per split)", field="limit")
         for role, column in (("text_column", self.text_column), ("label_column", self.label_column)):
             if column is not None and not column.strip():
                 raise DataError(f"{role}='': give a column name or leave it out")

@@ -86,7 +86,7 @@ def check_texts(texts, features) -> list[str]:
     """Every text must be a non-empty string after cleaning (say which is not): the texts
     cleaned and cut to ``features.max_words`` (a FeatureConfig's), once, as the encoder reads them."""
     if isinstance(texts, (str, bytes)) or not hasattr(texts, "__len__"):
-        raise DataError("texts: expected a list of strings")
+        raise DataError("texts: expected a list of strings", field="texts")
     prepared = []
     for i, t in enumerate(texts):
         if not isinstance(t, str):

@@ -157,10 +157,10 @@ class FrozenEncoder:
     def __init__(self, config: FeatureConfig, device: str | torch.device = "cpu", model=None, tokenizer=None,
                  reach: int | None = DEFAULT_REACH, precision: str | None = None, backend: str | None = None):
         if reach is not None and reach < 0:
-            raise EncoderError(f"reach={reach}: must be >= 0, or None to pad every document to max_words")
+            raise EncoderError(f"reach={reach}: must be >= 0, or None to pad every document to max_words", field="reach")
         precision = precision or config.precision
         if precision not in PRECISIONS:
-            raise EncoderError(f"precision={precision!r}: choose one of {', '.join(PRECISIONS)}")
+            raise EncoderError(f"precision={precision!r}: choose one of {', '.join(PRECISIONS)}", field="precision")
         self.config = config
         self.device = torch.device(device)
         self.backend = _choose_backend(backend or config.backend, precision, self.device)
@@ -310,7 +310,7 @@ class FrozenEncoder:
         if self.precision in ("fp32", "int8"):
             return contextlib.nullcontext()
         if self.precision == "fp16" and self.device.type != "cuda":
-            raise EncoderError("precision='fp16' needs a CUDA device; use bf16 or fp32 on the CPU")
+            raise EncoderError("precision='fp16' needs a CUDA device; use bf16 or fp32 on the CPU", field="precision")
         dtype = torch.float16 if self.precision == "fp16" else torch.bfloat16
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
@@ -373,17 +373,17 @@ def _choose_backend(backend: str, precision: str, device: torch.device) -> str:
     """"torch" or "onnx" for a requested backend: "auto" runs ONNX Runtime on a CPU when it is
     installed and the precision is one it runs (fp32, int8), torch otherwise."""
     if backend not in BACKENDS:
-        raise EncoderError(f"backend={backend!r}: choose one of {', '.join(BACKENDS)}")
+        raise EncoderError(f"backend={backend!r}: choose one of {', '.join(BACKENDS)}", field="backend")
     onnx_fits = device.type == "cpu" and precision in ("fp32", "int8")
     if backend == "auto":
         backend = "onnx" if onnx_fits and onnx_runtime.available() else "torch"
     if backend == "onnx" and not onnx_fits:
         raise EncoderError(f"backend='onnx' runs fp32 or int8 on the CPU, not {precision} on {device}; "
-                           "use backend=torch there")
+                           "use backend=torch there", field="backend")
     if backend == "onnx" and not onnx_runtime.available():
-        raise EncoderError("backend='onnx' needs onnxruntime: pip install onnxruntime")
+        raise EncoderError("backend='onnx' needs onnxruntime: pip install onnxruntime", field="backend")
     if precision == "int8" and backend != "onnx":
-        raise EncoderError(f"precision='int8' runs on ONNX Runtime on the CPU, not on {device}; use fp16 or bf16 there")
+        raise EncoderError(f"precision='int8' runs on ONNX Runtime on the CPU, not on {device}; use fp16 or bf16 there", field="precision")
     return backend
 
 
@@ -422,21 +422,21 @@ def _pretrained(loader, source: str, name: str):
         hint = "a local folder with config.json and weights, or a hub id such as bert-base-uncased"
         looks_local = os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1
         if not os.path.exists(source) and looks_local:
-            raise EncoderError(f"encoder={name!r}: no such folder; pass {hint}") from exc
+            raise EncoderError(f"encoder={name!r}: no such folder; pass {hint}", field="encoder") from exc
         if not os.path.exists(source) and not online:
             raise EncoderUnreachableError(
                 f"encoder={name!r}: not a local folder and the Hugging Face hub is unreachable (nothing cached); "
                 f"pass a local encoder folder (config.json and weights), or leave the encoder out: the default "
                 f"{DEFAULT_ENCODER} needs no hub"
             ) from exc
-        raise EncoderError(f"encoder={name!r}: cannot be loaded ({first_line(exc)}); pass {hint}") from exc
+        raise EncoderError(f"encoder={name!r}: cannot be loaded ({first_line(exc)}); pass {hint}", field="encoder") from exc
 
 
 def check_width(model_config, name: str) -> None:
     """Refuse an encoder whose config has no hidden size (not a BERT-family encoder)."""
     if not hasattr(model_config, "hidden_size"):
         raise EncoderError(f"encoder={name!r}: {model_config.model_type} has no hidden_size; use a BERT-family "
-                           "encoder")
+                           "encoder", field="encoder")
 
 
 def check_positions(config: FeatureConfig, model_config) -> None:
@@ -446,7 +446,7 @@ def check_positions(config: FeatureConfig, model_config) -> None:
         raise EncoderError(
             f"max_words={config.max_words} needs {config.n_tokens} tokens but {config.encoder} takes at "
             f"most {limit}; use max_words={limit - 1} or less"
-        )
+        , field="max_words")
 
 
 def fingerprint(config: FeatureConfig, model_config, digest: str) -> str:

@@ -366,10 +366,10 @@ def check_cache_dir(folder: str | Path | None, nbytes: int = 0) -> None:
         if part.exists():
             if not part.is_dir():
                 raise ConfigError(f"cache_dir={folder}: {part} is a file, not a folder; give a folder for the "
-                                  "feature cache")
+                                  "feature cache", field="cache_dir")
             if not os.access(part, os.W_OK | os.X_OK):
                 raise ConfigError(f"cache_dir={folder}: {part} cannot be written; give a writable folder for the "
-                                  "feature cache")
+                                  "feature cache", field="cache_dir")
             free = shutil.disk_usage(part).free
             if nbytes > free:
                 raise ConfigError(f"no room for the frozen features in {folder}: they need {_size(nbytes)} and its "

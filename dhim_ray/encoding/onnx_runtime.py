@@ -142,7 +142,7 @@ def encoder_graph(load_model: Callable[[], torch.nn.Module], key: str, precision
     its ``graph_key``: read from the cache when it is there, else exported (a few seconds, once
     per model and machine). A cache that cannot be written gets a graph in a temporary folder."""
     if precision not in ("fp32", "int8"):
-        raise EncoderError(f"precision={precision!r}: the ONNX backend runs fp32 or int8")
+        raise EncoderError(f"precision={precision!r}: the ONNX backend runs fp32 or int8", field="precision")
     folder = folder or cache_folder()
     path = graph_path(key, folder)
     if path.is_file():

@@ -48,7 +48,7 @@ class Whitening(nn.Module):
         super().__init__()
         self.dim, self.k = dim, k or dim
         if not 1 <= self.k <= dim:
-            raise ConfigError(f"k={k}: whitening keeps between 1 and {dim} dims")
+            raise ConfigError(f"k={k}: whitening keeps between 1 and {dim} dims", field="k")
         self.register_buffer("mu", torch.zeros(dim))
         self.register_buffer("weight", torch.eye(dim)[:, : self.k].clone())
         self.register_buffer("log_det", torch.zeros(()))  # log |det W|: unused, kept so saved models load

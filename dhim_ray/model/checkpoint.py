@@ -66,7 +66,7 @@ def check_writable(path: str | Path) -> Path:
     path = Path(path)
     for parent in [path, *path.parents]:
         if parent.exists() and not parent.is_dir():
-            raise CheckpointError(f"out={path}: {parent} is a file, not a folder; pick another output folder")
+            raise CheckpointError(f"out={path}: {parent} is a file, not a folder; pick another output folder", field="out")
         if parent.exists():
             break
     try:
@@ -75,7 +75,7 @@ def check_writable(path: str | Path) -> Path:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        raise CheckpointError(f"out={path}: cannot write there ({exc.strerror or exc}); pick a writable folder") from exc
+        raise CheckpointError(f"out={path}: cannot write there ({exc.strerror or exc}); pick a writable folder", field="out") from exc
     return path
 
 
@@ -88,7 +88,7 @@ def check_checkpoint_folder(path: str | Path) -> Path:
     if not config.exists():
         if (path / WEIGHTS_FILE).exists():
             raise CheckpointError(f"out={path} holds a {WEIGHTS_FILE} without a dhim-ray config.json; writing a "
-                                  "checkpoint there would overwrite it; pick an empty folder")
+                                  "checkpoint there would overwrite it; pick an empty folder", field="out")
         return path
     try:
         ours = json.loads(config.read_text()).get("format") == FORMAT
@@ -96,7 +96,7 @@ def check_checkpoint_folder(path: str | Path) -> Path:
         ours = False
     if not ours:
         raise CheckpointError(f"out={path} holds a {CONFIG_FILE} that is not a dhim-ray checkpoint's (another model?); "
-                              "writing there would overwrite it; pick an empty folder")
+                              "writing there would overwrite it; pick an empty folder", field="out")
     return path
 
 

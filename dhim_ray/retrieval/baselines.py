@@ -19,7 +19,7 @@ after a transform (dhim_ray.encoding.transforms) fitted on the database; name ->
 def check_baseline(name: str) -> None:
     """A hashing or a float baseline's name, or a ConfigError listing them all."""
     if name not in BASELINES and name not in FLOAT_BASELINES:
-        raise ConfigError(f"baseline={name!r}: choose one of {', '.join((*BASELINES, *FLOAT_BASELINES))}")
+        raise ConfigError(f"baseline={name!r}: choose one of {', '.join((*BASELINES, *FLOAT_BASELINES))}", field="baseline")
 
 
 class Baseline:
@@ -53,7 +53,7 @@ class Baseline:
                 f"for these features; give more documents"
                 + (f" or use n_bits={8 * (min(x.shape) // 8)} or less" if min(x.shape) >= 8 else "")
                 + ("" if self.name == "lsh" else ", or baseline=lsh")
-            )
+            , field="n_bits")
         self.mean = x.mean(axis=0)
         # Principal axes by the covariance's eigenvectors, largest variance first.
         cov = np.cov(x - self.mean, rowvar=False)
@@ -142,7 +142,7 @@ class WhiteningSign(Baseline):
         x = np.asarray(vectors, dtype=np.float64)
         if self.n_bits > x.shape[1]:
             raise ConfigError(f"n_bits={self.n_bits}: {self.name} keeps at most the vectors' {x.shape[1]} dims; "
-                              f"use n_bits={8 * (x.shape[1] // 8)} or less")
+                              f"use n_bits={8 * (x.shape[1] // 8)} or less", field="n_bits")
         self.transform = Whitening(x.shape[1], k=self.n_bits).fit(x)
         self.mean = x.mean(axis=0)
         return self
@@ -170,10 +170,10 @@ class UBinary(Baseline):
         dims = np.asarray(vectors).shape[1]
         if dims % 8:
             raise ConfigError(f"baseline=ubinary: the vectors have {dims} dims, not a multiple of 8; "
-                              "use another baseline")
+                              "use another baseline", field="baseline")
         if self.n_bits is not None and self.n_bits != dims:
             raise ConfigError(f"n_bits={self.n_bits}: ubinary takes one bit per dimension of the encoder's "
-                              f"vector ({dims}); leave n_bits out")
+                              f"vector ({dims}); leave n_bits out", field="n_bits")
         self.n_bits, self.mean = dims, np.zeros(dims)
         return self
 
@@ -188,5 +188,5 @@ def make_baseline(name: str, n_bits: int | None, seed: int = 0) -> Baseline:
     classes = {"lsh": LSH, "pca-sign": PCASign, "pca-median": PCAMedian, "itq": ITQ,
                "whitening-sign": WhiteningSign}
     if name not in classes:
-        raise ConfigError(f"baseline={name!r}: choose one of {', '.join(BASELINES)}")
+        raise ConfigError(f"baseline={name!r}: choose one of {', '.join(BASELINES)}", field="baseline")
     return classes[name](n_bits, seed)

@@ -38,7 +38,7 @@ class Fusion:
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
-            raise ConfigError(f"fusion={self.method!r}: choose one of {', '.join(METHODS)}")
+            raise ConfigError(f"fusion={self.method!r}: choose one of {', '.join(METHODS)}", field="fusion")
         if isinstance(self.depth, bool) or not isinstance(self.depth, int) or not 1 <= self.depth <= 100:
             raise ConfigError(f"fusion depth={self.depth!r}: text hits put first, between 1 and 100, e.g. 3")
         if isinstance(self.c, bool) or not isinstance(self.c, int) or not 1 <= self.c <= 10_000:
@@ -54,7 +54,7 @@ class Fusion:
         method, _, number = str(value).strip().partition(":")
         if method not in METHODS or (number and not number.isdigit()):
             raise ConfigError(f"fusion={value!r}: write head, head:DEPTH, phrase, phrase:DEPTH, rrf or rrf:C, e.g. "
-                              "phrase:3")
+                              "phrase:3", field="fusion")
         if not number:
             return cls(method)
         return cls(method, c=int(number)) if method == "rrf" else cls(method, depth=int(number))
@@ -69,7 +69,7 @@ class Fusion:
 
 def check_mode(mode: str) -> str:
     if mode not in MODES:
-        raise ConfigError(f"mode={mode!r}: choose codes, text or hybrid (both fused)")
+        raise ConfigError(f"mode={mode!r}: choose codes, text or hybrid (both fused)", field="mode")
     return mode
 
 

@@ -101,11 +101,11 @@ def hamming_topk(
 
 def check_k(k: int, n_database: int) -> int:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ConfigError(f"k={k!r}: must be a positive integer, e.g. 100")
+        raise ConfigError(f"k={k!r}: must be a positive integer, e.g. 100", field="k")
     if k > n_database:
         raise ConfigError(
             f"k={k}: larger than the database ({n_database} codes); use k={n_database} or less"
-        )
+        , field="k")
     return int(k)
 
 
@@ -134,7 +134,7 @@ class PrecisionResult:
 def _check_labels(labels: np.ndarray | None, n: int, role: str) -> np.ndarray:
     if labels is None:
         raise DataError(
-            f"{role} has no labels: precision needs a label per document; pass --label-column NAME"
+            f"{role} has no labels: precision needs a label per document; pass label_column=NAME"
         )
     labels = np.asarray(labels)
     if labels.shape != (n,):

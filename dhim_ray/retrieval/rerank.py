@@ -20,7 +20,7 @@ def check_rerank(m: int) -> int:
     """The candidate multiple: k x m Hamming candidates are re-ranked (1 = off)."""
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= MAX_RERANK:
         raise ConfigError(f"rerank={m!r}: must be an integer in 1..{MAX_RERANK} (1 = off; e.g. 4 re-ranks 4 x k "
-                          "Hamming candidates)")
+                          "Hamming candidates)", field="rerank")
     return int(m)
 
 

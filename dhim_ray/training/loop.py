@@ -71,12 +71,12 @@ def selection_criterion(select: str, has_val: bool, has_labels: bool, n_labels: 
     if not has_val:
         return None
     if select == "labels" and not has_labels:
-        raise ConfigError("select=labels but the corpus has no labels: give --label-column NAME, "
-                          "or select by neighbours (label-free)")
+        raise ConfigError("select=labels but the corpus has no labels: give label_column=NAME, "
+                          "or select by neighbours (label-free)", field="select")
     one_label = has_labels and n_labels is not None and n_labels < 2
     if select == "labels" and one_label:
         raise ConfigError(f"select=labels but every training document has the same label: P@k cannot rank epochs; "
-                          f"{ONE_LABEL_HINT}, or select by neighbours (label-free)")
+                          f"{ONE_LABEL_HINT}, or select by neighbours (label-free)", field="select")
     if select == "auto":
         return "labels" if has_labels and not one_label else "neighbours"
     return select
@@ -174,7 +174,7 @@ def init_from_itq(model: DHIM, feats: Features, seed: int = 0) -> None:
     x, n_bits = token_mean(feats), model.config.head_bits
     if n_bits > min(x.shape):
         raise ConfigError(f"model.init=itq: {len(x)} training documents are too few for an ITQ start of {n_bits} bits; "
-                          "give more documents or model.init=random")
+                          "give more documents or model.init=random", field="model.init")
     itq = ITQ(n_bits, seed).fit(x)
     model.init_linear_path(*unit_spread(x, itq.w @ itq.rotation, itq.mean))
 

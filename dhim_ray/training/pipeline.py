@@ -101,16 +101,16 @@ def pick_device(name: str) -> str:
     try:
         dev = torch.device(name)
     except (RuntimeError, ValueError):
-        raise ConfigError(f"device={name}: not a torch device; use auto, cpu or cuda") from None
+        raise ConfigError(f"device={name}: not a torch device; use auto, cpu or cuda", field="device") from None
     if dev.type not in ("cpu", "cuda", "mps"):
-        raise ConfigError(f"device={name}: dhim-ray runs on cpu, cuda or mps; use auto, cpu or cuda")
+        raise ConfigError(f"device={name}: dhim-ray runs on cpu, cuda or mps; use auto, cpu or cuda", field="device")
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device={name}: this machine has no CUDA GPU torch can use; use device=cpu")
+        raise ConfigError(f"device={name}: this machine has no CUDA GPU torch can use; use device=cpu", field="device")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
         raise ConfigError(f"device={name}: this machine has {torch.cuda.device_count()} CUDA GPUs; "
-                          "use cuda:0 or device=auto")
+                          "use cuda:0 or device=auto", field="device")
     if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"device={name}: this machine has no Apple GPU torch can use; use device=cpu")
+        raise ConfigError(f"device={name}: this machine has no Apple GPU torch can use; use device=cpu", field="device")
     return name
 
 
@@ -150,7 +150,7 @@ def prepare_training_data(
     if on_disk:
         if store is None:
             raise ConfigError(f"feature_memory_gb={feature_memory_gb}: the features of {len(train) + len(val)} "
-                              "documents exceed it; give a cache_dir to keep them on disk")
+                              "documents exceed it; give a cache_dir to keep them on disk", field="feature_memory_gb")
         logger.info("features of %d documents exceed %.1f GiB: kept on disk in %s, read batch by batch",
                     len(train) + len(val), feature_memory_gb, store)
     train_f = encoder.features(train.texts, progress=progress, cache_dir=store, in_memory=not on_disk)
@@ -186,7 +186,7 @@ def resume_config(out: Path, requested: DHIMConfig, corpus: str | None = None) -
     started = info.summary.get("corpus")
     if corpus is not None and started and started != corpus:
         raise CheckpointError(f"resume={out}: that run trains on {started}, not {corpus}; resume it with its own "
-                              "corpus, or train into another --out")
+                              "corpus, or train into another out=FOLDER", field="resume")
     # the command's config as the run had it: the shipped identity bits fitted to the encoder's width
     asked = requested.for_encoder(info.config.model.hidden_size, warn=False).to_dict()
     stored = info.config.to_dict()
@@ -195,7 +195,7 @@ def resume_config(out: Path, requested: DHIMConfig, corpus: str | None = None) -
             key, before = f"{section}.{name}", stored.get(section, {}).get(name)
             if key not in RESUMABLE_CHANGES and _comparable(before) != _comparable(value):
                 raise CheckpointError(f"resume={out}: that run was started with {key}={before!r}, this command "
-                                      f"asks for {value!r}; resume with the settings it was started with")
+                                      f"asks for {value!r}; resume with the settings it was started with", field="resume")
     return info.config.replace(train={"max_epochs": requested.train.max_epochs, "patience": requested.train.patience})
 
 
@@ -249,12 +249,12 @@ def _train(corpus: CorpusSpec, config: DHIMConfig, out: Path, backend: TrainBack
     if point is not None:
         config = resume_config(point, config, corpus.display)
     elif has_training_state(out):
-        raise CheckpointError(f"out={out} holds an unfinished run; continue it with --resume {out} or pick another "
-                              "--out")
+        raise CheckpointError(f"out={out} holds an unfinished run; continue it with resume={out} or pick another "
+                              "out=FOLDER", field="out")
     check_checkpoint_folder(out)  # another model's config.json is refused as such
     if not resume and (out / CONFIG_FILE).is_file():
         raise CheckpointError(f"out={out} holds a trained model (codes ingested with it would no longer match a new "
-                              "one's); pick another --out, or remove that folder to train anew")
+                              "one's); pick another out=FOLDER, or remove that folder to train anew", field="out")
     prepared = backend.prepare(corpus, config, out)
     result, extra = backend.fit(prepared, out, point)
     summary = result.summary(**prepared.context, **extra)
@@ -279,7 +279,7 @@ class InProcess:
 
     def resume_point(self, out: Path) -> Path:
         if not has_training_state(out):
-            raise CheckpointError(f"resume={out}: no unfinished run there (it finished, or never started)")
+            raise CheckpointError(f"resume={out}: no unfinished run there (it finished, or never started)", field="resume")
         return out
 
     def prepare(self, corpus: CorpusSpec, config: DHIMConfig, out: Path) -> Prepared:
@@ -334,4 +334,4 @@ def _interrupted_message(out: Path) -> str:
         return f"interrupted before the first epoch finished; nothing was saved in {out}"
     info = read_checkpoint(out)
     return (f"interrupted after epoch {info.summary.get('epochs_run', 0) - 1}; {out} holds the best epoch so far "
-            f"({info.summary.get('best_epoch')}); continue with the same command and --resume {out}")
+            f"({info.summary.get('best_epoch')}); continue with the same command and resume={out}")

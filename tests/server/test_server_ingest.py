@@ -327,7 +327,7 @@ def test_a_text_index_asked_of_the_2_3_server_is_refused_before_anything_is_writ
     from dhim_ray.jobs.ingest import ingest
 
     target = MilvusTarget(milvus_uri, "text_index_refused")
-    with pytest.raises(ConfigError, match=r"--text-index: .* cannot keep one \(Milvus v?2\.3\.\d+\S* has no BM25"):
+    with pytest.raises(ConfigError, match=r"text_index=True: .* cannot keep one \(Milvus v?2\.3\.\d+\S* has no BM25"):
         ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False, text_index=True)
     with target.open() as collection:
         assert collection.describe() is None
