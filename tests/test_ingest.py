@@ -714,7 +714,7 @@ def test_search_without_a_collection_name_finds_the_one_ingested_with_the_model(
         client.close()
         release(target.uri)
     with pytest.raises(ConfigError, match=r"holds 2 collections ingested with .* \(news_16, news_copy_16\); "
-                                          r"name one with --collection"):
+                                          r"name one with collection=NAME"):
         find_collection(model_dir, target.uri)
     empty = MilvusTarget(str(tmp_path / "empty.db"), "unused")
     empty.connect().close()
