@@ -67,7 +67,7 @@ def check_encoder(info: CheckpointInfo, encoder: str, fingerprint: str, hidden_s
     if trained and not same_encoder(trained, fingerprint):
         raise EncoderMismatchError(
             f"checkpoint {info.path} was trained on encoder '{trained}' but '{fingerprint}' was loaded; "
-            "use the encoder (the same weights) and --max-words it was trained with"
+            "use the encoder (the same weights) and max_words it was trained with"
         )
 
 

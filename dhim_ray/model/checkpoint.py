@@ -150,7 +150,7 @@ def read_checkpoint(path: str | Path) -> CheckpointInfo:
     not loaded). Raises CheckpointError saying what is wrong and how to fix it."""
     path = Path(path)
     if not path.exists():
-        raise CheckpointError(f"checkpoint {path}: no such folder; pass the --out folder of a finished 'dhim-ray train'")
+        raise CheckpointError(f"checkpoint {path}: no such folder; pass the folder a finished 'dhim-ray train' wrote (its out)")
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path}: is a file; pass the folder that holds {CONFIG_FILE} and {WEIGHTS_FILE}")
     for name in (CONFIG_FILE, WEIGHTS_FILE):

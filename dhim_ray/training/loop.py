@@ -60,7 +60,7 @@ def selection_database(n: int, config: TrainConfig) -> np.ndarray:
     return np.sort(np.random.default_rng(config.seed + 1).choice(n, m, replace=False))
 
 
-ONE_LABEL_HINT = ("train on documents of several labels (--limit keeps the first rows, and a split ordered by "
+ONE_LABEL_HINT = ("train on documents of several labels (limit=N keeps the first rows, and a split ordered by "
                   "label then holds one)")
 
 
