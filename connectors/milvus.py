@@ -500,9 +500,8 @@ class CodeCollection:
 
     def _write(self, rows: Columns, new: bool) -> Any:
         """One insert (``new``) or upsert of ``rows``, sent by column where pymilvus' connection
-        handler has that path: given a list of row dicts, pymilvus packs them value by value
-        in Python, which took 68% of a milvus-lite ingest driver's time (profiled); by column
-        the same write runs 2.6x as fast. Else by row (``_write_rows``)."""
+        handler has that path (given row dicts, pymilvus packs them value by value in Python: the
+        driver's ceiling, BENCHMARKS.md); else by row (``_write_rows``)."""
         connection = getattr(self.client, "_get_connection", None)
         handler = connection() if callable(connection) else None
         send = getattr(handler, "batch_insert" if new else "upsert", None)
