@@ -167,3 +167,19 @@ def test_neighbour_recall_bad_shape():
     codes = pack_codes(np.zeros((10, 16), dtype=np.uint8))
     with pytest.raises(DataError, match="neighbours of shape"):
         neighbour_recall_at_k(codes, codes[:2], np.zeros((2, 3), dtype=np.int64), k=5)
+
+
+def test_a_float_baselines_curve_from_one_search_equals_its_precision_at_each_k():
+    """The in-memory vectors' curve (one search for the largest k) is precision@k at every k, as
+    the codes' curve is (both tie rules agree: cosine distances do not tie)."""
+    from dhim_ray.eval_in_memory import InMemoryVectors, evaluate_codes
+
+    rng = np.random.default_rng(3)
+    db, q = rng.normal(size=(300, 16)), rng.normal(size=(40, 16))
+    db_labels, q_labels = rng.integers(0, 4, 300), rng.integers(0, 4, 40)
+    vectors = InMemoryVectors(db, db_labels)
+    out = evaluate_codes(vectors, q, q_labels, k=50, curve=True)
+    assert out["curve"]["value"] == pytest.approx([vectors.precision(q, q_labels, c).precision_at_k for c in
+                                                   out["curve"]["k"]], abs=1e-12)
+    assert out["precision_at_k"] == out["precision_at_k_tie_aware"] == cosine_precision_at_k(db, db_labels, q,
+                                                                                              q_labels, 50)
