@@ -101,8 +101,8 @@ def check_index_for(uri: str, index: IndexSpec) -> IndexSpec:
     if is_lite(uri) and index.index_type != "BIN_FLAT":
         raise ConfigError(
             f"index={index.index_type}: milvus-lite files take BIN_FLAT only; leave index out, "
-            "or ingest into a Milvus server (uri=http://host:19530)"
-        , field="index")
+            "or ingest into a Milvus server (uri=http://host:19530)", field="index"
+        )
     return index
 
 

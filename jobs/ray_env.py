@@ -80,8 +80,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ClusterError(
                 f"address={address}: cannot join the Ray cluster ({first_line(exc)}); "
-                "start it with 'ray start --head' or check the address"
-            , field="address") from exc
+                "start it with 'ray start --head' or check the address", field="address"
+            ) from exc
     else:
         _start_local(num_cpus, kwargs)
     quiet_ray_data(verbose)
@@ -151,8 +151,8 @@ def _check_address(address: str) -> None:
     except OSError as exc:
         raise ClusterError(
             f"address={address}: nothing answers at {host}:{port} ({exc.strerror or exc}); "
-            "start the cluster or check the address"
-        , field="address") from exc
+            "start the cluster or check the address", field="address"
+        ) from exc
 
 
 def quiet_ray(verbose: bool = False) -> None:

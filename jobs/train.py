@@ -223,8 +223,8 @@ def find_resume_checkpoint(run_dir: Path) -> str:
     if not found:
         raise CheckpointError(
             f"resume={run_dir}: not a dhim-ray training run (no checkpoint with {STATE_META}); "
-            "pass the run folder a distributed train printed"
-        , field="resume")
+            "pass the run folder a distributed train printed", field="resume"
+        )
     return max(found)[1]
 
 

@@ -445,8 +445,8 @@ def check_positions(config: FeatureConfig, model_config) -> None:
     if limit and config.n_tokens > limit:
         raise EncoderError(
             f"max_words={config.max_words} needs {config.n_tokens} tokens but {config.encoder} takes at "
-            f"most {limit}; use max_words={limit - 1} or less"
-        , field="max_words")
+            f"most {limit}; use max_words={limit - 1} or less", field="max_words"
+        )
 
 
 def fingerprint(config: FeatureConfig, model_config, digest: str) -> str:

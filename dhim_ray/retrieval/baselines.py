@@ -52,8 +52,8 @@ class Baseline:
                 f"n_bits={self.n_bits}: {self.name} needs at most min(documents, dims) = {min(x.shape)} bits "
                 f"for these features; give more documents"
                 + (f" or use n_bits={8 * (min(x.shape) // 8)} or less" if min(x.shape) >= 8 else "")
-                + ("" if self.name == "lsh" else ", or baseline=lsh")
-            , field="n_bits")
+                + ("" if self.name == "lsh" else ", or baseline=lsh"), field="n_bits"
+            )
         self.mean = x.mean(axis=0)
         # Principal axes by the covariance's eigenvectors, largest variance first.
         cov = np.cov(x - self.mean, rowvar=False)

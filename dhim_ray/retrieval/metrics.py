@@ -104,8 +104,8 @@ def check_k(k: int, n_database: int) -> int:
         raise ConfigError(f"k={k!r}: must be a positive integer, e.g. 100", field="k")
     if k > n_database:
         raise ConfigError(
-            f"k={k}: larger than the database ({n_database} codes); use k={n_database} or less"
-        , field="k")
+            f"k={k}: larger than the database ({n_database} codes); use k={n_database} or less", field="k"
+        )
     return int(k)
 
 
