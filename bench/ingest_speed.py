@@ -82,7 +82,7 @@ def main() -> None:
         print(row, flush=True)
         # Reruns: after an ingest that died at 90% (its last tenth of rows deleted), then of a whole one.
         with target.open() as collection:
-            collection.client.delete(target.collection, filter=f"row >= {args.docs * 9 // 10}", timeout=600)
+            collection.delete_stale_rows(result.source, args.docs * 9 // 10 - 1)
         for name in ("rerun_after_90", "rerun_complete"):
             t0 = time.perf_counter()
             again = ingest(spec, model_dir, target, workers=args.workers, progress=False)

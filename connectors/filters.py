@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dhim_ray.errors import ConfigError
@@ -40,6 +40,12 @@ FUNCTIONS = {"array_contains": True, "array_contains_all": True, "array_contains
 _COMPARE = ("==", "!=", "<", "<=", ">", ">=")
 _OPPOSITE = {"==": "!=", "!=": "==", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
 _DUAL = {"and": "or", "or": "and"}
+_FLIP = str.maketrans("<>", "><")
+
+
+def _negate(comparison: str) -> str:
+    left, op, right = comparison.split(" ", 2)
+    return f"{left} {_OPPOSITE[op]} {right}"
 _EXAMPLE = "write a boolean expression over the collection's fields, e.g. 'label == 3'"
 
 
@@ -137,10 +143,13 @@ def _wildcards(pattern: str) -> int:
 
 class _Parser:
     """Recursive descent over the tokens; each rule returns (canonical text, kind), kind being
-    "cond" (a condition), "value" or "field" (a value that is a stored field)."""
+    "cond" (a condition), "value", "field" (a value that is a stored field) or "doc" (a field kept
+    in a JSON document: ``in_doc`` names them, name -> (its path there, "int" or "string"))."""
 
-    def __init__(self, expr: str):
+    def __init__(self, expr: str, in_doc: Mapping[str, tuple[str, str]] | None = None):
         self.expr, self.toks, self.i = expr, _tokens(expr), 0
+        self.in_doc = in_doc or {}
+        self.doc_kinds = {path: kind for path, kind in self.in_doc.values()}
         self.depth = self.nots = 0
         self.fields: set[str] = set()
         self.negation: dict[str, tuple[str, str]] = {}  # a condition's text -> its negation's, without 'not'
@@ -241,6 +250,7 @@ class _Parser:
             self.condition(kind, "what 'not' negates")
             if text in self.negation:
                 return self.negation[text]
+            self.plain(text)
             return f"not ({text})", "cond"
         return self.predicate()
 
@@ -261,6 +271,11 @@ class _Parser:
                                 "high' (or with >); join others with 'and'")
             if self.word() in _COMPARE:
                 raise self.fail(f"more than two comparisons in a row {self.where()}; join them with 'and'")
+            for side, other in zip(parts, parts[1:]):
+                self.same_kind(side, other)
+            if len(ops) == 2 and parts[1] in self.doc_kinds:  # milvus-lite has no range over a JSON path
+                low = f"{parts[1]} {_OPPOSITE[_OPPOSITE[ops[0]]].translate(_FLIP)} {parts[0]}"
+                return self.joined_range(low, f"{parts[1]} {ops[1]} {parts[2]}")
             text = f"{parts[0]} {ops[0]} {parts[1]}" + (f" {ops[1]} {parts[2]}" if len(ops) == 2 else "")
             if len(ops) == 1:
                 return self.negated(text, f"{parts[0]} {_OPPOSITE[ops[0]]} {parts[1]}")
@@ -271,12 +286,16 @@ class _Parser:
             self.i += 1
             self.operand(kind, "the left side of 'in'")
             values = self.list_()
+            for item in values[1:-1].split(", ") if left in self.doc_kinds else ():
+                self.same_kind(left, item)
             text, negation = f"{left} in {values}", f"{left} not in {values}"
             return self.negated(*((negation, text) if negated else (text, negation)))
         if word == "like":
             self.i += 1
-            if kind != "field":
+            if kind not in ("field", "doc"):
                 raise self.fail("the left side of 'like' must be a field, e.g. 'key like \"news%\"'")
+            if self.doc_kinds.get(left, "string") != "string":
+                raise self.fail("'like' takes a string field, e.g. 'key like \"news%\"'")
             tok = self.peek()
             if tok is None or tok[0] != "string":
                 raise self.fail(f"'like' takes a quoted pattern {self.where()}, e.g. 'key like \"news%\"'")
@@ -291,10 +310,38 @@ class _Parser:
             negated = self.take("not") is not None
             self.expect("null", "'null' after 'is'")
             if kind != "field":
-                raise self.fail("the left side of 'is null' must be a field")
+                raise self.fail("the left side of 'is null' must be a field" + (
+                    " stored on its own (every row holds this one)" if kind == "doc" else ""))
             text, negation = f"{left} is null", f"{left} is not null"
             return self.negated(*((negation, text) if negated else (text, negation)))
         return left, kind
+
+    def name_of(self, path: str) -> str:
+        return next(name for name, (p, _) in self.in_doc.items() if p == path)
+
+    def same_kind(self, left: str, right: str) -> None:
+        """Milvus compares a JSON path with a value of another type as false on every row, where
+        a field of its own refuses it: refused here, with the field's kind."""
+        for path, value in ((left, right), (right, left)):
+            kind = self.doc_kinds.get(path)
+            literal = ("string" if value.startswith('"') else "int" if value[:1] in "-0123456789" else
+                       "bool" if value in ("true", "false") else None)
+            if kind and literal and literal != kind:
+                raise self.fail(f"{self.name_of(path)} holds {'numbers' if kind == 'int' else 'strings'}: compare it "
+                                f"with {'a number' if kind == 'int' else 'a quoted string'}, not {value[:40]}")
+
+    def plain(self, text: str) -> None:
+        """Refuse a 'not' over a JSON path: milvus-lite 2.5.1 does not run it there."""
+        found = next((p for p in self.doc_kinds if p in text), None)  # a string literal's '"' is escaped: exact
+        if found is not None:
+            name = self.name_of(found)
+            raise self.fail(f"'not' before a condition on {name}: {name} is kept in the row's JSON document, where "
+                            "milvus-lite cannot negate it; write the condition without 'not'")
+
+    def joined_range(self, low: str, high: str) -> tuple[str, str]:
+        text = f"{low} and {high}"
+        self.negation[text] = (f"{_negate(low)} or {_negate(high)}", "compound")
+        return text, "compound"
 
     def list_(self) -> str:
         self.expect("[", "a list '[...]' after 'in'")
@@ -339,6 +386,10 @@ class _Parser:
         """``left op right``, each side bracketed where it is itself arithmetic."""
         if {left[1], right[1]} & {"cond", "compound"}:
             raise self.fail(f"'{op}' takes numbers, not conditions, {self.where()}")
+        if "doc" in (left[1], right[1]):
+            name = self.name_of(left[0] if left[1] == "doc" else right[0])
+            raise self.fail(f"'{op}' on {name}: {name} is kept in the row's JSON document, where Milvus does no "
+                            "arithmetic; compare it instead")
         return " ".join((f"({left[0]})" if left[1] == "arith" else left[0], op,
                          f"({right[0]})" if right[1] == "arith" else right[0]))
 
@@ -384,6 +435,10 @@ class _Parser:
                 return self.call(tok)
             self.i += 1
             self.fields.add(text)
+            if text in self.in_doc:
+                if self.word() == "[":
+                    raise self.fail(f"{text!r} is not a JSON field: it takes no '[...]'")
+                return self.in_doc[text][0], "doc"
             path = text
             while self.take("["):
                 key = self.peek()
@@ -446,16 +501,20 @@ def parse_filter(expr: str | None) -> Filter | None:
     return parsed
 
 
-def check_filter(expr: str | Filter | None, fields: Sequence[str] | None = None) -> str | None:
+def check_filter(expr: str | Filter | None, fields: Sequence[str] | None = None,
+                 in_doc: Mapping[str, tuple[str, str]] | None = None) -> str | None:
     """The canonical text of a filter, what Milvus is sent (None or blank: no filter), or a
     ConfigError saying in one line what is wrong with it. ``fields``: the collection's field
-    names, where known (a name not among them is refused, naming them). A ``Filter`` is parsed
-    already: its text, not parsed again."""
+    names, where known (a name not among them is refused, naming them). ``in_doc``: the fields
+    the collection keeps in a JSON document, name -> (path, kind): emitted as those paths. A
+    ``Filter`` is parsed already: its text, not parsed again unless it names one of those."""
     parsed = expr if isinstance(expr, Filter) else parse_filter(expr)
     if parsed is None:
         return None
     if fields is not None:
         parsed.check_fields(fields)
+    if in_doc and parsed.fields & in_doc.keys():
+        return _Parser(parsed.text, in_doc).parse().text  # the canonical text parses to itself: only the paths change
     return parsed.text
 
 

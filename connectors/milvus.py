@@ -2,8 +2,10 @@
 
 One row per document (``id``, ``code`` BINARY_VECTOR with HAMMING, ``label``, ``label_name``,
 ``text``, ``source``, ``row``, ``key``, ``digest``, and ``text_sparse`` where BM25 is kept: the
-fields are documented in docs/ingest-and-search.md); the collection's description holds JSON
-(format, n_bits, model id), so a collection of another width, metric or model is refused."""
+fields are documented in docs/ingest-and-search.md; a milvus-lite collection keeps the six after
+``label`` in one JSON field, ``doc``, read and written here as if they were fields of their own);
+the collection's description holds JSON (format, n_bits, model id), so a collection of another
+width, metric or model is refused."""
 
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ from dhim_ray.connectors.lexical import TextIndex
 from dhim_ray.connectors.rows import (
     CODE_FIELD,
     DIGEST_FIELD,
+    DOC_FIELD,
+    IN_DOC,
     KEY_FIELD,
     KEY_MAX,
     LABEL_NAME_FIELD,
@@ -207,6 +211,7 @@ class CollectionInfo:
     text_index: bool = False  # BM25 over the stored text: text and hybrid search
     text_store: str = ""  # where that index is: "milvus" (its text_sparse field) or "sqlite" (lexical.TextIndex)
     digests: bool = False  # rows carry a digest of what they were made from (the digest field)
+    in_doc: bool = False  # text, source, row, label_name, key and digest are kept in one JSON field (DOC_FIELD)
 
     @property
     def output_fields(self) -> list[str]:
@@ -223,20 +228,17 @@ class CollectionInfo:
 
 
 def _schema(n_bits: int, meta: dict[str, Any], columns: dict[str, tuple[str, int]] | None = None,
-            text_index: bool = False):
+            text_index: bool = False, in_doc: bool = False):
     from pymilvus import DataType, MilvusClient
 
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False, description=json.dumps(meta))
     schema.add_field("id", DataType.INT64, is_primary=True)
     schema.add_field(CODE_FIELD, DataType.BINARY_VECTOR, dim=n_bits)
     schema.add_field("label", DataType.INT64)
-    schema.add_field(LABEL_NAME_FIELD, DataType.VARCHAR, max_length=LABEL_NAME_MAX * 4)
-    schema.add_field("text", DataType.VARCHAR, max_length=TEXT_PREVIEW * 4, **({"enable_analyzer": True}
-                                                                                if text_index else {}))
-    schema.add_field("source", DataType.VARCHAR, max_length=256)
-    schema.add_field("row", DataType.INT64)
-    schema.add_field(KEY_FIELD, DataType.VARCHAR, max_length=KEY_MAX * 4)
-    schema.add_field(DIGEST_FIELD, DataType.INT64)
+    if in_doc:
+        schema.add_field(DOC_FIELD, DataType.JSON)
+    else:
+        _document_fields(schema, text_index)
     kinds = {"bool": DataType.BOOL, "int": DataType.INT64, "float": DataType.DOUBLE, "string": DataType.VARCHAR}
     for name, (kind, bound) in (columns or {}).items():
         schema.add_field(name, kinds[kind], **({"max_length": bound} if kind == "string" else {}))
@@ -247,6 +249,19 @@ def _schema(n_bits: int, meta: dict[str, Any], columns: dict[str, tuple[str, int
         schema.add_function(Function(name=TEXT_FUNCTION, function_type=FunctionType.BM25, input_field_names=["text"],
                                      output_field_names=[TEXT_SPARSE_FIELD]))
     return schema
+
+
+def _document_fields(schema, text_index: bool) -> None:
+    """The fields a server's collection keeps each on its own (a milvus-lite one, in DOC_FIELD)."""
+    from pymilvus import DataType
+
+    schema.add_field(LABEL_NAME_FIELD, DataType.VARCHAR, max_length=LABEL_NAME_MAX * 4)
+    schema.add_field("text", DataType.VARCHAR, max_length=TEXT_PREVIEW * 4, **({"enable_analyzer": True}
+                                                                                if text_index else {}))
+    schema.add_field("source", DataType.VARCHAR, max_length=256)
+    schema.add_field("row", DataType.INT64)
+    schema.add_field(KEY_FIELD, DataType.VARCHAR, max_length=KEY_MAX * 4)
+    schema.add_field(DIGEST_FIELD, DataType.INT64)
 
 
 def describe_columns(columns: dict[str, tuple[str, int]]) -> str:
@@ -336,10 +351,10 @@ def _fields_are_ours(fields: list[dict]) -> bool:
     expected = {"id": DataType.INT64, CODE_FIELD: DataType.BINARY_VECTOR, "label": DataType.INT64,
                 "text": DataType.VARCHAR, "source": DataType.VARCHAR, "row": DataType.INT64,
                 LABEL_NAME_FIELD: DataType.VARCHAR, KEY_FIELD: DataType.VARCHAR, DIGEST_FIELD: DataType.INT64,
-                TEXT_SPARSE_FIELD: DataType.SPARSE_FLOAT_VECTOR}
+                TEXT_SPARSE_FIELD: DataType.SPARSE_FLOAT_VECTOR, DOC_FIELD: DataType.JSON}
     types = {f["name"]: f.get("type") for f in fields}
     return all(types.get(name, kind) == kind for name, kind in expected.items()) and all(
-        name in types for name in ("id", CODE_FIELD, "label", "text", "source", "row"))
+        name in types for name in ("id", CODE_FIELD, "label", *((DOC_FIELD,) if DOC_FIELD in types else ("text", "source", "row"))))
 
 
 @dataclass
@@ -358,11 +373,12 @@ class CodeCollection:
     _schema: dict | None = field(default=None, init=False, repr=False, compare=False)  # see _write
     _text_store: str | None = field(default=None, init=False, repr=False, compare=False)  # set by describe
     _words: TextIndex | None = field(default=None, init=False, repr=False, compare=False)
+    _in_doc: dict[str, tuple[str, str]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def describe(self) -> CollectionInfo | None:
         """What the collection holds, or None if there is none by that name."""
         client, name, timeout = self.client, self.name, self.timeout
-        self._text_store = ""
+        self._text_store, self._in_doc = "", {}
         if not client.has_collection(name, timeout=timeout):
             return None
         desc = client.describe_collection(name, timeout=timeout)
@@ -384,14 +400,17 @@ class CodeCollection:
             metric, index_type = index.get("metric_type", ""), index.get("index_type", "")
             nlist = int(index.get("nlist", 0) or 0)
         fields = {f["name"] for f in desc["fields"]}
+        in_doc = DOC_FIELD in fields
+        self._in_doc = _doc_paths() if in_doc else {}
         kept = meta.get("text_index")
         self._text_store = ("milvus" if kept == "bm25" and TEXT_SPARSE_FIELD in fields else
                             "sqlite" if kept == "fts5" and self.lite_file else "")
         return CollectionInfo(name, int(code["params"].get("dim", 0)), metric, index_type, meta.get("model", ""),
-                              nlist=nlist, meta=meta, label_names=LABEL_NAME_FIELD in fields, keys=KEY_FIELD in fields,
+                              nlist=nlist, meta=meta, label_names=in_doc or LABEL_NAME_FIELD in fields,
+                              keys=in_doc or KEY_FIELD in fields,
                               columns={n: (str(k), int(b)) for n, (k, b) in dict(meta.get("columns") or {}).items()},
                               text_index=bool(self._text_store), text_store=self._text_store,
-                              digests=DIGEST_FIELD in fields)
+                              digests=in_doc or DIGEST_FIELD in fields, in_doc=in_doc)
 
     def check(self, n_bits: int, model: str, overwrite: bool = False, keys: bool = False,
               columns: dict[str, tuple[str | None, int]] | None = None,
@@ -467,13 +486,15 @@ class CodeCollection:
             index_params.add_index(field_name=TEXT_SPARSE_FIELD, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
         if store == "sqlite":  # first: a collection that says it keeps its words elsewhere finds them there
             self.words.create(name)
-        self._text_store = store
+        in_doc = bool(self.lite_file) and store != "milvus"  # Milvus' BM25 reads a text field of its own
+        self._text_store, self._in_doc = store, _doc_paths() if in_doc else {}
         try:
-            create_loaded(client, name, _schema(n_bits, meta, fields, store == "milvus"), index_params, timeout)
+            create_loaded(client, name, _schema(n_bits, meta, fields, store == "milvus", in_doc), index_params, timeout)
         except Exception as exc:
             raise StoreError(_failed(f"collection {name!r}: Milvus refused to create it", exc)) from exc
         return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, label_names=True,
-                              keys=True, columns=fields, text_index=bool(store), text_store=store, digests=True)
+                              keys=True, columns=fields, text_index=bool(store), text_store=store, digests=True,
+                              in_doc=in_doc)
 
     def upsert(self, rows: Columns, new: bool = False) -> int:
         """Upsert validated rows, by column (``code_rows``); returns how many were written.
@@ -502,6 +523,7 @@ class CodeCollection:
         """One insert (``new``) or upsert of ``rows``, sent by column where pymilvus' connection
         handler has that path (given row dicts, pymilvus packs them value by value in Python: the
         driver's ceiling, BENCHMARKS.md); else by row (``_write_rows``)."""
+        rows = self._stored(rows)
         connection = getattr(self.client, "_get_connection", None)
         handler = connection() if callable(connection) else None
         send = getattr(handler, "batch_insert" if new else "upsert", None)
@@ -515,8 +537,41 @@ class CodeCollection:
         entities = [{"name": name, "type": types[name], "values": values} for name, values in rows.items()]
         return send(self.name, entities, timeout=self.timeout, context=context, schema=self._schema)
 
+    def _stored(self, rows: Columns) -> Columns:
+        """``rows`` as the collection stores them: where it keeps a JSON document, the fields of
+        IN_DOC moved into it."""
+        if not self._doc() or DOC_FIELD in rows:
+            return rows
+        moved = [name for name in rows if name in IN_DOC]
+        out = {name: values for name, values in rows.items() if name not in IN_DOC}
+        out[DOC_FIELD] = [dict(zip(moved, values)) for values in zip(*(rows[name] for name in moved))]
+        return out
+
+    def _doc(self) -> dict[str, tuple[str, str]]:
+        """The fields kept in the JSON document, name -> (its path in a filter, its kind); {}: none."""
+        if self._in_doc is None:
+            self.describe()
+        return self._in_doc or {}
+
+    def _at(self, name: str) -> str:
+        """Field ``name`` as a filter names it in this collection."""
+        return self._doc().get(name, (name, ""))[0]
+
+    def _asked(self, fields: Iterable[str]) -> list[str]:
+        """The stored fields that hold ``fields``."""
+        fields, doc = list(fields), self._doc()
+        return [f for f in fields if f not in doc] + ([DOC_FIELD] if any(f in doc for f in fields) else [])
+
+    def _read(self, row: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
+        """A row Milvus returned with ``_asked(fields)``, as ``fields``: its document's fields lifted out."""
+        doc = row.pop(DOC_FIELD, None)
+        if doc is not None:
+            row.update((f, doc.get(f)) for f in fields if f in IN_DOC)
+        return row
+
     def _write_rows(self, rows: Columns, new: bool) -> Any:
         """The same write by row, through the client's public insert or upsert."""
+        rows = self._stored(rows)
         by_row = [dict(zip(rows, values)) for values in zip(*rows.values())]
         return (self.client.insert if new else self.client.upsert)(self.name, by_row, timeout=self.timeout)
 
@@ -551,11 +606,11 @@ class CodeCollection:
         found: dict[int, dict[str, Any]] = {}
         for start in range(0, len(ids), batch_size):
             try:
-                rows = self.client.get(self.name, ids=ids[start : start + batch_size], output_fields=list(fields),
+                rows = self.client.get(self.name, ids=ids[start : start + batch_size], output_fields=self._asked(fields),
                                        timeout=self.timeout)
             except Exception as exc:
                 raise StoreError(_failed(f"collection {self.name!r}: reading {', '.join(fields)} failed", exc)) from exc
-            found.update((int(r["id"]), r) for r in rows)
+            found.update((int(r["id"]), self._read(r, fields)) for r in rows)
         return found
 
     def refuse_foreign_rows(self, ids: Sequence[int], source: str) -> None:
@@ -576,8 +631,8 @@ class CodeCollection:
         that would erase them, so it is refused, naming the way to keep them."""
         if not info.keys:
             return
-        rows = self.client.query(self.name, filter=f"source == {quote(source)} and {KEY_FIELD} != \"\"",
-                                 output_fields=[KEY_FIELD], limit=1, timeout=self.timeout)
+        rows = self.client.query(self.name, filter=f"{self._at('source')} == {quote(source)} and {self._at(KEY_FIELD)} "
+                                 '!= ""', output_fields=["id"], limit=1, timeout=self.timeout)
         if rows:
             raise CollectionMismatchError(
                 f"collection {self.name!r}: the rows of {source} hold their documents' own ids (an ingest with an "
@@ -591,7 +646,7 @@ class CodeCollection:
         earlier version may have filled). Returns how many rows went and how many of the
         source's are left; other sources' rows are never touched."""
         before = self.count_source(source)
-        stale = f"source == {quote(source)} and row > {int(last_row)}"
+        stale = f"{self._at('source')} == {quote(source)} and {self._at('row')} > {int(last_row)}"
         try:
             ours = [i for i, r in self.get(dropped_ids, ["source"]).items() if r["source"] == source]
             if self._words_kept():
@@ -610,7 +665,8 @@ class CodeCollection:
     def count_source(self, source: str, max_row: int | None = None) -> int:
         """Rows of one source (``row <= max_row`` only, when given), exact (strong consistency)."""
         self._flush()
-        expr = f"source == {quote(source)}" + (f" and row <= {int(max_row)}" if max_row is not None else "")
+        expr = f"{self._at('source')} == {quote(source)}" + (
+            f" and {self._at('row')} <= {int(max_row)}" if max_row is not None else "")
         res = self.client.query(self.name, filter=expr, output_fields=["count(*)"], consistency_level="Strong",
                                 timeout=self.timeout)
         return int(res[0]["count(*)"])
@@ -621,10 +677,10 @@ class CodeCollection:
         need not encode again, read without holding the whole collection's (16 bytes a row)."""
         self._flush()
         try:
-            it = self.client.query_iterator(self.name, batch_size=batch_size, output_fields=["id", DIGEST_FIELD],
-                                            filter=f"source == {quote(source)} and {DIGEST_FIELD} != 0",
-                                            timeout=self.timeout)
-            while rows := it.next():
+            it = self.client.query_iterator(self.name, batch_size=batch_size, output_fields=self._asked(["id", DIGEST_FIELD]),
+                                            filter=f"{self._at('source')} == {quote(source)} and {self._at(DIGEST_FIELD)} "
+                                            "!= 0", timeout=self.timeout)
+            while rows := [self._read(r, [DIGEST_FIELD]) for r in it.next()]:
                 ids = np.fromiter((r["id"] for r in rows), np.int64, len(rows))
                 digests = np.fromiter((r[DIGEST_FIELD] for r in rows), np.int64, len(rows))
                 order = np.argsort(ids, kind="stable")
@@ -632,6 +688,20 @@ class CodeCollection:
             it.close()
         except Exception as exc:
             raise StoreError(_failed(f"collection {self.name!r}: reading the rows' digests failed", exc)) from exc
+
+    def query(self, fields: Sequence[str], filter: str | None = None, limit: int = MAX_SEARCH_K) -> list[dict[str, Any]]:
+        """The ``id`` and ``fields`` of the rows ``filter`` holds for (None: any rows), at most ``limit``.
+
+            >>> collection.query(["row", "text"], filter="row < 10")"""
+        expr = check_filter(filter, in_doc=self._doc()) or ""
+        try:
+            rows = self.client.query(self.name, filter=expr, output_fields=self._asked(["id", *fields]),
+                                     limit=int(limit), timeout=self.timeout)
+        except Exception as exc:
+            if expr and refused_by_milvus(exc):
+                raise _filter_refusal(expr, exc) from None
+            raise StoreError(_failed(f"collection {self.name!r}: query failed", exc)) from exc
+        return [self._read(r, fields) for r in rows]
 
     def ids(self) -> np.ndarray:
         """Every row's id, sorted (for one source: in the source's row order), int64."""
@@ -697,12 +767,13 @@ class CodeCollection:
         if max_distance is not None:
             check_max_distance(max_distance, n_bits)
             params = {**params, "params": {**params["params"], "radius": int(max_distance) + 1, "range_filter": 0}}
-        expr = check_filter(filter)
+        expr, output_fields = check_filter(filter, in_doc=self._doc()), list(output_fields)
         out: list[list[dict[str, Any]]] = []
         for start in range(0, len(codes), batch_size):
             data = [c.tobytes() for c in codes[start : start + batch_size]]
-            for hits in self._search(data, CODE_FIELD, params, _ahead(k), output_fields, expr):
-                rows = [{"id": h["id"], "distance": int(round(h["distance"])), **h.get("entity", {})} for h in hits]
+            for hits in self._search(data, CODE_FIELD, params, _ahead(k), self._asked(output_fields), expr):
+                rows = [{"id": h["id"], "distance": int(round(h["distance"])),
+                         **self._read(h.get("entity", {}), output_fields)} for h in hits]
                 rows.sort(key=lambda h: (h["distance"], h["id"]))  # the store's own tie order is unspecified
                 out.append(rows[:k])
         return out
@@ -715,7 +786,7 @@ class CodeCollection:
         nothing. ``filter`` as in ``search``. Queries go ``batch_size`` a call: a long query (a
         whole document) costs BM25 a posting list per word."""
         check_search_k(k)
-        expr = check_filter(filter)
+        expr = check_filter(filter, in_doc=self._doc())
         if self._words_kept():
             return [self._search_words(str(t), k, list(output_fields), expr) for t in texts]
         out: list[list[dict[str, Any]]] = []
@@ -745,8 +816,8 @@ class CodeCollection:
             rows = self.get(ids, fields).values()
         else:
             try:
-                rows = self.client.query(self.name, filter=f"id in {ids} and ({expr})", output_fields=fields,
-                                         timeout=self.timeout)
+                rows = [self._read(r, fields) for r in self.client.query(
+                    self.name, filter=f"id in {ids} and ({expr})", output_fields=self._asked(fields), timeout=self.timeout)]
             except Exception as exc:
                 if refused_by_milvus(exc):
                     raise _filter_refusal(expr, exc) from None
@@ -813,9 +884,10 @@ class CodeCollection:
         holds: one, unless the source gave two documents the same id."""
         if not keys:
             return {}
-        expr = f"{KEY_FIELD} in [{', '.join(quote(k) for k in keys)}]"
+        expr = f"{self._at(KEY_FIELD)} in [{', '.join(quote(k) for k in keys)}]"
         try:
-            rows = self.client.query(self.name, filter=expr, output_fields=["id", KEY_FIELD], timeout=self.timeout)
+            rows = [self._read(r, [KEY_FIELD]) for r in self.client.query(
+                self.name, filter=expr, output_fields=self._asked(["id", KEY_FIELD]), timeout=self.timeout)]
         except Exception as exc:
             raise StoreError(_failed(f"collection {self.name!r}: looking up keys failed", exc)) from exc
         found: dict[str, list[int]] = {}
@@ -868,3 +940,8 @@ def check_search_k(k: int) -> int:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_SEARCH_K:
         raise ConfigError(f"k={k}: must be between 1 and {MAX_SEARCH_K} (Milvus' top-k limit)", field="k")
     return int(k)
+
+
+def _doc_paths() -> dict[str, tuple[str, str]]:
+    """The fields of IN_DOC as a filter names them in DOC_FIELD, with their kinds."""
+    return {name: (f'{DOC_FIELD}["{name}"]', kind) for name, kind in IN_DOC.items()}

@@ -26,9 +26,14 @@ KEY_MAX = 256  # characters of a document's own id (longer ones are refused, not
 DIGEST_FIELD = "digest"
 TEXT_PREVIEW = 1024
 OUTPUT_FIELDS = ["label", "text", "source", "row"]
+#: A milvus-lite collection keeps these fields (name: kind) in one JSON field, DOC_FIELD: its open
+#: reads every field of every row, about a second a million rows per field (docs/experiments.md).
+DOC_FIELD = "doc"
+IN_DOC = {"text": "string", "source": "string", "row": "int", LABEL_NAME_FIELD: "string", KEY_FIELD: "string",
+          DIGEST_FIELD: "int"}
 #: Every field name dhim-ray itself writes: a kept metadata column cannot take one.
 RESERVED_FIELDS = ("id", CODE_FIELD, "label", LABEL_NAME_FIELD, "text", "source", "row", KEY_FIELD, TEXT_SPARSE_FIELD,
-                   DIGEST_FIELD)
+                   DIGEST_FIELD, DOC_FIELD)
 
 
 def source_label(source_id: str, display: str) -> str:

@@ -438,7 +438,6 @@ def snapshot(world) -> str:
     """The model folder's bytes, the collection's rows and the world's file names. The rows are
     read through milvus-lite (a server process started each time) only when the .db file was
     written since they were last read: reading them leaves the file untouched."""
-    from dhim_ray.connectors.connection import release
     from dhim_ray.connectors.milvus import MilvusTarget
 
     digest = hashlib.sha256()
@@ -447,12 +446,8 @@ def snapshot(world) -> str:
     stat = os.stat(world["db"])
     key = (str(world["db"]), stat.st_size, stat.st_mtime_ns)
     if key not in _ROWS_AT:
-        client = MilvusTarget(str(world["db"]), "toy_16").connect(create=False)
-        try:
-            rows = client.query("toy_16", filter="id >= 0", output_fields=["id", "text"], timeout=30)
-        finally:
-            client.close()
-            release(str(world["db"]))
+        with MilvusTarget(str(world["db"]), "toy_16").open(create=False) as collection:
+            rows = collection.query(["text"])
         _ROWS_AT[key] = json.dumps(sorted((r["id"], r["text"]) for r in rows))
     files = sorted(str(p.relative_to(world["root"])) for p in world["root"].rglob("*") if not p.name.endswith(".lock"))
     return digest.hexdigest() + _ROWS_AT[key] + json.dumps(files)

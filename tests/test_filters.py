@@ -106,3 +106,39 @@ def test_a_field_the_collection_lacks_is_named_with_the_fields_it_has():
         check_filter("lable == 3", fields)
     with pytest.raises(ConfigError, match="has no field 'LABEL'"):
         check_filter("LABEL == 3", fields)  # Milvus' field names are case-sensitive
+
+
+#: The fields a milvus-lite collection keeps in its JSON document, as the connector names them.
+IN_DOC = {name: (f'doc["{name}"]', kind) for name, kind in
+          {"text": "string", "source": "string", "row": "int", "key": "string", "digest": "int"}.items()}
+IN_DOC_SENT = [
+    ("row < 3 and label == 1", 'doc["row"] < 3 and label == 1'), ("3 > row", '3 > doc["row"]'),
+    ("1 < row <= 5", 'doc["row"] > 1 and doc["row"] <= 5'),  # milvus-lite runs no range over a JSON path
+    ("5 >= row > 1", 'doc["row"] <= 5 and doc["row"] > 1'), ("not (1 < row <= 5)", '1 >= doc["row"] or doc["row"] > 5'),
+    ('not (row in [1, 2])', 'doc["row"] not in [1, 2]'), ('key like "k%"', 'doc["key"] like "k%"'),
+    ('key == "doc[\\"row\\"]"', 'doc["key"] == "doc[\\"row\\"]"'), ("label % 2 == 0", "label % 2 == 0"),
+]
+
+
+@pytest.mark.parametrize("expr, sent", IN_DOC_SENT, ids=[e for e, _ in IN_DOC_SENT])
+def test_a_field_kept_in_the_json_document_is_sent_as_its_path(expr, sent):
+    assert check_filter(expr, in_doc=IN_DOC) == sent
+
+
+IN_DOC_REFUSED = [
+    ("row % 2 == 0", "'%' on row: row is kept in the row's JSON document, where Milvus does no arithmetic"),
+    ("label + row > 3", "'+' on row"),
+    ('not (key like "k%")', "'not' before a condition on key: key is kept in the row's JSON document"),
+    ('row == "5"', 'row holds numbers: compare it with a number, not "5"'),  # Milvus: false on every row
+    ("key in ['a', 3]", "key holds strings: compare it with a quoted string, not 3"),
+    ("row == true", "row holds numbers"), ('row like "1%"', "'like' takes a string field"),
+    ("key is null", "must be a field stored on its own"), ('row["a"] == 1', "'row' is not a JSON field"),
+]
+
+
+@pytest.mark.parametrize("expr, words", IN_DOC_REFUSED, ids=[e for e, _ in IN_DOC_REFUSED])
+def test_what_milvus_lite_cannot_run_on_a_json_path_is_one_line(expr, words):
+    assert check_filter(expr)  # a field of its own takes it
+    with pytest.raises(ConfigError) as caught:
+        check_filter(expr, in_doc=IN_DOC)
+    assert words in str(caught.value) and "\n" not in str(caught.value)

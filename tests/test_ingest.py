@@ -46,13 +46,8 @@ def ingested(bbc16_collection):
 
 
 def stored(target: MilvusTarget, n_bits: int = 16):
-    client = target.connect()
-    try:
-        rows = client.query(target.collection, filter="id >= 0", output_fields=["code", "row", "source", "text"],
-                            limit=16384, timeout=30)
-    finally:
-        client.close()
-        release(target.uri)
+    with target.open(create=False) as collection:
+        rows = collection.query(["code", "row", "source", "text"])
     rows = sorted(rows, key=lambda r: (r["source"], r["row"]))
     codes = [r["code"][0] if isinstance(r["code"], list) else r["code"] for r in rows]
     return rows, bytes_to_codes([bytes(c) for c in codes], n_bits)
@@ -132,7 +127,8 @@ def test_a_rerun_encodes_and_writes_only_what_is_missing_or_changed(ray_session,
         ids, digests = np.concatenate([i for i, _ in parts]), np.concatenate([d for _, d in parts])
         assert len(parts) == 5 and all((np.diff(i) > 0).all() for i, _ in parts)
         assert len(np.unique(ids)) == 30 and (digests != 0).all()
-        collection.client.delete(target.collection, filter="row >= 20", timeout=30)  # died two thirds in
+        late = [r["id"] for r in collection.query(["row"], filter="row >= 20")]
+        collection.client.delete(target.collection, ids=late, timeout=30)  # died two thirds in
     texts[3] = "The striker scored twice in the cup final and the league title went to the wire."
     path.write_text("".join(json.dumps({"text": t, "label": 0 if i == 5 else i % 3}) + "\n"
                             for i, t in enumerate(texts)))
@@ -390,7 +386,7 @@ def test_a_pymilvus_without_the_column_write_stores_the_same_rows_by_its_public_
             collection = CodeCollection(client if way == "columns" else PublicOnly(client), "x")
             collection.ensure(64, "m")
             assert collection.upsert(code_rows(batch, 64, "s"), new=True) == 300
-            rows = client.query("x", filter="id >= 0", output_fields=["id", "code", "text", "row", "label"], limit=1000)
+            rows = CodeCollection(client, "x").query(["code", "text", "row", "label"])
             stored[way] = sorted((r["id"], bytes(r["code"][0] if isinstance(r["code"], list) else r["code"]),
                                   r["text"], r["row"], r["label"]) for r in rows)
         finally:
@@ -506,13 +502,8 @@ def test_sharded_parquet_folder_streams_with_one_label_vocabulary(ray_session, m
     first = ingest(spec, model_dir, target, workers=2, progress=False)
     again = ingest(spec, model_dir, target, workers=1, progress=False)
     assert first.n_documents == again.n_documents == again.rows_in_collection == again.rows_of_source == 89
-    client = target.connect()
-    try:
-        rows = client.query(target.collection, filter="id >= 0", output_fields=["row", "label", "label_name", "source"],
-                            limit=1000)
-    finally:
-        client.close()
-        release(target.uri)
+    with target.open(create=False) as collection:
+        rows = collection.query(["row", "label", "label_name", "source"])
     rows = sorted(rows, key=lambda r: r["row"])
     expected = [r for r in range(90) if r != 40]
     assert [r["row"] for r in rows] == expected

@@ -202,7 +202,7 @@ def stored_codes(db, collection: str, rows: list[int]):
 
     target = MilvusTarget(str(db), collection)
     with target.open(create=False) as c:
-        got = c.client.query(collection, filter=f"row in {rows}", output_fields=["row", "code"], timeout=60)
+        got = c.query(["row", "code"], filter=f"row in {rows}")
     got = sorted(got, key=lambda r: r["row"])
     return bytes_to_codes([bytes(r["code"][0] if isinstance(r["code"], list) else r["code"]) for r in got], 16)
 
