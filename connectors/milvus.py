@@ -2,8 +2,9 @@
 
 One row per document (``id``, ``code`` BINARY_VECTOR with HAMMING, ``label``, ``label_name``,
 ``text``, ``source``, ``row``, ``key``, ``digest``, and ``text_sparse`` where BM25 is kept: the
-fields are documented in docs/ingest-and-search.md; a milvus-lite collection keeps the six after
-``label`` in one JSON field, ``doc``, read and written here as if they were fields of their own);
+fields are documented in docs/ingest-and-search.md; a milvus-lite collection keeps the text, its
+source, label name, key and digest in one JSON field, ``doc``, read and written here as if they
+were fields of their own);
 the collection's description holds JSON (format, n_bits, model id), so a collection of another
 width, metric or model is refused."""
 
@@ -211,7 +212,7 @@ class CollectionInfo:
     text_index: bool = False  # BM25 over the stored text: text and hybrid search
     text_store: str = ""  # where that index is: "milvus" (its text_sparse field) or "sqlite" (lexical.TextIndex)
     digests: bool = False  # rows carry a digest of what they were made from (the digest field)
-    in_doc: bool = False  # text, source, row, label_name, key and digest are kept in one JSON field (DOC_FIELD)
+    in_doc: bool = False  # text, source, label_name, key and digest are kept in one JSON field (DOC_FIELD)
 
     @property
     def output_fields(self) -> list[str]:
@@ -236,6 +237,7 @@ def _schema(n_bits: int, meta: dict[str, Any], columns: dict[str, tuple[str, int
     schema.add_field(CODE_FIELD, DataType.BINARY_VECTOR, dim=n_bits)
     schema.add_field("label", DataType.INT64)
     if in_doc:
+        schema.add_field("row", DataType.INT64)
         schema.add_field(DOC_FIELD, DataType.JSON)
     else:
         _document_fields(schema, text_index)
@@ -354,7 +356,7 @@ def _fields_are_ours(fields: list[dict]) -> bool:
                 TEXT_SPARSE_FIELD: DataType.SPARSE_FLOAT_VECTOR, DOC_FIELD: DataType.JSON}
     types = {f["name"]: f.get("type") for f in fields}
     return all(types.get(name, kind) == kind for name, kind in expected.items()) and all(
-        name in types for name in ("id", CODE_FIELD, "label", *((DOC_FIELD,) if DOC_FIELD in types else ("text", "source", "row"))))
+        name in types for name in ("id", CODE_FIELD, "label", "row", *((DOC_FIELD,) if DOC_FIELD in types else ("text", "source"))))
 
 
 @dataclass
@@ -646,7 +648,7 @@ class CodeCollection:
         earlier version may have filled). Returns how many rows went and how many of the
         source's are left; other sources' rows are never touched."""
         before = self.count_source(source)
-        stale = f"{self._at('source')} == {quote(source)} and {self._at('row')} > {int(last_row)}"
+        stale = f"{self._at('source')} == {quote(source)} and row > {int(last_row)}"
         try:
             ours = [i for i, r in self.get(dropped_ids, ["source"]).items() if r["source"] == source]
             if self._words_kept():
@@ -666,7 +668,7 @@ class CodeCollection:
         """Rows of one source (``row <= max_row`` only, when given), exact (strong consistency)."""
         self._flush()
         expr = f"{self._at('source')} == {quote(source)}" + (
-            f" and {self._at('row')} <= {int(max_row)}" if max_row is not None else "")
+            f" and row <= {int(max_row)}" if max_row is not None else "")
         res = self.client.query(self.name, filter=expr, output_fields=["count(*)"], consistency_level="Strong",
                                 timeout=self.timeout)
         return int(res[0]["count(*)"])

@@ -27,10 +27,9 @@ DIGEST_FIELD = "digest"
 TEXT_PREVIEW = 1024
 OUTPUT_FIELDS = ["label", "text", "source", "row"]
 #: A milvus-lite collection keeps these fields (name: kind) in one JSON field, DOC_FIELD: its open
-#: reads every field of every row, about a second a million rows per field (docs/experiments.md).
+#: reads every field of every row, and its strings cost most (docs/experiments.md).
 DOC_FIELD = "doc"
-IN_DOC = {"text": "string", "source": "string", "row": "int", LABEL_NAME_FIELD: "string", KEY_FIELD: "string",
-          DIGEST_FIELD: "int"}
+IN_DOC = {"text": "string", "source": "string", LABEL_NAME_FIELD: "string", KEY_FIELD: "string", DIGEST_FIELD: "int"}
 #: Every field name dhim-ray itself writes: a kept metadata column cannot take one.
 RESERVED_FIELDS = ("id", CODE_FIELD, "label", LABEL_NAME_FIELD, "text", "source", "row", KEY_FIELD, TEXT_SPARSE_FIELD,
                    DIGEST_FIELD, DOC_FIELD)

@@ -96,11 +96,14 @@ def test_kept_columns_come_back_typed_with_every_hit_and_filter(ray_session, mod
         want = {i for i, r in enumerate(rows) if r["year"] >= 2005 and r["flag"] and r["date"] < "2024-05-20"}
         assert {h["row"] for h in filtered} == want and want
         # milvus-lite keeps the document's own fields in one JSON field; they filter as fields of their own
-        assert [f["name"] for f in s.client.describe_collection("docs")["fields"]] == ["id", "code", "label", "doc", *kept]
-        near = s.search([rows[4]["text"]], k=N, filter='1 < row <= 4 or row in [9, 11] and text like "%the%"')[0]
-        assert {h["row"] for h in near} == {2, 3, 4} | {i for i in (9, 11) if "the" in rows[i]["text"][:1024]}
-        with pytest.raises(ConfigError, match="row is kept in the row's JSON document, where Milvus does no arithmetic"):
-            s.search([rows[4]["text"]], k=N, filter="row % 2 == 0")
+        fields = [f["name"] for f in s.client.describe_collection("docs")["fields"]]
+        assert fields == ["id", "code", "label", "row", "doc", *kept]
+        near = s.search([rows[4]["text"]], k=N, filter='row % 7 == 2 or row in [9, 11] and text like "%the%" and '
+                                                        'label_name == ""')[0]
+        assert {h["row"] for h in near} == {2, 9, 16, 23, 30, 37, 44, 51, 58} | {
+            i for i in (9, 11) if "the" in rows[i]["text"][:1024]}
+        with pytest.raises(ConfigError, match="'not' before a condition on text: text is kept in the row's JSON"):
+            s.search([rows[4]["text"]], k=N, filter='not (text like "%the%")')
 
     # a rerun with the same columns finds every row stored as it is; with other columns it is refused in one line
     again = ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False, keep_columns=kept)
