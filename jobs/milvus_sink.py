@@ -33,8 +33,9 @@ LITE_ADVISED_CODES = 10_000_000
 #: beside the file) writes too slowly (bench million upsert).
 LITE_TEXT_ADVISED_DOCS = 1_000_000
 #: Documents past which a process opening a milvus-lite file waits over 30 s for it to load the
-#: codes (bench million upsert: 87 s at 5 million), and an FTS5 query over common words takes seconds.
-LITE_OPEN_ADVISED_DOCS = 2_500_000
+#: collection, and an FTS5 query over common words takes seconds (BENCHMARKS.md, million-upsert);
+#: half as many in a collection made before its document's fields were kept in one JSON field.
+LITE_OPEN_ADVISED_DOCS = 5_000_000
 
 
 @dataclass(frozen=True)
@@ -175,11 +176,11 @@ class CodeSink(Datasink[WriteStats]):
                            "collection (its words are then kept beside the file) or a Milvus server "
                            "(docs/ingest-and-search.md, 'How big')", collection.name, f"{after:,}",
                            f"{LITE_TEXT_ADVISED_DOCS:,}")
-        elif after > LITE_OPEN_ADVISED_DOCS:
+        elif after > (advised := LITE_OPEN_ADVISED_DOCS // (1 if self.info.in_doc else 2)):
             logger.warning("%s will hold %s documents in milvus-lite: past %s, each process that opens the file "
                            "waits over 30 s while it loads the codes, and a text query takes seconds; search it "
                            "through dhim-ray serve (opened once) or a Milvus server (docs/ingest-and-search.md, "
-                           "'How big')", collection.name, f"{after:,}", f"{LITE_OPEN_ADVISED_DOCS:,}")
+                           "'How big')", collection.name, f"{after:,}", f"{advised:,}")
         with tqdm(total=total, desc=f"ingest {collection.name}", unit="doc", disable=not progress) as bar:
             for batch in ds.iter_batches(batch_size=batch_size, batch_format="numpy"):
                 written, passed = self._put(collection, batch)

@@ -855,7 +855,7 @@ def test_a_lite_collection_past_the_advised_size_says_to_move_to_a_server(ray_se
     """Past LITE_ADVISED_CODES (10 million, from bench/store.py) an ingest into milvus-lite says
     once where a server serves better, and past LITE_TEXT_ADVISED_DOCS (1 million: bench million
     upsert --text-index) so does one into a collection keeping milvus-lite's own BM25 index (made
-    before the words were kept beside the file), past LITE_OPEN_ADVISED_DOCS (2.5 million: a file
+    before the words were kept beside the file), past LITE_OPEN_ADVISED_DOCS (5 million: a file
     slow to open) any other; below them, nothing."""
     import dhim_ray.jobs.ingest as job
     import dhim_ray.jobs.milvus_sink as sink
