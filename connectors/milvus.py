@@ -3,10 +3,9 @@
 One row per document (``id``, ``code`` BINARY_VECTOR with HAMMING, ``label``, ``label_name``,
 ``text``, ``source``, ``row``, ``key``, ``digest``, and ``text_sparse`` where BM25 is kept: the
 fields are documented in docs/ingest-and-search.md; a milvus-lite collection keeps the text, its
-source, label name, key and digest in one JSON field, ``doc``, read and written here as if they
-were fields of their own);
-the collection's description holds JSON (format, n_bits, model id), so a collection of another
-width, metric or model is refused."""
+source, label name, key and digest in one JSON field, ``doc``, read and written here as fields of
+their own); the collection's description holds JSON (format, n_bits, model id), so a collection of
+another width, metric or model is refused."""
 
 from __future__ import annotations
 
@@ -355,8 +354,9 @@ def _fields_are_ours(fields: list[dict]) -> bool:
                 LABEL_NAME_FIELD: DataType.VARCHAR, KEY_FIELD: DataType.VARCHAR, DIGEST_FIELD: DataType.INT64,
                 TEXT_SPARSE_FIELD: DataType.SPARSE_FLOAT_VECTOR, DOC_FIELD: DataType.JSON}
     types = {f["name"]: f.get("type") for f in fields}
+    held = (DOC_FIELD,) if DOC_FIELD in types else ("text", "source")
     return all(types.get(name, kind) == kind for name, kind in expected.items()) and all(
-        name in types for name in ("id", CODE_FIELD, "label", "row", *((DOC_FIELD,) if DOC_FIELD in types else ("text", "source"))))
+        name in types for name in ("id", CODE_FIELD, "label", "row", *held))
 
 
 @dataclass
