@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from dhim_ray.codes import bytes_to_codes, check_codes, check_n_bits
 from dhim_ray.connectors.connection import (
@@ -546,7 +547,8 @@ class CodeCollection:
             return rows
         moved = [name for name in rows if name in IN_DOC]
         out = {name: values for name, values in rows.items() if name not in IN_DOC}
-        out[DOC_FIELD] = [dict(zip(moved, values)) for values in zip(*(rows[name] for name in moved))]
+        out[DOC_FIELD] = [orjson.dumps(dict(zip(moved, values))).decode()  # as text: pymilvus walks a dict in Python
+                          for values in zip(*(rows[name] for name in moved))]
         return out
 
     def _doc(self) -> dict[str, tuple[str, str]]:

@@ -662,6 +662,37 @@ def test_a_collection_made_before_label_names_still_takes_ingests_and_searches(r
         ingest(spec, model_dir, target, workers=1, progress=False, id_column="source_row")
 
 
+def test_a_file_made_before_the_json_document_keeps_its_fields_apart(ray_session, model_dir, tmp_path):
+    """A milvus-lite collection made before the document's fields moved into one JSON field (each
+    a field of its own, the words in FTS5) takes a rerun that leaves its rows alone, and searches
+    and filters as it did."""
+    from dhim_ray.connectors.lexical import TextIndex
+    from dhim_ray.connectors.milvus import FORMAT, _schema, create_loaded
+    from dhim_ray.hasher import Hasher
+    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.search import Searcher
+
+    target = MilvusTarget(str(tmp_path / "apart.db"), "apart16")
+    meta = {"format": FORMAT, "n_bits": 16, "model": Hasher.load(model_dir).model_id, "text_index": "fts5"}
+    TextIndex(target.uri).create(target.collection)
+    with target.open() as collection:
+        index = collection.client.prepare_index_params()
+        index.add_index(field_name="code", index_type="BIN_FLAT", metric_type="HAMMING")
+        create_loaded(collection.client, target.collection, _schema(16, meta), index, 30)
+        assert not collection.describe().in_doc
+    spec = CorpusSpec("bbc", "train", limit=40)
+    first = ingest(spec, model_dir, target, workers=1, progress=False)
+    again = ingest(spec, model_dir, target, workers=1, progress=False)
+    assert first.verified and (again.rows_written, again.rows_unchanged) == (0, 40)
+    split = load_split(spec)
+    texts = split.texts
+    with Searcher(model_dir, target) as s:
+        assert "doc" not in [f["name"] for f in s.client.describe_collection(target.collection)["fields"]]
+        hits = s.search([texts[3]], k=40, filter='row < 20 and text like "%the%" and label_name != "x"')[0]
+        assert hits and all(h["row"] < 20 and "the" in h["text"] for h in hits)
+        assert s.search([texts[3][:80]], k=5, mode="text")[0][0]["row"] == split.rows[3]
+
+
 def test_search_without_a_collection_name_finds_the_one_ingested_with_the_model(model_dir, tmp_path):
     """`dhim-ray search` asked for --collection though ingest had named it: now the one
     collection at --uri ingested with the model is used; several or none is a one-line
