@@ -41,17 +41,17 @@ _COMPARE = ("==", "!=", "<", "<=", ">", ">=")
 _OPPOSITE = {"==": "!=", "!=": "==", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
 _DUAL = {"and": "or", "or": "and"}
 _FLIP = str.maketrans("<>", "><")
-
-
-def _negate(comparison: str) -> str:
-    left, op, right = comparison.split(" ", 2)
-    return f"{left} {_OPPOSITE[op]} {right}"
 _EXAMPLE = "write a boolean expression over the collection's fields, e.g. 'label == 3'"
 
 
 def shown(expr: str, chars: int = 80) -> str:
     """The expression as a message quotes it: whole up to ``chars``, else its start and its length."""
     return ascii(expr) if len(expr) <= chars else f"{ascii(expr[:chars])}... ({len(expr):,} characters)"
+
+
+def _negate(comparison: str) -> str:
+    left, op, right = comparison.split(" ", 2)
+    return f"{left} {_OPPOSITE[op]} {right}"
 
 
 def _refuse(expr: str, why: str) -> ConfigError:
@@ -152,6 +152,7 @@ class _Parser:
         self.doc_kinds = {path: kind for path, kind in self.in_doc.values()}
         self.depth = self.nots = 0
         self.fields: set[str] = set()
+        self.items: list[str] = []  # the last list's literals
         self.negation: dict[str, tuple[str, str]] = {}  # a condition's text -> its negation's, without 'not'
 
     # ---- tokens ----------------------------------------------------------------------------
@@ -274,7 +275,7 @@ class _Parser:
             for side, other in zip(parts, parts[1:]):
                 self.same_kind(side, other)
             if len(ops) == 2 and parts[1] in self.doc_kinds:  # milvus-lite has no range over a JSON path
-                low = f"{parts[1]} {_OPPOSITE[_OPPOSITE[ops[0]]].translate(_FLIP)} {parts[0]}"
+                low = f"{parts[1]} {ops[0].translate(_FLIP)} {parts[0]}"
                 return self.joined_range(low, f"{parts[1]} {ops[1]} {parts[2]}")
             text = f"{parts[0]} {ops[0]} {parts[1]}" + (f" {ops[1]} {parts[2]}" if len(ops) == 2 else "")
             if len(ops) == 1:
@@ -286,7 +287,7 @@ class _Parser:
             self.i += 1
             self.operand(kind, "the left side of 'in'")
             values = self.list_()
-            for item in values[1:-1].split(", ") if left in self.doc_kinds else ():
+            for item in self.items if left in self.doc_kinds else ():
                 self.same_kind(left, item)
             text, negation = f"{left} in {values}", f"{left} not in {values}"
             return self.negated(*((negation, text) if negated else (text, negation)))
@@ -355,6 +356,7 @@ class _Parser:
                 raise self.fail(f"a list of more than {MAX_LIST:,} values")
             items.append(self.literal())
         self.expect("]", "',' or ']' in the list")
+        self.items = items
         return "[" + ", ".join(items) + "]"
 
     def literal(self) -> str:

@@ -115,7 +115,7 @@ IN_DOC_SENT = [
     ("row < 3 and label == 1", 'doc["row"] < 3 and label == 1'), ("3 > row", '3 > doc["row"]'),
     ("1 < row <= 5", 'doc["row"] > 1 and doc["row"] <= 5'),  # milvus-lite runs no range over a JSON path
     ("5 >= row > 1", 'doc["row"] <= 5 and doc["row"] > 1'), ("not (1 < row <= 5)", '1 >= doc["row"] or doc["row"] > 5'),
-    ('not (row in [1, 2])', 'doc["row"] not in [1, 2]'), ('key like "k%"', 'doc["key"] like "k%"'),
+    ('not (row in [1, 2])', 'doc["row"] not in [1, 2]'), ('key like "k%"', 'doc["key"] like "k%"'), ('key in ["a, 3"]', 'doc["key"] in ["a, 3"]'),
     ('key == "doc[\\"row\\"]"', 'doc["key"] == "doc[\\"row\\"]"'), ("label % 2 == 0", "label % 2 == 0"),
 ]
 
