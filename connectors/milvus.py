@@ -70,6 +70,8 @@ LOAD_TIMEOUT, LOAD_NOTICE_ROWS = 3 * 3600.0, 200_000
 #: write on a full disk until the call's timeout, then fails without saying why).
 LITE_MIN_FREE_BYTES = 16 * 2**20
 INDEX_TYPES = ("BIN_FLAT", "BIN_IVF_FLAT")
+#: The fields of IN_DOC as a filter names them in DOC_FIELD, with their kinds.
+_DOC_PATHS = {name: (f'{DOC_FIELD}["{name}"]', kind) for name, kind in IN_DOC.items()}
 
 
 @dataclass(frozen=True)
@@ -376,12 +378,12 @@ class CodeCollection:
     _schema: dict | None = field(default=None, init=False, repr=False, compare=False)  # see _write
     _text_store: str | None = field(default=None, init=False, repr=False, compare=False)  # set by describe
     _words: TextIndex | None = field(default=None, init=False, repr=False, compare=False)
-    _in_doc: dict[str, tuple[str, str]] | None = field(default=None, init=False, repr=False, compare=False)
+    _in_doc: bool | None = field(default=None, init=False, repr=False, compare=False)  # set by describe
 
     def describe(self) -> CollectionInfo | None:
         """What the collection holds, or None if there is none by that name."""
         client, name, timeout = self.client, self.name, self.timeout
-        self._text_store, self._in_doc = "", {}
+        self._text_store, self._in_doc = "", False
         if not client.has_collection(name, timeout=timeout):
             return None
         desc = client.describe_collection(name, timeout=timeout)
@@ -403,8 +405,7 @@ class CodeCollection:
             metric, index_type = index.get("metric_type", ""), index.get("index_type", "")
             nlist = int(index.get("nlist", 0) or 0)
         fields = {f["name"] for f in desc["fields"]}
-        in_doc = DOC_FIELD in fields
-        self._in_doc = _doc_paths() if in_doc else {}
+        in_doc = self._in_doc = DOC_FIELD in fields
         kept = meta.get("text_index")
         self._text_store = ("milvus" if kept == "bm25" and TEXT_SPARSE_FIELD in fields else
                             "sqlite" if kept == "fts5" and self.lite_file else "")
@@ -490,7 +491,7 @@ class CodeCollection:
         if store == "sqlite":  # first: a collection that says it keeps its words elsewhere finds them there
             self.words.create(name)
         in_doc = bool(self.lite_file) and store != "milvus"  # Milvus' BM25 reads a text field of its own
-        self._text_store, self._in_doc = store, _doc_paths() if in_doc else {}
+        self._text_store, self._in_doc = store, in_doc
         try:
             create_loaded(client, name, _schema(n_bits, meta, fields, store == "milvus", in_doc), index_params, timeout)
         except Exception as exc:
@@ -526,14 +527,13 @@ class CodeCollection:
         """One insert (``new``) or upsert of ``rows``, sent by column where pymilvus' connection
         handler has that path (given row dicts, pymilvus packs them value by value in Python: the
         driver's ceiling, BENCHMARKS.md); else by row (``_write_rows``)."""
-        rows = self._stored(rows)
         connection = getattr(self.client, "_get_connection", None)
         handler = connection() if callable(connection) else None
         send = getattr(handler, "batch_insert" if new else "upsert", None)
         call_context = getattr(self.client, "_generate_call_context", None)
         if send is None or not callable(call_context):
             return self._write_rows(rows, new)
-        context = call_context()
+        context, rows = call_context(), self._stored(rows)
         if self._schema is None:  # the field types, described once per bound collection
             self._schema = handler.describe_collection(self.name, timeout=self.timeout, context=context)
         types = {f["name"]: f["type"] for f in self._schema["fields"]}
@@ -543,7 +543,7 @@ class CodeCollection:
     def _stored(self, rows: Columns) -> Columns:
         """``rows`` as the collection stores them: where it keeps a JSON document, the fields of
         IN_DOC moved into it."""
-        if not self._doc() or DOC_FIELD in rows:
+        if not self._doc():
             return rows
         moved = [name for name in rows if name in IN_DOC]
         out = {name: values for name, values in rows.items() if name not in IN_DOC}
@@ -555,7 +555,7 @@ class CodeCollection:
         """The fields kept in the JSON document, name -> (its path in a filter, its kind); {}: none."""
         if self._in_doc is None:
             self.describe()
-        return self._in_doc or {}
+        return _DOC_PATHS if self._in_doc else {}
 
     def _at(self, name: str) -> str:
         """Field ``name`` as a filter names it in this collection."""
@@ -698,13 +698,19 @@ class CodeCollection:
 
             >>> collection.query(["row", "text"], filter="row < 10")"""
         expr = check_filter(filter, in_doc=self._doc()) or ""
+        return self._query(expr, ["id", *fields], "query", expr or None, limit=int(limit))
+
+    def _query(self, expr: str, fields: Sequence[str], what: str, users: str | None = None,
+               **kwargs: Any) -> list[dict[str, Any]]:
+        """pymilvus' query of ``fields`` where ``expr`` holds, rows read as fields; a refusal of the
+        user's filter ``users`` (in ``expr``) is their ConfigError, any other failure a StoreError."""
         try:
-            rows = self.client.query(self.name, filter=expr, output_fields=self._asked(["id", *fields]),
-                                     limit=int(limit), timeout=self.timeout)
+            rows = self.client.query(self.name, filter=expr, output_fields=self._asked(fields), timeout=self.timeout,
+                                     **kwargs)
         except Exception as exc:
-            if expr and refused_by_milvus(exc):
-                raise _filter_refusal(expr, exc) from None
-            raise StoreError(_failed(f"collection {self.name!r}: query failed", exc)) from exc
+            if users and refused_by_milvus(exc):
+                raise _filter_refusal(users, exc) from None
+            raise StoreError(_failed(f"collection {self.name!r}: {what} failed", exc)) from exc
         return [self._read(r, fields) for r in rows]
 
     def ids(self) -> np.ndarray:
@@ -819,13 +825,7 @@ class CodeCollection:
         if expr is None:
             rows = self.get(ids, fields).values()
         else:
-            try:
-                rows = [self._read(r, fields) for r in self.client.query(
-                    self.name, filter=f"id in {ids} and ({expr})", output_fields=self._asked(fields), timeout=self.timeout)]
-            except Exception as exc:
-                if refused_by_milvus(exc):
-                    raise _filter_refusal(expr, exc) from None
-                raise StoreError(_failed(f"collection {self.name!r}: search failed", exc)) from exc
+            rows = self._query(f"id in {ids} and ({expr})", fields, "search", expr)
         return {int(r["id"]): {f: r[f] for f in fields if f != "id"} for r in rows}
 
     @property
@@ -888,12 +888,8 @@ class CodeCollection:
         holds: one, unless the source gave two documents the same id."""
         if not keys:
             return {}
-        expr = f"{self._at(KEY_FIELD)} in [{', '.join(quote(k) for k in keys)}]"
-        try:
-            rows = [self._read(r, [KEY_FIELD]) for r in self.client.query(
-                self.name, filter=expr, output_fields=self._asked(["id", KEY_FIELD]), timeout=self.timeout)]
-        except Exception as exc:
-            raise StoreError(_failed(f"collection {self.name!r}: looking up keys failed", exc)) from exc
+        rows = self._query(f"{self._at(KEY_FIELD)} in [{', '.join(quote(k) for k in keys)}]", ["id", KEY_FIELD],
+                           "looking up keys")
         found: dict[str, list[int]] = {}
         for r in rows:
             found.setdefault(r[KEY_FIELD], []).append(int(r["id"]))
@@ -945,7 +941,3 @@ def check_search_k(k: int) -> int:
         raise ConfigError(f"k={k}: must be between 1 and {MAX_SEARCH_K} (Milvus' top-k limit)", field="k")
     return int(k)
 
-
-def _doc_paths() -> dict[str, tuple[str, str]]:
-    """The fields of IN_DOC as a filter names them in DOC_FIELD, with their kinds."""
-    return {name: (f'{DOC_FIELD}["{name}"]', kind) for name, kind in IN_DOC.items()}
