@@ -186,8 +186,18 @@ def ray_session():
     ray.shutdown()
 
 
+#: Modules by the time they take, longest first. The suite runs on two workers (pytest-xdist,
+#: a module to a worker, pyproject.toml's addopts); the longest start first, so that both end together.
+LONGEST_FIRST = ("test_ray_cluster", "test_doc_commands", "test_readme", "test_milvus_server", "test_bad_input",
+                 "test_ingest", "test_serve", "test_ray_train", "test_cluster_config", "test_hybrid",
+                 "test_metadata_columns", "test_encode_path")
+
+
 def pytest_collection_modifyitems(items):
-    """The quick tier starts no Ray (a start costs ~8 s): a test on the real Ray is marked slow."""
+    """The longest modules first (LONGEST_FIRST), the rest in their order. The quick tier starts no
+    Ray (a start costs ~8 s): a test on the real Ray is marked slow."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: a module's tests keep their order
     unmarked = [item.nodeid for item in items
                 if "ray_session" in getattr(item, "fixturenames", ()) and item.get_closest_marker("slow") is None]
     if unmarked:

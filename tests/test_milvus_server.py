@@ -33,7 +33,7 @@ def _namespace_command() -> list[str]:
     if probe.returncode != 0:
         pytest.fail(f"cannot create a network namespace here (unshare -n: {probe.stderr.decode().strip()[:120]}); "
                     "run as root or deselect with -m 'not server'", pytrace=False)
-    inner = f"ip link set lo up && exec {sys.executable} -m pytest tests/server -q -p no:cacheprovider -rs --durations=15"
+    inner = f"ip link set lo up && exec {sys.executable} -m pytest tests/server -n 0 -q -p no:cacheprovider -rs --durations=15"
     return ["unshare", "-n", "sh", "-c", inner]
 
 
