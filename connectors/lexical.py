@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import orjson
+
 from dhim_ray.errors import StoreError, first_line
 
 #: The sidecar file: ``codes.db`` keeps its words in ``codes.db.text``.
@@ -58,9 +60,10 @@ class TextIndex:
                 db.execute("pragma journal_mode=wal")
                 db.execute("pragma synchronous=normal")
                 db.execute("create virtual table if not exists temp.fts5_probe using fts5(x)")
+                db.execute("select count(*) from json_each('[]')")
             except sqlite3.Error as exc:
                 raise StoreError(f"{self.path}: the text index cannot be opened ({first_line(exc)}); this Python's "
-                                 "sqlite3 needs FTS5 (python.org and Debian builds have it)") from exc
+                                 "sqlite3 needs FTS5 and JSON (python.org and Debian builds have both)") from exc
             self._db = db
         return self._db
 
@@ -90,12 +93,15 @@ class TextIndex:
                              (f"words_{name}",)).fetchone() is not None
 
     def write(self, name: str, ids: Sequence[int], texts: Sequence[str]) -> None:
-        """Rows ``ids`` hold ``texts`` (a row already kept is replaced), in one transaction."""
+        """Rows ``ids`` hold ``texts`` (a row already kept is replaced), in one transaction: one
+        statement over the rows as a JSON array, so SQLite indexes them all without taking Python's
+        lock back row by row (a thread writing words leaves the others their turn)."""
+        rows = orjson.dumps([[int(i), t] for i, t in zip(ids, texts)]).decode()
         with self._lock:
             self._run("beginning a write", "begin")
             try:
                 self._run("writing the text index", f"insert or replace into {self._table(name)}(rowid, text) "
-                          "values (?, ?)", list(zip(map(int, ids), texts)), many=True)
+                          "select json_extract(value, '$[0]'), json_extract(value, '$[1]') from json_each(?)", (rows,))
                 self._run("committing a write", "commit")
             except BaseException:
                 self._db.execute("rollback")

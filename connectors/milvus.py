@@ -16,6 +16,7 @@ import logging
 import re
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -500,10 +501,11 @@ class CodeCollection:
                               keys=True, columns=fields, text_index=bool(store), text_store=store, digests=True,
                               in_doc=in_doc)
 
-    def upsert(self, rows: Columns, new: bool = False) -> int:
+    def upsert(self, rows: Columns, new: bool = False, words: Future | None = None) -> int:
         """Upsert validated rows, by column (``code_rows``); returns how many were written.
         ``new``: no row with these ids can be in the collection, so they are inserted
-        (milvus-lite's upsert looks each id up, and slows as the collection grows)."""
+        (milvus-lite's upsert looks each id up, and slows as the collection grows). ``words``:
+        their words' write, already under way (``insert_each``)."""
         n = len(rows["id"])
         if not n:
             return 0
@@ -512,7 +514,9 @@ class CodeCollection:
             raise CodeFormatError(f"codes of {sorted(lengths)} bytes in one batch: every code must have the same "
                                   "length")
         self._check_space()  # milvus-lite on a full disk retries each write for its whole timeout, then fails
-        if self._words_kept():  # first: a row Milvus holds always has its words (a search reads rows from Milvus)
+        if words is not None:  # first: a row Milvus holds always has its words (a search reads rows from Milvus)
+            words.result()
+        elif self._words_kept():
             self.words.write(self.name, rows["id"], rows["text"])
         try:
             result = self._write(rows, new)
@@ -522,6 +526,24 @@ class CodeCollection:
         key = "insert_count" if new else "upsert_count"
         count = result.get(key) if isinstance(result, dict) else getattr(result, key, None)
         return n if count is None else int(count)
+
+    def insert_each(self, batches: Iterable[Columns]) -> Iterator[int]:
+        """``upsert(rows, new=True)`` of each of ``batches`` in turn, yielding how many rows each
+        wrote. Where the words are kept beside the file, a thread writes each batch's words (SQLite
+        indexes them without Python's lock) while the batch before goes to Milvus, which takes a
+        batch once its words are in: the ingest's writer does the two at once."""
+        if not self._words_kept():
+            yield from (self.upsert(rows, new=True) for rows in batches)
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="dhim-ray-words") as writer:
+            ahead: tuple[Columns, Future] | None = None
+            for rows in batches:
+                words = writer.submit(self.words.write, self.name, rows["id"], rows["text"])
+                if ahead is not None:
+                    yield self.upsert(ahead[0], new=True, words=ahead[1])
+                ahead = (rows, words)
+            if ahead is not None:
+                yield self.upsert(ahead[0], new=True, words=ahead[1])
 
     def _write(self, rows: Columns, new: bool) -> Any:
         """One insert (``new``) or upsert of ``rows``, sent by column where pymilvus' connection

@@ -181,8 +181,15 @@ class CodeSink(Datasink[WriteStats]):
                            "waits over 30 s while it loads the codes, and a text query takes seconds; search it "
                            "through dhim-ray serve (opened once) or a Milvus server (docs/ingest-and-search.md, "
                            "'How big')", collection.name, f"{after:,}", f"{advised:,}")
+        batches = ds.iter_batches(batch_size=batch_size, batch_format="numpy")
         with tqdm(total=total, desc=f"ingest {collection.name}", unit="doc", disable=not progress) as bar:
-            for batch in ds.iter_batches(batch_size=batch_size, batch_format="numpy"):
+            if self.new_rows:  # every row is new: inserted, the next batch's words written meanwhile
+                rows = (code_rows(unstored(batch)[0], self.n_bits, self.source, self.info) for batch in batches)
+                for written in collection.insert_each(rows):
+                    self.rows_written += written
+                    bar.update(written)
+                return self.rows_written
+            for batch in batches:  # a rerun: the rows not stored as they are
                 written, passed = self._put(collection, batch)
                 self.rows_written += written
                 self.rows_unchanged += passed
@@ -205,15 +212,13 @@ class CodeSink(Datasink[WriteStats]):
         return WriteStats(written, f"{socket.gethostname()}:{os.getpid()}", started, time.time(), passed)
 
     def _put(self, collection: CodeCollection, batch: dict[str, np.ndarray]) -> tuple[int, int]:
-        """One encoded batch into ``collection``: (rows written, rows passed over as stored). A new
-        source's rows on milvus-lite are inserted, a rerun's written where changed; a server's
-        upserted (a retried write task must not write a row twice)."""
+        """One encoded batch into ``collection``: (rows written, rows passed over as stored). A
+        rerun's rows on milvus-lite are written where changed; a server's upserted (a retried write
+        task must not write a row twice)."""
         batch, stored = unstored(batch)
         rows = code_rows(batch, self.n_bits, self.source, self.info)
         if not self.target.lite:
             return collection.upsert(rows), stored
-        if self.new_rows:
-            return collection.upsert(rows, new=True), stored
         written, unchanged = collection.upsert_changed(rows)
         return written, unchanged + stored
 

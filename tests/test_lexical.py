@@ -13,6 +13,7 @@ from dhim_ray.connectors.connection import release
 from dhim_ray.connectors.lexical import match_query, text_file
 from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget
 from dhim_ray.connectors.rows import TEXT_SPARSE_FIELD, code_rows
+from dhim_ray.errors import StoreError
 
 TOPICS = ["oil prices rose sharply in asian markets", "the football club signed a striker from spain",
           "a new phone was unveiled at the fair", "parliament voted on the budget bill"]
@@ -61,6 +62,36 @@ def test_a_new_lite_collection_keeps_its_words_beside_the_file_and_finds_a_phras
         assert scores == sorted(scores)  # best first, ties by id
 
 
+def test_insert_each_writes_the_next_batchs_words_meanwhile_and_no_row_goes_in_before_its_words(lite):
+    """The ingest's writer: each batch's rows and words in; where a batch's words cannot be
+    written (their table gone), that batch's rows never reach Milvus, and the batches before it
+    stay whole."""
+    import sqlite3
+    import time
+
+    texts = [f"{TOPICS[i % 4]} story {i} caf\u00e9 \"quoted\" \U0001f600" for i in range(30)]
+    with MilvusTarget(lite, "docs").open() as c:
+        c.ensure(64, "m", IndexSpec(), text_index=True)
+        assert list(c.insert_each(rows(range(s, s + 10), texts[s : s + 10]) for s in (0, 10, 20))) == [10, 10, 10]
+        assert c.count() == 30 and ranked_ids(c, "football club story 13")[0] == 13
+        assert c.get([29], ["text"])[29]["text"] == texts[29]
+
+    def batches():
+        yield rows(range(30, 40), texts[:10])
+        with sqlite3.connect(text_file(lite)) as db:  # its words in, another process drops their table
+            while not db.execute('select count(*) from "words_docs" where rowid = 39').fetchone()[0]:
+                time.sleep(0.01)
+            db.execute('drop table "words_docs"')
+        yield rows(range(40, 50), texts[10:20])
+
+    with MilvusTarget(lite, "docs").open() as c:
+        written = c.insert_each(batches())
+        with pytest.raises(StoreError, match="writing the text index failed"):
+            list(written)
+        assert c.count() == 40  # the first batch, whose words were in; not the second
+        assert sorted(c.ids()) == list(range(40))
+
+
 def test_rewrites_deletions_and_an_overwrite_keep_the_words_in_step_with_the_rows(lite):
     with MilvusTarget(lite, "docs").open() as c:
         c.ensure(64, "m", IndexSpec(), text_index=True)
@@ -92,6 +123,7 @@ def test_words_in_half_the_rows_are_matched_last_and_the_order_is_fts5s_own(lite
     query finds, each with its score to within the common words' ~0 weight, best first, rows
     holding only common words last; a write that makes a word rare again is seen at once."""
     import sqlite3
+    import time
 
     texts = [f"the {TOPICS[i % 4]} {'and more ' * (i % 3)}story {i}" for i in range(60)]
     with MilvusTarget(lite, "docs").open() as c:
