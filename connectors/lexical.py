@@ -93,19 +93,13 @@ class TextIndex:
                              (f"words_{name}",)).fetchone() is not None
 
     def write(self, name: str, ids: Sequence[int], texts: Sequence[str]) -> None:
-        """Rows ``ids`` hold ``texts`` (a row already kept is replaced), in one transaction: one
-        statement over the rows as a JSON array, so SQLite indexes them all without taking Python's
-        lock back row by row (a thread writing words leaves the others their turn)."""
+        """Rows ``ids`` hold ``texts`` (a row already kept is replaced): one statement over the rows
+        as a JSON array, all or none, so SQLite indexes them without taking Python's lock back row
+        by row (a thread writing words leaves the others their turn)."""
         rows = orjson.dumps([[int(i), t] for i, t in zip(ids, texts)]).decode()
         with self._lock:
-            self._run("beginning a write", "begin")
-            try:
-                self._run("writing the text index", f"insert or replace into {self._table(name)}(rowid, text) "
-                          "select json_extract(value, '$[0]'), json_extract(value, '$[1]') from json_each(?)", (rows,))
-                self._run("committing a write", "commit")
-            except BaseException:
-                self._db.execute("rollback")
-                raise
+            self._run("writing the text index", f"insert or replace into {self._table(name)}(rowid, text) "
+                      "select json_extract(value, '$[0]'), json_extract(value, '$[1]') from json_each(?)", (rows,))
 
     def delete(self, name: str, ids: Sequence[int]) -> None:
         with self._lock:
