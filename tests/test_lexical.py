@@ -123,7 +123,6 @@ def test_words_in_half_the_rows_are_matched_last_and_the_order_is_fts5s_own(lite
     query finds, each with its score to within the common words' ~0 weight, best first, rows
     holding only common words last; a write that makes a word rare again is seen at once."""
     import sqlite3
-    import time
 
     texts = [f"the {TOPICS[i % 4]} {'and more ' * (i % 3)}story {i}" for i in range(60)]
     with MilvusTarget(lite, "docs").open() as c:
