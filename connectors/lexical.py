@@ -96,7 +96,7 @@ class TextIndex:
         """Rows ``ids`` hold ``texts`` (a row already kept is replaced): one statement over the rows
         as a JSON array, all or none, so SQLite indexes them without taking Python's lock back row
         by row (a thread writing words leaves the others their turn)."""
-        rows = orjson.dumps([[int(i), t] for i, t in zip(ids, texts)]).decode()
+        rows = orjson.dumps([[int(i), t.replace("\x00", " ")] for i, t in zip(ids, texts)]).decode()  # SQLite's JSON ends a text at a NUL
         with self._lock:
             self._run("writing the text index", f"insert or replace into {self._table(name)}(rowid, text) "
                       "select json_extract(value, '$[0]'), json_extract(value, '$[1]') from json_each(?)", (rows,))

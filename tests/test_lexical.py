@@ -69,11 +69,12 @@ def test_insert_each_writes_the_next_batchs_words_meanwhile_and_no_row_goes_in_b
     import sqlite3
     import time
 
-    texts = [f"{TOPICS[i % 4]} story {i} caf\u00e9 \"quoted\" \U0001f600" for i in range(30)]
+    texts = [f"{TOPICS[i % 4]} story {i} caf\u00e9 \"quoted\" \U0001f600 \x00 after{i}" for i in range(30)]
     with MilvusTarget(lite, "docs").open() as c:
         c.ensure(64, "m", IndexSpec(), text_index=True)
         assert list(c.insert_each(rows(range(s, s + 10), texts[s : s + 10]) for s in (0, 10, 20))) == [10, 10, 10]
         assert c.count() == 30 and ranked_ids(c, "football club story 13")[0] == 13
+        assert ranked_ids(c, "after17") == [17]  # a word past a NUL is kept
         assert c.get([29], ["text"])[29]["text"] == texts[29]
 
     def batches():
