@@ -54,6 +54,11 @@ def _negate(comparison: str) -> str:
     return f"{left} {_OPPOSITE[op]} {right}"
 
 
+def _joined(items: list[str]) -> str:
+    """A list's literals as Milvus reads a list."""
+    return "[" + ", ".join(items) + "]"
+
+
 def _refuse(expr: str, why: str) -> ConfigError:
     return ConfigError(f"filter={shown(expr)}: {why}; {_EXAMPLE}", field="filter")
 
@@ -152,7 +157,6 @@ class _Parser:
         self.doc_kinds = {path: kind for path, kind in self.in_doc.values()}
         self.depth = self.nots = 0
         self.fields: set[str] = set()
-        self.items: list[str] = []  # the last list's literals
         self.negation: dict[str, tuple[str, str]] = {}  # a condition's text -> its negation's, without 'not'
 
     # ---- tokens ----------------------------------------------------------------------------
@@ -286,9 +290,10 @@ class _Parser:
             negated = self.take("not") is not None
             self.i += 1
             self.operand(kind, "the left side of 'in'")
-            values = self.list_()
-            for item in self.items if left in self.doc_kinds else ():
+            items = self.list_()
+            for item in items if left in self.doc_kinds else ():
                 self.same_kind(left, item)
+            values = _joined(items)
             text, negation = f"{left} in {values}", f"{left} not in {values}"
             return self.negated(*((negation, text) if negated else (text, negation)))
         if word == "like":
@@ -344,7 +349,8 @@ class _Parser:
         self.negation[text] = (f"{_negate(low)} or {_negate(high)}", "compound")
         return text, "compound"
 
-    def list_(self) -> str:
+    def list_(self) -> list[str]:
+        """A list's literals, each as written out."""
         self.expect("[", "a list '[...]' after 'in'")
         if self.word() == "]":
             raise self.fail(f"the list at character {self.toks[self.i - 1][2] + 1} is empty")
@@ -356,8 +362,7 @@ class _Parser:
                 raise self.fail(f"a list of more than {MAX_LIST:,} values")
             items.append(self.literal())
         self.expect("]", "',' or ']' in the list")
-        self.items = items
-        return "[" + ", ".join(items) + "]"
+        return items
 
     def literal(self) -> str:
         """A number, string or boolean literal (a list's item)."""
@@ -483,7 +488,7 @@ class _Parser:
             raise self.fail(f"{name}() takes a field first, e.g. '{name}(tags, 1)'")
         args = [field]
         while self.take(","):
-            args.append(self.list_() if self.word() == "[" else self.literal())
+            args.append(_joined(self.list_()) if self.word() == "[" else self.literal())
         self.expect(")", f"')' closing {name}(")
         return f"{name}({', '.join(args)})", "cond" if FUNCTIONS[name] else "value"
 

@@ -21,7 +21,7 @@ from ray.data.block import BlockAccessor
 from dhim_ray.connectors import ledger
 from dhim_ray.connectors.connection import mask_uri
 from dhim_ray.connectors.milvus import CodeCollection, CollectionInfo, IndexSpec, MilvusTarget, text_index_support
-from dhim_ray.connectors.rows import code_rows
+from dhim_ray.connectors.rows import Columns, code_rows
 from dhim_ray.errors import ConfigError, StoreError
 
 logger = logging.getLogger(__name__)
@@ -184,8 +184,7 @@ class CodeSink(Datasink[WriteStats]):
         batches = ds.iter_batches(batch_size=batch_size, batch_format="numpy")
         with tqdm(total=total, desc=f"ingest {collection.name}", unit="doc", disable=not progress) as bar:
             if self.new_rows:  # every row is new: inserted, the next batch's words written meanwhile
-                rows = (code_rows(unstored(batch)[0], self.n_bits, self.source, self.info) for batch in batches)
-                for written in collection.insert_each(rows):
+                for written in collection.insert_each(self._rows(batch)[0] for batch in batches):
                     self.rows_written += written
                     bar.update(written)
                 return self.rows_written
@@ -211,12 +210,16 @@ class CodeSink(Datasink[WriteStats]):
                     written, passed = written + wrote, passed + stored
         return WriteStats(written, f"{socket.gethostname()}:{os.getpid()}", started, time.time(), passed)
 
+    def _rows(self, batch: dict[str, np.ndarray]) -> tuple[Columns, int]:
+        """An encoded batch's rows to write, as an upsert takes them, and how many it passed over as stored."""
+        batch, stored = unstored(batch)
+        return code_rows(batch, self.n_bits, self.source, self.info), stored
+
     def _put(self, collection: CodeCollection, batch: dict[str, np.ndarray]) -> tuple[int, int]:
         """One encoded batch into ``collection``: (rows written, rows passed over as stored). A
         rerun's rows on milvus-lite are written where changed; a server's upserted (a retried write
         task must not write a row twice)."""
-        batch, stored = unstored(batch)
-        rows = code_rows(batch, self.n_bits, self.source, self.info)
+        rows, stored = self._rows(batch)
         if not self.target.lite:
             return collection.upsert(rows), stored
         written, unchanged = collection.upsert_changed(rows)
