@@ -1,8 +1,8 @@
-"""The evaluator's parts: a method (``Model`` or ``Baseline``: features -> an index of the database and
-the queries' side), the database indexed in memory (``InMemoryCodes``, ``InMemoryVectors``) or in Milvus
-(dhim_ray.eval_in_milvus.MilvusCodes), and two tasks, ``topic`` (precision@k, both tie rules, scored by
-``evaluate_codes`` wherever the codes live; cosine-neighbour recall without labels) and
-``known_item_task``. Run through dhim_ray.evaluation.evaluate. No Ray, no Milvus."""
+"""The evaluator: a method (``Model`` or ``Baseline``: features -> an index of the database and the
+queries' side), a place for the database (``InMemory``: a corpus indexed by each method; an ingested
+collection: dhim_ray.eval_in_milvus.InMilvus) and two tasks, ``topic`` (precision@k, both tie rules;
+cosine-neighbour recall without labels) and ``known_item_task``, whichever the place. Run through
+dhim_ray.evaluation.evaluate. No Ray, no Milvus."""
 
 from __future__ import annotations
 
@@ -37,11 +37,29 @@ logger = logging.getLogger(__name__)
 
 
 class CodeDatabase(Protocol):
-    """Where the database's codes are searched: what tells one evaluation from another."""
+    """The database indexed for one method: what the tasks ask of it, wherever it is searched."""
 
     def precision(self, codes: np.ndarray, labels: np.ndarray, k: int) -> PrecisionResult: ...  # both tie rules
     # The labels (n_queries, k), in the queries' numbering, of each query's k x m candidates re-ranked:
     def reranked_labels(self, codes: np.ndarray, scores: np.ndarray | None, k: int, m: int) -> np.ndarray: ...
+    def neighbour_recall(self, codes: np.ndarray, neighbours: np.ndarray) -> float: ...  # no labels
+    # known-item: (better, tied) per query for ``targets`` (indices of the place's texts), plain and re-ranked
+    def item_ranks(self, codes: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+    def reranked_ranks(self, codes: np.ndarray, scores: np.ndarray | None, targets: np.ndarray,
+                       m: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class Place(Protocol):
+    """Where the database is (``InMemory``, dhim_ray.eval_in_milvus.InMilvus); ``about``: what a
+    result says of it; ``n_database``: its documents, once the queries are read."""
+
+    about: dict[str, Any]
+    n_database: int
+
+    def topic_queries(self, queries: CorpusSpec, k: int) -> tuple[Split, np.ndarray | None]: ...
+    def windows(self, queries: CorpusSpec | None, spec: WindowSpec, cleaning: str) -> tuple[known_item.KnownItemQueries, str]: ...
+    def index(self, method: Method, query_texts: list[str], progress: bool, cache_dir: str | Path | None) -> CodeDatabase: ...
+    def vectors(self, method: Method, progress: bool, cache_dir: str | Path | None) -> np.ndarray: ...  # no labels
 
 
 @dataclass
@@ -65,6 +83,11 @@ class InMemoryCodes:
 
     def item_ranks(self, codes: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return known_item.hamming_ranks(self.codes, codes, targets)
+
+    def reranked_ranks(self, codes: np.ndarray, scores: np.ndarray | None, targets: np.ndarray,
+                       m: int) -> tuple[np.ndarray, np.ndarray]:
+        return known_item.list_ranks(self.reranked(codes, scores, max(known_item.RECALL_KS), m), targets,
+                                     len(self.codes))
 
 
 @dataclass
@@ -214,32 +237,6 @@ class Baseline:
 Method = Model | Baseline
 
 
-def topic(method: Method, database: CorpusSpec, queries: CorpusSpec, k: int = 100, rerank: int = 1,
-          progress: bool = True, cache_dir: str | Path | None = None, curve: bool = False) -> dict[str, Any]:
-    """Precision@k of ``method``: the database and the queries encoded, the database indexed, searched exactly
-    (without labels: cosine-neighbour recall@k). ``rerank`` m > 1 (a model) also reports the k x m
-    Hamming candidates re-ranked by agreement with the queries' pre-threshold scores.
-
-    >>> topic(Model("runs/bbc-64"), CorpusSpec("bbc", "train"), CorpusSpec("bbc", "test"))["precision_at_k"]"""
-    rerank = check_rerank(rerank) if method.reranks else 1
-    db, q, q_labels = eval_splits(database, queries, k)
-    t0 = time.perf_counter()
-    db_f = method.encoder.features(db.texts, progress=progress, cache_dir=cache_dir)
-    q_f = method.encoder.features(q.texts, progress=progress, cache_dir=cache_dir)
-    index = method.fit(db_f, db.labels)
-    q_codes, q_scores = method.queries(q_f)
-    if q_labels is None:
-        neighbours = cosine_topk(db_f.mean, q_f.mean, k)  # once: the plain and the re-ranked recall share them
-        out = label_free_scores(neighbours, index.neighbour_recall(q_codes, neighbours), len(db.texts))
-        if rerank > 1:
-            out.update(rerank=rerank, rerank_by=BY_BITS, neighbour_recall_at_k_reranked=_overlap(
-                index.reranked(q_codes, q_scores, out["k"], rerank), neighbours))
-    else:
-        out = evaluate_codes(index, q_codes, q_labels, k, rerank, q_scores, curve=curve)
-    return {**method.about, **out, "seconds": round(time.perf_counter() - t0, 2)}
-
-
-# ---- known-item retrieval ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class WindowSpec:
     """How known-item queries are cut (dhim_ray.retrieval.known_item.cut_windows)."""
@@ -252,22 +249,73 @@ class WindowSpec:
         known_item.check_window(self.words, self.n_queries)
 
 
+class InMemory:
+    """The database as a corpus split in memory, encoded and indexed exactly by each method."""
+
+    about: dict[str, Any] = {}
+
+    def __init__(self, database: CorpusSpec):
+        self.spec, self.texts, self.labels, self.features = database, [], None, None
+
+    @property
+    def n_database(self) -> int:
+        return len(self.texts)
+
+    def topic_queries(self, queries: CorpusSpec, k: int) -> tuple[Split, np.ndarray | None]:
+        db, q, labels = eval_splits(self.spec, queries, k)
+        self.texts, self.labels = db.texts, db.labels
+        return q, labels
+
+    def windows(self, queries: CorpusSpec | None, spec: WindowSpec, cleaning: str) -> tuple[known_item.KnownItemQueries, str]:
+        """Windows of the database's documents; with ``queries`` the query split's documents join the
+        database and windows are cut from them alone (held out, never trained on)."""
+        db = load_split(self.spec, "train")
+        self.texts, self.labels, candidates = db.texts, None, None
+        where = f"windows of {self.spec.display}, each to find its document among them"
+        if queries is not None:
+            q = load_split(queries, "val")
+            self.texts, candidates = db.texts + q.texts, np.arange(len(db.texts), len(db.texts) + len(q.texts))
+            where = f"windows of {queries.display}, each to find its document among {self.spec.display} and {queries.display}"
+        return known_item.cut_windows(self.texts, spec.n_queries, spec.words, spec.seed, candidates, cleaning), where
+
+    def index(self, method: Method, query_texts: list[str], progress: bool, cache_dir: str | Path | None):
+        self.features = method.encoder.features(self.texts, progress=progress, cache_dir=cache_dir)
+        return method.fit(self.features, self.labels)
+
+    def vectors(self, method: Method, progress: bool, cache_dir: str | Path | None) -> np.ndarray:
+        return self.features.mean
+
+
+def topic(method: Method, database: CorpusSpec | Place, queries: CorpusSpec, k: int = 100, rerank: int = 1,
+          progress: bool = True, cache_dir: str | Path | None = None, curve: bool = False) -> dict[str, Any]:
+    """Precision@k of ``method``: the queries encoded and searched in the database (a corpus, indexed
+    exactly in memory, or a ``Place``); without labels, cosine-neighbour recall@k. ``rerank`` m > 1
+    (a model) also reports the k x m Hamming candidates re-ranked by the queries' pre-threshold scores.
+
+    >>> topic(Model("runs/bbc-64"), CorpusSpec("bbc", "train"), CorpusSpec("bbc", "test"))["precision_at_k"]"""
+    rerank = check_rerank(rerank) if method.reranks else 1
+    place = InMemory(database) if isinstance(database, CorpusSpec) else database
+    q, q_labels = place.topic_queries(queries, k)
+    t0 = time.perf_counter()
+    index = place.index(method, q.texts, progress, cache_dir)
+    q_f = method.encoder.features(q.texts, progress=progress, cache_dir=cache_dir)
+    q_codes, q_scores = method.queries(q_f)
+    if q_labels is None:
+        neighbours = cosine_topk(place.vectors(method, progress, cache_dir), q_f.mean, k)  # once for both recalls
+        out = label_free_scores(neighbours, index.neighbour_recall(q_codes, neighbours), place.n_database)
+        if rerank > 1:
+            out.update(rerank=rerank, rerank_by=BY_BITS, neighbour_recall_at_k_reranked=_overlap(
+                index.reranked(q_codes, q_scores, out["k"], rerank), neighbours))
+    else:
+        out = evaluate_codes(index, q_codes, q_labels, k, rerank, q_scores, curve=curve)
+    return {**method.about, **place.about, **out, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+# ---- known-item retrieval ----------------------------------------------------------------------
 #: What a model's known-item figures measured: the codes alone, which a phrase rarely finds (the
 #: hybrid search of an ingested collection, BM25 first, finds nearly every one).
 IN_MEMORY_CODES = ("the codes alone, in memory; an ingested collection searches hybrid (BM25 first): "
                    "dhim-ray eval {model} --task known-item --collection NAME")
-
-
-def known_item_corpus(database: CorpusSpec, queries: CorpusSpec | None) -> tuple[list[str], np.ndarray | None, str]:
-    """(database texts, indices of the documents windows are cut from or None for all, what
-    they are). With ``queries`` the query split's documents join the database and windows are
-    cut from them alone: held-out documents, never trained on, among the training ones."""
-    db = load_split(database, "train")
-    if queries is None:
-        return db.texts, None, f"windows of {database.display}, each to find its document among them"
-    q = load_split(queries, "val")
-    return db.texts + q.texts, np.arange(len(db.texts), len(db.texts) + len(q.texts)), \
-        f"windows of {queries.display}, each to find its document among {database.display} and {queries.display}"
 
 
 def known_item_result(method: str, better, tied, windows: known_item.KnownItemQueries, n_database: int,
@@ -282,7 +330,7 @@ def known_item_result(method: str, better, tied, windows: known_item.KnownItemQu
     return out
 
 
-def known_item_task(method: Method, database: CorpusSpec, queries: CorpusSpec | None = None,
+def known_item_task(method: Method, database: CorpusSpec | Place, queries: CorpusSpec | None = None,
                     windows: WindowSpec = WindowSpec(), rerank: int = 1, progress: bool = True,
                     cache_dir: str | Path | None = None, curve: bool = False) -> dict[str, Any]:
     """Known-item retrieval of ``method``: each query is a window of words cut from a document, the one
@@ -291,19 +339,17 @@ def known_item_task(method: Method, database: CorpusSpec, queries: CorpusSpec | 
 
     >>> known_item_task(Model("runs/bbc-64"), CorpusSpec("bbc", "train"))["recall_at_10"]"""
     rerank = check_rerank(rerank) if method.reranks else 1
-    texts, candidates, where = known_item_corpus(database, queries)
-    cut = known_item.cut_windows(texts, windows.n_queries, windows.words, windows.seed, candidates,
-                                 method.encoder.config.cleaning)
+    place = InMemory(database) if isinstance(database, CorpusSpec) else database
+    cut, where = place.windows(queries, windows, method.encoder.config.cleaning)
     t0 = time.perf_counter()
-    index = method.fit(method.encoder.features(texts, progress=progress, cache_dir=cache_dir))
+    index = place.index(method, cut.texts, progress, cache_dir)
     q_codes, q_scores = method.query_texts(cut.texts)
-    about = dict(method.about)
-    if isinstance(method, Model):
+    about = {**method.about, **place.about}
+    if isinstance(method, Model) and isinstance(place, InMemory):
         about["searched"] = IN_MEMORY_CODES.format(model=about["model"])
-    out = known_item_result(about.pop("method"), *index.item_ranks(q_codes, cut.targets), cut, len(texts), where,
-                             curve, **about)
+    out = known_item_result(about.pop("method"), *index.item_ranks(q_codes, cut.targets), cut, place.n_database,
+                             where, curve, **about)
     if rerank > 1:
-        idx = index.reranked(q_codes, q_scores, max(known_item.RECALL_KS), rerank)
-        reranked = known_item.known_item_scores(*known_item.list_ranks(idx, cut.targets, len(texts)))
+        reranked = known_item.known_item_scores(*index.reranked_ranks(q_codes, q_scores, cut.targets, rerank))
         out.update(rerank=rerank, rerank_by=BY_BITS, **{f"{k}_reranked": v for k, v in reranked.items()})
     return {**out, "seconds": round(time.perf_counter() - t0, 2)}

@@ -139,30 +139,29 @@ class EvalRequest:
 def evaluate(request: EvalRequest, progress: bool = True) -> list[dict[str, Any]]:
     """Every method of ``request`` measured, the model first: one result dict each (the
     figures of its task, ``method``, ``n_queries``, ``n_database``; ``curve`` where asked)."""
-    r = request
-    if r.collection is not None:
-        from dhim_ray.eval_in_milvus import evaluate_in_milvus, known_item_in_milvus
-
-        if r.task == "known-item":
-            return [known_item_in_milvus(r.model_dir, r.collection, r.windows, nprobe=r.nprobe, rerank=r.rerank,
-                                         mode=r.mode, fusion=r.fusion)]
-        return [evaluate_in_milvus(r.model_dir, r.queries, r.collection, k=r.k, nprobe=r.nprobe, rerank=r.rerank,
-                                   mode=r.mode, fusion=r.fusion)]
     from dhim_ray.encoding.encoder import shared_features
+    from dhim_ray.eval_in_memory import Baseline, Model
 
+    r = request
     with shared_features():  # every method encodes the same texts: once, where the settings agree
-        return _evaluate_in_memory(r, progress)
+        methods: list[Model | Baseline] = [] if r.model_dir is None else [Model(r.model_dir)]
+        if r.collection is not None:
+            from dhim_ray.eval_in_milvus import InMilvus
+
+            with InMilvus.open(methods[0], r.collection, r.nprobe, mode=r.mode, fusion=r.fusion,
+                               rerank=r.rerank) as place:
+                return [_task(r, methods[0], place, progress)]
+        model = methods[0].hasher if methods else None  # baselines beside a model: its features and width
+        features = r.baseline_features(None if model is None else model.config.features)
+        methods += [Baseline(name, r.baseline_bits(name, None if model is None else model.n_bits), features)
+                    for name in r.baselines]
+        return [_task(r, m, r.database, progress) for m in methods]
 
 
-def _evaluate_in_memory(r: EvalRequest, progress: bool) -> list[dict[str, Any]]:
-    from dhim_ray.eval_in_memory import Baseline, Model, known_item_task, topic
+def _task(r: EvalRequest, method, database, progress: bool) -> dict[str, Any]:
+    from dhim_ray.eval_in_memory import known_item_task, topic
 
-    methods: list[Model | Baseline] = [] if r.model_dir is None else [Model(r.model_dir)]
-    model = methods[0].hasher if methods else None  # baselines beside a model: its features and width
-    features = r.baseline_features(None if model is None else model.config.features)
-    methods += [Baseline(name, r.baseline_bits(name, None if model is None else model.n_bits), features)
-                for name in r.baselines]
     common = {"rerank": r.rerank, "progress": progress, "cache_dir": r.cache_dir, "curve": r.curves}
     if r.task == "known-item":
-        return [known_item_task(m, r.database, r.queries, r.windows, **common) for m in methods]
-    return [topic(m, r.database, r.queries, r.k, **common) for m in methods]
+        return known_item_task(method, database, r.queries, r.windows, **common)
+    return topic(method, database, r.queries, r.k, **common)

@@ -256,7 +256,11 @@ def test_cli_search_and_eval_through_milvus_take_the_mode(ingested, model_dir):
     assert fused["mode"] == "hybrid" and fused["fusion"] == "phrase:5" and codes["mode"] == "codes"
     assert fused["recall_at_10"] >= 0.95 > codes["recall_at_10"]
     topic = json.loads(runner.invoke(app, [*ev, "--queries", "bbc:val", "--limit", "40", "-k", "20"]).stdout)
-    assert topic["mode"] == "hybrid" and 0 < topic["precision_at_k"] <= 1
+    assert topic["mode"] == "hybrid" and 0 < topic["precision_at_k"] == topic["precision_at_k_tie_aware"] <= 1
+    # --rerank: the codes' candidates re-ranked before the fusion, reported beside the plain list
+    reranked = json.loads(runner.invoke(app, [*ev, "--queries", "bbc:val", "--limit", "40", "-k", "20",
+                                              "--rerank", "4"]).stdout)
+    assert reranked["precision_at_k"] == topic["precision_at_k"] and 0 < reranked["precision_at_k_reranked"] <= 1
     refused = runner.invoke(app, ["eval", str(model_dir), "--database", "bbc:train", "--queries", "bbc:val",
                                   "--mode", "hybrid"])
     assert refused.exit_code == 2 and "applies to a Milvus --collection" in refused.output
@@ -268,19 +272,19 @@ def test_eval_without_labels_scores_the_collection_as_in_memory(ingested, model_
     recall@k (its stored texts encoded again), the figure the in-memory eval gives for the same
     documents; a mode other than codes is refused in one line."""
     from dhim_ray.eval_in_memory import Model, topic
-    from dhim_ray.eval_in_milvus import evaluate_in_milvus
+    from dhim_ray.evaluation import EvalRequest, evaluate
 
     target, _ = ingested
     texts = load_split(CorpusSpec("bbc", "test")).texts[:40]
     (tmp_path / "q.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     queries = CorpusSpec.parse(f"{tmp_path / 'q.jsonl'}:train")
-    milvus = evaluate_in_milvus(model_dir, queries, target, k=10, mode="codes")
+    milvus = evaluate(EvalRequest(model_dir, queries=queries, collection=target, k=10, mode="codes"))[0]
     memory = topic(Model(model_dir), BBC, queries, k=10, progress=False)
     assert milvus["metric"] == memory["metric"] and milvus["n_database"] == memory["n_database"] == N
     assert milvus["neighbour_recall_at_k"] == pytest.approx(memory["neighbour_recall_at_k"], abs=1e-12)
     assert 0 < milvus["neighbour_recall_at_k"] <= 1
     with pytest.raises(ConfigError, match="mode=hybrid: without labels"):
-        evaluate_in_milvus(model_dir, queries, target, k=10, mode="hybrid")
+        evaluate(EvalRequest(model_dir, queries=queries, collection=target, k=10, mode="hybrid"))
 
 
 def test_the_text_mode_ranks_by_bm25_on_a_corpus_whose_answer_is_known(tiny_model, tmp_path):

@@ -171,12 +171,12 @@ def test_search_own_text_returns_it_at_distance_zero(ingested, model_dir):
 
 def test_milvus_precision_equals_in_memory(ingested, model_dir):
     from dhim_ray.eval_in_memory import Model, topic
-    from dhim_ray.eval_in_milvus import evaluate_in_milvus
+    from dhim_ray.evaluation import EvalRequest, evaluate
 
     target, _ = ingested
     queries = CorpusSpec("bbc", "val", limit=60)
     in_memory = topic(Model(model_dir), BBC, queries, k=50, progress=False)
-    milvus = evaluate_in_milvus(model_dir, queries, target, k=50, mode="codes")
+    milvus = evaluate(EvalRequest(model_dir, queries=queries, collection=target, k=50, mode="codes"))[0]
     assert milvus["precision_at_k_tie_aware"] == pytest.approx(in_memory["precision_at_k_tie_aware"], abs=1e-9)
     assert milvus["precision_at_k"] == pytest.approx(in_memory["precision_at_k"], abs=1e-9)
 
@@ -185,7 +185,7 @@ def test_queries_naming_some_of_the_classes_are_matched_by_name(ray_session, mod
     """A query file holding two of the collection's five classes numbers its labels 0..1 by
     itself; through Milvus they must be matched by name, as the in-memory eval does."""
     from dhim_ray.eval_in_memory import Model, topic
-    from dhim_ray.eval_in_milvus import evaluate_in_milvus
+    from dhim_ray.evaluation import EvalRequest, evaluate
 
     bbc = load_split(CorpusSpec("bbc"), "train")
     names = bbc.label_names
@@ -196,7 +196,7 @@ def test_queries_naming_some_of_the_classes_are_matched_by_name(ray_session, mod
     target = MilvusTarget(str(tmp_path / "named.db"), "named")
     ingest_job(CorpusSpec(str(tmp_path / "db"), "train"), model_dir, target)
     queries = CorpusSpec(str(tmp_path / "q"), "val")
-    milvus = evaluate_in_milvus(model_dir, queries, target, k=20, mode="codes")
+    milvus = evaluate(EvalRequest(model_dir, queries=queries, collection=target, k=20, mode="codes"))[0]
     in_memory = topic(Model(model_dir), CorpusSpec(str(tmp_path / "db"), "train"), queries, k=20,
                                     progress=False)
     assert milvus["precision_at_k_tie_aware"] == pytest.approx(in_memory["precision_at_k_tie_aware"], abs=1e-9)
@@ -519,7 +519,7 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
     query's scores. Which codes tied at the (k x M)-th distance the store returns is its own
     choice, so the check re-ranks exactly the candidates the store returned."""
     from dhim_ray.eval_in_memory import Model, topic
-    from dhim_ray.eval_in_milvus import evaluate_in_milvus
+    from dhim_ray.evaluation import EvalRequest, evaluate
     from dhim_ray.hasher import Hasher
     from dhim_ray.retrieval.rerank import agreement, rerank_topk
     from dhim_ray.search import Searcher
@@ -551,7 +551,8 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
     idx, _ = rerank_topk(hasher.encode(split.texts), q_codes, q_scores, 20, 4)
     assert in_memory["precision_at_k_reranked"] == pytest.approx(
         float((split.labels[idx] == q_split.labels[:, None]).mean()))
-    milvus = evaluate_in_milvus(model_dir, queries_spec, target, k=20, rerank=4, mode="codes")
+    milvus = evaluate(EvalRequest(model_dir, queries=queries_spec, collection=target, k=20, rerank=4,
+                                  mode="codes"))[0]
     assert milvus["rerank"] == 4 and 0 < milvus["precision_at_k_reranked"] <= 1
 
 

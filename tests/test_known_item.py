@@ -100,7 +100,7 @@ def test_the_same_figures_in_memory_and_through_milvus(tmp_path, toy_folder, tin
     from dhim_ray.corpus.data import load_split
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.eval_in_memory import Model, WindowSpec, known_item_task
-    from dhim_ray.eval_in_milvus import known_item_in_milvus
+    from dhim_ray.evaluation import EvalRequest, evaluate
     from dhim_ray.hasher import Hasher
 
     model = tiny_model
@@ -114,7 +114,7 @@ def test_the_same_figures_in_memory_and_through_milvus(tmp_path, toy_folder, tin
                                      "label": split.labels, "text": split.texts, "row": rows}, 16, "toy@1"))
     spec = WindowSpec(60, 4, 3)
     memory = known_item_task(Model(model), CorpusSpec(str(toy_folder), "train"), None, spec, rerank=4, progress=False)
-    milvus = known_item_in_milvus(model, target, spec, rerank=4)
+    milvus = evaluate(EvalRequest(model, collection=target, task="known-item", windows=spec, rerank=4))[0]
     for key in ("recall_at_1", "recall_at_10", "recall_at_100", "mrr", "mean_rank", "n_queries", "n_database"):
         assert milvus[key] == pytest.approx(memory[key]), key
     assert memory["n_database"] == len(split.texts) and memory["recall_at_100"] > memory["recall_at_1"] >= 0

@@ -170,7 +170,7 @@ def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus
 def test_search_through_the_ivf_index(ingested, model_dir):
     """nprobe = nlist probes every cluster: exact, so it must agree with in-memory search."""
     from dhim_ray.eval_in_memory import Model, topic
-    from dhim_ray.eval_in_milvus import evaluate_in_milvus
+    from dhim_ray.evaluation import EvalRequest, evaluate
     from dhim_ray.search import Searcher
 
     target, _ = ingested
@@ -183,7 +183,7 @@ def test_search_through_the_ivf_index(ingested, model_dir):
     assert own[0]["label_name"] == split.label_names[split.labels[11]]  # written by the sink's workers
     queries = CorpusSpec("bbc", "val", limit=60)
     in_memory = topic(Model(model_dir), BBC, queries, k=50, progress=False)
-    served = evaluate_in_milvus(model_dir, queries, target, k=50, index=exact)
+    served = evaluate(EvalRequest(model_dir, queries=queries, collection=target, k=50, nprobe=NLIST))[0]
     assert served["precision_at_k_tie_aware"] == pytest.approx(in_memory["precision_at_k_tie_aware"], abs=1e-9)
 
 
