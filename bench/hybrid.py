@@ -16,9 +16,13 @@ then applied to the same two lists:
   ranking by words has: a window whose words occur in that order in n documents finds its own in
   the top 10 with chance min(1, 10 / n) at best (``item_exact_bound_at_10``).
 
-Bytes per document: the milvus-lite file of each collection after a flush, divided by its rows.
+Bytes per document: the milvus-lite file of each collection after a flush (with what it keeps beside
+it: the words' FTS5 index), divided by its rows. ``--bytes`` measures them again alone, as the
+connector writes a new file today, for the rows already recorded (no model: each text's code is 8
+bytes of its hash, as dense as a trained model's balanced bits).
 
     python -m bench hybrid --corpora dbpedia agnews r8 20ng
+    python -m bench hybrid --bytes       # the bytes per document again, for every corpus recorded
 
 Results accumulate in bench/hybrid.jsonl (a rerun skips corpora already there).
 """
@@ -26,6 +30,7 @@ Results accumulate in bench/hybrid.jsonl (a rerun skips corpora already there).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import tempfile
@@ -34,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness import HERE, append_row, file_bytes, read_rows
+from bench.harness import DATA, HERE, append_row, file_bytes, read_rows
 from bench.protocol import corpus_features, done, fit_carved, training_fields
 from dhim_ray.config import config_for_bits
 from dhim_ray.connectors.milvus import MilvusTarget
@@ -123,10 +128,7 @@ def search_corpus(model, encoder, train, val, codes, texts, windows: int, folder
     t0 = time.perf_counter()
     bare = build(folder / "codes.db", "codes", codes, labels, texts, sources, False)
     seconds_without = time.perf_counter() - t0
-    out: dict = {"bytes_per_doc_hybrid": round(file_bytes(Path(target.uri)) / len(texts), 1),
-                 "bytes_per_doc_codes": round(file_bytes(Path(bare.uri)) / len(texts), 1),
-                 "text_bytes_per_doc": round(float(np.mean([len(t[:1024].encode()) for t in texts])), 1),
-                 "ingest_seconds_ratio": round(seconds_with / seconds_without, 2)}
+    out: dict = {**bytes_per_doc(target, bare, texts), "ingest_seconds_ratio": round(seconds_with / seconds_without, 2)}
     with target.open(create=False) as collection:
         # topic: val documents against train; short: their first 8 words
         train_only = 'source == "train"'
@@ -147,6 +149,40 @@ def search_corpus(model, encoder, train, val, codes, texts, windows: int, folder
         scores = recall(item[how], row_ids[cut.targets], len(texts))
         out.update({f"item_{k}_{how}": round(v, 5) for k, v in scores.items() if k.startswith("recall")})
     return out
+
+
+def bytes_per_doc(hybrid: MilvusTarget, bare: MilvusTarget, texts: list[str]) -> dict:
+    return {"bytes_per_doc_hybrid": round(file_bytes(Path(hybrid.uri)) / len(texts), 1),
+            "bytes_per_doc_codes": round(file_bytes(Path(bare.uri)) / len(texts), 1),
+            "text_bytes_per_doc": round(float(np.mean([len(t[:1024].encode()) for t in texts])), 1)}
+
+
+def measure_bytes(name: str, folder: Path) -> dict:
+    """``bytes_per_doc`` of the corpus' train + val rows written as a new file is today, no model:
+    each text's code is the first 8 bytes of its blake2b hash."""
+    import hashlib
+
+    from dhim_ray.corpus.data import load_corpus
+
+    corpus = load_corpus(str(DATA / name))
+    train, val = corpus.split("train"), corpus.split("val")
+    texts = train.texts + val.texts
+    codes = np.frombuffer(b"".join(hashlib.blake2b(t.encode(), digest_size=8).digest() for t in texts),
+                          np.uint8).reshape(len(texts), 8)
+    labels = np.concatenate([train.labels, val.labels])
+    sources = np.array(["train"] * len(train.texts) + ["val"] * len(val.texts))
+    hybrid = build(folder / "hybrid.db", "hybrid", codes, labels, texts, sources, True)
+    bare = build(folder / "codes.db", "codes", codes, labels, texts, sources, False)
+    with hybrid.open(create=False) as collection:
+        info = collection.describe()
+    if (info.text_store, info.in_doc) != ("sqlite", True):
+        raise SystemExit(f"the new file's layout is {info.text_store!r}, in_doc={info.in_doc}: not {BYTES_LAYOUT}")
+    return {**bytes_per_doc(hybrid, bare, texts), "bytes_layout": BYTES_LAYOUT}
+
+
+#: How the rows' bytes were laid out when measured (a row without it: Milvus' own BM25 in the file,
+#: each field apart).
+BYTES_LAYOUT = "words beside the file (FTS5), the document's fields in one JSON field"
 
 
 def exact_bound(windows: list[str], texts: list[str], k: int) -> float:
@@ -174,8 +210,16 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=1000)
     ap.add_argument("--cache-dir", default=str(HERE / ".cache" / "features"))
     ap.add_argument("--results", type=Path, default=RESULTS)
+    ap.add_argument("--bytes", action="store_true", help="measure the bytes per document again, alone")
     args = ap.parse_args()
     rows = read_rows(args.results)
+    if args.bytes:
+        for row in rows:
+            with tempfile.TemporaryDirectory(prefix="dhim-ray-hybrid-") as folder:
+                row.update(measure_bytes(row["corpus"], Path(folder)))
+            print(row["corpus"], {k: v for k, v in row.items() if "bytes" in k}, flush=True)
+        args.results.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        return
     for name in args.corpora:
         if done(rows, corpus=name, max_epochs=args.max_epochs):
             continue
