@@ -138,22 +138,27 @@ def tiny_model(bits: int = 64) -> Path:
 
 
 def bench_digests(sizes: list[int]) -> dict:
-    """A rerun's start, the driver's own memory as the collection grows: one milvus-lite file of
-    our rows (64-bit codes, a digest each, no text index) grown to each size in ``sizes``; at each,
-    two fresh processes read the source's stored ids and digests as a rerun does, 'parts' (each
-    part put into Ray's object store as it is read: the shipped way) and 'whole' (every part
-    held, joined, then put: as before). Reported: each process' own peak (PeakMemory.own, Ray's
-    shared pages left out) above what it held before the read."""
+    """A rerun's start as the collection grows: one milvus-lite file of our rows (64-bit codes, 60
+    words of text and a digest each, the ids ``document_ids`` gives, no text index) grown to each
+    size in ``sizes``; at each, fresh processes read the source's stored ids and digests as a
+    rerun does, 'parts' (each part put into Ray's object store as it is read: the shipped way) and
+    'whole' (every part held, joined, then put: as before), and 'by-source' (the same rows paged
+    through by a filter on their source, as before, not their ids' range: its time only). Reported:
+    each process' own peak (PeakMemory.own, Ray's shared pages left out) above what it held before
+    the read, and the seconds of the read."""
     from dhim_ray.connectors.connection import release
     from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget
-    from dhim_ray.connectors.rows import code_rows
+    from dhim_ray.connectors.rows import code_rows, document_ids
 
     CACHE.mkdir(parents=True, exist_ok=True)
     db = CACHE / "digests.db"
     for f in CACHE.glob(f"{db.name}*"):
         f.unlink()
     rng = np.random.default_rng(0)
-    out: dict = {"sizes": [], "parts_mib": [], "whole_mib": []}
+    vocabulary = np.array([f"w{i}" for i in range(5000)])
+    texts = np.array([" ".join(rng.choice(vocabulary, 60)) for _ in range(10_000)], dtype=object)
+    ways = ("parts", "whole", "by-source")
+    out: dict = {"sizes": [], "parts_mib": [], "whole_mib": [], "parts_s": [], "by_source_s": []}
     held = 0
     try:
         for size in sorted(sizes):
@@ -161,27 +166,35 @@ def bench_digests(sizes: list[int]) -> dict:
                 info = c.ensure(64, "bench:digests", IndexSpec(), text_index=False)
                 while held < size:
                     n = min(5000, size - held)
-                    batch = {"id": np.arange(held, held + n, dtype=np.int64), "row": np.arange(held, held + n),
+                    rows = np.arange(held, held + n)
+                    batch = {"id": document_ids(DIGESTS_SOURCE, rows), "row": rows,
                              "code": rng.integers(0, 256, (n, 8), dtype=np.uint8), "label": np.zeros(n, np.int64),
-                             "text": np.array(["a"] * n, dtype=object),
-                             "digest": rng.integers(1, 2**62, n, dtype=np.int64)}
-                    held += c.upsert(code_rows(batch, 64, "bench:digests", info), new=True)
+                             "text": texts[rows % len(texts)], "digest": rng.integers(1, 2**62, n, dtype=np.int64)}
+                    held += c.upsert(code_rows(batch, 64, DIGESTS_SOURCE, info), new=True)
             release(str(db))
             row = {}
-            for way in ("parts", "whole"):  # a fresh process each: peak memory is per process
+            for way in ways:  # a fresh process each: peak memory is per process
                 done = subprocess.run([sys.executable, "-m", "bench.million", "_digests", "--db", str(db), "--way", way],
                                       capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1])
                 row[way] = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+                if row[way]["rows"] != size:
+                    raise SystemExit(f"{way}: read {row[way]['rows']} rows of {size}")
             out["sizes"].append(size)
             for way in ("parts", "whole"):
                 out[f"{way}_mib"].append(row[way]["own_growth"] / 2**20)
-            logger.info("%d rows: driver +%.0f MiB in parts, +%.0f MiB whole", size, out["parts_mib"][-1],
-                        out["whole_mib"][-1])
+            out["parts_s"].append(row["parts"]["seconds"])
+            out["by_source_s"].append(row["by-source"]["seconds"])
+            logger.info("%d rows: driver +%.0f MiB in parts, +%.0f MiB whole; read in %.1f s by the ids' range, "
+                        "%.1f s by source", size, out["parts_mib"][-1], out["whole_mib"][-1], out["parts_s"][-1],
+                        out["by_source_s"][-1])
     finally:
         release(str(db))
         for f in CACHE.glob(f"{db.name}*"):
             f.unlink()
     return out
+
+
+DIGESTS_SOURCE = "bench:digests"
 
 
 def _read_digests(db: str, way: str) -> dict:
@@ -192,18 +205,27 @@ def _read_digests(db: str, way: str) -> dict:
 
     init_ray(num_cpus=1)
     with MilvusTarget(db, "docs", timeout=3600).open(create=False) as c, PeakMemory(every=0.02) as peak:
+        c.count()  # loaded: the read alone is timed
         time.sleep(0.1)
-        before = peak.own
+        before, t0, n = peak.own, time.perf_counter(), 0
         refs, parts = [], []
-        for ids, digests in c.digests("bench:digests"):
+        if way == "by-source":  # the previous read: a filter on the source, in the rows' JSON document
+            it = c.client.query_iterator("docs", batch_size=16384, output_fields=["id", "doc"], timeout=3600,
+                                         filter=f'doc["source"] == "{DIGESTS_SOURCE}" and doc["digest"] != 0')
+            while page := it.next():
+                n += len(page)
+            it.close()
+        for ids, digests in () if way == "by-source" else c.digests(DIGESTS_SOURCE):
+            n += len(ids)
             if way == "parts":
                 refs.append((int(ids[0]), int(ids[-1]), ray.put((ids, digests))))
             else:
                 parts.append((ids, digests))
         if way == "whole":
             refs.append(ray.put((np.concatenate([i for i, _ in parts]), np.concatenate([d for _, d in parts]))))
+        seconds = time.perf_counter() - t0
         time.sleep(0.1)
-    return {"own_growth": peak.own - before, "parts": len(refs)}
+    return {"own_growth": peak.own - before, "parts": len(refs), "rows": n, "seconds": seconds}
 
 
 # ---- memory ---------------------------------------------------------------------------
@@ -833,7 +855,7 @@ def main() -> None:
     p.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 3_000_000])
     p = sub.add_parser("_digests")
     p.add_argument("--db")
-    p.add_argument("--way", choices=["parts", "whole"])
+    p.add_argument("--way", choices=["parts", "whole", "by-source"])
     p = sub.add_parser("reopen")
     p.add_argument("--docs", type=int, default=1_000_000)
     p = sub.add_parser("upsert")

@@ -48,6 +48,7 @@ from dhim_ray.connectors.rows import (
     TEXT_PREVIEW,
     TEXT_SPARSE_FIELD,
     Columns,
+    id_range,
     take,
 )
 from dhim_ray.corpus.columns import MILVUS_NAME, string_bound, wider
@@ -700,17 +701,23 @@ class CodeCollection:
     def digests(self, source: str, batch_size: int = 16384) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The ids and digests of ``source``'s rows that carry one (a collection with the digest
         field), ``batch_size`` rows at a time, each part sorted by id: what a rerun of its ingest
-        need not encode again, read without holding the whole collection's (16 bytes a row)."""
+        need not encode again, read without holding the whole collection's (16 bytes a row). The
+        rows are paged through by their ids' range (``document_ids``), the source checked here: a
+        filter on the source would have milvus-lite read every row's document again for each page."""
         self._flush()
+        first, past = id_range(source)
         try:
-            it = self.client.query_iterator(self.name, batch_size=batch_size, output_fields=self._asked(["id", DIGEST_FIELD]),
-                                            filter=f"{self._at('source')} == {quote(source)} and {self._at(DIGEST_FIELD)} "
-                                            "!= 0", timeout=self.timeout)
-            while rows := [self._read(r, [DIGEST_FIELD]) for r in it.next()]:
-                ids = np.fromiter((r["id"] for r in rows), np.int64, len(rows))
-                digests = np.fromiter((r[DIGEST_FIELD] for r in rows), np.int64, len(rows))
-                order = np.argsort(ids, kind="stable")
-                yield ids[order], digests[order]
+            it = self.client.query_iterator(self.name, batch_size=batch_size, filter=f"id >= {first} and id < {past}",
+                                            output_fields=self._asked(["id", "source", DIGEST_FIELD]),
+                                            timeout=self.timeout)
+            while page := it.next():
+                rows = [r for r in (self._read(r, ["source", DIGEST_FIELD]) for r in page)
+                        if r[DIGEST_FIELD] and r["source"] == source[:256]]
+                if rows:
+                    ids = np.fromiter((r["id"] for r in rows), np.int64, len(rows))
+                    digests = np.fromiter((r[DIGEST_FIELD] for r in rows), np.int64, len(rows))
+                    order = np.argsort(ids, kind="stable")
+                    yield ids[order], digests[order]
             it.close()
         except Exception as exc:
             raise StoreError(_failed(f"collection {self.name!r}: reading the rows' digests failed", exc)) from exc

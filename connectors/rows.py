@@ -52,8 +52,13 @@ def document_ids(source: str, rows: Sequence[int] | np.ndarray) -> np.ndarray:
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size and (rows.min() < 0 or rows.max() >= 1 << 40):
         raise ConfigError("row numbers must be in [0, 2^40) to form document ids")
+    return np.int64(id_range(source)[0]) | rows
+
+
+def id_range(source: str) -> tuple[int, int]:
+    """The [first, past the last) ``document_ids`` of ``source`` can take: its hash's 23 bits on top."""
     prefix = int.from_bytes(hashlib.blake2b(source.encode(), digest_size=8).digest(), "big") & ((1 << 23) - 1)
-    return (np.int64(prefix) << np.int64(40)) | rows
+    return prefix << 40, (prefix + 1) << 40
 
 
 def row_digests(columns: Mapping[str, Sequence[Any]]) -> np.ndarray:

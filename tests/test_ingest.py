@@ -110,6 +110,36 @@ def test_stored_rows_are_marked_by_digest_and_not_encoded(ray_session, model_dir
     assert np.array_equal(codes[[0, 2]], expected[[0, 2]]) and not codes[[1, 3]].any()  # 1 and 3: not encoded
 
 
+def test_the_stored_digests_are_read_by_the_sources_id_range(tmp_path):
+    """A rerun reads the stored ids and digests of its source by their ids' range (document_ids),
+    not by a filter on the source that milvus-lite evaluates over every row's document for each
+    page: every row of the source that has a digest, in sorted parts; another source's rows, a
+    row in the range that holds another source and a row without a digest are left out."""
+    from dhim_ray.connectors.rows import id_range
+
+    def batch(source, rows, digests, ids=None):
+        n = len(rows)
+        return code_rows({"id": document_ids(source, rows) if ids is None else np.asarray(ids, np.int64),
+                          "row": np.asarray(rows), "code": np.zeros((n, 8), np.uint8), "label": np.zeros(n, np.int64),
+                          "text": np.array([f"text {r}" for r in rows], dtype=object),
+                          "digest": np.asarray(digests, np.int64)}, 64, source)
+
+    target = MilvusTarget(str(tmp_path / "d.db"), "docs")
+    try:
+        with target.open() as c:
+            c.ensure(64, "m", IndexSpec())
+            c.upsert(batch("a@1", range(10), range(1, 11)), new=True)
+            c.upsert(batch("b@2", range(10), range(1, 11)), new=True)
+            c.upsert(batch("a@1", [10], [0]), new=True)  # a row without a digest
+            c.upsert(batch("c@3", [11], [5], ids=[id_range("a@1")[0] + 11]), new=True)  # a@1's range, c@3's row
+            parts = list(c.digests("a@1", batch_size=4))
+    finally:
+        release(target.uri)
+    assert np.concatenate([i for i, _ in parts]).tolist() == document_ids("a@1", range(10)).tolist()
+    assert np.concatenate([d for _, d in parts]).tolist() == list(range(1, 11))
+    assert all((np.diff(i) > 0).all() for i, _ in parts)
+
+
 def test_a_rerun_encodes_and_writes_only_what_is_missing_or_changed(ray_session, model_dir, tmp_path):
     """An ingest that died part-way cost a whole ingest again (every document re-encoded): a
     rerun now passes over the rows stored as they are, and writes the missing and changed ones
