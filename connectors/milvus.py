@@ -44,6 +44,7 @@ from dhim_ray.connectors.rows import (
     LABEL_NAME_FIELD,
     LABEL_NAME_MAX,
     OUTPUT_FIELDS,
+    SOURCE_MAX,
     TEXT_FUNCTION,
     TEXT_PREVIEW,
     TEXT_SPARSE_FIELD,
@@ -264,7 +265,7 @@ def _document_fields(schema, text_index: bool) -> None:
     schema.add_field(LABEL_NAME_FIELD, DataType.VARCHAR, max_length=LABEL_NAME_MAX * 4)
     schema.add_field("text", DataType.VARCHAR, max_length=TEXT_PREVIEW * 4, **({"enable_analyzer": True}
                                                                                 if text_index else {}))
-    schema.add_field("source", DataType.VARCHAR, max_length=256)
+    schema.add_field("source", DataType.VARCHAR, max_length=SOURCE_MAX)
     schema.add_field("row", DataType.INT64)
     schema.add_field(KEY_FIELD, DataType.VARCHAR, max_length=KEY_MAX * 4)
     schema.add_field(DIGEST_FIELD, DataType.INT64)
@@ -712,7 +713,7 @@ class CodeCollection:
                                             timeout=self.timeout)
             while page := it.next():
                 rows = [r for r in (self._read(r, ["source", DIGEST_FIELD]) for r in page)
-                        if r[DIGEST_FIELD] and r["source"] == source[:256]]
+                        if r[DIGEST_FIELD] and r["source"] == source[:SOURCE_MAX]]
                 if rows:
                     ids = np.fromiter((r["id"] for r in rows), np.int64, len(rows))
                     digests = np.fromiter((r[DIGEST_FIELD] for r in rows), np.int64, len(rows))

@@ -21,6 +21,7 @@ LABEL_NAME_FIELD = "label_name"
 LABEL_NAME_MAX = 256  # characters kept of a label's name
 KEY_FIELD = "key"
 KEY_MAX = 256  # characters of a document's own id (longer ones are refused, not cut)
+SOURCE_MAX = 256  # characters kept of a row's source label
 #: A hash of everything a row is made from (its whole text, label, ids, kept columns): a rerun finds
 #: the rows stored as they are and neither encodes nor writes them. 0: not known (rows of old writers).
 DIGEST_FIELD = "digest"
@@ -99,7 +100,7 @@ def code_rows(batch: Mapping[str, Any], n_bits: int, source: str, fields: Any = 
             raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
     out: Columns = {"id": [int(i) for i in given["id"]], CODE_FIELD: [c.tobytes() for c in codes],
                     "label": [-1] * n if given["label"] is None else [int(v) for v in given["label"]],
-                    "text": [_preview(str(t)) for t in given["text"]], "source": [source[:256]] * n,
+                    "text": [_preview(str(t)) for t in given["text"]], "source": [source[:SOURCE_MAX]] * n,
                     "row": [int(r) for r in given["row"]]}
     if name_field:
         names = given[LABEL_NAME_FIELD]
