@@ -167,11 +167,7 @@ def _check_reachable(uri: str, timeout: float) -> None:
 
 
 def _quiet_pymilvus() -> None:
-    """pymilvus logs every refused call with its whole stack at ERROR, then raises; the
-    connector turns the exception into one message, so the log stays quiet unless dhim-ray's
-    logger is at DEBUG. Its query iterator warns on milvus-lite, which keeps no session
-    timestamp, that it uses the client's clock: not news after the flush ``ids`` does first.
-    (Set after pymilvus is imported: its import configures its loggers.)"""
+    """pymilvus' stack-logging of refused calls and lite's clock warning, kept for DEBUG (set after its import)."""
     level = logging.DEBUG if logging.getLogger("dhim_ray").isEnabledFor(logging.DEBUG) else logging.CRITICAL
     for name in ("pymilvus.decorators", "pymilvus.client.abstract", "pymilvus.client.iterator.query_iterator"):
         logging.getLogger(name).setLevel(level)
@@ -252,9 +248,7 @@ LITE_SERVER_LOG = os.path.join(tempfile.gettempdir(), "dhim-ray-milvus-lite.log"
 
 
 def _with_server_log(start):
-    """Run ``start`` (which launches milvus-lite's server) with file descriptor 2 pointed at
-    LITE_SERVER_LOG, so the server inherits the file as its stderr and the terminal keeps
-    to dhim-ray's own lines; the caller's stderr is put back at once."""
+    """Run ``start`` with fd 2 on LITE_SERVER_LOG, so the server it launches writes there, not the terminal."""
     verbose = logging.getLogger("dhim_ray").isEnabledFor(logging.DEBUG)
     with stderr_to(None if verbose else LITE_SERVER_LOG):
         return start()
@@ -291,9 +285,7 @@ def guard_lite_locks() -> None:
 
 
 class _LiteChatter(logging.Filter):
-    """milvus-lite logs on the root logger when it releases a file no server holds (after a
-    connect that failed) and when another process holds the file: the caller says the
-    latter in its own one line, and the former is not news."""
+    """Drops milvus-lite's root-logger lines about releasing or sharing a file: the caller says its own."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()

@@ -147,9 +147,7 @@ def _wildcards(pattern: str) -> int:
 
 
 class _Parser:
-    """Recursive descent over the tokens; each rule returns (canonical text, kind), kind being
-    "cond" (a condition), "value", "field" (a value that is a stored field) or "doc" (a field kept
-    in a JSON document: ``in_doc`` names them, name -> (its path there, "int" or "string"))."""
+    """Recursive descent; each rule returns (canonical text, kind: cond, value, field or doc)."""
 
     def __init__(self, expr: str, in_doc: Mapping[str, tuple[str, str]] | None = None):
         self.expr, self.toks, self.i = expr, _tokens(expr), 0

@@ -135,9 +135,7 @@ class TextIndex:
                 rows = cursor.fetchmany(1024)
 
     def _common(self, name: str, words: list[str]) -> set[str]:
-        """Those of ``words`` held by half of table ``name``'s rows or more; counts are kept until
-        the file changes (another process's writes: sqlite's data_version; this connection's: its
-        total_changes)."""
+        """Those of ``words`` in half of table ``name``'s rows or more, counted once per change of the file."""
         with self._lock:
             version = (self._run("reading the version", "pragma data_version").fetchone()[0], self._db.total_changes)
             known = self._counts.get(name)

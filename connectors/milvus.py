@@ -1,11 +1,6 @@
-"""Milvus connector for packed binary codes (pymilvus + numpy; never torch).
-
-One row per document (``id``, ``code`` BINARY_VECTOR with HAMMING, ``label``, ``label_name``,
-``text``, ``source``, ``row``, ``key``, ``digest``, and ``text_sparse`` where BM25 is kept: the
-fields are documented in docs/ingest-and-search.md; a milvus-lite collection keeps the text, its
-source, label name, key and digest in one JSON field, ``doc``, read and written here as fields of
-their own); the collection's description holds JSON (format, n_bits, model id), so a collection of
-another width, metric or model is refused."""
+"""Milvus connector for packed binary codes (pymilvus + numpy; never torch): one row per document,
+its ``code`` a BINARY_VECTOR searched by HAMMING (the fields: docs/ingest-and-search.md); the
+collection's description holds its format, width and model, so other codes are refused."""
 
 from __future__ import annotations
 
@@ -338,9 +333,7 @@ def _failed(what: str, exc: Exception) -> str:
 
 
 def _column_problems(have: dict[str, tuple[str, int]], want: dict[str, tuple[str | None, int]]) -> list[str]:
-    """Why a collection keeping columns ``have`` cannot take this ingest's ``want``: other names,
-    a kind its field cannot hold (an int column takes ints only; a string one anything), or
-    strings longer than its field."""
+    """Why columns ``have`` cannot take ``want``: other names, kinds or longer strings."""
     known = all(k is not None for k, _ in want.values())
     if set(have) != set(want) or (known and any(wider(k, have[n][0]) != have[n][0] for n, (k, _) in want.items())):
         shown = (describe_columns(have), describe_columns(want)) if known else (
@@ -351,8 +344,7 @@ def _column_problems(have: dict[str, tuple[str, int]], want: dict[str, tuple[str
 
 
 def _fields_are_ours(fields: list[dict]) -> bool:
-    """Whether the fields dhim-ray reads have the types it writes (a foreign collection that
-    copied the description may not: a VARCHAR id, a FLOAT_VECTOR code)."""
+    """Whether the fields dhim-ray reads have the types it writes (not a foreign lookalike)."""
     from pymilvus import DataType
 
     expected = {"id": DataType.INT64, CODE_FIELD: DataType.BINARY_VECTOR, "label": DataType.INT64,
@@ -548,9 +540,7 @@ class CodeCollection:
                 yield self.upsert(ahead[0], new=True, words=ahead[1])
 
     def _write(self, rows: Columns, new: bool) -> Any:
-        """One insert (``new``) or upsert of ``rows``, sent by column where pymilvus' connection
-        handler has that path (given row dicts, pymilvus packs them value by value in Python: the
-        driver's ceiling, BENCHMARKS.md); else by row (``_write_rows``)."""
+        """One insert or upsert of ``rows``, by column through pymilvus' handler where present, else by row."""
         connection = getattr(self.client, "_get_connection", None)
         handler = connection() if callable(connection) else None
         send = getattr(handler, "batch_insert" if new else "upsert", None)
@@ -565,8 +555,7 @@ class CodeCollection:
         return send(self.name, entities, timeout=self.timeout, context=context, schema=self._schema)
 
     def _stored(self, rows: Columns) -> Columns:
-        """``rows`` as the collection stores them: where it keeps a JSON document, the fields of
-        IN_DOC moved into it."""
+        """``rows`` as the collection stores them: IN_DOC's fields moved into its JSON document."""
         if not self._doc():
             return rows
         moved = [name for name in rows if name in IN_DOC]
@@ -732,8 +721,7 @@ class CodeCollection:
 
     def _query(self, expr: str, fields: Sequence[str], what: str, users: str | None = None,
                **kwargs: Any) -> list[dict[str, Any]]:
-        """pymilvus' query of ``fields`` where ``expr`` holds, rows read as fields; a refusal of the
-        user's filter ``users`` (in ``expr``) is their ConfigError, any other failure a StoreError."""
+        """Rows of ``fields`` where ``expr`` holds; a refused ``users`` filter is a ConfigError, else a StoreError."""
         try:
             rows = self.client.query(self.name, filter=expr, output_fields=self._asked(fields), timeout=self.timeout,
                                      **kwargs)
@@ -840,8 +828,7 @@ class CodeCollection:
         return out
 
     def _search_words(self, text: str, k: int, fields: list[str], expr: str | None) -> list[dict[str, Any]]:
-        """``search_text`` where the words are kept beside the file: FTS5 ranks, Milvus gives each
-        hit's fields and applies the filter, a page of ranked ids at a time until k pass."""
+        """``search_text`` over FTS5 beside the file: ranked ids a page at a time until k pass Milvus' filter."""
         ranked, hits, page = self.words.ranked(self.name, text), [], max(2 * k, 64)
         while len(hits) < k and (part := list(itertools.islice(ranked, page))):
             found = self._rows_where([i for i, _ in part], fields, expr)
@@ -926,8 +913,7 @@ class CodeCollection:
         return {key: sorted(ids) for key, ids in found.items()}
 
     def _field_of(self, ids: Sequence[int], field_name: str) -> list[Any]:
-        """Field ``field_name`` of rows ``ids``, in that order (read by id: milvus-lite 2.5.1
-        hangs when a search asks for a vector field)."""
+        """Field ``field_name`` of rows ``ids``, in order (by id: lite 2.5.1 hangs searching vector fields)."""
         found = self.get(ids, ["id", field_name])
         missing = [int(i) for i in ids if int(i) not in found]
         if missing:
@@ -942,10 +928,7 @@ class CodeCollection:
 
 
 def _ahead(k: int) -> int:
-    """Hits to ask Milvus for, to return ``k`` ties-by-id: which of the rows tied at the k-th value
-    Milvus returns depends on the order they were written in, so up to k more are fetched, the
-    lists sorted with ties by id and cut at k (the same hits from every ingest of the same rows,
-    while the tie at the k-th value holds at most k more rows)."""
+    """Hits to fetch so the k kept are the same ties-by-id whatever the write order: k more."""
     return min(2 * int(k), MAX_SEARCH_K)
 
 
@@ -955,9 +938,7 @@ def _unwrapped(value: Any) -> Any:
 
 
 def _same_row(stored: dict[str, Any], rows: Columns, i: int) -> bool:
-    """Whether a row read back by ``get`` holds what row ``i`` of ``rows`` (code_rows) would
-    write. Kept floats are DOUBLE fields and read back exactly; a row that differs in any field
-    counts as changed (it is upserted again)."""
+    """Whether a stored row holds every field row ``i`` of ``rows`` would write (else it is upserted again)."""
     for name, values in rows.items():
         value, have = values[i], _unwrapped(stored.get(name))
         if have != value:

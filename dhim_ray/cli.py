@@ -37,8 +37,7 @@ DEFAULT_DB = "dhim_ray.db"
 
 
 def _plain_help() -> None:
-    """Typer 0.29 writes a required argument as ``{corpus}`` in usage lines and every flag's type
-    as ``<bool>``: write them as command lines are read (``CORPUS``; a flag takes no value)."""
+    """Usage lines as command lines read: ``CORPUS``, not ``{corpus}``; a flag shows no ``<bool>``."""
     from typer import core
 
     if hasattr(core.TyperArgument, "_usage_display_name"):
@@ -137,8 +136,7 @@ def _no_space(exc: BaseException) -> bool:
 
 
 class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever sys.stderr is at the time of each record, so a caller that
-    swaps stderr (a test runner, CliRunner) never leaves the handler on a closed file."""
+    """Writes to the sys.stderr of each record's time, so a swapped stderr never leaves it on a closed file."""
 
     @property
     def stream(self):
@@ -661,8 +659,7 @@ def _remember_hits(hits: list[list[dict[str, Any]]], uri: str, collection: str |
 
 
 def _last_hits(like: list[str] | None, uri: str, collection: str | None, model_dir: Path):
-    """``--like`` values with each ``@N`` (the N-th hit of the last search; ``@Q.N`` of its Q-th
-    query) replaced by that hit's id; and the collection that search used."""
+    """``--like`` with each ``@N``/``@Q.N`` replaced by that hit's id, and the collection the search used."""
     if not like or not any(v.startswith("@") for v in like):
         return like, collection
     try:
@@ -691,8 +688,7 @@ def _last_hits(like: list[str] | None, uri: str, collection: str | None, model_d
 
 
 def _ask_service(uri: str, collection: str | None, model_dir: Path, request):
-    """The answer of the service holding milvus-lite file ``uri`` (dhim-ray serve), as Searcher.run
-    gives it; None where no service announced itself for this collection and model."""
+    """The answer of the ``dhim-ray serve`` holding milvus-lite file ``uri``; None where none announced itself."""
     from dhim_ray.jobs.service_file import ServiceRefused, ask, running_service
     from dhim_ray.search import SearchResult
 
@@ -782,10 +778,7 @@ WIDE = 100
 
 
 def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
-    """A table per query; rank, distance, label (its name where the corpus names its
-    labels, else its number; no column where no hit has one) and, from WIDE columns, id (the
-    document's own id where it was ingested with --id-column, else the row's) keep their
-    width; narrower, the rank is the handle --like takes (@RANK)."""
+    """A table per query; from WIDE columns with ids, narrower the rank is the handle (``--like @RANK``)."""
     from rich import box
     from rich.console import Console
     from rich.table import Table

@@ -365,12 +365,9 @@ def config_for_bits(n_bits: int, **sections: dict[str, Any]) -> DHIMConfig:
 
 
 def as_published(config: DHIMConfig) -> DHIMConfig:
-    """The paper's method as its reference code runs it, kept measurable beside the
-    shipped one: the reference run's batch size, lr and alpha for this code length;
-    256 filters, no linear path, random init, [CLS] as the regulariser target, no
-    neighbour positives, no crops, the ASCII-only text cleaner; and its quirks: sigmoid before softplus,
-    [SEP]/[PAD] counted as words, beta fixed at 1 (its --beta is never read), the
-    conv projection shared with [CLS] where the widths allow it (3K == hidden size)."""
+    """The paper's method as its reference code runs it, quirks included (docs/training.md lists
+    them): its batch size, lr and alpha for this code length, 256 filters, random init, [CLS]
+    as the regulariser's target, the ASCII cleaner, sigmoid before softplus, beta fixed at 1."""
     m = config.model
     ref = defaults_for_bits(m.n_bits, REFERENCE_HYPERPARAMETERS)
     filters = 256  # the paper's K

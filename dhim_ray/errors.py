@@ -1,11 +1,6 @@
-"""One root exception with narrow subclasses.
-
-Every message says what was given, what was expected and how to fix it, in one
-line. Library messages name the Python parameter (``n_bits=100: ...``), and an error about
-one field carries its name (``exc.field``): the CLI rewrites parameter names to its flags
-(``--bits 100: ...``, from one table, ``dhim_ray.cli.FLAGS``), the HTTP service returns the
-field beside the message.
-"""
+"""One root exception with narrow subclasses; each message is one line: what was given, what was
+expected, how to fix it. Messages name the Python parameter (``n_bits=100: ...``) and carry it as
+``exc.field``: the CLI writes its flag instead (``--bits 100``), the HTTP service the JSON field."""
 
 from __future__ import annotations
 

@@ -127,8 +127,7 @@ class StoredIndex:
         return PrecisionResult(k, ordered / (n * k), expected / (n * k), n, n_db)
 
     def _with_ties(self, code: np.ndarray, k: int, i: int) -> tuple[list[dict[str, Any]], np.ndarray]:
-        """One query's hits to past the k-th distance: top-k 2k, then four times more, up to Milvus'
-        16384 or the collection."""
+        """One query's hits past the k-th distance: 2k, then four times more, up to 16384."""
         n_db, fields = self.place.n_database, (*self.place.label_of.fields, "row")
         limit = min(k * 2, MAX_SEARCH_K, n_db)
         while True:

@@ -119,9 +119,7 @@ class Hasher(TextHasher):
 
     def _batches(self, texts: list[str] | str, batch_size: int,
                  prepared: bool = False) -> tuple[int, Iterator[tuple[np.ndarray, Features]]]:
-        """(number of texts, (row indices, features) one encoder pass at a time), the texts
-        checked first unless ``prepared`` (``check_texts``' output). Each pass is sorted by length and
-        as wide as its longest document plus the head's reach (FrozenEncoder.iter_batches)."""
+        """(number of texts, (row indices, features) per encoder pass); texts checked unless ``prepared``."""
         if isinstance(texts, str):
             texts = [texts]
         if not prepared:

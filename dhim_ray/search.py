@@ -278,8 +278,7 @@ class Searcher:
         return self._with_distances(codes, out)
 
     def _filter(self, filter: str | Filter | None) -> Filter | None:
-        """A filter as given to a public method: a string parsed and its fields checked here; a
-        ``Filter`` comes from a ``SearchRequest`` that ``run`` checked already."""
+        """A public method's filter: a string parsed and checked here; a ``Filter`` was checked by ``run``."""
         if isinstance(filter, Filter):
             return filter
         parsed = parse_filter(filter)

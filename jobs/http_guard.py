@@ -172,8 +172,7 @@ class RequestGuard:
         await self._counted(scope, receive, send, limit)
 
     async def _counted(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
-        """The app with a receive that stops a body (chunked, or longer than it said) at the
-        limit; whatever the app answers then, the client gets the 413."""
+        """The app with a receive that stops a body at the limit; the client gets the 413."""
         seen, started, too_large = 0, False, False
         too_large_error = (413, f"body: more than {limit} bytes", "body")
 

@@ -300,8 +300,7 @@ def stored_rows(sink: CodeSink) -> tuple[tuple[int, int, Any], ...] | None:
 
 
 def _checked_model(r: IngestRequest) -> tuple[Hasher, CollectionSpec]:
-    """The checkpoint's fields the driver needs (the encoding actors load the weights) and what
-    the collection keeps; the GPUs counted first where Ray is local."""
+    """The checkpoint's fields the driver needs and what the collection keeps; local GPUs counted first."""
     if r.use_gpu and cluster_address(r.address) is None:
         import torch
 
@@ -312,8 +311,7 @@ def _checked_model(r: IngestRequest) -> tuple[Hasher, CollectionSpec]:
 
 
 def _write(sink: CodeSink, ds, r: IngestRequest, n_documents: int, progress: bool) -> None:
-    """The encoded rows into the sink: from the driver on milvus-lite (one process per file), by
-    Ray's write tasks on a server."""
+    """The encoded rows into the sink: by the driver on milvus-lite, by Ray's write tasks on a server."""
     try:
         with task_errors():
             if r.target.lite:

@@ -216,9 +216,7 @@ class CodeSink(Datasink[WriteStats]):
         return code_rows(batch, self.n_bits, self.source, self.info), stored
 
     def _put(self, collection: CodeCollection, batch: dict[str, np.ndarray]) -> tuple[int, int]:
-        """One encoded batch into ``collection``: (rows written, rows passed over as stored). A
-        rerun's rows on milvus-lite are written where changed; a server's upserted (a retried write
-        task must not write a row twice)."""
+        """One encoded batch into ``collection``: (rows written, rows passed over as stored)."""
         rows, stored = self._rows(batch)
         if not self.target.lite:
             return collection.upsert(rows), stored

@@ -270,8 +270,7 @@ def actor_resources(workers: int) -> tuple[float, int]:
 
 
 def _path_view(path: str, probe: str | None) -> str:
-    """What this node sees at ``path``: its top-level names and sizes (and whether ``probe``,
-    a file the driver just wrote there, is among them)."""
+    """This node's view of ``path``: its top-level names and sizes, and whether ``probe`` is there."""
     folder = Path(path)
     if not folder.exists():
         return "missing"

@@ -146,8 +146,7 @@ class SearchBody(HashRequest):
 
 
 def _refused(exc: Exception) -> JSONResponse:
-    """A 422 naming the body's field a SearchRequest's (or the collection's) refusal is about (``exc.field``);
-    the texts where it names none of them."""
+    """A 422 naming the body's field the refusal is about (``exc.field``), else the texts."""
     message, field = str(exc), getattr(exc, "field", None)
     if field not in SearchBody.model_fields:
         message, field = f"texts: {message}", "texts"
@@ -205,8 +204,7 @@ async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
 
 
 def _watch_for_drain(guard: dict[str, Any]) -> None:
-    """A replica's watch: once ``stop_service`` has made the drain actor, new requests are
-    answered 503 (the guard) and the requests still held are reported until the process ends."""
+    """Once ``stop_service`` made the drain actor: refuse new requests, report those still held."""
     import ray
 
     replica = serve.get_replica_context().replica_tag
@@ -259,17 +257,13 @@ class QueryService:
 
     # ---- plumbing ------------------------------------------------------------------------
     def _authorised(self, request: Request) -> bool:
-        """The guard has checked already; checked again here so a deployment whose guard
-        was left out still refuses."""
+        """Checked again beside the guard, so a deployment without it still refuses."""
         host = request.headers.get("host", "")
         return token_matches(request.headers.get("authorization", ""), self.options.api_token_sha256) and \
             host_allowed(host, self.options.allowed_hosts) and origin_allowed(request.headers.get("origin"), host)
 
     async def _searcher(self) -> Searcher:
-        """The open Searcher, (re)opened when there is none. Every ALIAS_CHECK_S it asks which
-        collection the served name points at: where an alias moved (ingest --alias), the new
-        collection's Searcher, with the model that collection names, replaces the old one once
-        it is ready; requests meanwhile are answered by the old pair, never by a mix."""
+        """The open Searcher; every ALIAS_CHECK_S, a moved alias's Searcher replaces it once ready."""
         async with self._lock:
             try:
                 if self.searcher is None:
@@ -292,9 +286,7 @@ class QueryService:
             return self.searcher
 
     def _open_searcher(self) -> Searcher:
-        """A Searcher of the collection the served name points at, with the model it was ingested
-        with: the replica's, or (an alias moved to a collection of another model) the one whose
-        folder that collection names, loaded now."""
+        """A Searcher of what the served name points at, with the model that collection was ingested with."""
         hasher, model_dir = self.hasher, self.options.model_dir
         if not self.target.lite:  # a milvus-lite file has no aliases
             with self.target.open(create=False) as collection:
@@ -322,9 +314,7 @@ class QueryService:
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
     async def _encode_batch(self, requests: list[tuple[Hasher, list[str], bool]]) -> list[tuple[Any, Any]]:
-        """Every waiting request's texts (cleaned by ``check_texts`` for its model) through one encoder
-        pass per model (one, unless an alias moved while they waited); each request gets its own rows
-        back, with their pre-threshold scores where any of them re-ranks."""
+        """The waiting requests' texts in one encoder pass per model; scores where any re-ranks."""
         out: list[Any] = [None] * len(requests)
         by_model: dict[int, list[int]] = {}
         for i, (hasher, _, _) in enumerate(requests):
@@ -569,8 +559,7 @@ def stop_service(and_ray: bool = False) -> bool:
 
 
 def _drain() -> None:
-    """Tell every replica the service is stopping and wait (up to GRACEFUL_STOP_S) until each has
-    reported, twice in a row, that it holds no request."""
+    """Tell every replica the service stops; wait (GRACEFUL_STOP_S) until each holds no request twice."""
     import ray
 
     @ray.remote(num_cpus=0)

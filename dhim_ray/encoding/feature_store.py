@@ -191,8 +191,7 @@ class FeatureStore:
 
     @classmethod
     def _reap_abandoned(cls, folder: Path) -> None:
-        """Remove work folders this host's crashed builds left beside ``folder`` (their
-        process is gone). Another host's are left alone: its processes cannot be seen."""
+        """Remove work folders that this host's crashed builds left beside ``folder``."""
         host, prefix = socket.gethostname(), cls._work_prefix(folder)
         for work in folder.parent.glob(glob.escape(prefix) + "*"):
             owner = work.name[len(prefix):].rsplit("-", 2)  # HOST-PID-TAG, as create names it

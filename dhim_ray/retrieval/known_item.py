@@ -39,13 +39,9 @@ def check_window(words: int, n_queries: int) -> None:
 
 def cut_windows(texts: Sequence[str], n_queries: int = 1000, words: int = 8, seed: int = 0,
                 candidates: np.ndarray | None = None, cleaning: str = "unicode") -> KnownItemQueries:
-    """``n_queries`` windows of ``words`` consecutive (whitespace-separated) words, each from
-    one document of ``texts`` (among ``candidates``, default all) that has at least that
-    many words, at a random start; a window with nothing left after ``cleaning`` (only
-    punctuation) is cut again. Every eligible document is drawn once before any is drawn
-    twice. Seeded: the same arguments give the same windows.
-
-    Raises DataError when no document is long enough."""
+    """``n_queries`` seeded windows of ``words`` consecutive words, each from a long enough document of
+    ``texts`` (among ``candidates``), every one drawn once before any twice; a window that ``cleaning``
+    leaves empty is cut again. Raises DataError when no document is long enough."""
     from dhim_ray.corpus.text import has_text
 
     check_window(words, n_queries)

@@ -71,9 +71,7 @@ def _index(database: np.ndarray):
 
 
 def _ordered(distances: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sort each row by (distance, database index): faiss keeps the lowest indices among
-    the ties at the k-th distance (it scans the database in order and replaces only on
-    a strictly smaller distance) but may list equal distances in any order."""
+    """Rows sorted by (distance, index): faiss keeps the lowest tied indices but not in order."""
     key = distances.astype(np.int64) << np.int64(40) | indices
     key.sort(axis=1)
     return key & np.int64((1 << 40) - 1), (key >> np.int64(40)).astype(np.int32)
@@ -236,9 +234,7 @@ def neighbour_recall_at_k(database: np.ndarray, queries: np.ndarray, neighbours:
 
 
 def _search_hits(database: np.ndarray, queries: np.ndarray, k: int, relevant) -> tuple[float, float]:
-    """Relevant codes among each query's k nearest, summed over queries: (ties by
-    database order, tie-aware). ``relevant(rows, ids)``: query rows x database ids ->
-    bool, elementwise on arrays of one shape."""
+    """Relevant codes among each query's k nearest, summed: (ties by database order, tie-aware)."""
     index = _index(database)
     ordered_hits = expected_hits = 0.0
     for start in range(0, len(queries), QUERY_CHUNK):
@@ -256,8 +252,7 @@ def _search_hits(database: np.ndarray, queries: np.ndarray, k: int, relevant) ->
 
 
 def _ties_at(index, queries: np.ndarray, kth: np.ndarray, relevant) -> tuple[np.ndarray, np.ndarray]:
-    """Per query: how many database codes lie at exactly its k-th distance, and how many
-    of those are relevant (a range search per group of queries sharing that distance)."""
+    """Per query: codes at exactly its k-th distance, and how many of those are relevant."""
     n_eq = np.zeros(len(queries), dtype=np.int64)
     r_eq = np.zeros(len(queries), dtype=np.int64)
     for d in np.unique(kth):

@@ -47,8 +47,7 @@ class Collective:
 
 
 class _AllGather(torch.autograd.Function):
-    """all_gather with gradients. Backward sums the gradient over ranks (all_reduce,
-    which gloo and NCCL both have) and keeps this rank's slice."""
+    """all_gather with gradients: backward all_reduces and keeps this rank's slice."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:

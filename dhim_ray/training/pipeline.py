@@ -319,12 +319,9 @@ def train_corpus(
     callbacks: tuple[TrainCallback, ...] = (),
     feature_memory_gb: float | None = DEFAULT_FEATURE_MEMORY_GB,
 ) -> dict[str, Any]:
-    """Train DHIM on a corpus in this process and save the best checkpoint to ``out``:
-    ``train`` with the ``InProcess`` backend. ``out`` is checked for writing before any
-    work, then holds the best weights so far after every epoch; ``resume=True`` continues
-    an interrupted run in ``out``. Returns the run summary written into the checkpoint, as
-    ``train_distributed`` does. Raises TrainingInterrupted on Ctrl-C, naming what was kept
-    and how to resume."""
+    """``train`` in this process: ``out`` holds the best weights after every epoch; ``resume=True``
+    continues a run there. Returns the summary written into the checkpoint; raises
+    TrainingInterrupted on Ctrl-C, naming what was kept and how to resume."""
     backend = InProcess(device, cache_dir, feature_memory_gb, progress, tuple(callbacks))
     return train(corpus, config, out, backend, resume)[1]
 
