@@ -1,7 +1,6 @@
-"""The words of a milvus-lite file's collections, kept beside it in SQLite's FTS5 (Python's own
-sqlite3): BM25 over each row's stored text, whose writes hold their rate as the file grows and
-which opens at once, where milvus-lite's BM25 index slows past a million rows and is rebuilt on
-every open (BENCHMARKS.md, 'The text index past a million documents').
+"""The words of a milvus-lite file's collections, kept beside it in SQLite's FTS5: BM25 whose writes
+hold their rate as the file grows and which opens at once, where milvus-lite's own slows past a
+million rows (BENCHMARKS.md, 'The text index past a million documents').
 
     >>> index = TextIndex("codes.db")          # codes.db.text, one FTS5 table per collection
     >>> index.search("news_64", ["a football club in spain"], k=10)"""

@@ -454,13 +454,10 @@ class CodeCollection:
     def ensure(self, n_bits: int, model: str, index: IndexSpec = IndexSpec(), overwrite: bool = False,
                keys: bool = False, columns: dict[str, tuple[str, int]] | None = None, model_dir: str = "",
                text_index: bool = False, text_store: str | None = None) -> CollectionInfo:
-        """Create the collection, or check an existing one matches (see ``check``);
-        ``overwrite`` drops and recreates one that does not. ``columns``: metadata fields,
-        name -> (kind: bool, int, float or string; the longest string value in bytes).
-        ``model_dir``: the checkpoint folder, stamped beside the model's id so that a service
-        following an alias can load the model a new collection names. ``text_index``: BM25 over
-        the stored text (see ``search_text``), kept by ``text_store``: "sqlite" (FTS5 beside a
-        milvus-lite file, its default) or "milvus" (Milvus' BM25 function, a server's)."""
+        """Create the collection, or check an existing one matches (``check``; ``overwrite``: drop and
+        recreate it). ``columns``: name -> (bool, int, float or string; longest string in bytes);
+        ``model_dir``: stamped beside the model's id, for a service following an alias; ``text_index``:
+        BM25 over the text, kept by ``text_store``: "sqlite" (FTS5 beside a milvus-lite file) or "milvus"."""
         client, name, timeout = self.client, self.name, self.timeout
         columns = columns or {}
         self._check_space()
@@ -784,7 +781,6 @@ class CodeCollection:
                max_distance: int | None = None) -> list[list[dict[str, Any]]]:
         """Top-k rows by Hamming distance for each packed query code: one list per query of
         {"id", "distance" (int), and the output fields}, nearest first, ties by id (see ``_ahead``).
-
         ``filter``: a Milvus boolean expression over the stored fields (``label == 3``,
         ``source like "news%"``): only rows it holds for are searched; one Milvus refuses is a
         ConfigError naming it. ``max_distance`` R: only rows within R bits (Milvus' range

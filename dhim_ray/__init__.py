@@ -1,10 +1,8 @@
-"""dhim-ray: semantic hashing of documents with DHIM (Deep Hash InfoMax).
+"""dhim-ray: semantic hashing of documents with DHIM (Deep Hash InfoMax). Names are imported lazily
+(``import dhim_ray`` loads neither torch nor pymilvus); the layers are in CONTRIBUTING.md.
 
     >>> from dhim_ray import Hasher, Searcher
-    >>> codes = Hasher.load("runs/bbc-64").encode(["a document"])   # np.uint8 (1, 8), MSB first
-
-The layers (library, connectors, search, jobs, cli) are in CONTRIBUTING.md. Names are imported
-lazily: ``import dhim_ray`` loads neither torch nor pymilvus."""
+    >>> codes = Hasher.load("runs/bbc-64").encode(["a document"])   # np.uint8 (1, 8), MSB first"""
 
 from __future__ import annotations
 

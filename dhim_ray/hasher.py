@@ -74,11 +74,9 @@ def check_encoder(info: CheckpointInfo, encoder: str, fingerprint: str, hidden_s
 class Hasher(TextHasher):
     """Text -> packed binary codes with a trained DHIM model and its frozen encoder.
 
-    Example:
         >>> hasher = Hasher.load("runs/dbpedia-64")
         >>> codes = hasher.encode(["a query"])      # uint8 (1, 8)
-        >>> hasher.encode_bytes(["a query"])         # [b'...'] for MilvusClient.search
-    """
+        >>> hasher.encode_bytes(["a query"])         # [b'...'] for MilvusClient.search"""
 
     def __init__(self, model: DHIM, config: DHIMConfig, encoder: FrozenEncoder, info: CheckpointInfo | None = None):
         self.model = model.eval()
@@ -128,13 +126,10 @@ class Hasher(TextHasher):
 
     def encode(self, texts: list[str] | str, batch_size: int = 64, progress: bool = False, scores: bool = False,
                vectors: bool = False, prepared: bool = False) -> np.ndarray | Encoded:
-        """Texts -> packed codes, uint8 (n, n_bits // 8), most significant bit first (``prepared``:
-        the texts are ``check_texts``' output for this model, not cleaned again).
-
-        With ``scores`` and/or ``vectors``: an ``Encoded`` (codes, scores, vectors), the scores
-        the pre-threshold ones (n, n_bits) float32 in (-1, 1) that re-rank Hamming candidates by
-        their bits (``dhim_ray.retrieval.rerank``), the vectors the encoder's mean-pooled
-        sentence vectors (n, width) float32; what was not asked for is None."""
+        """Texts -> packed codes, uint8 (n, n_bits // 8), most significant bit first (``prepared``: texts
+        already ``check_texts``' output). With ``scores`` and/or ``vectors``: an ``Encoded`` (codes,
+        scores: the pre-threshold (n, n_bits) float32 in (-1, 1) that ``retrieval.rerank`` uses,
+        vectors: the encoder's mean-pooled (n, width) float32); what was not asked for is None."""
         n, batches = self._batches(texts, batch_size, prepared)
         codes = np.empty((n, self.n_bytes), dtype=np.uint8)
         bit_scores = np.empty((n, self.n_bits), dtype=np.float32) if scores else None

@@ -162,3 +162,34 @@ def test_importing_what_a_search_runs_loads_no_torch():
     loaded = loaded_by("import dhim_ray.cli, dhim_ray.search, dhim_ray.graph_hasher, dhim_ray.model.checkpoint")
     assert "dhim_ray" in loaded and "numpy" in loaded
     assert "torch" not in loaded and "transformers" not in loaded
+
+
+def long_docstrings(source: str) -> list[str]:
+    """Docstrings past the house's length: a private function's or class's past one line, any past six."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or not node.body:
+            continue
+        first = node.body[0]
+        if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)):
+            continue
+        name = getattr(node, "name", "<module>")
+        private = name.startswith("_") and not name.startswith("__")
+        lines = first.end_lineno - first.lineno + 1
+        if lines > (1 if private else 6):
+            found.append(f"{name}: {lines} lines")
+    return found
+
+
+def test_the_docstring_checker_finds_a_long_one():
+    assert long_docstrings('def _f():\n    """one\n    two"""\n') == ["_f: 2 lines"]
+    assert long_docstrings('def f():\n    """' + "\n" * 6 + '"""\n') == ["f: 7 lines"]
+    assert long_docstrings('def _f():\n    """one"""\ndef f():\n    """1\n2\n3\n4\n5\n6"""\n') == []
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_docstrings_fit_the_house(path):
+    """Public: what, arguments, returns, raises, an example, in six lines at most; private: one line.
+    The design and the measured figures they would otherwise carry live in docs/ and BENCHMARKS.md."""
+    found = long_docstrings(path.read_text())
+    assert not found, f"{path.relative_to(ROOT)}: {found}"

@@ -39,14 +39,11 @@ _ANY_KEPT_ASCII = re.compile(r"[A-Za-z0-9(),!?\'\`]")
 
 
 def clean_string(text: str, cleaning: Cleaning = "unicode") -> str:
-    """Kim (2014)'s tokenisation: keep letters, digits and ``(),!?'` ``, split
-    contractions, pad punctuation, collapse spaces, lowercase.
+    """Kim (2014)'s tokenisation: keep letters, digits and ``(),!?'` ``, split contractions, pad
+    punctuation, collapse spaces, lowercase.
 
-    >>> clean_string("It's a BERT-based model, isn't it?")
-    "it 's a bert based model , is n't it ?"
-    >>> clean_string("Zürich café"), clean_string("Zürich café", "ascii")
-    ('zürich café', 'z rich caf')
-    """
+    >>> clean_string("It's a BERT-based model, isn't it?"), clean_string("Zürich café", "ascii")
+    ("it 's a bert based model , is n't it ?", 'z rich caf')"""
     if cleaning == "ascii":
         text = _KEEP.sub(" ", text)
     else:

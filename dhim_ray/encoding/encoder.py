@@ -148,11 +148,8 @@ class Features:
 class FrozenEncoder:
     """A BERT-family encoder, frozen, turning texts into ``Features``.
 
-    Example:
         >>> enc = FrozenEncoder(FeatureConfig(max_words=50))
-        >>> feats = enc.features(["a text", "another text"])
-        >>> feats.tokens.shape   # (2, 50, 384)
-    """
+        >>> enc.features(["a text", "another text"]).tokens.shape   # (2, 50, 384)"""
 
     def __init__(self, config: FeatureConfig, device: str | torch.device = "cpu", model=None, tokenizer=None,
                  reach: int | None = DEFAULT_REACH, precision: str | None = None, backend: str | None = None):

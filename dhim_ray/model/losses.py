@@ -1,10 +1,6 @@
-"""Jensen-Shannon mutual-information estimator over in-batch negatives (torch only).
-
-Written for a global batch that may be spread across workers: each worker scores
-its own local codes against *all* global codes of the batch (``global_codes``,
-gathered with autograd), and ``own_index`` says where each of its documents
-sits in that batch. With one worker, ``own_index = arange(n)``.
-"""
+"""Jensen-Shannon mutual-information estimator over in-batch negatives (torch only). A worker
+scores its own local codes against *all* global codes of the batch (``global_codes``, gathered
+with autograd); ``own_index`` says where its documents sit in it (one worker: ``arange(n)``)."""
 
 from __future__ import annotations
 

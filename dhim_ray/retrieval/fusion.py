@@ -1,8 +1,7 @@
-"""One ranking from two lists: the codes' (Hamming, the topic) and BM25's (the words); pure
-Python over hit dicts. Fusions read positions only, never the scores, whose directions differ.
+"""One ranking from two lists, the codes' (the topic) and BM25's (the words), by positions only.
 ``phrase`` (default, ``phrase:5``): the text list's first ``depth`` hits holding ``PHRASE_COVER``
-of the query's words go first, then the codes' list; ``head``: those hits ungated; ``rrf``:
-reciprocal rank fusion (measured in BENCHMARKS.md, "One search for both tasks").
+of the query's words, then the codes' list; ``head``: those hits ungated; ``rrf``: reciprocal
+rank fusion (BENCHMARKS.md, "One search for both tasks").
 
     >>> fuse(code_hits, text_hits, k=10, fusion=Fusion("phrase", depth=5), query="the phrase")"""
 

@@ -1,5 +1,4 @@
 """Known-item retrieval: does a phrase cut from a document find that document? No labels needed.
-
 Ranks follow precision@k's tie rule: a target with ``better`` documents strictly nearer and
 ``tied`` at its distance (itself included) sits at each of ranks better+1 .. better+tied with
 equal chance, so recall@k = clip((k - better) / tied, 0, 1) and MRR and mean rank follow.

@@ -1,10 +1,6 @@
-"""DHIM training on cached features (torch only; no Ray).
-
-``fit`` is the one training loop: Adam, gradient-norm clipping every step, early
-stopping on validation precision@k, best weights kept. It runs in-process and in
-every Ray Train worker; a worker supplies its ``Collective`` (rank, all-gather) and
-callbacks (checkpoint reports), the loop does the rest.
-"""
+"""DHIM training on cached features (torch only; no Ray). ``fit`` is the one loop (Adam, clipping,
+early stopping on validation precision@k, best weights kept), in-process and in every Ray Train
+worker, which brings its ``Collective`` (rank, all-gather) and callbacks (checkpoint reports)."""
 
 from __future__ import annotations
 
@@ -460,7 +456,6 @@ def fit(
     wrap_model: Callable[[DHIM], torch.nn.Module] | None = None,
 ) -> FitResult:
     """Train DHIM on cached features: the one loop, in-process and in every Ray Train worker.
-
     Each epoch trains on ``train`` (this worker's shard), then the tie-aware P@k of ``val`` codes
     searched against ``database`` (default ``train``; label-free without labels) picks the epoch and
     stops after ``patience`` epochs without a better one; returns the best epoch's weights.
