@@ -778,7 +778,7 @@ WIDE = 100
 
 
 def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
-    """A table per query; from WIDE columns with ids, narrower the rank is the handle (``--like @RANK``)."""
+    """A table per query: from WIDE columns on it shows each hit's id; narrower, its rank (``--like @RANK``)."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
