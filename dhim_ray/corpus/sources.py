@@ -465,7 +465,7 @@ def _with_typed_label(batch, label: str):
 
 def _batches(shard: Shard, columns: list[str], block_rows: int, strings: tuple[str, ...] = (),
              text: str | None = None, label: str | None = None) -> Iterator:
-    """Record batches of ``columns``, ``strings`` read as text (an id "007" stays "007")."""
+    """Record batches of ``columns``: ``strings`` read as text ("007" stays), ``text``'s non-strings as null."""
     import pyarrow as pa
 
     try:
