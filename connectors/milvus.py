@@ -692,22 +692,27 @@ class CodeCollection:
         rows are paged through by their ids' range (``document_ids``), the source checked here: a
         filter on the source would have milvus-lite read every row's document again for each page."""
         self._flush()
-        first, past = id_range(source)
+        first, last = id_range(source)
+        for page in self._pages(f"id >= {first} and id <= {last}", self._asked(["id", "source", DIGEST_FIELD]),
+                                "reading the rows' digests", batch_size):
+            rows = [r for r in (self._read(r, ["source", DIGEST_FIELD]) for r in page)
+                    if r[DIGEST_FIELD] and r["source"] == source[:SOURCE_MAX]]
+            if rows:
+                ids = np.fromiter((r["id"] for r in rows), np.int64, len(rows))
+                digests = np.fromiter((r[DIGEST_FIELD] for r in rows), np.int64, len(rows))
+                order = np.argsort(ids, kind="stable")
+                yield ids[order], digests[order]
+
+    def _pages(self, expr: str, fields: list[str], what: str, batch_size: int = 16384) -> Iterator[list[dict]]:
+        """The rows where ``expr`` holds, a page of ``batch_size`` at a time; a failure is a StoreError."""
         try:
-            it = self.client.query_iterator(self.name, batch_size=batch_size, filter=f"id >= {first} and id < {past}",
-                                            output_fields=self._asked(["id", "source", DIGEST_FIELD]),
+            it = self.client.query_iterator(self.name, batch_size=batch_size, filter=expr, output_fields=fields,
                                             timeout=self.timeout)
             while page := it.next():
-                rows = [r for r in (self._read(r, ["source", DIGEST_FIELD]) for r in page)
-                        if r[DIGEST_FIELD] and r["source"] == source[:SOURCE_MAX]]
-                if rows:
-                    ids = np.fromiter((r["id"] for r in rows), np.int64, len(rows))
-                    digests = np.fromiter((r[DIGEST_FIELD] for r in rows), np.int64, len(rows))
-                    order = np.argsort(ids, kind="stable")
-                    yield ids[order], digests[order]
+                yield page
             it.close()
         except Exception as exc:
-            raise StoreError(_failed(f"collection {self.name!r}: reading the rows' digests failed", exc)) from exc
+            raise StoreError(_failed(f"collection {self.name!r}: {what} failed", exc)) from exc
 
     def query(self, fields: Sequence[str], filter: str | None = None, limit: int = MAX_SEARCH_K) -> list[dict[str, Any]]:
         """The ``id`` and ``fields`` of the rows ``filter`` holds for (None: any rows), at most ``limit``.
@@ -733,17 +738,8 @@ class CodeCollection:
         self._flush()
         return np.sort(np.asarray(self._ids_where(""), dtype=np.int64))
 
-    def _ids_where(self, expr: str, batch_size: int = 16384) -> list[int]:
-        try:
-            it = self.client.query_iterator(self.name, batch_size=batch_size, filter=expr, output_fields=["id"],
-                                            timeout=self.timeout)
-            found = []
-            while rows := it.next():
-                found.extend(int(r["id"]) for r in rows)
-            it.close()
-        except Exception as exc:
-            raise StoreError(_failed(f"collection {self.name!r}: listing ids failed", exc)) from exc
-        return found
+    def _ids_where(self, expr: str) -> list[int]:
+        return [int(r["id"]) for page in self._pages(expr, ["id"], "listing ids") for r in page]
 
     def load(self) -> None:
         """Load the collection for searches and queries, waiting up to LOAD_TIMEOUT rather than

@@ -57,9 +57,9 @@ def document_ids(source: str, rows: Sequence[int] | np.ndarray) -> np.ndarray:
 
 
 def id_range(source: str) -> tuple[int, int]:
-    """The [first, past the last) ``document_ids`` of ``source`` can take: its hash's 23 bits on top."""
+    """The first and the last ``document_ids`` of ``source`` can take (its hash's 23 bits on top)."""
     prefix = int.from_bytes(hashlib.blake2b(source.encode(), digest_size=8).digest(), "big") & ((1 << 23) - 1)
-    return prefix << 40, (prefix + 1) << 40
+    return prefix << 40, ((prefix + 1) << 40) - 1  # the last fits INT64 (past it would not, for the top prefix)
 
 
 def row_digests(columns: Mapping[str, Sequence[Any]]) -> np.ndarray:
