@@ -43,21 +43,31 @@ def is_lite(uri: str) -> bool:
     return scheme is None or scheme.group(1).lower() not in ("http", "https", "tcp", "grpc", "unix")
 
 
+#: What may stand before a URI's credentials and still be shown: a known scheme however it is
+#: mistyped (``http ://``, ``http:/``, ``http:\\``), or slashes alone.
+_SHOWN_PREFIX = re.compile(r"^\s*(?:(?:https?|tcp|grpc|unix)\s*:)?[/\\]*", re.I)
+#: A URL whose scheme is mistyped: a name, a colon, then a slash or backslash.
+_URLISH = re.compile(r"^\s*[A-Za-z][A-Za-z0-9+.-]*\s*:[/\\]")
+
+
 def mask_uri(uri: str) -> str:
-    """The URI with every place a credential can hide masked, for messages and logs, found
-    without parsing it (a parser's own error would quote the secret): everything before the
-    last ``@`` after the scheme (user:password, whatever characters it holds) and everything
-    from the first ``;``, ``?`` or ``#`` on. A file path is returned as it is."""
-    scheme = _SCHEME.match(uri)
-    if scheme is None:
-        return _printable(uri)
-    rest = uri[scheme.end():]
+    """The URI with every place a credential can hide masked, whatever its shape, for messages
+    and logs, found without parsing it (a parser's own error would quote the secret): all
+    before the last ``@`` but a known scheme (a file path's too), and from the first ``;``,
+    ``?`` or ``#`` on where it starts with a scheme. A path without ``@`` is returned as it is."""
+    prefix = _SHOWN_PREFIX.match(uri).group(0)
+    rest = uri[len(prefix):]
     if "@" in rest:
         rest = "***@" + rest[rest.rfind("@") + 1:]
-    cut = next((i for i, c in enumerate(rest) if c in ";?#"), None)
+    cut = next((i for i, c in enumerate(rest) if c in ";?#"), None) if _URLISH.match(uri) else None
     if cut is not None:
         rest = rest[: cut + 1] + "***"
-    return _printable(scheme.group(0) + rest)
+    return _printable(prefix + rest)
+
+
+def looks_like_url(uri: str) -> bool:
+    """A scheme and a slash, however mistyped (``http:/h``, ``http ://h``): never a milvus-lite path."""
+    return _URLISH.match(uri) is not None
 
 
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://\S*?)([:,.)\]'\"]*)(?=\s|$)")
@@ -145,13 +155,13 @@ def check_lite_file(uri: str) -> None:
     if not _LITE_NAME.fullmatch(name):
         why = "has a space" if " " in name else "is longer than 36 characters" if len(name) > 36 else \
             "has characters other than letters, digits, '.', '-' and '_'"
-        raise ConfigError(f"uri={uri}: the milvus-lite file name {name!r} {why}, which milvus-lite refuses; "
+        raise ConfigError(f"uri={mask_uri(uri)}: the milvus-lite file name {name!r} {why}, which milvus-lite refuses; "
                           "rename it, e.g. codes.db (its folder may have any name)", field="uri")
     if os.path.isfile(uri) and os.path.getsize(uri) > 0:
         with open(uri, "rb") as f:
             head = f.read(len(_SQLITE_HEADER))
         if head != _SQLITE_HEADER:
-            raise ConfigError(f"uri={uri}: the file is not a milvus-lite database; give another .db path "
+            raise ConfigError(f"uri={mask_uri(uri)}: the file is not a milvus-lite database; give another .db path "
                               "(a new one is created by 'dhim-ray ingest')", field="uri")
 
 
@@ -173,20 +183,28 @@ def _quiet_pymilvus() -> None:
         logging.getLogger(name).setLevel(level)
 
 
+def lite_path_error(uri: str) -> str:
+    """Why ``uri``, read as a milvus-lite path, is not one (masked: it may be a mistyped URL)."""
+    if looks_like_url(uri) or "@" in uri:
+        return f"uri={mask_uri(uri)}: not a Milvus address; give http://host:19530 (a server, its token in " \
+               "MILVUS_TOKEN) or a path ending in .db (milvus-lite)"
+    return f"uri={mask_uri(uri)}: a milvus-lite file must end in .db, or give http://host:19530"
+
+
 def check_lite_path(uri: str, create: bool = True) -> None:
     """What a milvus-lite URI must be before a server opens it (creating nothing): a .db
     name milvus-lite takes, in a folder that exists; ``create=False``: the file exists."""
-    if not uri.endswith(".db"):
-        raise ConfigError(f"uri={uri}: a milvus-lite file must end in .db, or give http://host:19530", field="uri")
+    if looks_like_url(uri) or not uri.endswith(".db"):
+        raise ConfigError(lite_path_error(uri), field="uri")
     check_lite_file(uri)
     if not create and not os.path.isfile(uri):
-        raise StoreError(f"uri={uri}: no such milvus-lite file; check the path or run 'dhim-ray ingest' first", field="uri")
+        raise StoreError(f"uri={mask_uri(uri)}: no such milvus-lite file; check the path or run 'dhim-ray ingest' first", field="uri")
     parent = os.path.dirname(os.path.abspath(uri))
     if not os.path.isdir(parent):
-        raise StoreError(f"uri={uri}: folder {parent} does not exist; create it or pick another path", field="uri")
+        raise StoreError(f"uri={mask_uri(uri)}: folder {parent} does not exist; create it or pick another path", field="uri")
     if create and not os.access(uri if os.path.exists(uri) else parent, os.W_OK):
         where = "the file" if os.path.exists(uri) else f"its folder {parent}"
-        raise StoreReadOnlyError(f"uri={uri}: {where} cannot be written (read-only); make it writable or ingest into "
+        raise StoreReadOnlyError(f"uri={mask_uri(uri)}: {where} cannot be written (read-only); make it writable or ingest into "
                                  "a file elsewhere (uri=PATH)", field="uri")
 
 
@@ -229,7 +247,7 @@ def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS
             message = first_line(exc)
             if is_lite(uri) and "open local milvus failed" in message.lower():
                 raise StoreBusyError(
-                    f"uri={uri}: the milvus-lite file is open in another process (one process per file); "
+                    f"uri={mask_uri(uri)}: the milvus-lite file is open in another process (one process per file); "
                     "stop it or use a Milvus server"
                 ) from exc
             if attempt + 1 < attempts and "fail connecting" in message.lower():

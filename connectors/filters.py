@@ -11,6 +11,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from dhim_ray.corpus.columns import FILTER_WORDS
 from dhim_ray.errors import ConfigError
 
 #: Characters in a filter expression: Milvus parses longer ones, but a query needs no more.
@@ -85,6 +86,9 @@ def _character(expr: str, at: int) -> str:
              "&": "'&' (write 'and')", "|": "'|' (write 'or')"}
     if char in named:
         return f"{named[char]} {where} is not part of a filter"
+    if char in "0123456789":
+        return f"the number {where} is not written as a filter takes it: decimal digits, a '.', an exponent " \
+               "(16, 1000, 2.5, 1e3; no 0x, no '_')"
     if char.isdigit():
         return f"the digit {ascii(char)} {where} is not ASCII; write 0-9"
     if unicodedata.category(char) == "Cc":
@@ -149,10 +153,12 @@ def _wildcards(pattern: str) -> int:
 class _Parser:
     """Recursive descent; each rule returns (canonical text, kind: cond, value, field or doc)."""
 
-    def __init__(self, expr: str, in_doc: Mapping[str, tuple[str, str]] | None = None):
+    def __init__(self, expr: str, in_doc: Mapping[str, tuple[str, str]] | None = None,
+                 kinds: Mapping[str, str] | None = None):
         self.expr, self.toks, self.i = expr, _tokens(expr), 0
         self.in_doc = in_doc or {}
         self.doc_kinds = {path: kind for path, kind in self.in_doc.values()}
+        self.kinds = {**(kinds or {}), **self.doc_kinds}  # a field's or a JSON path's kind: int, float, string, ...
         self.depth = self.nots = 0
         self.fields: set[str] = set()
         self.negation: dict[str, tuple[str, str]] = {}  # a condition's text -> its negation's, without 'not'
@@ -276,6 +282,16 @@ class _Parser:
                 raise self.fail(f"more than two comparisons in a row {self.where()}; join them with 'and'")
             for side, other in zip(parts, parts[1:]):
                 self.same_kind(side, other)
+            if len(ops) == 1 and self.kinds.get(parts[1]) == "int" and _is_float(parts[0]):
+                parts, ops = [parts[1], parts[0]], [ops[0].translate(_FLIP)]  # the field on the left
+            if len(ops) == 1 and self.kinds.get(parts[0]) == "int" and _is_float(parts[1]):
+                return self.whole(parts[0], ops[0], parts[1])
+            if len(ops) == 2 and self.kinds.get(parts[1]) == "int":
+                for at, op, flip in ((0, ops[0], True), (2, ops[1], False)):
+                    if _is_float(parts[at]):
+                        bound = self.bound(parts[1], op.translate(_FLIP) if flip else op, parts[at])
+                        ops[at // 2] = bound[0].translate(_FLIP) if flip else bound[0]
+                        parts[at] = bound[1]
             if len(ops) == 2 and parts[1] in self.doc_kinds:  # milvus-lite has no range over a JSON path
                 low = f"{parts[1]} {ops[0].translate(_FLIP)} {parts[0]}"
                 return self.joined_range(low, f"{parts[1]} {ops[1]} {parts[2]}")
@@ -287,10 +303,13 @@ class _Parser:
         if word == "in" or (word == "not" and self.word(1) == "in"):
             negated = self.take("not") is not None
             self.i += 1
-            self.operand(kind, "the left side of 'in'")
+            if kind not in ("field", "doc"):
+                raise self.fail("the left side of 'in' must be a field, e.g. 'label in [1, 2]'")
             items = self.list_()
-            for item in items if left in self.doc_kinds else ():
+            for item in items if left in self.kinds else ():
                 self.same_kind(left, item)
+            if self.kinds.get(left) == "int":
+                items = [self.whole_item(left, item) for item in items]
             values = _joined(items)
             text, negation = f"{left} in {values}", f"{left} not in {values}"
             return self.negated(*((negation, text) if negated else (text, negation)))
@@ -308,7 +327,7 @@ class _Parser:
             if _wildcards(pattern) > MAX_LIKE_WILDCARDS:
                 raise self.fail(f"the pattern at character {tok[2] + 1} has {_wildcards(pattern)} wildcards (% and "
                                 f"_), at most {MAX_LIKE_WILDCARDS}")
-            return f"{left} like {_emit_string(pattern)}", "cond"
+            return self.like(left, pattern, tok[2])
         if word == "is":
             self.i += 1
             negated = self.take("not") is not None
@@ -320,6 +339,66 @@ class _Parser:
             return self.negated(*((negation, text) if negated else (text, negation)))
         return left, kind
 
+    def like(self, left: str, pattern: str, at: int) -> tuple[str, str]:
+        """``left like pattern`` in the forms milvus-lite 2.5.1 runs right (tests/test_filter_differential.py):
+        no wildcard is an equality, ``%`` alone any string; the rest is refused in one line."""
+        parts, i = [], 0  # (wildcard?, character)
+        while i < len(pattern):
+            if pattern[i] == "\\":
+                if i + 1 == len(pattern) or pattern[i + 1] not in "%_\\":
+                    raise self.fail(f"the pattern at character {at + 1} has a '\\' that escapes no '%', '_' or "
+                                    "'\\' (a backslash itself is written \\\\ inside the pattern)")
+                parts.append((False, pattern[i + 1]))
+                i += 2
+                continue
+            parts.append((pattern[i] in "%_", pattern[i]))
+            i += 1
+        wild = [c for w, c in parts if w]
+        literal = "".join(c for w, c in parts if not w)
+        if not wild:
+            return self.negated(f"{left} == {_emit_string(literal)}", f"{left} != {_emit_string(literal)}")
+        if not literal:
+            if "_" in wild:
+                raise self.fail(f"the pattern at character {at + 1} is '_' wildcards alone, which milvus-lite does not "
+                                "match by length; add a literal character")
+            return self.negated(f'{left} >= ""', f'{left} < ""')  # '%' alone: any string
+        if parts[-1] == (True, "_") or (parts[-1][0] and any(c == "_" for w, c in parts[-2:] if w)):
+            raise self.fail(f"the pattern at character {at + 1} ends in '_', which milvus-lite matches as a prefix; "
+                            "end it in a literal character or '%'")
+        escaped = any(not w and c in "%_\\" for w, c in parts)
+        if escaped and not (parts[0] == (True, "%") and parts[-1] == (True, "%") and len(wild) == 2):
+            raise self.fail(f"the pattern at character {at + 1} escapes a wildcard outside '%...%', which milvus-lite "
+                            "does not match; write '%100\\\\%%' (contains) or compare with ==")
+        emitted = "".join(c if w else ("\\" + c if c in "%_\\" else c) for w, c in parts)
+        return f"{left} like {_emit_string(emitted)}", "cond"
+
+    def whole(self, field: str, op: str, value: str) -> tuple[str, str]:
+        """``field op value`` for a field of whole numbers and a literal with a fraction or exponent."""
+        x = float(value)
+        if op in ("==", "!=") and not x.is_integer():  # never equal: the same constant for every row
+            never, always = f"{field} < 0 and {field} > 0", f"{field} >= 0 or {field} <= 0"
+            text, negation = (never, always) if op == "==" else (always, never)
+            self.negation[text], self.negation[negation] = (negation, "compound"), (text, "compound")
+            return text, "compound"
+        op, n = self.bound(field, op, value)
+        return self.negated(f"{field} {op} {n}", f"{field} {_OPPOSITE[op]} {n}")
+
+    def bound(self, field: str, op: str, value: str) -> tuple[str, str]:
+        """(op, whole number) for ``field op value`` (the field on the left) holding for the same rows."""
+        x = float(value)
+        n = math.floor(x) if op in ("<=", ">") or (op in ("==", "!=") and x.is_integer()) else math.ceil(x)
+        if not INT64[0] < n <= INT64[1]:
+            raise self.fail(f"{value} compared with {self.name_of(field) if field in self.doc_kinds else field}, "
+                            "a field of whole numbers, is beyond their 64-bit range; drop the condition")
+        return op, str(n)
+
+    def whole_item(self, field: str, item: str) -> str:
+        if not _is_float(item):
+            return item
+        if not float(item).is_integer():
+            raise self.fail(f"{item} in a list for {field}, a field of whole numbers, matches no row; drop it")
+        return self.bound(field, "==", item)[1]
+
     def name_of(self, path: str) -> str:
         return next(name for name, (p, _) in self.in_doc.items() if p == path)
 
@@ -327,12 +406,15 @@ class _Parser:
         """Milvus compares a JSON path with a value of another type as false on every row, where
         a field of its own refuses it: refused here, with the field's kind."""
         for path, value in ((left, right), (right, left)):
-            kind = self.doc_kinds.get(path)
+            kind = self.kinds.get(path)
             literal = ("string" if value.startswith('"') else "int" if value[:1] in "-0123456789" else
                        "bool" if value in ("true", "false") else None)
-            if kind and literal and literal != kind:
-                raise self.fail(f"{self.name_of(path)} holds {'numbers' if kind == 'int' else 'strings'}: compare it "
-                                f"with {'a number' if kind == 'int' else 'a quoted string'}, not {value[:40]}")
+            number = kind in ("int", "float")
+            if kind in ("int", "float", "string", "bool") and literal and literal != ("int" if number else kind):
+                name = self.name_of(path) if path in self.doc_kinds else path
+                holds, write = {"string": ("strings", "a quoted string"), "bool": ("true or false", "true or false")
+                                }.get(kind, ("numbers", "a number"))
+                raise self.fail(f"{name} holds {holds}: compare it with {write}, not {value[:40]}")
 
     def plain(self, text: str) -> None:
         """Refuse a 'not' over a JSON path: milvus-lite 2.5.1 does not run it there."""
@@ -374,17 +456,22 @@ class _Parser:
         return any(t[0] == "name" and t[1].lower() not in _KEYWORDS for t in self.toks[start:self.i])
 
     def value(self):
-        left, kind = self.term()
-        while (op := self.take("+", "-")) is not None:
-            right, right_kind = self.term()
-            left, kind = self.arithmetic(op, (left, kind), (right, right_kind)), "arith"
-        return left, kind
-
-    def term(self):
         left, kind = self.factor()
-        while (op := self.take("*", "/", "%")) is not None:
-            right = self.factor() if op == "*" else (self.divisor(op, self.toks[self.i - 1][2]), "value")
-            left, kind = self.arithmetic(op, (left, kind), right), "arith"
+        if self.word() in ("+", "-", "*", "/"):
+            op, at = self.toks[self.i][1], self.toks[self.i][2]
+            raise self.fail(f"'{op}' at character {at + 1}: a filter does no arithmetic but 'FIELD % N' (milvus-lite "
+                            "wraps past 64 bits and truncates); compare the field itself, e.g. 'label < 3'")
+        if self.take("%") is not None:
+            at = self.toks[self.i - 1][2]
+            right = (self.divisor("%", at), "value")
+            if kind == "field" and self.kinds.get(left, "int") != "int":
+                raise self.fail(f"'%' at character {at + 1} takes a field of whole numbers; {left} holds "
+                                f"{self.kinds[left]} values")
+            if kind not in ("field", "doc"):
+                raise self.fail(f"'%' at character {at + 1} takes a field on its left, e.g. 'label % 2 == 0'")
+            left, kind = self.arithmetic("%", (left, kind), right), "arith"
+            if self.word() in ("+", "-", "*", "/", "%"):
+                raise self.fail(f"{self.where()}: a filter does no arithmetic but one 'FIELD % N'")
         return left, kind
 
     def arithmetic(self, op: str, left: tuple[str, str], right: tuple[str, str]) -> str:
@@ -410,6 +497,9 @@ class _Parser:
         value = -int(tok[1]) if negative else int(tok[1])
         if not INT64[0] <= value <= INT64[1]:
             raise self.fail(f"the number at character {tok[2] + 1} is outside the 64-bit range")
+        if value == INT64[0]:
+            raise self.fail(f"milvus-lite reads -9223372036854775808 (character {tok[2] + 1}) as "
+                            "-9223372036854775807; write 'FIELD < -9223372036854775807' for it")
         return str(value)
 
     def factor(self):
@@ -438,6 +528,9 @@ class _Parser:
             nxt = self.peek(1)
             if nxt is not None and nxt[1] == "(":
                 return self.call(tok)
+            if low in FILTER_WORDS:
+                raise self.fail(f"{text!r} at character {at + 1} is a word Milvus reads as a function or keyword, "
+                                "not a field; no filter can name a field so called")
             self.i += 1
             self.fields.add(text)
             if text in self.in_doc:
@@ -491,6 +584,11 @@ class _Parser:
         return f"{name}({', '.join(args)})", "cond" if FUNCTIONS[name] else "value"
 
 
+def _is_float(text: str) -> bool:
+    """Whether a literal as emitted is a number with a fraction or an exponent."""
+    return text[:1] in "-0123456789" and not text.lstrip("-").isdigit() and not text.startswith('"')
+
+
 def parse_filter(expr: str | None) -> Filter | None:
     """A filter expression as our own tree's canonical text (None or blank: no filter), or a
     ConfigError saying in one line what is wrong with it."""
@@ -507,19 +605,20 @@ def parse_filter(expr: str | None) -> Filter | None:
 
 
 def check_filter(expr: str | Filter | None, fields: Sequence[str] | None = None,
-                 in_doc: Mapping[str, tuple[str, str]] | None = None) -> str | None:
+                 in_doc: Mapping[str, tuple[str, str]] | None = None, kinds: Mapping[str, str] | None = None) -> str | None:
     """The canonical text of a filter, what Milvus is sent (None or blank: no filter), or a
     ConfigError saying in one line what is wrong with it. ``fields``: the collection's field
     names, where known (a name not among them is refused, naming them). ``in_doc``: the fields
     the collection keeps in a JSON document, name -> (path, kind): emitted as those paths. A
-    ``Filter`` is parsed already: its text, not parsed again unless it names one of those."""
+    ``Filter`` is parsed already: its text, not parsed again unless it names one of those.
+    ``kinds``: field -> int, float, string, bool (whole-number fields compared in whole numbers)."""
     parsed = expr if isinstance(expr, Filter) else parse_filter(expr)
     if parsed is None:
         return None
     if fields is not None:
         parsed.check_fields(fields)
-    if in_doc and parsed.fields & in_doc.keys():
-        return _Parser(parsed.text, in_doc).parse().text  # the canonical text parses to itself: only the paths change
+    if (in_doc and parsed.fields & in_doc.keys()) or (kinds and parsed.fields & kinds.keys()):
+        return _Parser(parsed.text, in_doc, kinds).parse().text  # a canonical text parses to itself but for these
     return parsed.text
 
 

@@ -25,6 +25,8 @@ from dhim_ray.connectors.connection import (
     check_server_uri,
     connect,
     is_lite,
+    lite_path_error,
+    looks_like_url,
     release,
 )
 from dhim_ray.connectors.filters import MAX_FILTER_CHARS, check_filter, refused_by_milvus, shown  # noqa: F401
@@ -161,8 +163,8 @@ class MilvusTarget:
             raise ConfigError("uri is empty: give a .db file path (milvus-lite) or http://host:19530")
         if not self.lite:
             check_server_uri(self.uri)
-        elif not self.uri.endswith(".db"):
-            raise ConfigError(f"uri={self.uri}: a milvus-lite file must end in .db, or give http://host:19530", field="uri")
+        elif looks_like_url(self.uri) or not self.uri.endswith(".db"):
+            raise ConfigError(lite_path_error(self.uri), field="uri")
 
     @property
     def lite(self) -> bool:

@@ -740,7 +740,8 @@ def serve(
     from dhim_ray.jobs.serve import ServeOptions, start_service, stop_service, token_digest
 
     MilvusTarget(uri, collection, token_env=token_env)  # a malformed name or URI fails before the model loads
-    options = ServeOptions(str(model_dir.resolve()), uri, collection, token_env, nprobe, token_digest(api_token_env),
+    api_token_sha256 = token_digest(api_token_env)
+    options = ServeOptions(str(model_dir.resolve()), uri, collection, token_env, nprobe, api_token_sha256,
                            max_batch_size, allowed_hosts=tuple(allow_host) if allow_host else None)
     from dhim_ray.connectors.connection import is_lite
     from dhim_ray.jobs.service_file import announce, withdraw
@@ -748,7 +749,7 @@ def serve(
     stop = threading.Event()
     url = start_service(options, host, port, replicas, address, allow_open)
     if is_lite(uri):  # `dhim-ray search` on the file it holds asks it
-        announce(uri, url, collection, str(model_dir), api_token_env)
+        announce(uri, url, collection, str(model_dir), api_token_env, api_token_sha256)
     # SIGTERM (systemd, docker stop, kill) stops the service as Ctrl-C does: cleanly, in one line.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     typer.echo(f"serving {collection} at {url}: a search page at {url}/ (POST /search, POST /hash, GET /health, "

@@ -10,6 +10,7 @@ import hashlib
 import ipaddress
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -79,6 +80,9 @@ class ServeOptions:
             raise ConfigError(f"batch_wait_s={self.batch_wait_s}: must be between 0 and 1 second", field="batch_wait_s")
 
 
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
 def token_digest(token_env: str | None) -> str:
     """The sha256 of the bearer token in environment variable ``token_env`` ("" for None;
     an empty name is a mistake, not a request for no token)."""
@@ -87,10 +91,15 @@ def token_digest(token_env: str | None) -> str:
     if not token_env.strip():
         raise ConfigError("api_token_env='': an empty variable name; name the variable holding the token "
                           "(e.g. DHIM_RAY_API_TOKEN), or leave the option out to serve without one", field="api_token_env")
+    if not _VARIABLE.fullmatch(token_env):  # most likely the token itself: never echoed
+        raise ConfigError("api_token_env: takes the NAME of an environment variable holding the token (letters, "
+                          "digits, '_'; the value given is not shown), e.g. export DHIM_RAY_API_TOKEN=... then "
+                          "--api-token-env DHIM_RAY_API_TOKEN", field="api_token_env")
     token = os.environ.get(token_env, "")
     if not token:
-        raise ConfigError(f"api_token_env={token_env}: the environment variable is not set or empty; "
-                          f"export {token_env}=... or leave the option out to serve without a token", field="api_token_env")
+        raise ConfigError("api_token_env: the environment variable it names is not set or empty (its name is not "
+                          "echoed: it may be the token itself); "
+                          "export it, or leave the option out to serve without a token", field="api_token_env")
     return hashlib.sha256(token.encode()).hexdigest()
 
 

@@ -23,6 +23,12 @@ _BOOLS = {"true": True, "false": False}
 #: Milvus' rule for the name of a field, a collection or an alias: an ASCII letter or
 #: underscore, then ASCII letters, digits and underscores, 255 characters at most.
 MILVUS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
+#: Words Milvus' filter parser reads as a function or keyword in any case: a field so named
+#: cannot be filtered on (milvus-lite stops on ``array_contains == 1``).
+FILTER_WORDS = frozenset({
+    "and", "or", "not", "in", "like", "true", "false", "is", "null", "exists", "array_contains",
+    "array_contains_all", "array_contains_any", "array_length", "json_contains", "json_contains_all",
+    "json_contains_any", "text_match", "phrase_match", "random_sample", "json_contains_path", "count"})
 
 
 def check_name(name: str) -> str:
@@ -33,6 +39,9 @@ def check_name(name: str) -> str:
     if not MILVUS_NAME.fullmatch(name):
         raise ValueError(f"{name!r} cannot name a Milvus field: use letters, digits and underscores, not starting "
                          "with a digit (rename the column)")
+    if name.lower() in FILTER_WORDS:
+        raise ValueError(f"{name!r} is a word Milvus' filters read as a function or keyword, so no filter could "
+                         "name it (rename the column)")
     return name
 
 
