@@ -260,20 +260,22 @@ class _Parser:
             if text in self.negation:
                 return self.negation[text]
             self.plain(text)
-            return f"not ({text})", "cond"
+            raise self.fail("'not' before a 'like' or a function call, which milvus-lite 2.5.1 cannot negate; write "
+                            "the condition without 'not' (e.g. 'not (key == \"a\")' is 'key != \"a\"')")
         return self.predicate()
 
     def predicate(self):
         left, kind = self.value()
         word = self.word()
         if word in _COMPARE:
-            parts, ops = [left], []
+            parts, ops, kinds_seen = [left], [], {kind}
             while self.word() in _COMPARE and len(ops) < 2:
                 ops.append(self.toks[self.i][1])
                 self.i += 1
                 right, right_kind = self.value()
                 self.operand(right_kind, f"the right side of '{ops[-1]}'")
                 parts.append(right)
+                kinds_seen.add(right_kind)
             self.operand(kind, f"the left side of '{ops[0]}'")
             if len(ops) == 2 and not (set(ops) <= {"<", "<="} or set(ops) <= {">", ">="}):
                 raise self.fail(f"'{ops[0]}' then '{ops[1]}': two comparisons in a row are a range, 'low < field < "
@@ -282,8 +284,12 @@ class _Parser:
                 raise self.fail(f"more than two comparisons in a row {self.where()}; join them with 'and'")
             for side, other in zip(parts, parts[1:]):
                 self.same_kind(side, other)
-            if len(ops) == 1 and self.kinds.get(parts[1]) == "int" and _is_float(parts[0]):
-                parts, ops = [parts[1], parts[0]], [ops[0].translate(_FLIP)]  # the field on the left
+            if "arith" in kinds_seen and (len(ops) > 1 or kind != "arith" or ops[0] not in ("==", "!=")
+                                          or not parts[1].lstrip("-").isdigit()):
+                raise self.fail("'FIELD % N' is compared with == or != and a whole number on its right, e.g. "
+                                "'label % 2 == 0' (milvus-lite runs no other)")
+            if len(ops) == 1 and kind == "value":  # milvus-lite answers '2 != i' as '2 == i': the field goes left
+                parts, ops = [parts[1], parts[0]], [ops[0].translate(_FLIP)]
             if len(ops) == 1 and self.kinds.get(parts[0]) == "int" and _is_float(parts[1]):
                 return self.whole(parts[0], ops[0], parts[1])
             if len(ops) == 2 and self.kinds.get(parts[1]) == "int":
@@ -298,8 +304,8 @@ class _Parser:
             text = f"{parts[0]} {ops[0]} {parts[1]}" + (f" {ops[1]} {parts[2]}" if len(ops) == 2 else "")
             if len(ops) == 1:
                 return self.negated(text, f"{parts[0]} {_OPPOSITE[ops[0]]} {parts[1]}")
-            return self.negated(text, f"{parts[0]} {_OPPOSITE[ops[0]]} {parts[1]} or {parts[1]} {_OPPOSITE[ops[1]]} "
-                                      f"{parts[2]}", "compound")
+            return self.negated(text, f"{parts[1]} {_OPPOSITE[ops[0]].translate(_FLIP)} {parts[0]} or {parts[1]} "
+                                      f"{_OPPOSITE[ops[1]]} {parts[2]}", "compound")
         if word == "in" or (word == "not" and self.word(1) == "in"):
             negated = self.take("not") is not None
             self.i += 1

@@ -268,6 +268,15 @@ def _document_fields(schema, text_index: bool) -> None:
     schema.add_field(DIGEST_FIELD, DataType.INT64)
 
 
+def _filter_kinds(fields: list[dict]) -> dict[str, str]:
+    """Field name -> the kind a filter compares it as (int, float, string, bool), from a collection's description."""
+    from pymilvus import DataType
+
+    kinds = {**{t: "int" for t in (DataType.INT8, DataType.INT16, DataType.INT32, DataType.INT64)},
+             DataType.FLOAT: "float", DataType.DOUBLE: "float", DataType.VARCHAR: "string", DataType.BOOL: "bool"}
+    return {f["name"]: kinds[f["type"]] for f in fields if f.get("type") in kinds}
+
+
 def describe_columns(columns: dict[str, tuple[str, int]]) -> str:
     return ", ".join(f"{name} ({kind})" for name, (kind, _) in columns.items()) or "none"
 
@@ -376,6 +385,7 @@ class CodeCollection:
     _text_store: str | None = field(default=None, init=False, repr=False, compare=False)  # set by describe
     _words: TextIndex | None = field(default=None, init=False, repr=False, compare=False)
     _in_doc: bool | None = field(default=None, init=False, repr=False, compare=False)  # set by describe
+    _kinds: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)  # set by describe
 
     def describe(self) -> CollectionInfo | None:
         """What the collection holds, or None if there is none by that name."""
@@ -402,6 +412,7 @@ class CodeCollection:
             metric, index_type = index.get("metric_type", ""), index.get("index_type", "")
             nlist = int(index.get("nlist", 0) or 0)
         fields = {f["name"] for f in desc["fields"]}
+        self._kinds = _filter_kinds(desc["fields"])
         in_doc = self._in_doc = DOC_FIELD in fields
         kept = meta.get("text_index")
         self._text_store = ("milvus" if kept == "bm25" and TEXT_SPARSE_FIELD in fields else
@@ -569,6 +580,10 @@ class CodeCollection:
             self.describe()
         return _DOC_PATHS if self._in_doc else {}
 
+    def _filter(self, filter: str | None) -> str | None:
+        """``filter`` as this collection's fields take it (check_filter with their paths and kinds)."""
+        return check_filter(filter, in_doc=self._doc(), kinds=self._kinds)
+
     def _at(self, name: str) -> str:
         """Field ``name`` as a filter names it in this collection."""
         return self._doc().get(name, (name, ""))[0]
@@ -720,7 +735,7 @@ class CodeCollection:
         """The ``id`` and ``fields`` of the rows ``filter`` holds for (None: any rows), at most ``limit``.
 
             >>> collection.query(["row", "text"], filter="row < 10")"""
-        expr = check_filter(filter, in_doc=self._doc()) or ""
+        expr = self._filter(filter) or ""
         return self._query(expr, ["id", *fields], "query", expr or None, limit=int(limit))
 
     def _query(self, expr: str, fields: Sequence[str], what: str, users: str | None = None,
@@ -789,7 +804,7 @@ class CodeCollection:
         if max_distance is not None:
             check_max_distance(max_distance, n_bits)
             params = {**params, "params": {**params["params"], "radius": int(max_distance) + 1, "range_filter": 0}}
-        expr, output_fields = check_filter(filter, in_doc=self._doc()), list(output_fields)
+        expr, output_fields = self._filter(filter), list(output_fields)
         out: list[list[dict[str, Any]]] = []
         for start in range(0, len(codes), batch_size):
             data = [c.tobytes() for c in codes[start : start + batch_size]]
@@ -808,7 +823,7 @@ class CodeCollection:
         nothing. ``filter`` as in ``search``. Queries go ``batch_size`` a call: a long query (a
         whole document) costs BM25 a posting list per word."""
         check_search_k(k)
-        expr = check_filter(filter, in_doc=self._doc())
+        expr = self._filter(filter)
         if self._words_kept():
             return [self._search_words(str(t), k, list(output_fields), expr) for t in texts]
         out: list[list[dict[str, Any]]] = []

@@ -74,8 +74,8 @@ def test_a_planted_file_naming_another_variable_gets_no_token(tmp_path, listener
 @pytest.mark.parametrize("why, plant", [
     ("others may write it", lambda uri, rec: _plant(uri, rec, 0o666)),
     ("another user owns it", lambda uri, rec: (_plant(uri, rec), os.chown(service_file(uri), 65534, 65534))),
-    ("it is not a regular file", lambda uri, rec: (open(uri + ".x", "w").write(json.dumps(rec)),
-                                                   os.symlink(uri + ".x", service_file(uri)))),
+    ("it is not a regular file", lambda uri, rec: (_plant(uri + ".x", rec), os.symlink(service_file(uri + ".x"),
+                                                                                          service_file(uri)))),
     ("its address is not a loopback", lambda uri, rec: _plant(uri, {**rec, "url": "http://10.1.2.3:8000"})),
     ("its address is not a loopback", lambda uri, rec: _plant(uri, {**rec, "url": "http://127.0.0.1.evil.test:80"})),
     ("its address is not a loopback", lambda uri, rec: _plant(uri, {**rec, "url": "http://u:p@127.0.0.1:80"})),

@@ -68,3 +68,37 @@ def test_what_the_client_opens_is_written_from_the_parse(uri, url):
 def test_a_file_path_is_left_as_it_is():
     assert mask_uri("runs/dhim_ray.db") == "runs/dhim_ray.db"
     assert MilvusTarget("runs/dhim_ray.db", "c").lite
+
+
+#: Shapes the code does not take for URLs: a mistyped scheme, none, or slashes alone.
+SHAPES = ["http:/admin:{s}@127.0.0.1:18799", "admin:{s}@127.0.0.1:18799", "//admin:{s}@127.0.0.1:18799",
+          "http ://admin:{s}@127.0.0.1:18799", "http:\\\\admin:{s}@127.0.0.1:18799",
+          "http:/host/db?token={s}", "HTTP :/u:{s}@h#x", " http://u:{s}@h:1"]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_no_secret_character_for_any_shape(shape):
+    uri = shape.format(s=SECRET)
+    assert SECRET not in mask_uri(uri) and SECRET[:2] not in mask_uri(uri), mask_uri(uri)
+    with pytest.raises(ConfigError) as caught:
+        MilvusTarget(uri, "c")
+    assert SECRET[2:] not in str(caught.value) and SECRET[:2] not in str(caught.value), str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["S3cret-T0ken.value", "tok en", "abc:def"])
+def test_a_token_name_flag_never_echoes_a_value_that_is_not_a_name(value):
+    from dhim_ray.jobs.serve import token_digest
+
+    with pytest.raises(ConfigError) as caught:
+        token_digest(value)
+    assert value not in str(caught.value) and "NAME of an environment variable" in str(caught.value)
+
+
+def test_an_unset_token_variable_is_not_echoed(monkeypatch):
+    from dhim_ray.jobs.serve import token_digest
+
+    monkeypatch.delenv("Zq9XwSecretLooking", raising=False)
+    with pytest.raises(ConfigError) as caught:
+        token_digest("Zq9XwSecretLooking")
+    assert "Zq9Xw" not in str(caught.value) and "not set or empty" in str(caught.value)
