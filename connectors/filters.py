@@ -288,6 +288,8 @@ class _Parser:
                                           or not parts[1].lstrip("-").isdigit()):
                 raise self.fail("'FIELD % N' is compared with == or != and a whole number on its right, e.g. "
                                 "'label % 2 == 0' (milvus-lite runs no other)")
+            if all(k == "value" for k in kinds_seen):
+                raise self.fail(f"'{ops[0]}' compares two literals; every comparison needs a field, e.g. 'label == 3'")
             if len(ops) == 1 and kind == "value":  # milvus-lite answers '2 != i' as '2 == i': the field goes left
                 parts, ops = [parts[1], parts[0]], [ops[0].translate(_FLIP)]
             if len(ops) == 1 and self.kinds.get(parts[0]) == "int" and _is_float(parts[1]):

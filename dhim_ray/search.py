@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -344,10 +345,11 @@ class Searcher:
     def like_targets(self, values: list[int | str]) -> dict[str, list]:
         """``like``'s arguments for values as a user gives them: row ids (a hit's ``id``) where
         they are numbers the collection holds, else the documents' own ids (``key``)."""
-        if all(isinstance(v, int) or str(v).lstrip("-").isdigit() for v in values):
-            ids = [int(v) for v in values]
-            if not self.info.keys or len(self.collection.get(ids, ["id"])) == len(set(ids)):
-                return {"ids": ids}
+        ids = [v if isinstance(v, int) else int(v) if re.fullmatch(r"-?[0-9]{1,19}", str(v)) else None
+               for v in values]
+        if all(i is not None and -(2**63) < i < 2**63 for i in ids) and (
+                not self.info.keys or len(self.collection.get(ids, ["id"])) == len(set(ids))):
+            return {"ids": ids}
         return {"keys": [str(v) for v in values]}
 
     def search_reranked(self, codes: np.ndarray, scores: np.ndarray, k: int, m: int,

@@ -1,10 +1,12 @@
 """The query service's front door: a plain ASGI middleware that answers what must never reach
 the application, before a byte of the body is read: unknown routes (404), wrong methods (405),
-an unknown ``Host`` or cross-site ``Origin`` (403), a bad bearer token (401), an encoded body
-(415), a body over the limit (413), and 503 with Retry-After while the service stops."""
+an unknown ``Host`` or cross-site ``Origin`` (403), a header sent twice (400), a bad bearer token
+(401), an encoded body (415), a body over the limit (413), a body not sent in time (408), a client
+past its share of requests in flight (429), and 503 with Retry-After while the service stops."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import ipaddress
@@ -15,6 +17,14 @@ from typing import Any
 #: Bytes in one request body: 256 texts of 100,000 characters would need more, but a text
 #: that long is a document to ingest, not a query.
 MAX_BODY_BYTES = 16 * 1024 * 1024
+
+#: Seconds a request's whole body may take to arrive: an idle or trickling body holds a slot no longer.
+BODY_DEADLINE_S = 10.0
+#: Requests one client address may have in flight on a replica (of its MAX_ONGOING_REQUESTS):
+#: hundreds of idle connections from one client leave the other clients their slots.
+MAX_CLIENT_REQUESTS = 64
+#: Headers a request may send once only (a second Host or Origin must not pick which is checked).
+_SINGLE = ("host", "origin", "authorization", "content-length", "content-encoding")
 
 #: Route -> (methods, whether it needs the token).
 ROUTES: dict[str, tuple[tuple[str, ...], bool]] = {
@@ -85,12 +95,12 @@ async def send_error(send: Send, status: int, message: str, field: str | None = 
     await send({"type": "http.response.body", "body": body})
 
 
-class _TooLarge(Exception):
+class _CutOff(Exception):
     pass
 
 
 class RequestGuard:
-    """ASGI middleware: ``RequestGuard(app, api_token_sha256=..., max_body_bytes=..., allowed_hosts=...)``.
+    """ASGI middleware: ``RequestGuard(app, api_token_sha256=..., max_body_bytes=..., allowed_hosts=..., ...)``.
 
     ``settings_from`` ("module:NAME"), when given, names a dict read at each request
     instead: a replica fills it in once it knows its token. (Serve ships the app to its
@@ -98,10 +108,12 @@ class RequestGuard:
     the module, imported by name, is the same object in the replica's process.)"""
 
     def __init__(self, app, api_token_sha256: str = "", max_body_bytes: int = MAX_BODY_BYTES,
-                 settings_from: str | None = None, allowed_hosts: tuple[str, ...] | None = None):
+                 settings_from: str | None = None, allowed_hosts: tuple[str, ...] | None = None,
+                 body_deadline_s: float = BODY_DEADLINE_S, max_client_requests: int = MAX_CLIENT_REQUESTS):
         self.app = app
         self._fixed = {"api_token_sha256": api_token_sha256, "max_body_bytes": max_body_bytes,
-                       "allowed_hosts": allowed_hosts}
+                       "allowed_hosts": allowed_hosts, "body_deadline_s": body_deadline_s,
+                       "max_client_requests": max_client_requests}
         self.settings_from = settings_from
 
     @property
@@ -123,11 +135,22 @@ class RequestGuard:
             await send_error(send, 503, f"the service is stopping; retry in {retry} s", None,
                              {"Retry-After": retry, "Connection": "close"})
             return
+        client = (scope.get("client") or ("?", 0))[0]
+        per_client = settings.setdefault("per_client", {})
+        limit = int(settings.get("max_client_requests", MAX_CLIENT_REQUESTS))
+        if per_client.get(client, 0) >= limit:
+            await send_error(send, 429, f"client: {limit} requests of this address are in flight already; wait for "
+                                        "their answers", "client", {"Retry-After": "1", "Connection": "close"})
+            return
         settings["in_flight"] = settings.get("in_flight", 0) + 1
+        per_client[client] = per_client.get(client, 0) + 1
         try:
             await self._checked(scope, receive, send)
         finally:
             settings["in_flight"] -= 1
+            per_client[client] -= 1
+            if not per_client[client]:
+                del per_client[client]
 
     async def _checked(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -140,6 +163,11 @@ class RequestGuard:
         if scope["method"] not in methods:
             await send_error(send, 405, f"{scope['method']} {path}: use {' or '.join(methods)}", "method",
                              {"Allow": ", ".join(methods)})
+            return
+        names = [k.decode("latin-1").lower() for k, _ in scope.get("headers", [])]
+        twice = next((n for n in _SINGLE if names.count(n) > 1), None)
+        if twice is not None:
+            await send_error(send, 400, f"{twice}: sent twice; send it once", twice)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         host = headers.get("host", "")
@@ -172,32 +200,40 @@ class RequestGuard:
         await self._counted(scope, receive, send, limit)
 
     async def _counted(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
-        """The app with a receive that stops a body at the limit; the client gets the 413."""
-        seen, started, too_large = 0, False, False
-        too_large_error = (413, f"body: more than {limit} bytes", "body")
+        """The app with a receive that stops a body at the limit (413) or at its deadline (408)."""
+        seen, started, cut, done = 0, False, None, False
+        deadline = asyncio.get_running_loop().time() + float(self.settings.get("body_deadline_s", BODY_DEADLINE_S))
 
         async def counted_receive() -> Message:
-            nonlocal seen, too_large
-            message = await receive()
+            nonlocal seen, cut, done
+            if done:  # the body is in: what follows is the client leaving, awaited without a deadline
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
+            except TimeoutError:
+                cut = (408, f"body: not received within {self.settings.get('body_deadline_s', BODY_DEADLINE_S):g} "
+                                  "s; send the whole request at once", "body")
+                raise _CutOff from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
+                done = not message.get("more_body", False)
                 if seen > limit:
-                    too_large = True
-                    raise _TooLarge
+                    cut = (413, f"body: more than {limit} bytes", "body")
+                    raise _CutOff
             return message
 
         async def watched_send(message: Message) -> None:
             nonlocal started
-            if too_large:  # the app's own answer to the cut-off body is replaced by the 413
+            if cut:  # the app's own answer to the cut-off body is replaced by the 413 or 408
                 if message["type"] == "http.response.start" and not started:
                     started = True
-                    await send_error(send, *too_large_error)
+                    await send_error(send, *cut)
                 return
             started = started or message["type"] == "http.response.start"
             await send(message)
 
         try:
             await self.app(scope, counted_receive, watched_send)
-        except _TooLarge:
+        except _CutOff:
             if not started:
-                await send_error(send, *too_large_error)
+                await send_error(send, *cut)

@@ -81,6 +81,8 @@ class ServeOptions:
 
 
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+#: A variable's name as people write one (DHIM_RAY_API_TOKEN): echoed; any other may be a token itself.
+_CONVENTIONAL = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*")
 
 
 def token_digest(token_env: str | None) -> str:
@@ -97,9 +99,10 @@ def token_digest(token_env: str | None) -> str:
                           "--api-token-env DHIM_RAY_API_TOKEN", field="api_token_env")
     token = os.environ.get(token_env, "")
     if not token:
-        raise ConfigError("api_token_env: the environment variable it names is not set or empty (its name is not "
-                          "echoed: it may be the token itself); "
-                          "export it, or leave the option out to serve without a token", field="api_token_env")
+        named = token_env if _CONVENTIONAL.fullmatch(token_env) and sum(c.isdigit() for c in token_env) < 4 else None
+        raise ConfigError(f"api_token_env{'=' + named if named else ''}: the environment variable is not set or empty"
+                          f"{'' if named else ' (its name is not echoed: it may be a token)'}; export it, or leave the "
+                          "option out to serve without a token", field="api_token_env")
     return hashlib.sha256(token.encode()).hexdigest()
 
 

@@ -60,7 +60,7 @@ def test_boolean_and_huge_labels_are_names(tmp_path, labels, names):
 
 
 # ---- the service's front door ----------------------------------------------------------------
-def _guarded(token_sha256: str = "", limit: int = 64, allowed_hosts=None):
+def _guarded(token_sha256: str = "", limit: int = 64, allowed_hosts=None, **limits):
     from fastapi import FastAPI
 
     from dhim_ray.jobs.http_guard import RequestGuard
@@ -77,7 +77,8 @@ def _guarded(token_sha256: str = "", limit: int = 64, allowed_hosts=None):
     async def health():
         return {"status": "ok"}
 
-    return RequestGuard(inner, api_token_sha256=token_sha256, max_body_bytes=limit, allowed_hosts=allowed_hosts), seen
+    return RequestGuard(inner, api_token_sha256=token_sha256, max_body_bytes=limit, allowed_hosts=allowed_hosts,
+                        **limits), seen
 
 
 async def _two_chunks():
@@ -150,6 +151,54 @@ def test_a_service_with_a_token_takes_any_host_but_no_foreign_page():
     assert _call(guard, "POST", "/search", content=b"{}", headers=ok).status_code == 200
     foreign = _call(guard, "POST", "/search", content=b"{}", headers={**ok, "Origin": "https://evil.example"})
     assert foreign.status_code == 403 and foreign.json()["field"] == "origin"
+
+
+def test_a_body_that_does_not_arrive_in_time_is_a_408_and_frees_its_slot():
+    guard, seen = _guarded(body_deadline_s=0.2)
+
+    async def trickle():
+        yield b"{"
+        await asyncio.sleep(2)
+        yield b"}"
+
+    r = _call(guard, "POST", "/search", content=trickle())
+    assert r.status_code == 408 and r.json()["field"] == "body" and "within 0.2 s" in r.json()["error"]
+    assert guard.settings["per_client"] == {} and guard.settings.get("in_flight") == 0
+
+
+def test_one_client_past_its_share_in_flight_gets_429_and_others_are_answered():
+    guard, seen = _guarded(body_deadline_s=5, max_client_requests=3)
+
+    async def idle():
+        yield b"{"
+        await asyncio.sleep(1)
+        yield b"}"
+
+    async def go():
+        def client(address):
+            return httpx.AsyncClient(transport=httpx.ASGITransport(app=guard, client=(address, 1)), base_url="http://t")
+
+        async with client("10.0.0.9") as hostile, client("10.0.0.7") as honest:
+            held = [asyncio.create_task(hostile.post("/search", content=idle())) for _ in range(3)]
+            await asyncio.sleep(0.2)
+            refused = await hostile.post("/search", content=b"{}")
+            answered = await honest.post("/search", content=b"{}")
+            return refused, answered, await asyncio.gather(*held)
+
+    refused, answered, held = asyncio.run(go())
+    assert refused.status_code == 429 and refused.json()["field"] == "client" and refused.headers["retry-after"]
+    assert answered.status_code == 200 and [r.status_code for r in held] == [200, 200, 200]
+    assert guard.settings["per_client"] == {}
+
+
+@pytest.mark.parametrize("name", ["Host", "Origin", "Authorization"])
+def test_a_header_sent_twice_is_refused_whichever_comes_first(name):
+    guard, _ = _guarded(allowed_hosts=())
+    headers = [(name, "attacker.example" if name != "Authorization" else "Bearer x"), (name, "127.0.0.1:8000")]
+    if name != "Host":
+        headers.append(("Host", "127.0.0.1:8000"))
+    r = _call(guard, "POST", "/search", content=b"{}", headers=headers)
+    assert r.status_code == 400 and r.json()["field"] == name.lower() and "sent twice" in r.json()["error"]
 
 
 # ---- a refused command leaves the disk as it was ------------------------------------------------

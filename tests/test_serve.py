@@ -557,6 +557,44 @@ def test_hostile_clients_get_4xx_and_honest_clients_see_no_failure(service):
     assert lite_servers(service["target"].uri) == pids  # the same milvus-lite process: nothing restarted it
 
 
+IDLE_CONNECTIONS = 500
+
+
+def test_idle_and_slow_bodies_from_one_client_leave_the_others_answered(service):
+    """One client (127.0.0.2) opens 500 connections that send their headers and 18 of 100 body
+    bytes, then nothing: honest searches from another address are all answered, and each idle
+    connection is answered 429 (past its share) or 408 (its body's deadline), never left hanging."""
+    host, port = service["url"].removeprefix("http://").rsplit(":", 1)
+    token = {"Authorization": f"Bearer {TOKEN}"}
+
+    def timed() -> tuple[int, float]:
+        start = time.monotonic()
+        r = post(service, "/search", {"texts": [QUERIES[0]], "k": 5})
+        return r.status_code, time.monotonic() - start
+
+    unloaded = sorted(timed()[1] for _ in range(5))
+    held = []
+    try:
+        for _ in range(IDLE_CONNECTIONS):
+            sock = socket.socket()
+            sock.bind(("127.0.0.2", 0))
+            sock.settimeout(60)
+            sock.connect((host, int(port)))
+            head = (f"POST /search HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                    f"Authorization: {token['Authorization']}\r\nContent-Length: 100\r\n\r\n")
+            sock.sendall(head.encode() + b'{"texts": ["oil", ')
+            held.append(sock)
+        loaded = [timed() for _ in range(10)]
+        answers = [sock.recv(200).split(b"\r\n", 1)[0] for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
+    assert {status for status, _ in loaded} == {200}
+    assert {a.split(b" ")[1] for a in answers} <= {b"408", b"429"} and len(answers) == IDLE_CONNECTIONS, set(answers)
+    print(f"honest p50 {sorted(t for _, t in loaded)[5]:.3f} s beside {IDLE_CONNECTIONS} idle connections, "
+          f"unloaded {unloaded[2]:.3f} s")
+
+
 def shown(text: str) -> str:
     """A hit's text as the page shows it: newlines folded, the first 300 characters."""
     folded = " ".join(text.split())
