@@ -6,6 +6,7 @@ made once per model and machine in the cache folder; where it cannot stand in fo
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -20,7 +21,7 @@ import numpy as np
 from dhim_ray.codes import TextHasher
 from dhim_ray.corpus.text import check_texts
 from dhim_ray.errors import DHIMRayError, first_line
-from dhim_ray.folders import cache_folder
+from dhim_ray.folders import cache_folder, read_sealed, seal
 from dhim_ray.model.checkpoint import WEIGHTS_FILE, CheckpointInfo, file_sha256, read_checkpoint, verify_weights
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Bumped when what a cached query graph holds changes: older graphs are then made again.
-GRAPH_FORMAT = 1
+GRAPH_FORMAT = 2  # 2: each file sealed with its digest
 GRAPH, SPEC, TOKENIZER = "model.onnx", "model.json", "tokenizer.json"
 
 
@@ -41,29 +42,43 @@ def graph_folder(info: CheckpointInfo, ort_version: str, folder: Path | None = N
     return (folder or cache_folder()) / f"query-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
 
 
-def query_graph(info: CheckpointInfo, ort_version: str) -> Path:
-    """The folder holding the query graph of ``info``, exported (with torch) where it is not
-    cached yet; written under a temporary name and renamed when whole."""
+def _verified(folder: Path) -> dict[str, bytes] | None:
+    """The query graph's files where each matches its seal (under the folder's key); else None."""
+    files = {name: read_sealed(folder / name, folder.name) for name in (GRAPH, SPEC, TOKENIZER)}
+    return None if None in files.values() else files
+
+
+def query_graph(info: CheckpointInfo, ort_version: str) -> dict[str, bytes]:
+    """The query graph of ``info``'s files, verified: exported (with torch) and sealed where it is
+    not cached yet, or not as it was written (said once, and made again); written under a
+    temporary name and renamed when whole."""
     target = graph_folder(info, ort_version)
-    if (target / GRAPH).is_file():
-        return target
+    files = _verified(target) if target.is_dir() else None
+    if files is not None:
+        return files
     from dhim_ray.export import export_codes_graph
 
-    log.debug("preparing %s for searches without torch (once per model and machine)", info.path)
+    if target.exists():
+        log.warning("%s does not match the digests it was cached with: making it again", target)
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    log.info("preparing %s for searches without torch (once per model and machine, about 15 s)", info.path)
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".query-", dir=target.parent))
     try:
         export_codes_graph(info.path, work / GRAPH)
         if not (work / TOKENIZER).is_file():
             raise ValueError("its tokenizer has no tokenizer.json")
-        try:
+        for name in (GRAPH, SPEC, TOKENIZER):
+            seal(work / name, target.name)
+        with contextlib.suppress(OSError):  # another process cached the same graph first: theirs is verified
             os.rename(work, target)
-        except OSError:  # another process cached the same graph first
-            if not (target / GRAPH).is_file():
-                raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return target
+    files = _verified(target)
+    if files is None:
+        raise DHIMRayError(f"{target}: the query graph does not read back as written; check the disk, or set "
+                           "DHIM_RAY_CACHE to another folder")
+    return files
 
 
 class GraphHasher(TextHasher):
@@ -71,17 +86,17 @@ class GraphHasher(TextHasher):
     ``Hasher.encode``'s codes. Pre-threshold scores and sentence vectors, which only the torch
     model gives, load the ``Hasher`` on first use."""
 
-    def __init__(self, folder: Path, info: CheckpointInfo):
+    def __init__(self, files: dict[str, bytes], info: CheckpointInfo):
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        spec = json.loads((folder / SPEC).read_text())
+        spec = json.loads(files[SPEC])
         self.info, self.config = info, info.config
         options = ort.SessionOptions()
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        self.session = ort.InferenceSession(str(folder / GRAPH), options, providers=["CPUExecutionProvider"])
-        self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER))
+        self.session = ort.InferenceSession(files[GRAPH], options, providers=["CPUExecutionProvider"])
+        self.tokenizer = Tokenizer.from_str(files[TOKENIZER].decode())
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(int(spec["max_tokens"]))
         self.pad_id = int(spec["pad_id"])

@@ -86,3 +86,55 @@ def test_a_cache_that_cannot_be_written_hashes_with_torch_and_says_why(tiny_bert
     hasher = load_query_hasher(ck)
     assert isinstance(hasher, Hasher) and bits_changed(hasher.encode(TEXTS), Hasher.load(ck).encode(TEXTS)) == 0
     assert "hashing with torch (no query graph:" in caplog.text
+
+
+def _flip_middle(path) -> None:
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 4096] = bytes(4096)
+    path.write_bytes(bytes(data))
+
+
+def _tokenizer_swapped(path) -> None:
+    spec = json.loads(path.read_text())
+    vocab = spec["model"]["vocab"]
+    a, b = "goal", "vote"
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    path.write_text(json.dumps(spec))
+
+
+def _spec_changed(path) -> None:
+    spec = json.loads(path.read_text())
+    path.write_text(json.dumps({**spec, "max_tokens": 3}))
+
+
+@pytest.mark.parametrize("tamper", ["another model's graph", "bytes overwritten", "tokenizer ids swapped",
+                                    "max_tokens changed", "graph missing", "seal missing"])
+def test_a_cached_query_graph_not_as_written_is_made_again_never_used(tiny_bert, tmp_path, cache, caplog, tamper):
+    features = FeatureConfig(encoder=tiny_bert, max_words=12)
+    a = random_checkpoint(tmp_path / "a", features, n_bits=32, hidden=32)
+    b = random_checkpoint(tmp_path / "b", features, n_bits=32, hidden=32, identity_bits=16)
+    expected = Hasher.load(a).encode(TEXTS)
+    load_query_hasher(a), load_query_hasher(b)
+    folder_a, folder_b = (graph_folder(Hasher.check(ck), __import__("onnxruntime").__version__) for ck in (a, b))
+    if tamper == "another model's graph":
+        for name in ("model.onnx", "model.onnx.sha256"):
+            (folder_a / name).write_bytes((folder_b / name).read_bytes())
+    elif tamper == "bytes overwritten":
+        _flip_middle(folder_a / "model.onnx")
+    elif tamper == "tokenizer ids swapped":
+        _tokenizer_swapped(folder_a / "tokenizer.json")
+    elif tamper == "max_tokens changed":
+        _spec_changed(folder_a / "model.json")
+    elif tamper == "graph missing":
+        (folder_a / "model.onnx").unlink()
+    else:
+        (folder_a / "tokenizer.json.sha256").unlink()
+    with caplog.at_level("WARNING", logger="dhim_ray.graph_hasher"):
+        assert bits_changed(load_query_hasher(a).encode(TEXTS), expected) == 0
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"{folder_a} does not match the digests it was cached with: making it again"]
+    stamp = (folder_a / "model.onnx").stat().st_mtime_ns
+    caplog.clear()
+    assert bits_changed(load_query_hasher(a).encode(TEXTS), expected) == 0  # repaired once, not made each run
+    assert (folder_a / "model.onnx").stat().st_mtime_ns == stamp and not caplog.records

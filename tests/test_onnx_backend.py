@@ -94,6 +94,23 @@ def test_a_cache_that_cannot_be_written_exports_to_a_temporary_folder(tiny_bert,
     enc = FrozenEncoder(FeatureConfig(encoder=tiny_bert, max_words=12), backend="onnx")
     assert enc.features(["goal striker"]).mask.any()
     assert not str(enc.onnx_session().graph).startswith(str(blocker))
+    assert not enc.onnx_session().graph.exists()  # exported for the run, read, and removed: nothing left in $TMPDIR
+
+
+def test_a_cached_encoder_graph_not_as_written_is_exported_again(tiny_bert, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("DHIM_RAY_CACHE", str(tmp_path / "cache"))
+    cfg, texts = FeatureConfig(encoder=tiny_bert, max_words=12), ["goal striker league", "vote parliament"]
+    expected = FrozenEncoder(cfg, backend="torch").features(texts).mean
+    FrozenEncoder(cfg).features(texts)
+    (graph,) = (tmp_path / "cache" / "onnx").glob("*.onnx")
+    data = bytearray(graph.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 4096] = bytes(4096)
+    graph.write_bytes(bytes(data))
+    with caplog.at_level("WARNING", logger="dhim_ray.encoding.onnx_runtime"):
+        np.testing.assert_allclose(FrozenEncoder(cfg).features(texts).mean, expected, atol=1e-4)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{graph} does not match the digest it was cached with: exporting it again"]
+    assert graph.read_bytes() != bytes(data)
 
 
 def test_int8_changes_features_and_keeps_its_own_cache_key(tiny_bert, tmp_path):

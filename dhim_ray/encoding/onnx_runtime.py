@@ -8,16 +8,18 @@ import contextlib
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from dhim_ray.errors import EncoderError
-from dhim_ray.folders import cache_folder
+from dhim_ray.folders import cache_folder, read_sealed, seal
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +58,14 @@ def graph_path(key: str, folder: Path | None = None) -> Path:
 
 
 def cached_graph(key: str, folder: Path | None = None) -> Path | None:
-    """The cached graph of ``key``, or None."""
+    """The cached graph of ``key`` (present; verified when read), or None."""
     path = graph_path(key, folder)
     return path if path.is_file() else None
+
+
+class CachedGraph(NamedTuple):
+    path: Path  # where it was read from (a temporary one is gone by now)
+    data: bytes  # the graph, verified against its seal
 
 
 class _LastHidden(torch.nn.Module):
@@ -137,21 +144,26 @@ def _quiet_logging():
 
 
 def encoder_graph(load_model: Callable[[], torch.nn.Module], key: str, precision: str = "fp32",
-                  folder: Path | None = None) -> Path:
+                  folder: Path | None = None) -> CachedGraph:
     """The ONNX graph of the model ``load_model`` gives, at ``precision`` ("fp32" or "int8"), by
-    its ``graph_key``: read from the cache when it is there, else exported (a few seconds, once
-    per model and machine). A cache that cannot be written gets a graph in a temporary folder."""
+    its ``graph_key``: read from the cache where its seal matches, else exported (a few seconds,
+    once per model and machine) and sealed. A cache that cannot be written exports for this run only."""
     if precision not in ("fp32", "int8"):
         raise EncoderError(f"precision={precision!r}: the ONNX backend runs fp32 or int8", field="precision")
     folder = folder or cache_folder()
     path = graph_path(key, folder)
-    if path.is_file():
-        return path
+    data = read_sealed(path, key) if path.is_file() else None
+    if data is not None:
+        return CachedGraph(path, data)
+    if path.exists():
+        log.warning("%s does not match the digest it was cached with: exporting it again", path)
     model = load_model()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".export-", dir=folder))
-    except OSError:
+    except OSError as exc:
+        log.warning("the cache folder %s cannot be written (%s): the encoder is exported for this run only; "
+                    "fix it or set DHIM_RAY_CACHE", folder, exc.strerror or exc)
         work = Path(tempfile.mkdtemp(prefix="dhim-ray-onnx-"))
         path = work / path.name
     log.info("exporting the encoder to ONNX (once per model and machine): %s", path)
@@ -163,18 +175,19 @@ def encoder_graph(load_model: Callable[[], torch.nn.Module], key: str, precision
         made = work / "int8.onnx"
         quantise_int8(fp32, made)
     os.replace(made, path)  # atomic: a concurrent export of the same graph writes the same bytes
-    for leftover in work.glob("*"):
-        if leftover != path:
-            leftover.unlink(missing_ok=True)
-    with contextlib.suppress(OSError):
-        work.rmdir()  # left where it holds the graph (the temporary-folder case)
-    return path
+    seal(path, key)
+    data = read_sealed(path, key)
+    shutil.rmtree(work, ignore_errors=True)  # the temporary-folder case: the graph too, now read
+    if data is None:
+        raise EncoderError(f"{path}: the exported encoder graph does not read back as written; check the disk, or "
+                           "set DHIM_RAY_CACHE to another folder")
+    return CachedGraph(path, data)
 
 
 class OnnxEncoder:
     """An ONNX Runtime session of an exported encoder graph on the CPU."""
 
-    def __init__(self, graph: Path, threads: int | None = None):
+    def __init__(self, graph: CachedGraph, threads: int | None = None):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -182,8 +195,8 @@ class OnnxEncoder:
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
-        self.graph = graph
-        self.session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        self.graph = graph.path
+        self.session = ort.InferenceSession(graph.data, options, providers=["CPUExecutionProvider"])
 
     def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """(B, W) int64 ids and mask -> (B, W, H) float32 last hidden layer."""
