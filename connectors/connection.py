@@ -245,6 +245,10 @@ def connect(uri: str, timeout: float = DEFAULT_TIMEOUT, token_env: str = "MILVUS
                 return MilvusClient(uri=uri, **kwargs)
         except Exception as exc:  # pymilvus raises MilvusException or plain errors
             message = first_line(exc)
+            if is_lite(uri) and "open local milvus failed" in message.lower() and not _lock_held(uri):
+                raise StoreError(f"uri={mask_uri(uri)}: milvus-lite stopped while opening the file (damaged or "
+                                 f"truncated?); restore it from a copy or ingest into a new file (its log: "
+                                 f"{LITE_SERVER_LOG})", field="uri") from exc
             if is_lite(uri) and "open local milvus failed" in message.lower():
                 raise StoreBusyError(
                     f"uri={mask_uri(uri)}: the milvus-lite file is open in another process (one process per file); "
@@ -270,6 +274,22 @@ def _with_server_log(start):
     verbose = logging.getLogger("dhim_ray").isEnabledFor(logging.DEBUG)
     with stderr_to(None if verbose else LITE_SERVER_LOG):
         return start()
+
+
+def _lock_held(uri: str) -> bool:
+    """Whether another process holds milvus-lite's lock on file ``uri`` (its ``.NAME.db.lock``)."""
+    import fcntl
+
+    path = os.path.join(os.path.dirname(os.path.abspath(uri)), f".{os.path.basename(uri)}.lock")
+    try:
+        with open(path, "a") as f:
+            fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.lockf(f, fcntl.LOCK_UN)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def guard_lite_locks() -> None:

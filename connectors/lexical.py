@@ -55,14 +55,20 @@ class TextIndex:
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
             try:
+                probe = sqlite3.connect(":memory:")
+                probe.execute("create virtual table fts5_probe using fts5(x)")
+                probe.execute("select count(*) from json_each('[]')")
+                probe.close()
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.path}: this Python's sqlite3 has no FTS5 or JSON ({first_line(exc)}); use a "
+                                 "Python whose sqlite3 has both (python.org and Debian builds do)") from exc
+            try:
                 db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
                 db.execute("pragma journal_mode=wal")
                 db.execute("pragma synchronous=normal")
-                db.execute("create virtual table if not exists temp.fts5_probe using fts5(x)")
-                db.execute("select count(*) from json_each('[]')")
+                db.execute("create table if not exists dhim_ray_generation (name text primary key, generation text)")
             except sqlite3.Error as exc:
-                raise StoreError(f"{self.path}: the text index cannot be opened ({first_line(exc)}); this Python's "
-                                 "sqlite3 needs FTS5 and JSON (python.org and Debian builds have both)") from exc
+                raise StoreError(f"{self.path}: the words' index cannot be opened ({first_line(exc)})") from exc
             self._db = db
         return self._db
 
@@ -83,6 +89,23 @@ class TextIndex:
             self._run("dropping a text table", f"drop table if exists {self._table(name)}")
             self._run("creating a text table", f"create virtual table {self._table(name)} using "
                       "fts5(text, tokenize='unicode61 remove_diacritics 2')")
+
+    def generation(self, name: str) -> str | None:
+        """The generation table ``name``'s words were last written in (None: no table or none recorded)."""
+        if not self.path.exists():
+            return None
+        with self._lock:
+            if self._run("reading the text tables", "select 1 from sqlite_master where name = ?",
+                         (f"words_{name}",)).fetchone() is None:
+                return None
+            found = self._run("reading the generation", "select generation from dhim_ray_generation where name = ?",
+                              (name,)).fetchone()
+        return found[0] if found else None
+
+    def set_generation(self, name: str, generation: str) -> None:
+        with self._lock:
+            self._run("writing the generation", "insert or replace into dhim_ray_generation values (?, ?)",
+                      (name, generation))
 
     def has(self, name: str) -> bool:
         if not self.path.exists():

@@ -10,6 +10,8 @@ import json
 import logging
 import re
 import shutil
+import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -127,8 +129,8 @@ def quote(value: str) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-#: The ledger's collection (connectors/ledger.py): no user collection or alias may take its name.
-RESERVED_NAME = "dhim_ray_ingests"
+#: The ledger's collections (connectors/ledger.py): no user collection or alias may take their names.
+RESERVED_NAME, WORDS_LEDGER = "dhim_ray_ingests", "dhim_ray_words"
 
 
 def check_collection_name(name: str, what: str = "collection", example: str = "dbpedia_64") -> str:
@@ -138,8 +140,8 @@ def check_collection_name(name: str, what: str = "collection", example: str = "d
         shown = name if not isinstance(name, str) or len(name) <= 40 else name[:40] + f"... ({len(name)} characters)"
         raise ConfigError(f"{what}={shown!r}: use ASCII letters, digits and underscores, starting with a letter "
                           f"or underscore, at most 255 characters, e.g. {example}")
-    if name == RESERVED_NAME:
-        raise ConfigError(f"{what}={name!r}: the name is reserved for dhim-ray's record of finished ingests; pick "
+    if name in (RESERVED_NAME, WORDS_LEDGER):
+        raise ConfigError(f"{what}={name!r}: the name is reserved for dhim-ray's record of its ingests; pick "
                           f"another, e.g. {example}")
     return name
 
@@ -384,6 +386,7 @@ class CodeCollection:
     _schema: dict | None = field(default=None, init=False, repr=False, compare=False)  # see _write
     _text_store: str | None = field(default=None, init=False, repr=False, compare=False)  # set by describe
     _words: TextIndex | None = field(default=None, init=False, repr=False, compare=False)
+    _words_checked: bool = field(default=False, init=False, repr=False, compare=False)
     _in_doc: bool | None = field(default=None, init=False, repr=False, compare=False)  # set by describe
     _kinds: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)  # set by describe
 
@@ -501,6 +504,8 @@ class CodeCollection:
             create_loaded(client, name, _schema(n_bits, meta, fields, store == "milvus", in_doc), index_params, timeout)
         except Exception as exc:
             raise StoreError(_failed(f"collection {name!r}: Milvus refused to create it", exc)) from exc
+        if store == "sqlite":
+            self.renew_words()
         return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, label_names=True,
                               keys=True, columns=fields, text_index=bool(store), text_store=store, digests=True,
                               in_doc=in_doc)
@@ -825,6 +830,7 @@ class CodeCollection:
         check_search_k(k)
         expr = self._filter(filter)
         if self._words_kept():
+            self.check_words()
             return [self._search_words(str(t), k, list(output_fields), expr) for t in texts]
         out: list[list[dict[str, Any]]] = []
         for start in range(0, len(texts), batch_size):
@@ -860,6 +866,57 @@ class CodeCollection:
         if self._words is None:
             self._words = TextIndex(self.lite_file)
         return self._words
+
+    def words_state(self) -> str | None:
+        """Why the words kept beside the file cannot answer for this collection (missing, damaged,
+        or stale: of another generation than the collection's); None where they are in step."""
+        from dhim_ray.connectors import ledger
+
+        try:
+            side = self.words.generation(self.name)
+        except StoreError as exc:
+            return f"damaged ({first_line(exc).rsplit('(', 1)[-1].rstrip(')')})"
+        if side is None:
+            return "missing" if not self.words.path.exists() else "missing for this collection"
+        if side != ledger.words_generation(self.client, self.name, self.timeout):
+            return "stale (written before the collection last changed)"
+        return None
+
+    def check_words(self) -> None:
+        """A StoreError saying how to mend it where this collection's words are not in step with it."""
+        if self._words_checked:
+            return
+        why = self.words_state()
+        if why is not None:
+            raise StoreError(f"collection {self.name!r}: its words' index ({self.words.path}) is {why}; rerun the "
+                             "same ingest (it rebuilds them from the stored text), or search with mode codes")
+        self._words_checked = True
+
+    def renew_words(self) -> None:
+        """Start a write session of this collection's words: a new generation in both places, and
+        the words rebuilt from the stored text where they were not in step (said in one line)."""
+        from dhim_ray.connectors import ledger
+
+        why, generation = self.words_state(), uuid.uuid4().hex
+        ledger.set_words_generation(self.client, self.name, generation, self.timeout)  # first: the old words are stale
+        if why is not None and why.startswith("damaged"):
+            self.words.close()
+            aside = self.words.path.with_name(f"{self.words.path.name}.damaged-{int(time.time())}")
+            self.words.path.rename(aside)
+            logger.warning("%s was damaged: moved to %s; each collection's words are rebuilt at its next ingest",
+                           self.words.path, aside)
+        if why is not None:
+            self.words.create(self.name)
+            rows = 0
+            for page in self._pages("", self._asked(["id", "text"]), "reading the stored text"):
+                page = [self._read(r, ["text"]) for r in page]
+                self.words.write(self.name, [r["id"] for r in page], [r["text"] or "" for r in page])
+                rows += len(page)
+            if rows:
+                logger.info("%s: its words' index was %s; rebuilt from the stored text of %s rows", self.name, why,
+                            f"{rows:,}")
+        self.words.set_generation(self.name, generation)
+        self._words_checked = True
 
     def _words_kept(self) -> bool:
         """Whether this collection's words are kept beside its milvus-lite file (lexical.TextIndex)."""

@@ -155,3 +155,62 @@ def test_milvus_own_bm25_the_servers_path_still_runs_on_milvus_lite(lite):
         queries = ["football club story 13", "parliament budget story 22", "phone fair story 6"]
         assert [h[0]["id"] for h in m.search_text(queries, 3)] == [h[0]["id"] for h in s.search_text(queries, 3)] \
             == [13, 22, 6]
+
+
+def _ingested(lite, texts):
+    with MilvusTarget(lite, "docs").open() as c:
+        c.ensure(64, "m", IndexSpec(), text_index=True)
+        c.upsert(rows(range(len(texts)), texts), new=True)
+
+
+@pytest.mark.parametrize("harm, why", [
+    ("an old copy put back", "stale (written before the collection last changed)"),
+    ("removed", "missing"),
+    ("garbage", "damaged (file is not a database)"),
+    ("its table dropped", "missing for this collection"),
+])
+def test_words_out_of_step_are_refused_in_one_line_then_rebuilt_by_the_next_write_session(lite, harm, why):
+    """The words' index is tied to its collection by a generation both keep: one from before a
+    rerun, a lost one or a damaged one never answers for the rows; the next ingest (its write
+    session: ``renew_words``) rebuilds it from the stored text, without overwrite."""
+    import shutil
+    import sqlite3
+
+    _ingested(lite, [TOPICS[i % 4] for i in range(8)])
+    old = text_file(lite).with_name("old.text")
+    shutil.copy(text_file(lite), old)
+    with MilvusTarget(lite, "docs").open() as c:  # a rerun: a write session that rewrites rows 3 and 7
+        c.renew_words()
+        c.upsert(rows([3, 7], ["a desk lamp", "a desk chair"]))
+        assert sorted(h["id"] for h in c.search_text(["parliament budget"], k=5)[0]) == []
+    if harm == "an old copy put back":
+        shutil.copy(old, text_file(lite))
+    elif harm == "removed":
+        text_file(lite).unlink()
+    elif harm == "garbage":
+        text_file(lite).write_bytes(b"\x00not sqlite" * 100)
+    else:
+        with sqlite3.connect(text_file(lite)) as db:
+            db.execute('drop table "words_docs"')
+    with MilvusTarget(lite, "docs").open() as c:
+        with pytest.raises(StoreError) as caught:
+            c.search_text(["parliament budget"], k=5)
+        message = str(caught.value)
+        assert f"its words' index ({text_file(lite)}) is {why}; rerun the same ingest" in message, message
+        assert "\n" not in message
+        c.renew_words()  # the next ingest's write session
+        assert c.search_text(["parliament budget"], k=5)[0] == []  # no phantom rows: 3 and 7 hold other texts now
+        assert [h["id"] for h in c.search_text(["desk chair"], k=5)[0]][:1] == [7]
+        assert sorted(h["id"] for h in c.search_text(["football club"], k=8)[0]) == [1, 5]
+    if harm == "garbage":
+        assert len(list(text_file(lite).parent.glob("codes.db.text.damaged-*"))) == 1
+
+
+def test_a_truncated_milvus_lite_file_is_not_said_to_be_open_elsewhere(lite):
+    _ingested(lite, TOPICS)
+    release(lite)
+    with open(lite, "r+b") as f:
+        f.truncate(8192)
+    with pytest.raises(StoreError) as caught, MilvusTarget(lite, "docs").open():
+        pass
+    assert "another process" not in str(caught.value) and "damaged or truncated" in str(caught.value), caught.value
