@@ -1,27 +1,37 @@
-"""The words of a milvus-lite file's collections, kept beside it in SQLite's FTS5: BM25 whose writes
-hold their rate as the file grows and which opens at once, where milvus-lite's own slows past a
-million rows (BENCHMARKS.md, 'The text index past a million documents').
+"""The words of a milvus-lite file's collections, kept beside it in tantivy (Lucene's design in
+Rust: BM25 top-k by block-max WAND, phrase queries, segments merged in the background): one index
+per collection under ``NAME.db.words/``. Each document also stores its row's fields and code, so a
+text search answers without reading milvus-lite (BENCHMARKS.md, "The words' engine").
 
-    >>> index = TextIndex("codes.db")          # codes.db.text, one FTS5 table per collection
-    >>> index.search("news_64", ["a football club in spain"], k=10)"""
+    >>> index = TextIndex("codes.db")          # codes.db.words/news_64/
+    >>> index.top("news_64", "a football club in spain", k=10)"""
 
 from __future__ import annotations
 
+import json
+import os
 import re
-import sqlite3
+import shutil
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import orjson
 
 from dhim_ray.errors import StoreError, first_line
 
-#: The sidecar file: ``codes.db`` keeps its words in ``codes.db.text``.
-SUFFIX = ".text"
-_WORD = re.compile(r"\w+")
-#: Words of one query sent to FTS5 (a whole document as a query stays one bounded OR).
+#: The folder beside a file: ``codes.db`` keeps its words in ``codes.db.words/``.
+SUFFIX = ".words"
+#: Distinct words of one query sent to the engine: a longer query keeps its rarest MAX_QUERY_WORDS
+#: (the words BM25 weighs most), so a whole document as a query stays one bounded OR.
 MAX_QUERY_WORDS = 256
+#: What a text search may be asked at once: the sum over its texts of (distinct words x k).
+MAX_TEXT_WORK = 200_000
+_STATE = "dhim_ray.json"
+_FORMAT = 1
+_PHRASE = re.compile(r'"([^"]*)"')
+_HEAP_BYTES = 64_000_000
 
 
 def text_file(lite_file: str | Path) -> Path:
@@ -29,154 +39,206 @@ def text_file(lite_file: str | Path) -> Path:
     return Path(str(lite_file) + SUFFIX)
 
 
-def query_words(text: str) -> list[str]:
-    """The distinct words of ``text``, lower-cased, in order, at most MAX_QUERY_WORDS."""
-    return list(dict.fromkeys(w.lower() for w in _WORD.findall(text)))[:MAX_QUERY_WORDS]
+def _analyzer():
+    import tantivy
+
+    return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple()).filter(tantivy.Filter.remove_long(40))
+            .filter(tantivy.Filter.lowercase()).filter(tantivy.Filter.ascii_fold()).build())
 
 
-def match_query(text: str | Sequence[str]) -> str | None:
-    """``text`` (or its words) as an FTS5 query: each word quoted (no word is read as an
-    operator), joined by OR, as BM25 ranks a query's words; None where it has no word."""
-    words = query_words(text) if isinstance(text, str) else text
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words) or None
+def _schema():
+    import tantivy
+
+    builder = tantivy.SchemaBuilder()
+    builder.add_integer_field("id", indexed=True, fast=True)
+    builder.add_text_field("text", tokenizer_name="words", index_option="position")
+    builder.add_bytes_field("fields", stored=True)
+    builder.add_bytes_field("code", stored=True)
+    return builder.build()
+
+
+class Hit(NamedTuple):
+    id: int
+    score: float
+    fields: dict[str, Any]  # the row's stored fields
+    code: bytes
+
+
+class Query(NamedTuple):
+    words: list[str]  # the distinct words ranked (the analyzer's tokens), at most MAX_QUERY_WORDS
+    phrases: list[list[str]]  # each quoted part's tokens: a hit holds them in order
+
+
+def parse_query(text: str, analyze=None) -> Query:
+    """A query text as the engine reads it: ``"quoted parts"`` are phrases every hit holds; every
+    word (quoted or not) counts towards BM25, each once."""
+    analyze = analyze or _analyzer().analyze
+    phrases = [tokens for part in _PHRASE.findall(text) if len(tokens := analyze(part)) > 1]
+    return Query(list(dict.fromkeys(analyze(text.replace('"', " ")))), phrases)
+
+
+def text_work(texts: Sequence[str], k: int) -> int:
+    """A text search's work: the sum over ``texts`` of their distinct words (at most MAX_QUERY_WORDS) times k."""
+    return sum(min(len(set(re.findall(r"\w+", str(t).lower()))), MAX_QUERY_WORDS) for t in texts) * int(k)
+
+
+class _Collection:
+    """One collection's index: a writer opened at the first write, a reader reloaded after each commit."""
+
+    def __init__(self, folder: Path, create: bool):
+        import tantivy
+
+        if create:
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+        self.folder, self.schema = folder, _schema()
+        self.index = tantivy.Index(self.schema, str(folder), reuse=not create)
+        self.analyzer = _analyzer()
+        self.index.register_tokenizer("words", self.analyzer)
+        self.writer = None
+        self.pending = False
+
+    def add(self, rows: dict[str, Sequence], replace: bool) -> None:
+        import tantivy
+
+        if self.writer is None:
+            self.writer = self.index.writer(heap_size=_HEAP_BYTES, num_threads=1)
+        stored = [name for name in rows if name not in ("id", "code", "digest")]
+        for n, (i, text, code) in enumerate(zip(rows["id"], rows["text"], rows["code"])):
+            if replace:
+                self.writer.delete_documents_by_term("id", int(i))
+            doc = tantivy.Document()
+            doc.add_integer("id", int(i))
+            doc.add_text("text", text or "")
+            doc.add_bytes("fields", orjson.dumps({name: rows[name][n] for name in stored}))
+            doc.add_bytes("code", bytes(code[0] if isinstance(code, list) else code))  # milvus-lite's read: [bytes]
+            self.writer.add_document(doc)
+        self.pending = True
+
+    def delete(self, ids: Sequence[int]) -> None:
+        if self.writer is None:
+            self.writer = self.index.writer(heap_size=_HEAP_BYTES, num_threads=1)
+        for i in ids:
+            self.writer.delete_documents_by_term("id", int(i))
+        self.pending = True
+
+    def commit(self) -> bool:
+        if not self.pending:
+            return False
+        self.writer.commit()
+        self.index.reload()
+        self.pending = False
+        return True
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.commit()
+            self.writer.wait_merging_threads()
+            self.writer = None
+
+    def query(self, parsed: Query, searcher):
+        import tantivy
+
+        words = parsed.words
+        if len(words) > MAX_QUERY_WORDS:  # the rarest the index holds: the words BM25 weighs most
+            held = {w: searcher.doc_freq("text", w) for w in words}
+            words = sorted(words, key=lambda w: (held[w] == 0, held[w], words.index(w)))[:MAX_QUERY_WORDS]
+        should = [(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "text", w)) for w in words]
+        must = [(tantivy.Occur.Must, tantivy.Query.phrase_query(self.schema, "text", p)) for p in parsed.phrases]
+        return tantivy.Query.boolean_query(must + should) if must or should else None
+
+    def top(self, text: str, k: int, offset: int = 0) -> list[Hit]:
+        parsed = parse_query(text, self.analyzer.analyze)
+        searcher = self.index.searcher()
+        query = self.query(parsed, searcher)
+        if query is None or searcher.num_docs == 0:
+            return []
+        found = searcher.search(query, k, count=False, offset=offset).hits
+        ids = searcher.fast_field_values("id", [address for _, address in found])
+        out = []
+        for (score, address), i in zip(found, ids):
+            doc = searcher.doc(address)
+            out.append(Hit(int(i), float(score), orjson.loads(doc["fields"][0]), bytes(doc["code"][0])))
+        return out
 
 
 class TextIndex:
-    """The FTS5 tables beside one milvus-lite file; a connection of its own, opened at first use
+    """The tantivy indexes beside one milvus-lite file, one per collection, opened at first use
     and shared by threads under a lock (a service answers from several)."""
 
     def __init__(self, lite_file: str | Path):
         self.path = text_file(lite_file)
-        self._db: sqlite3.Connection | None = None
+        self._open: dict[str, _Collection] = {}
         self._lock = threading.Lock()
-        #: per table: (the file's version when counted, rows, {word: rows holding it})
-        self._counts: dict[str, tuple[tuple[int, int], int, dict[str, int]]] = {}
 
-    def _connect(self) -> sqlite3.Connection:
-        if self._db is None:
+    def _folder(self, name: str) -> Path:
+        return self.path / name  # collection names are checked: letters, digits and _
+
+    def _get(self, name: str, create: bool = False) -> _Collection:
+        if create or name not in self._open:
+            if not create and not (self._folder(name) / "meta.json").is_file():
+                raise StoreError(f"{self._folder(name)}: no words' index for collection {name!r}")
+            if name in self._open:
+                self._open.pop(name).close()
             try:
-                probe = sqlite3.connect(":memory:")
-                probe.execute("create virtual table fts5_probe using fts5(x)")
-                probe.execute("select count(*) from json_each('[]')")
-                probe.close()
-            except sqlite3.Error as exc:
-                raise StoreError(f"{self.path}: this Python's sqlite3 has no FTS5 or JSON ({first_line(exc)}); use a "
-                                 "Python whose sqlite3 has both (python.org and Debian builds do)") from exc
+                self._open[name] = _Collection(self._folder(name), create)
+            except (OSError, ValueError) as exc:
+                raise StoreError(f"{self._folder(name)}: the words' index cannot be opened ({first_line(exc)})") from exc
+        return self._open[name]
+
+    def _run(self, what: str, name: str, action, create: bool = False):
+        with self._lock:
             try:
-                db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-                db.execute("pragma journal_mode=wal")
-                db.execute("pragma synchronous=normal")
-                db.execute("create table if not exists dhim_ray_generation (name text primary key, generation text)")
-            except sqlite3.Error as exc:
-                raise StoreError(f"{self.path}: the words' index cannot be opened ({first_line(exc)})") from exc
-            self._db = db
-        return self._db
-
-    @staticmethod
-    def _table(name: str) -> str:
-        return f'"words_{name}"'  # collection names are checked: letters, digits and _
-
-    def _run(self, what: str, sql: str, args: Sequence = (), many: bool = False) -> sqlite3.Cursor:
-        try:
-            db = self._connect()
-            return db.executemany(sql, args) if many else db.execute(sql, args)
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: {what} failed ({first_line(exc)})") from exc
+                return action(self._get(name, create))
+            except StoreError:
+                raise
+            except (OSError, ValueError, KeyError, TypeError) as exc:  # the engine's own errors are ValueErrors
+                raise StoreError(f"{self._folder(name)}: {what} failed ({first_line(exc)})") from exc
 
     def create(self, name: str) -> None:
-        """A new, empty table for collection ``name`` (one left by a dropped collection goes)."""
-        with self._lock:
-            self._run("dropping a text table", f"drop table if exists {self._table(name)}")
-            self._run("creating a text table", f"create virtual table {self._table(name)} using "
-                      "fts5(text, tokenize='unicode61 remove_diacritics 2')")
+        """A new, empty index for collection ``name`` (one left by a dropped collection goes)."""
+        self._run("creating the words' index", name, lambda c: None, create=True)
 
     def generation(self, name: str) -> str | None:
-        """The generation table ``name``'s words were last written in (None: no table or none recorded)."""
-        if not self.path.exists():
+        """The generation collection ``name``'s words were last committed in; None where there is
+        no index or none recorded; a StoreError where the index cannot be read."""
+        state = self._folder(name) / _STATE
+        if not (self._folder(name) / "meta.json").is_file():
             return None
-        with self._lock:
-            if self._run("reading the text tables", "select 1 from sqlite_master where name = ?",
-                         (f"words_{name}",)).fetchone() is None:
-                return None
-            found = self._run("reading the generation", "select generation from dhim_ray_generation where name = ?",
-                              (name,)).fetchone()
-        return found[0] if found else None
+        try:
+            recorded = json.loads(state.read_text()) if state.exists() else {}
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{state}: unreadable ({first_line(exc)})") from exc
+        self._run("opening the words' index", name, lambda c: c.index.searcher())
+        return recorded.get("generation") if recorded.get("format") == _FORMAT else None
 
     def set_generation(self, name: str, generation: str) -> None:
-        with self._lock:
-            self._run("writing the generation", "insert or replace into dhim_ray_generation values (?, ?)",
-                      (name, generation))
+        """Record that collection ``name``'s words are committed in step with ``generation``."""
+        self.commit(name)
+        state = self._folder(name) / _STATE
+        tmp = state.with_name(_STATE + ".tmp")
+        tmp.write_text(json.dumps({"format": _FORMAT, "generation": generation}))
+        os.replace(tmp, state)
 
-    def has(self, name: str) -> bool:
-        if not self.path.exists():
-            return False
-        with self._lock:
-            return self._run("reading the text tables", "select 1 from sqlite_master where name = ?",
-                             (f"words_{name}",)).fetchone() is not None
-
-    def write(self, name: str, ids: Sequence[int], texts: Sequence[str]) -> None:
-        """Rows ``ids`` hold ``texts`` (a row already kept is replaced): one statement over the rows
-        as a JSON array, all or none, so SQLite indexes them without taking Python's lock back row
-        by row (a thread writing words leaves the others their turn)."""
-        rows = orjson.dumps([[int(i), t.replace("\x00", " ")] for i, t in zip(ids, texts)]).decode()  # SQLite's JSON ends a text at a NUL
-        with self._lock:
-            self._run("writing the text index", f"insert or replace into {self._table(name)}(rowid, text) "
-                      "select json_extract(value, '$[0]'), json_extract(value, '$[1]') from json_each(?)", (rows,))
+    def write(self, name: str, rows: dict[str, Sequence], new: bool = False) -> None:
+        """Rows (by column: id, text, code and the fields a hit returns) hold these words and
+        fields; a row already kept is replaced unless ``new``. Seen by searches after ``commit``."""
+        self._run("writing the words' index", name, lambda c: c.add(rows, replace=not new))
 
     def delete(self, name: str, ids: Sequence[int]) -> None:
-        with self._lock:
-            self._run("deleting from the text index", f"delete from {self._table(name)} where rowid = ?",
-                      [(int(i),) for i in ids], many=True)
+        self._run("deleting from the words' index", name, lambda c: c.delete(ids))
 
-    def ranked(self, name: str, text: str) -> Iterator[tuple[int, float]]:
-        """(id, BM25 score, higher is better) of every row sharing a word with ``text``, best
-        first, ties by id: read lazily, so a caller that needs ten reads ten. Words held by half
-        the rows or more (FTS5 gives them an idf of ~0) are matched last: the rows sharing a
-        rarer word come first without reading the common words' long lists."""
-        words = query_words(text)
-        if not words:
-            return
-        common = self._common(name, words) if len(words) > 1 else set()
-        rare = [w for w in words if w not in common]
-        seen: set[int] = set()
-        if rare and common:
-            for hit in self._scan(name, rare):
-                seen.add(hit[0])
-                yield hit
-        yield from (hit for hit in self._scan(name, words) if hit[0] not in seen)
+    def commit(self, name: str) -> bool:
+        """Publish collection ``name``'s pending writes; whether there were any."""
+        if name not in self._open:
+            return False
+        return self._run("committing the words' index", name, lambda c: c.commit())
 
-    def _scan(self, name: str, words: list[str]) -> Iterator[tuple[int, float]]:
-        table = self._table(name)
-        with self._lock:
-            cursor = self._run("a text search", f"select rowid, -bm25({table}) as score from {table} where {table} "
-                               "match ? order by score desc, rowid", (match_query(words),))
-            rows = cursor.fetchmany(64)
-        while rows:
-            yield from ((int(i), float(s)) for i, s in rows)
-            with self._lock:
-                rows = cursor.fetchmany(1024)
-
-    def _common(self, name: str, words: list[str]) -> set[str]:
-        """Those of ``words`` in half of table ``name``'s rows or more, counted once per change of the file."""
-        with self._lock:
-            version = (self._run("reading the version", "pragma data_version").fetchone()[0], self._db.total_changes)
-            known = self._counts.get(name)
-            if known is None or known[0] != version:
-                rows = self._run("counting rows", f'select count(*) from "words_{name}_docsize"').fetchone()[0]
-                self._run("reading the vocabulary", f'create virtual table if not exists temp."vocab_{name}" '
-                          f"using fts5vocab(main, {self._table(name)}, 'row')")
-                known = self._counts[name] = (version, rows, {})
-            _, rows, held = known
-            missing = [w for w in words if w not in held]
-            if missing:
-                held.update(dict.fromkeys(missing, 0))
-                held.update(self._run("reading the vocabulary", f'select term, doc from temp."vocab_{name}" where '
-                                      f"term in ({','.join('?' * len(missing))})", missing).fetchall())
-        return {w for w in words if 2 * held[w] >= rows}
+    def top(self, name: str, text: str, k: int, offset: int = 0) -> list[Hit]:
+        """The ``k`` best rows by BM25 for ``text`` after the first ``offset``, best first."""
+        return self._run("a text search", name, lambda c: c.top(text, k, offset))
 
     def close(self) -> None:
         with self._lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
-            self._counts.clear()  # the vocabulary tables were the connection's
+            for name in list(self._open):
+                self._open.pop(name).close()

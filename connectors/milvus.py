@@ -5,7 +5,6 @@ collection's description holds its format, width and model, so other codes are r
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import logging
 import re
@@ -214,7 +213,7 @@ class CollectionInfo:
     keys: bool = False  # rows carry their document's own id (the key field)
     columns: dict[str, tuple[str, int]] = field(default_factory=dict)  # kept metadata: name -> (kind, string bound)
     text_index: bool = False  # BM25 over the stored text: text and hybrid search
-    text_store: str = ""  # where that index is: "milvus" (its text_sparse field) or "sqlite" (lexical.TextIndex)
+    text_store: str = ""  # where that index is: "milvus" (its text_sparse field) or "file" (lexical.TextIndex)
     digests: bool = False  # rows carry a digest of what they were made from (the digest field)
     in_doc: bool = False  # text, source, label_name, key and digest are kept in one JSON field (DOC_FIELD)
 
@@ -277,6 +276,10 @@ def _filter_kinds(fields: list[dict]) -> dict[str, str]:
     kinds = {**{t: "int" for t in (DataType.INT8, DataType.INT16, DataType.INT32, DataType.INT64)},
              DataType.FLOAT: "float", DataType.DOUBLE: "float", DataType.VARCHAR: "string", DataType.BOOL: "bool"}
     return {f["name"]: kinds[f["type"]] for f in fields if f.get("type") in kinds}
+
+
+def _distance(code: bytes, query: np.ndarray) -> int:
+    return int(np.bitwise_count(np.frombuffer(code, np.uint8) ^ query).sum())
 
 
 def describe_columns(columns: dict[str, tuple[str, int]]) -> str:
@@ -387,6 +390,8 @@ class CodeCollection:
     _text_store: str | None = field(default=None, init=False, repr=False, compare=False)  # set by describe
     _words: TextIndex | None = field(default=None, init=False, repr=False, compare=False)
     _words_checked: bool = field(default=False, init=False, repr=False, compare=False)
+    _generation: str = field(default="", init=False, repr=False, compare=False)  # this session's words
+    _recorded: bool = field(default=False, init=False, repr=False, compare=False)  # ... recorded beside the file
     _in_doc: bool | None = field(default=None, init=False, repr=False, compare=False)  # set by describe
     _kinds: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)  # set by describe
 
@@ -419,7 +424,7 @@ class CodeCollection:
         in_doc = self._in_doc = DOC_FIELD in fields
         kept = meta.get("text_index")
         self._text_store = ("milvus" if kept == "bm25" and TEXT_SPARSE_FIELD in fields else
-                            "sqlite" if kept == "fts5" and self.lite_file else "")
+                            "file" if kept in ("tantivy", "fts5") and self.lite_file else "")  # fts5: rebuilt
         return CollectionInfo(name, int(code["params"].get("dim", 0)), metric, index_type, meta.get("model", ""),
                               nlist=nlist, meta=meta, label_names=in_doc or LABEL_NAME_FIELD in fields,
                               keys=in_doc or KEY_FIELD in fields,
@@ -473,7 +478,7 @@ class CodeCollection:
         """Create the collection, or check an existing one matches (``check``; ``overwrite``: drop and
         recreate it). ``columns``: name -> (bool, int, float or string; longest string in bytes);
         ``model_dir``: stamped beside the model's id, for a service following an alias; ``text_index``:
-        BM25 over the text, kept by ``text_store``: "sqlite" (FTS5 beside a milvus-lite file) or "milvus"."""
+        BM25 over the text, kept by ``text_store``: "file" (tantivy beside a milvus-lite file) or "milvus"."""
         client, name, timeout = self.client, self.name, self.timeout
         columns = columns or {}
         self._check_space()
@@ -484,19 +489,19 @@ class CodeCollection:
         if info is not None:
             client.drop_collection(name, timeout=timeout)
         self._schema = None  # a new collection: its fields are described again at the next write
-        store = (text_store or ("sqlite" if self.lite_file else "milvus")) if text_index else ""
-        if store not in ("", "sqlite", "milvus") or (store == "sqlite" and not self.lite_file):
-            raise ConfigError(f"text_store={store!r}: write sqlite (beside a milvus-lite file) or milvus", field="text_store")
+        store = (text_store or ("file" if self.lite_file else "milvus")) if text_index else ""
+        if store not in ("", "file", "milvus") or (store == "file" and not self.lite_file):
+            raise ConfigError(f"text_store={store!r}: write file (beside a milvus-lite file) or milvus", field="text_store")
         fields = {n: (kind, string_bound(longest) if kind == "string" else 0) for n, (kind, longest) in columns.items()}
         meta = {"format": FORMAT, "n_bits": n_bits, "model": model,
                 **({"columns": {n: list(v) for n, v in fields.items()}} if fields else {}),
-                **({"model_dir": model_dir} if model_dir else {}), **({"text_index": {"sqlite": "fts5", "milvus": "bm25"}[store]} if store else {})}
+                **({"model_dir": model_dir} if model_dir else {}), **({"text_index": {"file": "tantivy", "milvus": "bm25"}[store]} if store else {})}
         index_params = client.prepare_index_params()
         index_params.add_index(field_name=CODE_FIELD, index_type=index.index_type, metric_type="HAMMING",
                                params=index.params())
         if store == "milvus":
             index_params.add_index(field_name=TEXT_SPARSE_FIELD, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
-        if store == "sqlite":  # first: a collection that says it keeps its words elsewhere finds them there
+        if store == "file":  # first: a collection that says it keeps its words elsewhere finds them there
             self.words.create(name)
         in_doc = bool(self.lite_file) and store != "milvus"  # Milvus' BM25 reads a text field of its own
         self._text_store, self._in_doc = store, in_doc
@@ -504,7 +509,7 @@ class CodeCollection:
             create_loaded(client, name, _schema(n_bits, meta, fields, store == "milvus", in_doc), index_params, timeout)
         except Exception as exc:
             raise StoreError(_failed(f"collection {name!r}: Milvus refused to create it", exc)) from exc
-        if store == "sqlite":
+        if store == "file":
             self.renew_words()
         return CollectionInfo(name, n_bits, "HAMMING", index.index_type, model, meta=meta, label_names=True,
                               keys=True, columns=fields, text_index=bool(store), text_store=store, digests=True,
@@ -523,10 +528,10 @@ class CodeCollection:
             raise CodeFormatError(f"codes of {sorted(lengths)} bytes in one batch: every code must have the same "
                                   "length")
         self._check_space()  # milvus-lite on a full disk retries each write for its whole timeout, then fails
-        if words is not None:  # first: a row Milvus holds always has its words (a search reads rows from Milvus)
+        if words is not None:  # first: a row Milvus holds always has its words
             words.result()
         elif self._words_kept():
-            self.words.write(self.name, rows["id"], rows["text"])
+            self.words.write(self.name, rows, new)
         try:
             result = self._write(rows, new)
         except Exception as exc:
@@ -538,16 +543,16 @@ class CodeCollection:
 
     def insert_each(self, batches: Iterable[Columns]) -> Iterator[int]:
         """``upsert(rows, new=True)`` of each of ``batches`` in turn, yielding how many rows each
-        wrote. Where the words are kept beside the file, a thread writes each batch's words (SQLite
-        indexes them without Python's lock) while the batch before goes to Milvus, which takes a
-        batch once its words are in: the ingest's writer does the two at once."""
+        wrote. Where the words are kept beside the file, a thread gives each batch's words to the
+        engine (which indexes them on a thread of its own) while the batch before goes to Milvus,
+        which takes a batch once its words are in: the ingest's writer does the two at once."""
         if not self._words_kept():
             yield from (self.upsert(rows, new=True) for rows in batches)
             return
         with ThreadPoolExecutor(1, thread_name_prefix="dhim-ray-words") as writer:
             ahead: tuple[Columns, Future] | None = None
             for rows in batches:
-                words = writer.submit(self.words.write, self.name, rows["id"], rows["text"])
+                words = writer.submit(self.words.write, self.name, rows, True)
                 if ahead is not None:
                     yield self.upsert(ahead[0], new=True, words=ahead[1])
                 ahead = (rows, words)
@@ -821,7 +826,8 @@ class CodeCollection:
         return out
 
     def search_text(self, texts: Sequence[str], k: int, output_fields: Iterable[str] = OUTPUT_FIELDS,
-                    filter: str | None = None, batch_size: int = 100) -> list[list[dict[str, Any]]]:
+                    filter: str | None = None, batch_size: int = 100,
+                    codes: np.ndarray | None = None) -> list[list[dict[str, Any]]]:
         """Top-k rows by Milvus' BM25 over the stored text (a collection with a text index) for
         each query text: one list per query of {"id", "bm25" (float, higher is better), and the
         output fields}, best first (ties by id). A query that shares no term with any row finds
@@ -830,8 +836,10 @@ class CodeCollection:
         check_search_k(k)
         expr = self._filter(filter)
         if self._words_kept():
+            self._commit_words()
             self.check_words()
-            return [self._search_words(str(t), k, list(output_fields), expr) for t in texts]
+            return [self._search_words(str(t), k, list(output_fields), expr, None if codes is None else codes[i])
+                    for i, t in enumerate(texts)]
         out: list[list[dict[str, Any]]] = []
         for start in range(0, len(texts), batch_size):
             data = [str(t) for t in texts[start : start + batch_size]]
@@ -842,13 +850,20 @@ class CodeCollection:
                 out.append(rows[:k])
         return out
 
-    def _search_words(self, text: str, k: int, fields: list[str], expr: str | None) -> list[dict[str, Any]]:
-        """``search_text`` over FTS5 beside the file: ranked ids a page at a time until k pass Milvus' filter."""
-        ranked, hits, page = self.words.ranked(self.name, text), [], max(2 * k, 64)
-        while len(hits) < k and (part := list(itertools.islice(ranked, page))):
-            found = self._rows_where([i for i, _ in part], fields, expr)
-            hits += [{"id": i, "bm25": round(score, 4), **found[i]} for i, score in part if i in found]
-            page = min(4 * page, 8192)  # a filter most rows fail: larger pages, fewer calls
+    def _search_words(self, text: str, k: int, fields: list[str], expr: str | None,
+                      code: np.ndarray | None) -> list[dict[str, Any]]:
+        """``search_text`` through the engine beside the file: its hits' stored fields and codes
+        where no filter is given; else its ranked ids a page at a time until k pass Milvus' filter."""
+        hits, offset, page = [], 0, k if expr is None else max(2 * k, 64)
+        while len(hits) < k:
+            part = self.words.top(self.name, text, page, offset)
+            stored = expr is None and all(f in h.fields for h in part for f in fields)
+            found = {h.id: h.fields for h in part} if stored else self._rows_where([h.id for h in part], fields, expr)
+            hits += [{"id": h.id, "bm25": round(h.score, 4), **{f: found[h.id].get(f) for f in fields},
+                      **({} if code is None else {"distance": _distance(h.code, code)})} for h in part if h.id in found]
+            if len(part) < page:
+                break
+            offset, page = offset + page, min(4 * page, 8192)  # a filter most rows fail: larger pages, fewer calls
         hits.sort(key=lambda h: (-h["bm25"], h["id"]))
         return hits[:k]
 
@@ -862,7 +877,7 @@ class CodeCollection:
 
     @property
     def words(self) -> TextIndex:
-        """The FTS5 tables beside the milvus-lite file."""
+        """The words' indexes beside the milvus-lite file (tantivy, one per collection)."""
         if self._words is None:
             self._words = TextIndex(self.lite_file)
         return self._words
@@ -875,7 +890,8 @@ class CodeCollection:
         try:
             side = self.words.generation(self.name)
         except StoreError as exc:
-            return f"damaged ({first_line(exc).rsplit('(', 1)[-1].rstrip(')')})"
+            logger.debug("the words of %s: %s", self.name, exc)
+            return "damaged (the engine cannot read it)"
         if side is None:
             return "missing" if not self.words.path.exists() else "missing for this collection"
         if side != ledger.words_generation(self.client, self.name, self.timeout):
@@ -893,12 +909,13 @@ class CodeCollection:
         self._words_checked = True
 
     def renew_words(self) -> None:
-        """Start a write session of this collection's words: a new generation in both places, and
-        the words rebuilt from the stored text where they were not in step (said in one line)."""
+        """Start a write session of this collection's words: a new generation, recorded in the file
+        now and beside it once the session's words are committed (``close``); words not in step
+        are rebuilt from the stored rows first (said in one line)."""
         from dhim_ray.connectors import ledger
 
-        why, generation = self.words_state(), uuid.uuid4().hex
-        ledger.set_words_generation(self.client, self.name, generation, self.timeout)  # first: the old words are stale
+        why, self._generation, self._recorded = self.words_state(), uuid.uuid4().hex, False
+        ledger.set_words_generation(self.client, self.name, self._generation, self.timeout)  # the old words: stale
         if why is not None and why.startswith("damaged"):
             self.words.close()
             aside = self.words.path.with_name(f"{self.words.path.name}.damaged-{int(time.time())}")
@@ -907,16 +924,26 @@ class CodeCollection:
                            self.words.path, aside)
         if why is not None:
             self.words.create(self.name)
-            rows = 0
-            for page in self._pages("", self._asked(["id", "text"]), "reading the stored text"):
-                page = [self._read(r, ["text"]) for r in page]
-                self.words.write(self.name, [r["id"] for r in page], [r["text"] or "" for r in page])
+            fields, rows = ["id", CODE_FIELD, *self.describe().output_fields], 0
+            for page in self._pages("", self._asked(fields), "reading the stored rows"):
+                page = [self._read(r, fields) for r in page]
+                self.words.write(self.name, {f: [r.get(f) for r in page] for f in fields}, new=True)
                 rows += len(page)
             if rows:
                 logger.info("%s: its words' index was %s; rebuilt from the stored text of %s rows", self.name, why,
                             f"{rows:,}")
-        self.words.set_generation(self.name, generation)
+            self.words.set_generation(self.name, self._generation)
+            self._recorded = True
         self._words_checked = True
+
+    def _commit_words(self) -> None:
+        """This session's words published, and their generation recorded beside the file."""
+        if self._words is None:
+            return
+        committed = self.words.commit(self.name)
+        if self._generation and (committed or not self._recorded):
+            self.words.set_generation(self.name, self._generation)
+            self._recorded = True
 
     def _words_kept(self) -> bool:
         """Whether this collection's words are kept beside its milvus-lite file (lexical.TextIndex)."""
@@ -924,10 +951,11 @@ class CodeCollection:
             return False
         if self._text_store is None:
             self.describe()
-        return self._text_store == "sqlite"
+        return self._text_store == "file"
 
     def close(self) -> None:
         if self._words is not None:
+            self._commit_words()
             self._words.close()
 
     def _search(self, data: list, anns_field: str, params: dict[str, Any], k: int, output_fields: Iterable[str],

@@ -272,7 +272,7 @@ class Searcher:
         depth = k if mode == "text" else fusion.text_hits_needed(k)
         read_text = mode == "hybrid" and fusion.method == "phrase" and "text" not in fields  # the gate reads it
         text_hits = self.collection.search_text(texts, depth, [*fields, *(["text"] if read_text else [])],
-                                                filter=filter)
+                                                filter=filter, codes=codes)
         out = text_hits if mode == "text" else [fuse(c, t, k, fusion, q) for c, t, q in zip(code_hits, text_hits, texts)]
         if read_text:
             out = [[{f: v for f, v in h.items() if f != "text"} for h in row] for row in out]

@@ -137,7 +137,7 @@ class CodeSink(Datasink[WriteStats]):
         collection = self._open()
         info = collection.ensure(spec.n_bits, spec.model, spec.index, spec.overwrite, keys=spec.keys, columns=columns,
                                  model_dir=spec.model_dir, text_index=text_index)
-        if info.text_store == "sqlite":  # a new generation of its words, rebuilt where not in step with the rows
+        if info.text_store == "file":  # a new generation of its words, rebuilt where not in step with the rows
             collection.renew_words()
         collection.refuse_foreign_rows(first_ids, self.source)  # ids carry a hash of the source
         if not spec.keys:
