@@ -48,6 +48,13 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def remove(path: Path) -> None:
+    """A file, or a folder and what it holds (a milvus-lite file's words are a folder beside it)."""
+    import shutil
+
+    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
+
+
 def write_result(name: str, result: Any) -> Path:
     """bench/NAME.json, what ``bench.report`` reads."""
     path = HERE / f"{name}.json"
@@ -78,4 +85,5 @@ def append_row(path: Path, row: dict) -> None:
 
 def file_bytes(path: Path) -> int:
     """A milvus-lite file and whatever it keeps beside it under its name, in bytes."""
-    return sum(p.stat().st_size for p in path.parent.iterdir() if p.name.startswith(path.name) and p.is_file())
+    beside = [p for p in path.parent.iterdir() if p.name.startswith(path.name)]
+    return sum(f.stat().st_size for p in beside for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())

@@ -17,7 +17,7 @@ then applied to the same two lists:
   the top 10 with chance min(1, 10 / n) at best (``item_exact_bound_at_10``).
 
 Bytes per document: the milvus-lite file of each collection after a flush (with what it keeps beside
-it: the words' FTS5 index), divided by its rows. ``--bytes`` measures them again alone, as the
+it: the words' tantivy index), divided by its rows. ``--bytes`` measures them again alone, as the
 connector writes a new file today, for the rows already recorded (no model: each text's code is 8
 bytes of its hash, as dense as a trained model's balanced bits).
 
@@ -175,14 +175,14 @@ def measure_bytes(name: str, folder: Path) -> dict:
     bare = build(folder / "codes.db", "codes", codes, labels, texts, sources, False)
     with hybrid.open(create=False) as collection:
         info = collection.describe()
-    if (info.text_store, info.in_doc) != ("sqlite", True):
+    if (info.text_store, info.in_doc) != ("file", True):
         raise SystemExit(f"the new file's layout is {info.text_store!r}, in_doc={info.in_doc}: not {BYTES_LAYOUT}")
     return {**bytes_per_doc(hybrid, bare, texts), "bytes_layout": BYTES_LAYOUT}
 
 
 #: How the rows' bytes were laid out when measured (a row without it: Milvus' own BM25 in the file,
 #: each field apart).
-BYTES_LAYOUT = "words beside the file (FTS5), the document's fields in one JSON field"
+BYTES_LAYOUT = "words beside the file (tantivy), the document's fields in one JSON field"
 
 
 def exact_bound(windows: list[str], texts: list[str], k: int) -> float:

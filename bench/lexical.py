@@ -1,4 +1,4 @@
-"""BM25 through the two text stores, on the dev corpora: SQLite's FTS5 beside the milvus-lite
+"""BM25 through the two text stores, on the dev corpora: tantivy beside the milvus-lite
 file (the default since it holds its rate past a million rows) against milvus-lite's own BM25
 function (a 2.5+ server's path, the default before). The same rows in both, the same three
 query sets as bench/hybrid.py (topic: val documents against train; short: their first 8
@@ -32,7 +32,7 @@ from dhim_ray.corpus.data import load_corpus
 from dhim_ray.retrieval import known_item
 
 RESULTS = HERE / "lexical.json"
-STORES = ("sqlite", "milvus")
+STORES = ("file", "milvus")
 
 
 def build(db: Path, store: str, labels: np.ndarray, texts: list[str], sources: np.ndarray) -> MilvusTarget:
@@ -79,7 +79,7 @@ def run_corpus(name: str, windows: int, folder: Path) -> dict:
         out.update({f"item_{k}_{store}": round(v, 5) for k, v in scores.items() if k.startswith("recall")})
         top10[store] = [{h["id"] for h in row[:10]} for row in topic + short + item]
     out["top10_agreement"] = round(float(np.mean([len(a & b) / max(1, len(a), len(b))
-                                                  for a, b in zip(top10["sqlite"], top10["milvus"])])), 4)
+                                                  for a, b in zip(top10["file"], top10["milvus"])])), 4)
     return out
 
 

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness import DATA, file_bytes, record_key
+from bench.harness import DATA, file_bytes, record_key, remove
 
 CACHE = Path(__file__).resolve().parent / ".cache" / "million"
 RESULTS = Path(__file__).resolve().parent / "million.json"
@@ -153,7 +153,7 @@ def bench_digests(sizes: list[int]) -> dict:
     CACHE.mkdir(parents=True, exist_ok=True)
     db = CACHE / "digests.db"
     for f in CACHE.glob(f"{db.name}*"):
-        f.unlink()
+        remove(f)
     rng = np.random.default_rng(0)
     vocabulary = np.array([f"w{i}" for i in range(5000)])
     texts = np.array([" ".join(rng.choice(vocabulary, 60)) for _ in range(10_000)], dtype=object)
@@ -190,7 +190,7 @@ def bench_digests(sizes: list[int]) -> dict:
     finally:
         release(str(db))
         for f in CACHE.glob(f"{db.name}*"):
-            f.unlink()
+            remove(f)
     return out
 
 
@@ -473,7 +473,7 @@ def bench_hybrid(n_docs: int, workers: int, n_queries: int) -> dict:
     for text_index in (False, True):
         db = CACHE / f"hybrid-{n_docs}-{'text' if text_index else 'codes'}.db"
         for f in CACHE.glob(f"{db.name}*"):
-            f.unlink()
+            remove(f)
         result = child([str(n_docs), str(db), "docs", "--workers", str(workers),
                         "--text-index" if text_index else "--no-text-index"])
         key = "with_text_index" if text_index else "codes_only"
@@ -510,7 +510,7 @@ def bench_write(n_docs: int, workers: int, after: float, n_queries: int, text_in
     extra = ("--precomputed", "--text-index" if text_index else "--no-text-index")
     for name in ("write", "interrupt"):
         for f in CACHE.glob(f"{name}-{n_docs}.db*"):
-            f.unlink()
+            remove(f)
     db = CACHE / f"write-{n_docs}.db"
     run = child([str(n_docs), str(db), "docs", "--workers", str(workers), *extra])
     out["ingest"] = {**run, **count_collection(db, "docs"), "bytes_per_doc": file_bytes(db) / n_docs}
@@ -530,7 +530,7 @@ def bench_write(n_docs: int, workers: int, after: float, n_queries: int, text_in
     if after > 0:  # --after 0: no interrupted run
         out["interrupt"] = interrupt_then_rerun(str(CACHE / f"interrupt-{n_docs}.db"), n_docs, after, workers, extra)
     for f in CACHE.glob(f"interrupt-{n_docs}.db*"):
-        f.unlink()
+        remove(f)
     return out
 
 
@@ -541,7 +541,7 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
     ``n_rows`` rows time ``probe`` rows through upsert and through insert (ids not yet held).
     ``uri``: a Milvus server's (whose write tasks upsert every row); else a new milvus-lite file.
     ``text_index``: the collection keeps a BM25 index over the text, as a new file does, in
-    ``text_store`` (sqlite: FTS5 beside the file, the default; milvus: milvus-lite's own). A step
+    ``text_store`` (file: tantivy beside the file, the default; milvus: milvus-lite's own). A step
     that takes over ``max_step_s`` ends the growth there (the rows held, then the probes); a
     milvus-lite file is then opened in a fresh process and timed to its first answers."""
     import pyarrow.parquet as pq
@@ -555,7 +555,7 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
     rng = np.random.default_rng(0)
     db = CACHE / f"upsert-{n_rows}.db"
     for f in CACHE.glob(f"{db.name}*"):
-        f.unlink()
+        remove(f)
     lite = uri is None
     uri = str(db) if lite else uri
 
@@ -576,7 +576,7 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
     out: dict = {"rows": n_rows, "probe": probe, "store": "milvus-lite" if lite else "Milvus 2.3 server",
                  "text_index": text_index, "every": every, "insert_rows_per_s_by_million": []}
     if text_index:
-        out["text_store"] = text_store or ("sqlite" if lite else "milvus")
+        out["text_store"] = text_store or ("file" if lite else "milvus")
     info = None
     try:
         with MilvusTarget(uri, "docs", timeout=3600).open() as c:
@@ -605,7 +605,7 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
         if lite:
             release(str(db))
         for f in CACHE.glob(f"{db.name}*"):
-            f.unlink()
+            remove(f)
     out["upsert_slowdown"] = out["at_0"]["upsert"] / out["at_n"]["upsert"]
     out["insert_over_upsert_at_n"] = out["at_n"]["insert"] / out["at_n"]["upsert"]
     logger.info("%s", out)
@@ -693,7 +693,7 @@ def bare_insert(n_docs: int, db: str, write_batch: int, text_index: bool) -> dic
     out: dict = {"docs": n_docs, "write_batch": write_batch, "text_index": text_index}
     for way in ("public_rows", "connector_columns"):
         for f in Path(db).parent.glob(f"{Path(db).name}*"):
-            f.unlink()
+            remove(f)
         with MilvusTarget(db, "docs", timeout=3600).open() as c:
             info = c.ensure(64, "bench:bare", default_index(db), text_index=text_index)
             built = [code_rows(b, 64, source, info) for b in batches]
@@ -712,7 +712,7 @@ def bare_insert(n_docs: int, db: str, write_batch: int, text_index: bool) -> dic
                 c.client.drop_collection(c.name)
         release(db)
     for f in Path(db).parent.glob(f"{Path(db).name}*"):
-        f.unlink()
+        remove(f)
     return out
 
 
@@ -725,14 +725,14 @@ def bench_pipeline(n_docs: int, workers: int, write_batch: int = 500) -> dict:
     make_corpus(n_docs)
     db = CACHE / f"pipeline-{n_docs}.db"
     for f in CACHE.glob(f"{db.name}*"):
-        f.unlink()
+        remove(f)
     runs = {}
     for n in (n_docs // 2, n_docs):  # two sizes: the driver's CPU per row is the slope, its fixed part apart
         make_corpus(n)
         runs[n] = child([str(n), str(db), "docs", "--workers", str(workers), "--precomputed",
                          "--write-batch", str(write_batch)])
         for f in CACHE.glob(f"{db.name}*"):
-            f.unlink()
+            remove(f)
     ingest, half = runs[n_docs], runs[n_docs // 2]
     ingest["driver_cpu_us_per_row_marginal"] = ((ingest["driver_cpu_s"] - half["driver_cpu_s"])
                                                 / (n_docs - n_docs // 2) * 1e6)
@@ -788,14 +788,14 @@ def bench_columns(n_docs: int, workers: int, rounds: int = 2) -> dict:
         for mode in ("by_column", "by_row"):
             db = CACHE / f"columns-{n_docs}.db"
             for f in CACHE.glob(f"columns-{n_docs}.db*"):
-                f.unlink()
+                remove(f)
             result = child([str(n_docs), str(db), "docs", "--workers", str(workers), "--precomputed",
                             "--no-text-index", "--write-batch", "500", *(["--by-row"] if mode == "by_row" else [])])
             if mode not in best or result["docs_per_s"] > best[mode]["docs_per_s"]:
                 best[mode] = result
             logger.info("%s: %.0f docs/s", mode, result["docs_per_s"])
     for f in CACHE.glob(f"columns-{n_docs}.db*"):
-        f.unlink()
+        remove(f)
     return {"docs": n_docs, "rounds": rounds, **best,
             "column_over_row": best["by_column"]["docs_per_s"] / best["by_row"]["docs_per_s"]}
 
@@ -865,8 +865,8 @@ def main() -> None:
     p.add_argument("--every", type=int, default=1_000_000, help="rows per measured step of the insert rate")
     p.add_argument("--max-step-seconds", type=float, default=600.0, help="a slower step ends the growth there")
     p.add_argument("--text-index", action="store_true", help="the collection keeps a BM25 index (milvus-lite)")
-    p.add_argument("--text-store", choices=("sqlite", "milvus"), default=None,
-                   help="where: FTS5 beside the file (the default) or milvus-lite's own BM25")
+    p.add_argument("--text-store", choices=("file", "milvus"), default=None,
+                   help="where: tantivy beside the file (the default) or milvus-lite's own BM25")
     p = sub.add_parser("columns")
     p.add_argument("--docs", type=int, default=200_000)
     p.add_argument("--workers", type=int, default=2)
@@ -922,7 +922,7 @@ def main() -> None:
             make_corpus(n)
             db = CACHE / f"ingest-{n}.db"
             for f in CACHE.glob(f"ingest-{n}.db*"):
-                f.unlink()
+                remove(f)
             result = child([str(n), str(db), "docs", "--workers", str(args.workers)])
             record(f"ingest_tiny_{n}", {**result, **count_collection(db, "docs")})
     elif args.cmd == "write":
@@ -937,8 +937,8 @@ def main() -> None:
     elif args.cmd == "upsert" and args.server:
         upsert_on_server(args.rows, args.probe, args.every, args.max_step_seconds)
     elif args.cmd == "upsert":
-        store = (args.text_store or "sqlite") if args.text_index else ""
-        record(f"upsert_{'text_' * args.text_index}{store + '_' if store == 'sqlite' else ''}{args.rows}",
+        store = (args.text_store or "file") if args.text_index else ""
+        record(f"upsert_{'text_' * args.text_index}{store + '_' if store == 'file' else ''}{args.rows}",
                bench_upsert(args.rows, args.probe, args.every, text_index=args.text_index,
                             max_step_s=args.max_step_seconds, text_store=store or None))
     elif args.cmd == "hybrid":
@@ -950,13 +950,13 @@ def main() -> None:
         make_corpus(args.docs)
         db = CACHE / f"interrupt-{args.docs}.db"
         for f in CACHE.glob(f"interrupt-{args.docs}.db*"):
-            f.unlink()
+            remove(f)
         extra = ("--precomputed",) * args.precomputed + \
             (() if args.text_index is None else ("--text-index" if args.text_index else "--no-text-index",))
         record(f"interrupt_rerun_{'codes_' * args.precomputed}{args.docs}",
                interrupt_then_rerun(str(db), args.docs, args.after, args.workers, extra))
         for f in CACHE.glob(f"interrupt-{args.docs}.db*"):
-            f.unlink()
+            remove(f)
 
 
 if __name__ == "__main__":

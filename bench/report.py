@@ -451,7 +451,7 @@ def million_upsert() -> list[str] | None:
         steps = x["insert_rows_per_s_by_million"]
         by_step = ", ".join(f"{min((i + 1) * every, x['rows']) / 1e6:g}M: {v / 1000:.1f}k" for i, v in enumerate(steps))
         held = f"{x['rows']:,}" + (" (a step took over its time: stopped)" if x.get("stopped_at") else "")
-        text = ({"sqlite": "FTS5 beside the file", "milvus": "Milvus' BM25"}[x.get("text_store", "milvus")]
+        text = ({"sqlite": "FTS5 beside the file", "file": "tantivy beside the file", "milvus": "Milvus' BM25"}[x.get("text_store", "milvus")]
                 if x.get("text_index") else "no")
         reopen = x.get("reopen", {})
         opened = (f"{reopen['open_to_code_search_s']:.0f}" + (f" / {reopen['open_to_text_search_s']:.0f}"

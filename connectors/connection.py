@@ -270,9 +270,9 @@ LITE_SERVER_LOG = os.path.join(tempfile.gettempdir(), "dhim-ray-milvus-lite.log"
 
 
 def _with_server_log(start):
-    """Run ``start`` with fd 2 on LITE_SERVER_LOG, so the server it launches writes there, not the terminal."""
+    """Run ``start`` with fds 1 and 2 on LITE_SERVER_LOG, so the server it launches writes there, not the terminal."""
     verbose = logging.getLogger("dhim_ray").isEnabledFor(logging.DEBUG)
-    with stderr_to(None if verbose else LITE_SERVER_LOG):
+    with stderr_to(None if verbose else LITE_SERVER_LOG, fds=(1, 2)):  # its errors go to stdout too
         return start()
 
 

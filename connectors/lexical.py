@@ -26,8 +26,9 @@ SUFFIX = ".words"
 #: Distinct words of one query sent to the engine: a longer query keeps its rarest MAX_QUERY_WORDS
 #: (the words BM25 weighs most), so a whole document as a query stays one bounded OR.
 MAX_QUERY_WORDS = 256
-#: What a text search may be asked at once: the sum over its texts of (distinct words x k).
-MAX_TEXT_WORK = 200_000
+#: What one text search may be asked at once: the sum over its texts of (distinct words x k). One
+#: whole document as a query (MAX_QUERY_WORDS words) with k=1,000 fits; 256 texts of 8 words, k=127.
+MAX_TEXT_WORK = MAX_QUERY_WORDS * 1024
 _STATE = "dhim_ray.json"
 _FORMAT = 1
 _PHRASE = re.compile(r'"([^"]*)"')

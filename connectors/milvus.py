@@ -828,18 +828,23 @@ class CodeCollection:
     def search_text(self, texts: Sequence[str], k: int, output_fields: Iterable[str] = OUTPUT_FIELDS,
                     filter: str | None = None, batch_size: int = 100,
                     codes: np.ndarray | None = None) -> list[list[dict[str, Any]]]:
-        """Top-k rows by Milvus' BM25 over the stored text (a collection with a text index) for
-        each query text: one list per query of {"id", "bm25" (float, higher is better), and the
+        """Top-k rows by BM25 over the stored text (a collection with a text index) for each
+        query text: one list per query of {"id", "bm25" (float, higher is better), and the
         output fields}, best first (ties by id). A query that shares no term with any row finds
-        nothing. ``filter`` as in ``search``. Queries go ``batch_size`` a call: a long query (a
-        whole document) costs BM25 a posting list per word."""
+        nothing. ``filter`` as in ``search``. ``codes``: the queries' codes, for each hit's
+        ``distance`` where the engine beside the file stores the rows' codes."""
         check_search_k(k)
         expr = self._filter(filter)
         if self._words_kept():
             self._commit_words()
             self.check_words()
-            return [self._search_words(str(t), k, list(output_fields), expr, None if codes is None else codes[i])
-                    for i, t in enumerate(texts)]
+            found = [self._search_words(str(t), k, list(output_fields), expr) for t in texts]
+            for i, row in enumerate(found):
+                for h in row:
+                    code = h.pop("_code", None)
+                    if codes is not None and code is not None:
+                        h["distance"] = _distance(code, codes[i])
+            return found
         out: list[list[dict[str, Any]]] = []
         for start in range(0, len(texts), batch_size):
             data = [str(t) for t in texts[start : start + batch_size]]
@@ -850,18 +855,19 @@ class CodeCollection:
                 out.append(rows[:k])
         return out
 
-    def _search_words(self, text: str, k: int, fields: list[str], expr: str | None,
-                      code: np.ndarray | None) -> list[dict[str, Any]]:
+    def _search_words(self, text: str, k: int, fields: list[str], expr: str | None) -> list[dict[str, Any]]:
         """``search_text`` through the engine beside the file: its hits' stored fields and codes
         where no filter is given; else its ranked ids a page at a time until k pass Milvus' filter."""
-        hits, offset, page = [], 0, k if expr is None else max(2 * k, 64)
+        hits, offset, page = [], 0, _ahead(k) if expr is None else max(2 * k, 64)  # k more: ties cut by id
         while len(hits) < k:
             part = self.words.top(self.name, text, page, offset)
+            if not part:
+                break
             stored = expr is None and all(f in h.fields for h in part for f in fields)
             found = {h.id: h.fields for h in part} if stored else self._rows_where([h.id for h in part], fields, expr)
-            hits += [{"id": h.id, "bm25": round(h.score, 4), **{f: found[h.id].get(f) for f in fields},
-                      **({} if code is None else {"distance": _distance(h.code, code)})} for h in part if h.id in found]
-            if len(part) < page:
+            hits += [{"id": h.id, "bm25": round(h.score, 4), **{f: found[h.id].get(f) for f in fields}, "_code": h.code}
+                     for h in part if h.id in found]
+            if len(part) < page or expr is None:
                 break
             offset, page = offset + page, min(4 * page, 8192)  # a filter most rows fail: larger pages, fewer calls
         hits.sort(key=lambda h: (-h["bm25"], h["id"]))
@@ -870,7 +876,7 @@ class CodeCollection:
     def _rows_where(self, ids: list[int], fields: list[str], expr: str | None) -> dict[int, dict[str, Any]]:
         """Rows ``ids``' ``fields`` (without id), only those the filter ``expr`` holds for."""
         if expr is None:
-            rows = self.get(ids, fields).values()
+            rows = self.get(ids, fields).values()  # a stored row without the fields asked
         else:
             rows = self._query(f"id in {ids} and ({expr})", fields, "search", expr)
         return {int(r["id"]): {f: r[f] for f in fields if f != "id"} for r in rows}

@@ -17,6 +17,7 @@ import numpy as np
 
 from dhim_ray.connectors.connection import connect, mask_uri, release
 from dhim_ray.connectors.filters import Filter, parse_filter
+from dhim_ray.connectors.lexical import MAX_TEXT_WORK, text_work
 from dhim_ray.connectors.milvus import (
     MAX_SEARCH_K,
     CodeCollection,
@@ -240,6 +241,10 @@ class Searcher:
                              max_distance=request.max_distance)
             return SearchResult([f"like {x}" for x in request.like], hits, "codes")
         texts, mode = list(request.texts), self.resolve_mode(request.mode, request.max_distance)
+        if mode != "codes" and (work := text_work(texts, request.k)) > MAX_TEXT_WORK:
+            raise ConfigError(f"texts: {len(texts)} texts' distinct words x k={request.k} is {work:,} units of text "
+                              f"work, at most {MAX_TEXT_WORK:,} a request; send fewer texts or words, a smaller k, or "
+                              "mode codes", field="texts")
         if encoded is not None:
             codes, scores = encoded
         elif request.rerank == 1 or mode == "text":

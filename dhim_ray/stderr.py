@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 
 
 @contextlib.contextmanager
-def stderr_to(path: str | None) -> Iterator[None]:
-    """File descriptor 2 pointed at ``path`` (appended to; ``os.devnull`` drops it) while the
-    block runs, then put back; None, or a path that cannot be opened, leaves it alone."""
+def stderr_to(path: str | None, fds: tuple[int, ...] = (2,)) -> Iterator[None]:
+    """File descriptor 2 (or each of ``fds``: ``(1, 2)`` for a server that writes to stdout too)
+    pointed at ``path`` (appended to; ``os.devnull`` drops it) while the block runs, then put
+    back; None, or a path that cannot be opened, leaves them alone."""
     if path is None:
         yield
         return
@@ -21,11 +23,16 @@ def stderr_to(path: str | None) -> Iterator[None]:
     except OSError:
         yield
         return
-    saved = os.dup(2)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    saved = [os.dup(fd) for fd in fds]
     try:
-        os.dup2(log, 2)
+        for fd in fds:
+            os.dup2(log, fd)
         yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        for fd, copy in zip(fds, saved):
+            os.dup2(copy, fd)
+            os.close(copy)
         os.close(log)

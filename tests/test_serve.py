@@ -595,6 +595,43 @@ def test_idle_and_slow_bodies_from_one_client_leave_the_others_answered(service)
           f"unloaded {unloaded[2]:.3f} s")
 
 
+def test_batches_of_common_word_texts_leave_honest_clients_their_speed(service):
+    """8 clients each sending 256 short common-word texts in text mode, over and over, beside 8
+    honest ones: every honest search answered, and a request past the text-work limit a 422
+    naming it. The honest p50 beside the load, against its own unloaded p50, is printed."""
+    heavy = {"texts": [f"the {w} of the said" for w in ("and", "in", "to", "a") * 64], "k": 10, "mode": "text"}
+    too_much = post(service, "/search", {**heavy, "k": 1000})
+    assert too_much.status_code == 422 and too_much.json()["field"] == "texts", too_much.text
+    assert "units of text work, at most 262,144" in too_much.json()["error"]
+
+    def honest_once() -> tuple[int, float]:
+        start = time.monotonic()
+        return post(service, "/search", {"texts": [QUERIES[1]], "k": 5}).status_code, time.monotonic() - start
+
+    unloaded = sorted(honest_once()[1] for _ in range(10))[5]
+    stop = time.monotonic() + LOAD_S / 2
+
+    def hostile(_: int) -> list[int]:
+        statuses = []
+        while time.monotonic() < stop:
+            statuses.append(post(service, "/search", heavy).status_code)
+        return statuses
+
+    def honest(_: int) -> list[tuple[int, float]]:
+        out = []
+        while time.monotonic() < stop:
+            out.append(honest_once())
+        return out
+
+    with ThreadPoolExecutor(16) as pool:
+        bad = [pool.submit(hostile, i) for i in range(8)]
+        good = [t for f in [pool.submit(honest, i) for i in range(8)] for t in f.result()]
+    assert {s for f in bad for s in f.result()} <= {200, 429} and good
+    assert {status for status, _ in good} == {200}
+    print(f"honest p50 {sorted(t for _, t in good)[len(good) // 2]:.3f} s beside 8 clients of 256 common-word "
+          f"texts, unloaded {unloaded:.3f} s")
+
+
 def shown(text: str) -> str:
     """A hit's text as the page shows it: newlines folded, the first 300 characters."""
     folded = " ".join(text.split())
