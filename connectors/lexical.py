@@ -26,6 +26,8 @@ SUFFIX = ".words"
 #: Distinct words of one query sent to the engine: a longer query keeps its rarest MAX_QUERY_WORDS
 #: (the words BM25 weighs most), so a whole document as a query stays one bounded OR.
 MAX_QUERY_WORDS = 256
+#: Words of a query whose quoted parts are phrases (a longer query is a document: its quotes are text).
+MAX_PHRASE_WORDS = 32
 #: What one text search may be asked at once: the sum over its texts of (distinct words x k). One
 #: whole document as a query (MAX_QUERY_WORDS words) with k=1,000 fits; 256 texts of 8 words, k=127.
 MAX_TEXT_WORK = MAX_QUERY_WORDS * 1024
@@ -52,10 +54,17 @@ def _schema():
 
     builder = tantivy.SchemaBuilder()
     builder.add_integer_field("id", indexed=True, fast=True)
+    builder.add_float_field("tie", fast=True)  # equal scores in a fixed order of their ids (``_tie``)
     builder.add_text_field("text", tokenizer_name="words", index_option="position")
     builder.add_bytes_field("fields", stored=True)
     builder.add_bytes_field("code", stored=True)
     return builder.build()
+
+
+def _tie(i: int) -> float:
+    """Below 1e-6 and fixed by the id: the engine weighs a score by log2(2 + this), so rows whose
+    BM25 is equal come in one order whatever the write order and however many are asked for."""
+    return ((i * 0x9E3779B97F4A7C15) % 2**32) / 2**32 * 1e-6
 
 
 class Hit(NamedTuple):
@@ -71,11 +80,13 @@ class Query(NamedTuple):
 
 
 def parse_query(text: str, analyze=None) -> Query:
-    """A query text as the engine reads it: ``"quoted parts"`` are phrases every hit holds; every
-    word (quoted or not) counts towards BM25, each once."""
+    """A query text as the engine reads it: every word counts towards BM25, each once; in a query
+    of at most MAX_PHRASE_WORDS words, ``"quoted parts"`` are phrases every hit holds (a longer
+    one is a document, whose quotes are its own)."""
     analyze = analyze or _analyzer().analyze
-    phrases = [tokens for part in _PHRASE.findall(text) if len(tokens := analyze(part)) > 1]
-    return Query(list(dict.fromkeys(analyze(text.replace('"', " ")))), phrases)
+    tokens = analyze(text.replace('"', " "))
+    phrases = [part for text_part in _PHRASE.findall(text) if len(part := analyze(text_part)) > 1]
+    return Query(list(dict.fromkeys(tokens)), phrases if len(tokens) <= MAX_PHRASE_WORDS else [])
 
 
 def text_work(texts: Sequence[str], k: int) -> int:
@@ -110,6 +121,7 @@ class _Collection:
                 self.writer.delete_documents_by_term("id", int(i))
             doc = tantivy.Document()
             doc.add_integer("id", int(i))
+            doc.add_float("tie", _tie(int(i)))
             doc.add_text("text", text or "")
             doc.add_bytes("fields", orjson.dumps({name: rows[name][n] for name in stored}))
             doc.add_bytes("code", bytes(code[0] if isinstance(code, list) else code))  # milvus-lite's read: [bytes]
@@ -154,7 +166,7 @@ class _Collection:
         query = self.query(parsed, searcher)
         if query is None or searcher.num_docs == 0:
             return []
-        found = searcher.search(query, k, count=False, offset=offset).hits
+        found = searcher.search(query, k, count=False, offset=offset, weight_by_field="tie").hits
         ids = searcher.fast_field_values("id", [address for _, address in found])
         out = []
         for (score, address), i in zip(found, ids):

@@ -59,8 +59,9 @@ class Fusion:
         return cls(method, c=int(number)) if method == "rrf" else cls(method, depth=int(number))
 
     def text_hits_needed(self, k: int) -> int:
-        """How many text hits a fused list of k takes."""
-        return k if self.method == "rrf" else min(self.depth, k)
+        """How many text hits a fused list of k takes: ``depth`` whatever k for head and phrase, so
+        the first k hits are those of any larger k."""
+        return k if self.method == "rrf" else self.depth
 
     def __str__(self) -> str:
         return f"{self.method}:{self.c if self.method == 'rrf' else self.depth}"
