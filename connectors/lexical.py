@@ -35,6 +35,8 @@ _STATE = "dhim_ray.json"
 _FORMAT = 1
 _PHRASE = re.compile(r'"([^"]*)"')
 _HEAP_BYTES = 64_000_000
+#: Hits read past the last one asked for while their score equals its (ties taken whole, then by id).
+_TIES = 8192
 
 
 def text_file(lite_file: str | Path) -> Path:
@@ -54,17 +56,10 @@ def _schema():
 
     builder = tantivy.SchemaBuilder()
     builder.add_integer_field("id", indexed=True, fast=True)
-    builder.add_float_field("tie", fast=True)  # equal scores in a fixed order of their ids (``_tie``)
     builder.add_text_field("text", tokenizer_name="words", index_option="position")
     builder.add_bytes_field("fields", stored=True)
     builder.add_bytes_field("code", stored=True)
     return builder.build()
-
-
-def _tie(i: int) -> float:
-    """Below 1e-6 and fixed by the id: the engine weighs a score by log2(2 + this), so rows whose
-    BM25 is equal come in one order whatever the write order and however many are asked for."""
-    return ((i * 0x9E3779B97F4A7C15) % 2**32) / 2**32 * 1e-6
 
 
 class Hit(NamedTuple):
@@ -121,7 +116,6 @@ class _Collection:
                 self.writer.delete_documents_by_term("id", int(i))
             doc = tantivy.Document()
             doc.add_integer("id", int(i))
-            doc.add_float("tie", _tie(int(i)))
             doc.add_text("text", text or "")
             doc.add_bytes("fields", orjson.dumps({name: rows[name][n] for name in stored}))
             doc.add_bytes("code", bytes(code[0] if isinstance(code, list) else code))  # milvus-lite's read: [bytes]
@@ -161,17 +155,26 @@ class _Collection:
         return tantivy.Query.boolean_query(must + should) if must or should else None
 
     def top(self, text: str, k: int, offset: int = 0) -> list[Hit]:
+        """Hits ``offset`` to ``offset + k`` by BM25, equal scores by id: the engine's top list is
+        read past the last hit until the score falls below it (ties whole, at most _TIES more)."""
         parsed = parse_query(text, self.analyzer.analyze)
         searcher = self.index.searcher()
         query = self.query(parsed, searcher)
         if query is None or searcher.num_docs == 0:
             return []
-        found = searcher.search(query, k, count=False, offset=offset, weight_by_field="tie").hits
+        n = offset + k
+        limit = 2 * n
+        while True:
+            found = searcher.search(query, limit, count=False).hits
+            if len(found) < limit or round(found[-1][0], 4) < round(found[n - 1][0], 4) or limit >= n + _TIES:
+                break
+            limit = min(4 * limit, n + _TIES)
         ids = searcher.fast_field_values("id", [address for _, address in found])
+        order = sorted(range(len(found)), key=lambda j: (-round(found[j][0], 4), ids[j]))[offset:n]  # as shown
         out = []
-        for (score, address), i in zip(found, ids):
-            doc = searcher.doc(address)
-            out.append(Hit(int(i), float(score), orjson.loads(doc["fields"][0]), bytes(doc["code"][0])))
+        for j in order:
+            doc = searcher.doc(found[j][1])
+            out.append(Hit(int(ids[j]), float(found[j][0]), orjson.loads(doc["fields"][0]), bytes(doc["code"][0])))
         return out
 
 

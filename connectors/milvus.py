@@ -858,7 +858,7 @@ class CodeCollection:
     def _search_words(self, text: str, k: int, fields: list[str], expr: str | None) -> list[dict[str, Any]]:
         """``search_text`` through the engine beside the file: its hits' stored fields and codes
         where no filter is given; else its ranked ids a page at a time until k pass Milvus' filter."""
-        hits, offset, page = [], 0, k if expr is None else max(2 * k, 64)  # the engine orders ties itself
+        hits, offset, page = [], 0, k if expr is None else max(2 * k, 64)  # ties by id: lexical.top
         while len(hits) < k:
             part = self.words.top(self.name, text, page, offset)
             if not part:
@@ -870,7 +870,7 @@ class CodeCollection:
             if len(part) < page or expr is None:
                 break
             offset, page = offset + page, min(4 * page, 8192)  # a filter most rows fail: larger pages, fewer calls
-        return hits[:k]  # the engine's order: BM25, then equal scores in a fixed order of their ids
+        return hits[:k]  # the engine's order: BM25, then equal scores by id
 
     def _rows_where(self, ids: list[int], fields: list[str], expr: str | None) -> dict[int, dict[str, Any]]:
         """Rows ``ids``' ``fields`` (without id), only those the filter ``expr`` holds for."""
