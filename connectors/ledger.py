@@ -1,10 +1,8 @@
-"""Which code collections an ingest has finished: one row per code collection in a small
-collection, ``dhim_ray_ingests``, beside them (Milvus cannot change a collection's description);
-and in ``dhim_ray_words``, the generation of each collection's words kept beside a milvus-lite
-file, which the words' index holds too: one that differs is stale.
-An ingest marks its collection ``writing`` before its first row and ``verified`` once the count
-matches the source's, so a search can say that what it reads is incomplete; a collection the
-ledger does not know is taken as it is."""
+"""Which code collections an ingest has finished, one row each in ``dhim_ray_ingests`` (Milvus
+cannot change a collection's description): ``writing`` before the first row, ``verified`` once the
+count matches the source's, so a search can say that what it reads is incomplete (a collection the
+ledger does not know is taken as it is). ``dhim_ray_words`` holds the generation of each
+collection's words beside a milvus-lite file, which the words hold too: one that differs is stale."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
-"""The words of a milvus-lite file's collections, kept beside it in tantivy (Lucene's design in
-Rust: BM25 top-k by block-max WAND, phrase queries, segments merged in the background): one index
-per collection under ``NAME.db.words/``. Each document also stores its row's fields and code, so a
-text search answers without reading milvus-lite (BENCHMARKS.md, "The words' engine").
+"""The words of a milvus-lite file's collections beside it in tantivy (BM25 top-k by block-max
+WAND, phrases), one index per collection under ``NAME.db.words/``, each row's fields and code
+stored, so a text search reads no milvus-lite row (BENCHMARKS.md, "The words' engine").
 
-    >>> index = TextIndex("codes.db")          # codes.db.words/news_64/
-    >>> index.top("news_64", "a football club in spain", k=10)"""
+    >>> TextIndex("codes.db").top("news_64", "a football club in spain", k=10)   # codes.db.words/news_64/"""
 
 from __future__ import annotations
 
@@ -202,14 +200,19 @@ class TextIndex:
                 raise StoreError(f"{self._folder(name)}: the words' index cannot be opened ({first_line(exc)})") from exc
         return self._open[name]
 
-    def _run(self, what: str, name: str, action, create: bool = False):
-        with self._lock:
-            try:
+    def _run(self, what: str, name: str, action, create: bool = False, locked: bool = True):
+        """``action`` on collection ``name``'s index; ``locked=False`` (a search): the lock only to find it."""
+        try:
+            if not locked:
+                with self._lock:
+                    index = self._get(name, create)
+                return action(index)
+            with self._lock:
                 return action(self._get(name, create))
-            except StoreError:
-                raise
-            except (OSError, ValueError, KeyError, TypeError) as exc:  # the engine's own errors are ValueErrors
-                raise StoreError(f"{self._folder(name)}: {what} failed ({first_line(exc)})") from exc
+        except StoreError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # the engine's own errors are ValueErrors
+            raise StoreError(f"{self._folder(name)}: {what} failed ({first_line(exc)})") from exc
 
     def create(self, name: str) -> None:
         """A new, empty index for collection ``name`` (one left by a dropped collection goes)."""
@@ -252,7 +255,7 @@ class TextIndex:
 
     def top(self, name: str, text: str, k: int, offset: int = 0) -> list[Hit]:
         """The ``k`` best rows by BM25 for ``text`` after the first ``offset``, best first."""
-        return self._run("a text search", name, lambda c: c.top(text, k, offset))
+        return self._run("a text search", name, lambda c: c.top(text, k, offset), locked=False)  # readers share
 
     def close(self) -> None:
         with self._lock:

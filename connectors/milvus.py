@@ -856,8 +856,7 @@ class CodeCollection:
         return out
 
     def _search_words(self, text: str, k: int, fields: list[str], expr: str | None) -> list[dict[str, Any]]:
-        """``search_text`` through the engine beside the file: its hits' stored fields and codes
-        where no filter is given; else its ranked ids a page at a time until k pass Milvus' filter."""
+        """``search_text`` beside the file: the engine's stored rows, or (a filter) its pages through Milvus'."""
         hits, offset, page = [], 0, k if expr is None else max(2 * k, 64)  # ties by id: lexical.top
         while len(hits) < k:
             part = self.words.top(self.name, text, page, offset)

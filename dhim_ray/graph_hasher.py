@@ -61,7 +61,7 @@ def query_graph(info: CheckpointInfo, ort_version: str) -> dict[str, bytes]:
     if target.exists():
         log.warning("%s does not match the digests it was cached with: making it again", target)
         shutil.rmtree(target) if target.is_dir() else target.unlink()
-    log.info("preparing %s for searches without torch (once per model and machine, about 15 s)", info.path)
+    log.debug("preparing %s for searches without torch (once per model and machine)", info.path)
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".query-", dir=target.parent))
     try:

@@ -90,8 +90,8 @@ def test_every_readme_command_runs_as_written(tmp_path):
     # and its ingest writes what the demo's ingest wrote (that split, that model, into bbc_64):
     # the demo's file is taken too, so the Quickstart's ingest runs as a rerun of it, the
     # encoding skipped and every row still checked (a first ingest: the demo, test_ingest)
-    for part in (work / "runs" / "demo").glob("dhim_ray.db*"):
-        shutil.copy2(part, work / part.name)
+    for part in (work / "runs" / "demo").glob("dhim_ray.db*"):  # the words beside it are a folder
+        (shutil.copytree if part.is_dir() else shutil.copy2)(part, work / part.name)
     stored_id = None
     for cmd in quickstart[1:]:
         if cmd.startswith("dhim-ray serve"):

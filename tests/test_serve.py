@@ -508,6 +508,7 @@ def test_filters_radius_and_like_through_the_service(service):
 
 
 HOSTILE_FILTERS = [
+    "label + 1 in [2, 3]", "1 in [1] and label == 1", '"a" in ["a"] and label == 1', "row % 2 in [0]",
     "label / 0 == 1", "label % 0 == 1", "row / (1 - 1) == 0", "label // 2 == 1", "true", "label == 3; label == 4",
     "((label == 3)", "label == {x}", "label in []", "label == 1 or 1==1", "label == 1\x00", "not " * 1000 + "label == 1",
     # what a checker that mirrored Milvus' grammar let through, and each stopped milvus-lite
@@ -519,6 +520,7 @@ HOSTILE_FILTERS = [
 HOSTILE = [({"texts": QUERIES[:1], "k": 5, "filter": f}, {}, "filter") for f in HOSTILE_FILTERS] + [
     ({"texts": ["\ud800 oil"], "k": 5}, {}, "texts"),  # a lone surrogate: valid JSON, not text
     ({"like": ["\udc80"], "k": 5}, {}, "like"),
+    ({"like": ["\u00b2"], "k": 5}, {}, "like"),  # a digit Python's int() reads, not a row id: no 500
     ({"texts": ["q"], "k": -5}, {}, "k"),
     ({"texts": ["oil"], "k": 5}, {"Origin": "http://attacker.example"}, "origin"),  # a page on another site
 ]
