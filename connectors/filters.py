@@ -268,46 +268,7 @@ class _Parser:
         left, kind = self.value()
         word = self.word()
         if word in _COMPARE:
-            parts, ops, kinds_seen = [left], [], {kind}
-            while self.word() in _COMPARE and len(ops) < 2:
-                ops.append(self.toks[self.i][1])
-                self.i += 1
-                right, right_kind = self.value()
-                self.operand(right_kind, f"the right side of '{ops[-1]}'")
-                parts.append(right)
-                kinds_seen.add(right_kind)
-            self.operand(kind, f"the left side of '{ops[0]}'")
-            if len(ops) == 2 and not (set(ops) <= {"<", "<="} or set(ops) <= {">", ">="}):
-                raise self.fail(f"'{ops[0]}' then '{ops[1]}': two comparisons in a row are a range, 'low < field < "
-                                "high' (or with >); join others with 'and'")
-            if self.word() in _COMPARE:
-                raise self.fail(f"more than two comparisons in a row {self.where()}; join them with 'and'")
-            for side, other in zip(parts, parts[1:]):
-                self.same_kind(side, other)
-            if "arith" in kinds_seen and (len(ops) > 1 or kind != "arith" or ops[0] not in ("==", "!=")
-                                          or not parts[1].lstrip("-").isdigit()):
-                raise self.fail("'FIELD % N' is compared with == or != and a whole number on its right, e.g. "
-                                "'label % 2 == 0' (milvus-lite runs no other)")
-            if all(k == "value" for k in kinds_seen):
-                raise self.fail(f"'{ops[0]}' compares two literals; every comparison needs a field, e.g. 'label == 3'")
-            if len(ops) == 1 and kind == "value":  # milvus-lite answers '2 != i' as '2 == i': the field goes left
-                parts, ops = [parts[1], parts[0]], [ops[0].translate(_FLIP)]
-            if len(ops) == 1 and self.kinds.get(parts[0]) == "int" and _is_float(parts[1]):
-                return self.whole(parts[0], ops[0], parts[1])
-            if len(ops) == 2 and self.kinds.get(parts[1]) == "int":
-                for at, op, flip in ((0, ops[0], True), (2, ops[1], False)):
-                    if _is_float(parts[at]):
-                        bound = self.bound(parts[1], op.translate(_FLIP) if flip else op, parts[at])
-                        ops[at // 2] = bound[0].translate(_FLIP) if flip else bound[0]
-                        parts[at] = bound[1]
-            if len(ops) == 2 and parts[1] in self.doc_kinds:  # milvus-lite has no range over a JSON path
-                low = f"{parts[1]} {ops[0].translate(_FLIP)} {parts[0]}"
-                return self.joined_range(low, f"{parts[1]} {ops[1]} {parts[2]}")
-            text = f"{parts[0]} {ops[0]} {parts[1]}" + (f" {ops[1]} {parts[2]}" if len(ops) == 2 else "")
-            if len(ops) == 1:
-                return self.negated(text, f"{parts[0]} {_OPPOSITE[ops[0]]} {parts[1]}")
-            return self.negated(text, f"{parts[1]} {_OPPOSITE[ops[0]].translate(_FLIP)} {parts[0]} or {parts[1]} "
-                                      f"{_OPPOSITE[ops[1]]} {parts[2]}", "compound")
+            return self.comparison(left, kind)
         if word == "in" or (word == "not" and self.word(1) == "in"):
             negated = self.take("not") is not None
             self.i += 1
@@ -322,20 +283,7 @@ class _Parser:
             text, negation = f"{left} in {values}", f"{left} not in {values}"
             return self.negated(*((negation, text) if negated else (text, negation)))
         if word == "like":
-            self.i += 1
-            if kind not in ("field", "doc"):
-                raise self.fail("the left side of 'like' must be a field, e.g. 'key like \"news%\"'")
-            if self.doc_kinds.get(left, "string") != "string":
-                raise self.fail("'like' takes a string field, e.g. 'key like \"news%\"'")
-            tok = self.peek()
-            if tok is None or tok[0] != "string":
-                raise self.fail(f"'like' takes a quoted pattern {self.where()}, e.g. 'key like \"news%\"'")
-            self.i += 1
-            pattern = _string(self.expr, tok[1], tok[2])
-            if _wildcards(pattern) > MAX_LIKE_WILDCARDS:
-                raise self.fail(f"the pattern at character {tok[2] + 1} has {_wildcards(pattern)} wildcards (% and "
-                                f"_), at most {MAX_LIKE_WILDCARDS}")
-            return self.like(left, pattern, tok[2])
+            return self.like(left, kind)
         if word == "is":
             self.i += 1
             negated = self.take("not") is not None
@@ -347,9 +295,65 @@ class _Parser:
             return self.negated(*((negation, text) if negated else (text, negation)))
         return left, kind
 
-    def like(self, left: str, pattern: str, at: int) -> tuple[str, str]:
+    def comparison(self, left: str, kind: str) -> tuple[str, str]:
+        """``left`` compared once, or twice as a range, written out as milvus-lite runs it right."""
+        parts, ops, kinds_seen = [left], [], {kind}
+        while self.word() in _COMPARE and len(ops) < 2:
+            ops.append(self.toks[self.i][1])
+            self.i += 1
+            right, right_kind = self.value()
+            self.operand(right_kind, f"the right side of '{ops[-1]}'")
+            parts.append(right)
+            kinds_seen.add(right_kind)
+        self.operand(kind, f"the left side of '{ops[0]}'")
+        if len(ops) == 2 and not (set(ops) <= {"<", "<="} or set(ops) <= {">", ">="}):
+            raise self.fail(f"'{ops[0]}' then '{ops[1]}': two comparisons in a row are a range, 'low < field < "
+                            "high' (or with >); join others with 'and'")
+        if self.word() in _COMPARE:
+            raise self.fail(f"more than two comparisons in a row {self.where()}; join them with 'and'")
+        for side, other in zip(parts, parts[1:]):
+            self.same_kind(side, other)
+        if "arith" in kinds_seen and (len(ops) > 1 or kind != "arith" or ops[0] not in ("==", "!=")
+                                      or not parts[1].lstrip("-").isdigit()):
+            raise self.fail("'FIELD % N' is compared with == or != and a whole number on its right, e.g. "
+                            "'label % 2 == 0' (milvus-lite runs no other)")
+        if all(k == "value" for k in kinds_seen):
+            raise self.fail(f"'{ops[0]}' compares two literals; every comparison needs a field, e.g. 'label == 3'")
+        if len(ops) == 1 and kind == "value":  # milvus-lite answers '2 != i' as '2 == i': the field goes left
+            parts, ops = [parts[1], parts[0]], [ops[0].translate(_FLIP)]
+        if len(ops) == 1 and self.kinds.get(parts[0]) == "int" and _is_float(parts[1]):
+            return self.whole(parts[0], ops[0], parts[1])
+        if len(ops) == 2 and self.kinds.get(parts[1]) == "int":
+            for at, op, flip in ((0, ops[0], True), (2, ops[1], False)):
+                if _is_float(parts[at]):
+                    bound = self.bound(parts[1], op.translate(_FLIP) if flip else op, parts[at])
+                    ops[at // 2] = bound[0].translate(_FLIP) if flip else bound[0]
+                    parts[at] = bound[1]
+        if len(ops) == 2 and parts[1] in self.doc_kinds:  # milvus-lite has no range over a JSON path
+            low = f"{parts[1]} {ops[0].translate(_FLIP)} {parts[0]}"
+            return self.joined_range(low, f"{parts[1]} {ops[1]} {parts[2]}")
+        text = f"{parts[0]} {ops[0]} {parts[1]}" + (f" {ops[1]} {parts[2]}" if len(ops) == 2 else "")
+        if len(ops) == 1:
+            return self.negated(text, f"{parts[0]} {_OPPOSITE[ops[0]]} {parts[1]}")
+        return self.negated(text, f"{parts[1]} {_OPPOSITE[ops[0]].translate(_FLIP)} {parts[0]} or {parts[1]} "
+                                  f"{_OPPOSITE[ops[1]]} {parts[2]}", "compound")
+
+    def like(self, left: str, kind: str) -> tuple[str, str]:
         """``left like pattern`` in the forms milvus-lite 2.5.1 runs right (tests/test_filter_differential.py):
         no wildcard is an equality, ``%`` alone any string; the rest is refused in one line."""
+        self.i += 1
+        if kind not in ("field", "doc"):
+            raise self.fail("the left side of 'like' must be a field, e.g. 'key like \"news%\"'")
+        if self.doc_kinds.get(left, "string") != "string":
+            raise self.fail("'like' takes a string field, e.g. 'key like \"news%\"'")
+        tok = self.peek()
+        if tok is None or tok[0] != "string":
+            raise self.fail(f"'like' takes a quoted pattern {self.where()}, e.g. 'key like \"news%\"'")
+        self.i += 1
+        pattern, at = _string(self.expr, tok[1], tok[2]), tok[2]
+        if _wildcards(pattern) > MAX_LIKE_WILDCARDS:
+            raise self.fail(f"the pattern at character {at + 1} has {_wildcards(pattern)} wildcards (% and "
+                            f"_), at most {MAX_LIKE_WILDCARDS}")
         parts, i = [], 0  # (wildcard?, character)
         while i < len(pattern):
             if pattern[i] == "\\":
