@@ -24,16 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness import record_key
+from bench.harness import file_bytes, record_key
 from bench.million import CACHE, child, make_corpus, tiny_model
 
 HERE = Path(__file__).resolve().parent
 logger = logging.getLogger("bench.words")
 KINDS = ("phrase", "rare", "common", "one_common")
-
-
-def folder_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
 
 
 def queries(texts: list[str], n: int, seed: int = 0) -> dict[str, list[tuple[str, int]]]:
@@ -72,7 +68,7 @@ def tantivy_alone(texts: list[str], folder: Path) -> tuple[object, dict]:
     writer.commit()
     writer.wait_merging_threads()
     index.reload()
-    return index, {"build_s": time.perf_counter() - t0, "bytes_per_doc": folder_bytes(folder) / len(texts)}
+    return index, {"build_s": time.perf_counter() - t0, "bytes_per_doc": file_bytes(folder) / len(texts)}
 
 
 def run(n_docs: int, n_queries: int, workers: int) -> dict:
@@ -87,7 +83,7 @@ def run(n_docs: int, n_queries: int, workers: int) -> dict:
         shutil.rmtree(f) if f.is_dir() else f.unlink()
     ingest = child([str(n_docs), str(db), "docs", "--workers", str(workers), "--precomputed", "--text-index"])
     out: dict = {"docs": n_docs, "queries_per_kind": n_queries, "ingest": ingest,
-                 "words_bytes_per_doc": folder_bytes(text_file(db)) / n_docs}
+                 "words_bytes_per_doc": file_bytes(text_file(db)) / n_docs}
     logger.info("ingest: %s", ingest)
     texts = pq.read_table(sorted((corpus / "train").glob("*.parquet")), columns=["text"]).column("text").to_pylist()
     index, out["tantivy_alone"] = tantivy_alone(texts, CACHE / f"tantivy-{n_docs}")

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from dhim_ray.codes import bytes_to_codes, check_codes, check_n_bits
+from dhim_ray.codes import bytes_to_codes, check_codes, check_n_bits, hamming
 from dhim_ray.connectors.connection import (
     DEFAULT_TIMEOUT,
     check_server_uri,
@@ -276,10 +276,6 @@ def _filter_kinds(fields: list[dict]) -> dict[str, str]:
     kinds = {**{t: "int" for t in (DataType.INT8, DataType.INT16, DataType.INT32, DataType.INT64)},
              DataType.FLOAT: "float", DataType.DOUBLE: "float", DataType.VARCHAR: "string", DataType.BOOL: "bool"}
     return {f["name"]: kinds[f["type"]] for f in fields if f.get("type") in kinds}
-
-
-def _distance(code: bytes, query: np.ndarray) -> int:
-    return int(np.bitwise_count(np.frombuffer(code, np.uint8) ^ query).sum())
 
 
 def describe_columns(columns: dict[str, tuple[str, int]]) -> str:
@@ -843,7 +839,7 @@ class CodeCollection:
                 for h in row:
                     code = h.pop("_code", None)
                     if codes is not None and code is not None:
-                        h["distance"] = _distance(code, codes[i])
+                        h["distance"] = hamming(code, codes[i])
             return found
         out: list[list[dict[str, Any]]] = []
         for start in range(0, len(texts), batch_size):

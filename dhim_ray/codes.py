@@ -65,6 +65,12 @@ def check_codes(codes: np.ndarray, n_bits: int | None = None) -> np.ndarray:
     return codes
 
 
+def hamming(a: np.ndarray | bytes, b: np.ndarray | bytes) -> int:
+    """The Hamming distance between two packed codes (arrays of uint8, or their bytes)."""
+    a, b = (np.frombuffer(x, np.uint8) if isinstance(x, (bytes, bytearray)) else x for x in (a, b))
+    return int(np.bitwise_count(a ^ b).sum())
+
+
 def codes_to_bytes(codes: np.ndarray, n_bits: int | None = None) -> list[bytes]:
     """Packed codes -> one ``bytes`` per row, the form Milvus BINARY_VECTOR takes."""
     codes = check_codes(codes, n_bits)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dhim_ray.codes import hamming
 from dhim_ray.connectors.connection import connect, mask_uri, release
 from dhim_ray.connectors.filters import Filter, parse_filter
 from dhim_ray.connectors.lexical import MAX_TEXT_WORK, text_work
@@ -300,7 +301,7 @@ class Searcher:
             for i, row in enumerate(hits):
                 for h in row:
                     if "distance" not in h:
-                        h["distance"] = int(np.bitwise_count(stored[h["id"]] ^ codes[i]).sum())
+                        h["distance"] = hamming(stored[h["id"]], codes[i])
         return hits
 
     def like(self, ids: list[int] | None = None, keys: list[str] | None = None, k: int = 10,
