@@ -58,7 +58,8 @@ def search_page(model: Path, db: Path, path: Path) -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from browser import SearchPage, browser
 
-    from dhim_ray.jobs.serve import ServeOptions, start_service, stop_service, token_digest
+    from dhim_ray.jobs.serve import ServeOptions, token_digest
+    from dhim_ray.jobs.service_life import start_service, stop_service
 
     os.environ[TOKEN_ENV] = "figures-token"
     url = start_service(ServeOptions(str(model.resolve()), str(db), "bbc_64",

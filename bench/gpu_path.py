@@ -217,7 +217,7 @@ def _timed_ingest(cmd: list[str], sample_gpu: bool) -> dict:
     result = json.loads(proc.stdout)
     return {"wall_seconds": wall, "gpu_busy_mean_pct": sum(busy) / len(busy) if busy else None,
             **{k: result[k] for k in ("docs_per_second", "seconds", "n_documents", "rows_in_collection", "verified",
-                                      "writers", "max_parallel_writes")}}
+                                      "writers")}}
 
 
 def ingest(args) -> dict:

@@ -50,7 +50,7 @@ def main() -> None:
     from dhim_ray.corpus.spec import CorpusSpec
     from dhim_ray.encoding.encoder import FrozenEncoder
     from dhim_ray.hasher import Hasher
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
     from dhim_ray.jobs.ray_env import init_ray
     from dhim_ray.model.checkpoint import save_checkpoint
     from dhim_ray.training.loop import build_model
@@ -73,7 +73,7 @@ def main() -> None:
         del hasher
         init_ray(num_cpus=2)  # Ray already up: its start is not the ingest's
         spec, target = CorpusSpec(str(corpus), "train"), MilvusTarget(str(tmp / "i.db"), "bench")
-        result = ingest(spec, model_dir, target, workers=args.workers, progress=False)
+        result = run_ingest(IngestRequest(spec, model_dir, target, workers=args.workers), progress=False)
         row = {"device": device_name("cpu"), "docs": args.docs, "workers": args.workers,
                "hasher_encode_docs_per_s": round(hasher_rate, 1),
                "ingest_docs_per_s": round(result.docs_per_second, 1),
@@ -85,7 +85,7 @@ def main() -> None:
             collection.delete_stale_rows(result.source, args.docs * 9 // 10 - 1)
         for name in ("rerun_after_90", "rerun_complete"):
             t0 = time.perf_counter()
-            again = ingest(spec, model_dir, target, workers=args.workers, progress=False)
+            again = run_ingest(IngestRequest(spec, model_dir, target, workers=args.workers), progress=False)
             row[name] = {"seconds": round(time.perf_counter() - t0, 1), "rows_written": again.rows_written,
                          "rows_unchanged": again.rows_unchanged, "verified": again.verified}
             print(name, row[name], flush=True)

@@ -52,6 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.harness import DATA, file_bytes, record_key, remove
+from dhim_ray.search import SearchRequest
 
 CACHE = Path(__file__).resolve().parent / ".cache" / "million"
 RESULTS = Path(__file__).resolve().parent / "million.json"
@@ -163,14 +164,14 @@ def bench_digests(sizes: list[int]) -> dict:
     try:
         for size in sorted(sizes):
             with MilvusTarget(str(db), "docs", timeout=3600).open() as c:
-                info = c.ensure(64, "bench:digests", IndexSpec(), text_index=False)
+                c.ensure(64, "bench:digests", IndexSpec(), text_index=False)
                 while held < size:
                     n = min(5000, size - held)
                     rows = np.arange(held, held + n)
                     batch = {"id": document_ids(DIGESTS_SOURCE, rows), "row": rows,
                              "code": rng.integers(0, 256, (n, 8), dtype=np.uint8), "label": np.zeros(n, np.int64),
                              "text": texts[rows % len(texts)], "digest": rng.integers(1, 2**62, n, dtype=np.int64)}
-                    held += c.upsert(code_rows(batch, 64, DIGESTS_SOURCE, info), new=True)
+                    held += c.upsert(code_rows(batch, 64, DIGESTS_SOURCE), new=True)
             release(str(db))
             row = {}
             for way in ways:  # a fresh process each: peak memory is per process
@@ -486,7 +487,7 @@ def bench_hybrid(n_docs: int, workers: int, n_queries: int) -> dict:
             ms = []
             for q in queries:
                 t0 = time.perf_counter()
-                searcher.search([q], k=10, mode=mode)
+                searcher.run(SearchRequest([q], k=10, mode=mode))
                 ms.append((time.perf_counter() - t0) * 1e3)
             out[f"{mode}_p50_ms"], out[f"{mode}_p99_ms"] = float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
     out["hybrid_over_codes_p50"] = out["hybrid_p50_ms"] / out["codes_p50_ms"]
@@ -523,7 +524,7 @@ def bench_write(n_docs: int, workers: int, after: float, n_queries: int, text_in
             ms = []  # each mode twice: the second pass is the one kept
             for q in queries:
                 t0 = time.perf_counter()
-                searcher.search([q], k=10, mode=mode)
+                searcher.run(SearchRequest([q], k=10, mode=mode))
                 ms.append((time.perf_counter() - t0) * 1e3)
             out[f"{mode}_p50_ms"], out[f"{mode}_p99_ms"] = float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
     db.unlink()
@@ -563,7 +564,7 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
         batch = {"id": np.arange(start, start + n, dtype=np.int64), "row": np.arange(start, start + n),
                  "code": rng.integers(0, 256, (n, 8), dtype=np.uint8), "label": np.zeros(n, np.int64),
                  "text": np.array([texts[(start + i) % len(texts)] for i in range(n)], dtype=object)}
-        return code_rows(batch, 64, "bench:upsert", info)
+        return code_rows(batch, 64, "bench:upsert")
 
     def rate(collection, start: int, n: int, new: bool, budget: float = float("inf")) -> tuple[int, float]:
         """Rows written (at most ``budget`` seconds of them) and their rate."""
@@ -577,10 +578,9 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
                  "text_index": text_index, "every": every, "insert_rows_per_s_by_million": []}
     if text_index:
         out["text_store"] = text_store or ("file" if lite else "milvus")
-    info = None
     try:
         with MilvusTarget(uri, "docs", timeout=3600).open() as c:
-            info = c.ensure(64, "bench:upsert", IndexSpec(), text_index=text_index, text_store=text_store)
+            c.ensure(64, "bench:upsert", IndexSpec(), text_index=text_index, text_store=text_store)
             out["at_0"] = {"upsert": rate(c, 10**12, probe, False)[1], "insert": rate(c, 2 * 10**12, probe, True)[1]}
             held = 0
             while held < n_rows:  # a step past max_step_s ends the growth where it got to
@@ -695,8 +695,8 @@ def bare_insert(n_docs: int, db: str, write_batch: int, text_index: bool) -> dic
         for f in Path(db).parent.glob(f"{Path(db).name}*"):
             remove(f)
         with MilvusTarget(db, "docs", timeout=3600).open() as c:
-            info = c.ensure(64, "bench:bare", default_index(db), text_index=text_index)
-            built = [code_rows(b, 64, source, info) for b in batches]
+            c.ensure(64, "bench:bare", default_index(db), text_index=text_index)
+            built = [code_rows(b, 64, source) for b in batches]
             stored = [c._stored(r) for r in built]  # the fields as the collection keeps them (a JSON doc in a file)
             by_row = [[dict(zip(r, values)) for values in zip(*r.values())] for r in stored] \
                 if way == "public_rows" else None

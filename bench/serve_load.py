@@ -3,7 +3,7 @@ collection (the packaged BBC corpus, 64 bits, milvus-lite; built with the demo w
 
     python -m bench.serve_load                 # writes bench/serve_load.json
 
-1. In process: ``Searcher.search([q], k=10)`` one query at a time, p50/p99, split into hash
+1. In process: ``Searcher.run(SearchRequest([q], k=10))`` one query at a time, p50/p99, split into hash
    and Milvus; and ``dhim-ray search`` as a command (process start and model load included).
 2. Over HTTP on 127.0.0.1: 1, 8 and 32 concurrent clients, each sending its share of a fixed
    number of one-text POST /search requests, with dynamic batching (32) and without (1).
@@ -27,6 +27,7 @@ from bench.harness import HERE, device_name, write_result
 from dhim_ray.connectors.milvus import MilvusTarget
 from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
+from dhim_ray.search import SearchRequest
 
 
 def percentiles(ms: list[float]) -> dict[str, float]:
@@ -48,18 +49,18 @@ def in_process(model: Path, target: MilvusTarget, queries: list[str]) -> dict:
     hash_ms, milvus_ms, total_ms = [], [], []
     with Searcher(model, target) as s:
         for q in queries[:20]:  # warm-up
-            s.search([q], k=10)
+            s.run(SearchRequest([q], k=10))
         for q in queries:
             t0 = time.perf_counter()
             codes = s.hasher.encode([q])
             t1 = time.perf_counter()
-            s.search_codes(codes, 10)
+            s.collection.search(codes, s.hasher.n_bits, 10, s.index, s.info.output_fields)
             t2 = time.perf_counter()
             hash_ms.append((t1 - t0) * 1e3)
             milvus_ms.append((t2 - t1) * 1e3)
         for q in queries:
             t0 = time.perf_counter()
-            s.search([q], k=10)
+            s.run(SearchRequest([q], k=10))
             total_ms.append((time.perf_counter() - t0) * 1e3)
     return {"searcher_search": {**percentiles(total_ms), "queries_per_s": round(1e3 / np.mean(total_ms), 1)},
             "hash": percentiles(hash_ms), "milvus": percentiles(milvus_ms), "queries": len(queries)}
@@ -107,7 +108,8 @@ def over_http(model: Path, target: MilvusTarget, queries: list[str], requests: i
     import httpx
     from ray import serve
 
-    from dhim_ray.jobs.serve import ServeOptions, start_service
+    from dhim_ray.jobs.serve import ServeOptions
+    from dhim_ray.jobs.service_life import start_service
 
     rows = []
     port = free_port()  # Serve keeps the HTTP address it first started with

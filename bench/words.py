@@ -26,6 +26,7 @@ import numpy as np
 
 from bench.harness import file_bytes, record_key
 from bench.million import CACHE, child, make_corpus, tiny_model
+from dhim_ray.search import SearchRequest
 
 HERE = Path(__file__).resolve().parent
 logger = logging.getLogger("bench.words")
@@ -95,9 +96,9 @@ def run(n_docs: int, n_queries: int, workers: int) -> dict:
             return [int(r) for r in s.fast_field_values("row", [a for _, a in s.search(
                 index.parse_query_lenient(q.replace('"', " "), ["text"])[0], 10, count=False).hits])]
 
-        engines = {"text": lambda q: [h["row"] for h in searcher.search([q], k=10, mode="text")[0]],
-                   "hybrid": lambda q: [h["row"] for h in searcher.search([q], k=10)[0]],
-                   "codes": lambda q: [h["row"] for h in searcher.search([q], k=10, mode="codes")[0]],
+        engines = {"text": lambda q: [h["row"] for h in searcher.run(SearchRequest([q], k=10, mode="text")).hits[0]],
+                   "hybrid": lambda q: [h["row"] for h in searcher.run(SearchRequest([q], k=10)).hits[0]],
+                   "codes": lambda q: [h["row"] for h in searcher.run(SearchRequest([q], k=10, mode="codes")).hits[0]],
                    "tantivy": alone}
         for engine in engines.values():  # each engine's first answer (files opened, caches warm) off the clock
             engine("warm up")

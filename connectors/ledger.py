@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from dhim_ray.connectors.milvus import RESERVED_NAME, WORDS_LEDGER, create_loaded, quote
+from dhim_ray.connectors.schema import RESERVED_NAME, WORDS_LEDGER, create_loaded, quote
 
 LEDGER = RESERVED_NAME
 WRITING, VERIFIED = "writing", "verified"

@@ -12,7 +12,7 @@ import numpy as np
 
 from dhim_ray.codes import check_codes
 from dhim_ray.corpus.columns import PREFIX
-from dhim_ray.errors import CodeFormatError, CollectionMismatchError, ConfigError
+from dhim_ray.errors import CodeFormatError, ConfigError
 
 CODE_FIELD = "code"
 TEXT_SPARSE_FIELD = "text_sparse"  # optional (the text index): BM25 terms of ``text``, filled by Milvus
@@ -77,13 +77,10 @@ def row_digests(columns: Mapping[str, Sequence[Any]]) -> np.ndarray:
 Columns = dict[str, list]
 
 
-def code_rows(batch: Mapping[str, Any], n_bits: int, source: str, fields: Any = None) -> Columns:
+def code_rows(batch: Mapping[str, Any], n_bits: int, source: str) -> Columns:
     """The validated columns an upsert takes, from a columnar batch: ``id``, ``code`` (uint8
-    (n, n_bits / 8), checked for dtype and length: Milvus stores a wrong length silently), ``text``,
-    ``row`` and, where present, ``label``, ``label_name``, ``key``, ``digest`` and ``col:NAME``.
-    ``fields``: the collection's ``CollectionInfo`` (which of label_names, keys, digests it keeps; None: all)."""
-    name_field, key_field, digest_field = (True, True, True) if fields is None else \
-        (fields.label_names, fields.keys, fields.digests)
+    (n, n_bits / 8), checked for dtype and length: Milvus stores a wrong length silently) and, where
+    present, ``text``, ``row``, ``label``, ``label_name``, ``key``, ``digest`` and ``col:NAME``."""
     codes = batch.get(CODE_FIELD)
     if codes is None or len(codes) == 0:
         codes = np.zeros((0, n_bits // 8), np.uint8)
@@ -93,30 +90,24 @@ def code_rows(batch: Mapping[str, Any], n_bits: int, source: str, fields: Any = 
     n = len(codes)
     kept = {name: [v.item() if hasattr(v, "item") else v for v in values]
             for name, values in kept_columns(batch).items()}
-    given = {name: batch.get(name, () if name in ("id", "text", "row") else None)  # the others are optional
+    given = {name: batch.get(name, () if name == "id" else None)  # the others are optional
              for name in ("id", "text", "row", "label", LABEL_NAME_FIELD, KEY_FIELD, DIGEST_FIELD)}
     for name, col in (*given.items(), *kept.items()):
         if col is not None and len(col) != n:
             raise CodeFormatError(f"{name} has {len(col)} entries for {n} codes: expected one per code")
     out: Columns = {"id": [int(i) for i in given["id"]], CODE_FIELD: [c.tobytes() for c in codes],
                     "label": [-1] * n if given["label"] is None else [int(v) for v in given["label"]],
-                    "text": [_preview(str(t)) for t in given["text"]], "source": [source[:SOURCE_MAX]] * n,
-                    "row": [int(r) for r in given["row"]]}
-    if name_field:
-        names = given[LABEL_NAME_FIELD]
-        out[LABEL_NAME_FIELD] = [""] * n if names is None else [_cut(str(v), LABEL_NAME_MAX) for v in names]
+                    "text": [""] * n if given["text"] is None else [_preview(str(t)) for t in given["text"]],
+                    "source": [source[:SOURCE_MAX]] * n, "row": [0] * n if given["row"] is None else [int(r) for r in given["row"]]}
+    names = given[LABEL_NAME_FIELD]
+    out[LABEL_NAME_FIELD] = [""] * n if names is None else [_cut(str(v), LABEL_NAME_MAX) for v in names]
     keys = None if given[KEY_FIELD] is None else [str(k) for k in given[KEY_FIELD]]
     if keys is not None:
         too_long = next((k for k in keys if len(k) > KEY_MAX), None)
         if too_long is not None:
             raise CodeFormatError(f"id {too_long[:40]!r}...: ids are at most {KEY_MAX} characters")
-        if not key_field:
-            raise CollectionMismatchError("the collection was made before rows kept their own ids; ingest into a new "
-                                          "collection, or drop the ids")
-    if key_field:
-        out[KEY_FIELD] = [""] * n if keys is None else keys
-    if digest_field:
-        out[DIGEST_FIELD] = [0] * n if given[DIGEST_FIELD] is None else [int(d) for d in given[DIGEST_FIELD]]
+    out[KEY_FIELD] = [""] * n if keys is None else keys
+    out[DIGEST_FIELD] = [0] * n if given[DIGEST_FIELD] is None else [int(d) for d in given[DIGEST_FIELD]]
     return {**out, **kept}
 
 

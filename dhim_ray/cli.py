@@ -20,7 +20,9 @@ import typer
 from typer._click.core import ParameterSource
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
+from dhim_ray.cli_tables import draw, json_default, print_result, print_results, show_demo, show_hits
 from dhim_ray.errors import ConfigError, DHIMRayError, Interrupted, StoreBusyError
+from dhim_ray.jobs.service_client import ask_service, last_hits, remember_hits
 
 logger = logging.getLogger(__name__)
 
@@ -271,36 +273,6 @@ def corpus_spec(spec: str, text_column: str | None, label_column: str | None, dr
                             limit=limit)
 
 
-def print_result(result: dict[str, Any], as_json: bool, title: str = "") -> None:
-    if as_json:
-        typer.echo(json.dumps(result, default=_json_default))
-        return
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=Text(title) if title else None, show_header=True)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, value in result.items():
-        if isinstance(value, (list, dict)):
-            continue
-        shown = "-" if value is None else str(value) if not isinstance(value, float) else \
-            f"{value:,.1f}" if key.endswith(("second", "seconds")) else f"{value:.4f}"  # s and docs/s: one decimal
-        table.add_row(Text(key), Text(shown))
-    Console().print(table)
-
-
-def _json_default(value):
-    import numpy as np
-
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(type(value).__name__)
-
-
 def given_flags(ctx: typer.Context, overrides: dict[str, dict[str, Any]], fields: dict[str, tuple[str, str]],
                 values: dict[str, Any]) -> frozenset[tuple[str, str]]:
     """Flags that are config fields join the ``--set`` overrides, one rule for both: a flag
@@ -468,8 +440,8 @@ def eval_(
         caption = (f"{named['queries']}: {first['n_queries']:,} queries against {named['database']}: "
                    f"{first['n_database']:,} documents (tie-aware for codes)")
     if plot is not None:
-        _draw(results, plot, what, caption)
-    _print_results(results, as_json, title, metrics)
+        draw(results, plot, what, caption)
+    print_results(results, as_json, title, metrics)
 
 
 def _corpus_named(spec) -> str:
@@ -478,41 +450,6 @@ def _corpus_named(spec) -> str:
         return ""
     name = Path(spec.name).name if Path(spec.name).exists() else spec.name
     return f"{name}:{spec.split}" if spec.split else name
-
-
-def _print_results(results: list[dict[str, Any]], as_json: bool, title: str, metrics: tuple[str, ...]) -> None:
-    """One method: its figures; several: a row each, the ``metrics`` they share."""
-    if len(results) == 1:
-        return print_result(results[0], as_json, title)
-    if as_json:
-        typer.echo(json.dumps(results, default=_json_default))
-        return
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    shown = [m for m in metrics if all(m in r for r in results)]
-    table = Table(title=Text(title))
-    table.add_column("method")
-    table.add_column("width", justify="right")
-    for metric in shown:
-        table.add_column(metric, justify="right")
-    for r in results:
-        width = f"{r['n_bits']} bits" if "n_bits" in r else f"{r.get('dims', '?')} floats"
-        table.add_row(r["method"], width, *(f"{r[m]:.4f}" for m in shown))
-    Console().print(table)
-
-
-def _draw(results: list[dict[str, Any]], plot: Path, what: str, title: str) -> None:
-    from dhim_ray.plots import k_curves
-
-    drawn = [r for r in results if "curve" in r]
-    if len(drawn) < len(results):
-        logger.warning("--plot: %s has no labels to draw precision@k by; no curve drawn for it",
-                       ", ".join(r["method"] for r in results if "curve" not in r))
-    if drawn:
-        logger.info("drew %s for %s into %s", what, ", ".join(r["method"] for r in drawn), k_curves(drawn, plot, what,
-                                                                                                   title))
 
 
 def _training_curve(out_dir: Path, summary: dict[str, Any]) -> str | None:
@@ -614,7 +551,7 @@ def search(
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.search import Searcher, SearchRequest
 
-    like, collection = _last_hits(like, uri, collection, model_dir)
+    like, collection = last_hits(like, uri, collection, model_dir)
     request = SearchRequest(tuple(text or ()), like=tuple(like or ()), k=k, rerank=rerank, filter=filter_,
                             max_distance=max_distance, mode=mode)
     if collection is not None:
@@ -624,90 +561,15 @@ def search(
             result = searcher.run(request)
             collection = searcher.info.name
     except StoreBusyError:  # `dhim-ray serve` holds the milvus-lite file: ask it, if it announced itself
-        result = _ask_service(uri, collection, model_dir, request)
+        result = ask_service(uri, collection, model_dir, request)
         if result is None:
             raise
-    _remember_hits(result.hits, uri, collection, model_dir)
+    remember_hits(result.hits, uri, collection, model_dir)
     if as_json:
         typer.echo(json.dumps([{"query": q, "hits": h} for q, h in zip(result.queries, result.hits)],
-                              default=_json_default))
+                              default=json_default))
         return
-    _show_hits(result.queries, result.hits)
-
-
-def _last_search_file() -> Path:
-
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dhim-ray" / "last-search.json"
-
-
-def _searched(uri: str, model_dir: Path) -> dict[str, str]:
-    """What a last search is recognised by: its store (a milvus-lite file by its full path) and model."""
-    from dhim_ray.connectors.connection import is_lite
-
-    return {"uri": str(Path(uri).resolve()) if is_lite(uri) else uri, "model": str(Path(model_dir).resolve())}
-
-
-def _remember_hits(hits: list[list[dict[str, Any]]], uri: str, collection: str | None, model_dir: Path) -> None:
-    """Keep the last search's hit ids, so ``--like @N`` names a hit by its rank."""
-    record = {**_searched(uri, model_dir), "collection": collection, "ids": [[h["id"] for h in row] for row in hits]}
-    path = _last_search_file()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record))
-    except OSError as exc:  # a read-only home: --like @N is then unavailable, the search is not
-        logger.debug("cannot keep the last search in %s: %s", path, exc)
-
-
-def _last_hits(like: list[str] | None, uri: str, collection: str | None, model_dir: Path):
-    """``--like`` with each ``@N``/``@Q.N`` replaced by that hit's id, and the collection the search used."""
-    if not like or not any(v.startswith("@") for v in like):
-        return like, collection
-    try:
-        last = json.loads(_last_search_file().read_text())
-    except (OSError, ValueError):
-        raise ConfigError("--like @N: no search to take a hit from yet; search first, or give a hit's id") from None
-    if any(last.get(key) != value for key, value in _searched(uri, model_dir).items()) or collection not in (None, last.get("collection")):
-        raise ConfigError(f"--like @N: the last search was of {last.get('collection')} at {last.get('uri')} with "
-                          f"{last.get('model')}; search this collection first, or give a hit's id")
-    out = []
-    for value in like:
-        if not value.startswith("@"):
-            out.append(value)
-            continue
-        query, _, rank = value[1:].rpartition(".")
-        try:
-            q, r = int(query or 1), int(rank)
-            if q < 1 or r < 1:
-                raise IndexError
-            out.append(last["ids"][q - 1][r - 1])
-        except (ValueError, IndexError):
-            shape = ", ".join(str(len(row)) for row in last["ids"])
-            raise ConfigError(f"--like {value}: the last search has no such hit (hits per query: {shape}); give "
-                              "@RANK or @QUERY.RANK") from None
-    return out, last.get("collection")
-
-
-def _ask_service(uri: str, collection: str | None, model_dir: Path, request):
-    """The answer of the ``dhim-ray serve`` holding milvus-lite file ``uri``; None where none announced itself."""
-    from dhim_ray.jobs.service_file import ServiceRefused, ask, running_service
-    from dhim_ray.search import SearchResult
-
-    record = running_service(uri, collection, str(model_dir))
-    if record is None:
-        return None
-    body = {"k": request.k, "rerank": request.rerank, "filter": request.filter and request.filter.text, "max_distance": request.max_distance,
-            "mode": request.mode, **({"texts": list(request.texts)} if request.texts else {"like": list(request.like)})}
-    logger.info("%s is held by the service at %s: asking it", uri, record["url"])
-    try:
-        answer = ask(record, {key: value for key, value in body.items() if value is not None})
-    except ServiceRefused as exc:
-        error = ConfigError if exc.status in (400, 422) else StoreBusyError
-        raise error(f"the service at {record['url']} answered {exc.status}: {exc}") from None
-    except OSError as exc:
-        raise StoreBusyError(f"uri={uri}: held by the service at {record['url']}, which did not answer ({exc}); "
-                             "stop it or retry") from None
-    queries = list(request.texts) if request.texts else [f"like {x}" for x in request.like]
-    return SearchResult(queries, answer["results"], answer["mode"])
+    show_hits(result.queries, result.hits)
 
 
 @app.command()
@@ -737,7 +599,8 @@ def serve(
     import threading
 
     from dhim_ray.connectors.milvus import MilvusTarget
-    from dhim_ray.jobs.serve import ServeOptions, start_service, stop_service, token_digest
+    from dhim_ray.jobs.serve import ServeOptions, token_digest
+    from dhim_ray.jobs.service_life import start_service, stop_service
 
     MilvusTarget(uri, collection, token_env=token_env)  # a malformed name or URI fails before the model loads
     api_token_sha256 = token_digest(api_token_env)
@@ -768,53 +631,6 @@ def serve(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
-
-
-_HIT_FIELDS = {"id", "distance", "label", "label_name", "text", "source", "row", "key", "rerank_score", "bm25",
-               "rrf_score"}
-
-
-#: Terminal columns from which the hit table shows ids (narrower, the text keeps the width).
-WIDE = 100
-
-
-def _show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
-    """A table per query: from WIDE columns on it shows each hit's id; narrower, its rank (``--like @RANK``)."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    console = Console()
-    for query, rows in zip(queries, hits):
-        table = Table(title=Text(repr(query)), show_header=True, expand=True, box=box.SIMPLE_HEAD, show_edge=False,
-                      pad_edge=False, collapse_padding=True,  # no vertical borders: their width goes to the text
-                      caption=None if rows else "no hits (a filter, --max-distance or --mode text can leave none)")
-        reranked = any("rerank_score" in h for h in rows)
-        lexical = any("bm25" in h for h in rows)  # text or hybrid search: BM25's score where it found the hit
-        keyed = any(h.get("key") for h in rows)
-        labelled = any(h.get("label_name") or h.get("label", -1) != -1 for h in rows)  # else no label column
-        kept = [c for c in (rows[0] if rows else {}) if c not in _HIT_FIELDS][:3]  # --keep-columns, the first three
-        with_ids = console.width >= WIDE  # narrower: the text keeps the width, --like @RANK names a hit
-        cols = ("rank", "distance", *(("score",) if reranked else ()), *(("label",) if labelled else ()),
-                *(("id",) if with_ids else ()), *(("bm25",) if lexical else ()), *kept)
-        ids = [str(h.get("key") or "")[:40] if keyed else str(h.get("id")) for h in rows]
-        for col in cols:  # an id is shown whole: --like takes it
-            table.add_column(col, no_wrap=True, justify="right",
-                             min_width=max([len(col), *map(len, ids)]) if col == "id" else len(col))
-        table.add_column("text", overflow="ellipsis", no_wrap=True, ratio=1)
-        for rank, h in enumerate(rows, 1):
-            score = (f"{h['rerank_score']:.2f}" if "rerank_score" in h else "",) if reranked else ()
-            bm25 = (f"{h['bm25']:.2f}" if "bm25" in h else "",) if lexical else ()
-            # a string label's name, else its number; -1 is the connector's "no label"
-            label = h.get("label_name") or ("-" if h.get("label", -1) == -1 else str(h.get("label")))
-            table.add_row(str(rank), str(h["distance"]), *score, *((label[:40],) if labelled else ()),
-                          *((ids[rank - 1],) if with_ids else ()), *bm25, *(str(h.get(c, ""))[:30] for c in kept),
-                          Text(" ".join(str(h.get("text", "")).split())[:300]))
-        console.print(table)
-    if any(hits) and console.width < WIDE:
-        console.print(Text("more like a hit: --like @RANK (@QUERY.RANK for another query); its id: --json",
-                           style="dim"))
 
 
 @app.command()
@@ -874,36 +690,7 @@ def demo(
     if as_json:
         print_result(result, True)
         return
-    _show_demo(result)
-
-
-def _show_demo(r: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    console = Console()
-    t = Table(title=f"P@100 on bbc test, {r['n_bits']} bits")
-    t.add_column("method")
-    t.add_column("P@100", justify="right")
-    for method, p in r["precision_at_100"].items():
-        t.add_row(method, f"{p:.4f}")
-    t.add_row("dhim via Milvus", f"{r['milvus_precision_at_100']:.4f}")
-    t.add_row("dhim + BM25 via Milvus (hybrid, in its order)", f"{r['hybrid_precision_at_100']:.4f}")
-    console.print(t)
-    known = r["known_item_recall_at_10"]
-    console.print(Text(f"does an 8-word phrase find its document? recall@10 through Milvus: codes "
-                       f"{known['codes']:.3f}, hybrid {known['hybrid']:.3f}"))
-    ing = r["ingest"]
-    console.print(Text(f"ingested {ing['rows_in_collection']} rows into {ing['collection']} at {ing['uri']} "
-                       f"({ing['docs_per_second']} docs/s, verified={ing['verified']})"))
-    h = Table(title=Text(f"search: {r['query']!r}"))
-    for col in ("distance", "label", "text"):
-        h.add_column(col)
-    for hit in r["hits"]:
-        h.add_row(str(hit["distance"]), hit["label"], Text(hit["text"]))
-    console.print(h)
-    console.print(f"done in {r['seconds']} s")
+    show_demo(result)
 
 
 @functools.cache

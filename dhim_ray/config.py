@@ -241,12 +241,6 @@ def defaults_for_bits(n_bits: int, table: dict[int, dict[str, Any]] | None = Non
     return {"init": "random", "identity_bits": 0, **table[nearest]}
 
 
-#: Experiments retired (their findings: docs/experiments.md), by section, with their off values.
-RETIRED_FIELDS = {"train": {"view_weight": 0.0, "view_words": 16, "distill_weight": 0.0},
-                  "model": {"neighbour_transform": "none"}}
-RETIRED_VALUES = {("model", "target_transform"): "flow"}
-
-
 @dataclass(frozen=True)
 class DHIMConfig:
     """Everything a run needs; saved as config.json in every checkpoint."""
@@ -261,16 +255,6 @@ class DHIMConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DHIMConfig:
         sections = {name: dict(data.get(name, {})) for name in ("features", "model", "train")}
-        if sections["train"].get("select") == "objective":  # retired; it chose an epoch, the weights load alike
-            sections["train"]["select"] = "auto"
-        retired = [f"{section}.{name}={value!r}" for (section, name), value in RETIRED_VALUES.items()
-                   if sections[section].get(name) == value]
-        for section, fields in RETIRED_FIELDS.items():  # a checkpoint from before they went: off is no change
-            retired += [f"{section}.{name}={value!r}" for name, off in fields.items()
-                        if (value := sections[section].pop(name, off)) != off]
-        if retired:
-            raise ConfigError(f"this model was trained with {retired[0]}, an experiment this version no longer "
-                              "has (docs/experiments.md); train it again without it")
         try:
             return cls(features=FeatureConfig(**sections["features"]), model=ModelConfig(**sections["model"]),
                        train=TrainConfig(**sections["train"]))
@@ -319,9 +303,6 @@ def parse_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
             raise ConfigError(f"set={pair!r}: write SECTION.FIELD=VALUE with SECTION one of "
                               f"{', '.join(SECTIONS)}, e.g. train.beta=2.0", field="set")
         fields = {f.name: f for f in dataclasses.fields(known[section])}
-        if name in RETIRED_FIELDS.get(section, {}):
-            raise ConfigError(f"set={pair!r}: {section}.{name} was an experiment this version no longer has "
-                              "(its findings: docs/experiments.md)", field="set")
         if name not in fields:
             raise ConfigError(f"set={pair!r}: {section} has no field {name!r}; it has {', '.join(fields)}", field="set")
         try:

@@ -23,7 +23,7 @@ from dhim_ray.eval_in_memory import InMemoryCodes, Model, WindowSpec
 from dhim_ray.retrieval import known_item
 from dhim_ray.retrieval.fusion import Fusion
 from dhim_ray.retrieval.metrics import PrecisionResult, tie_aware_hits
-from dhim_ray.search import Searcher
+from dhim_ray.search import Searcher, SearchRequest
 
 logger = logging.getLogger(__name__)
 
@@ -108,8 +108,12 @@ class StoredIndex:
 
     def _search(self, codes: np.ndarray, k: int, m: int = 1, scores: np.ndarray | None = None,
                 fields: tuple[str, ...] = ()) -> list[list[dict[str, Any]]]:
-        return self.searcher.search_encoded(self.texts, codes, k, m, scores, mode=self.place.mode,
-                                            fusion=self.place.fusion, output_fields=fields)
+        request = SearchRequest(self.texts, k=k, rerank=m, mode=self.place.mode, fields=fields)
+        return self.searcher.run(request, encoded=(codes, scores), fusion=self.place.fusion).hits
+
+    def _stored_codes(self, codes: np.ndarray, k: int, fields: tuple[str, ...]) -> list[list[dict[str, Any]]]:
+        """Top-k by Hamming distance past a request's bounds (the tie-aware count reads up to Milvus' cap)."""
+        return self.searcher.collection.search(codes, self.searcher.hasher.n_bits, k, self.searcher.index, fields)
 
     def precision(self, codes: np.ndarray, labels: np.ndarray, k: int) -> PrecisionResult:
         n, n_db = len(codes), self.place.n_database
@@ -131,7 +135,7 @@ class StoredIndex:
         n_db, fields = self.place.n_database, (*self.place.label_of.fields, "row")
         limit = min(k * 2, MAX_SEARCH_K, n_db)
         while True:
-            hits = self.searcher.search_codes(code, limit, output_fields=fields)[0]
+            hits = self._stored_codes(code, limit, fields)[0]
             dist = np.array([h["distance"] for h in hits])
             if dist[-1] > dist[k - 1] or limit >= min(n_db, MAX_SEARCH_K):
                 break
@@ -170,7 +174,7 @@ class StoredIndex:
                                ^ codes).sum(1)
         better, tied = np.empty(len(codes), dtype=np.int64), np.empty(len(codes), dtype=np.int64)
         for start in range(0, len(codes), 64):
-            hits = self.searcher.search_codes(codes[start : start + 64], min(MAX_SEARCH_K, n_db), output_fields=())
+            hits = self._stored_codes(codes[start : start + 64], min(MAX_SEARCH_K, n_db), ())
             for j, row in enumerate(hits):
                 dist, d = np.array([h["distance"] for h in row]), own[start + j]
                 better[start + j], tied[start + j] = int((dist < d).sum()), max(1, int((dist == d).sum()))

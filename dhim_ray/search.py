@@ -2,7 +2,7 @@
 ``Searcher.open`` hashes through the model's graph, so it never loads torch).
 
     >>> with Searcher.open("runs/dbpedia-64", "dhim_ray.db", "dbpedia_64") as s:
-    ...     hits = s.search(["a football club in spain"], k=10)[0]"""
+    ...     hits = s.run(SearchRequest(["a football club in spain"], k=10)).hits[0]"""
 
 from __future__ import annotations
 
@@ -70,7 +70,8 @@ def find_collection(model_dir: str | Path, uri: str, token_env: str = "MILVUS_TO
 class SearchRequest:
     """One search, as the library, the CLI and the service ask for it, checked once here: ``texts``
     or ``like`` (stored rows' ids), ``k``, ``rerank`` (1 = off), ``filter`` (parsed into a ``Filter``),
-    ``max_distance`` (codes only) and ``mode`` (None: the collection's default). What depends on
+    ``max_distance`` (codes only), ``mode`` (None: the collection's default) and the ``fields`` a hit
+    carries (None: all). What depends on
     the collection is checked by ``Searcher.run``. A bad field is a ConfigError naming it first."""
 
     texts: tuple[str, ...] = ()
@@ -80,10 +81,13 @@ class SearchRequest:
     filter: str | Filter | None = None  # parsed when made: a Filter
     max_distance: int | None = None
     mode: str | None = None
+    fields: tuple[str, ...] | None = None  # the stored fields each hit carries (None: all)
 
     def __post_init__(self):
         object.__setattr__(self, "texts", (self.texts,) if isinstance(self.texts, str) else tuple(self.texts or ()))
         object.__setattr__(self, "like", tuple(self.like or ()))
+        if self.fields is not None:
+            object.__setattr__(self, "fields", (self.fields,) if isinstance(self.fields, str) else tuple(self.fields))
         if bool(self.texts) == bool(self.like):
             raise ConfigError("give query texts or like=ID (a stored row's id), not both or neither", field="texts")
         for field, values in (("texts", self.texts), ("like", self.like)):
@@ -126,7 +130,7 @@ class Searcher:
     checks the collection exists, holds codes of the model's width and names this model.
 
         >>> s = Searcher("runs/bbc-64", MilvusTarget("dhim_ray.db", "bbc_64"))
-        >>> s.search(["oil prices rise"], k=5)[0][0]   # {"id", "distance", "label", "text", ...}"""
+        >>> s.run(SearchRequest(["oil prices rise"], k=5)).hits[0][0]   # {"id", "distance", "label", ...}"""
 
     def __init__(self, model_dir: str | Path, target: MilvusTarget, index: IndexSpec | None = None,
                  hasher: Hasher | GraphHasher | None = None, nprobe: int | None = None):
@@ -219,27 +223,19 @@ class Searcher:
                               "mode=codes or drop max_distance", field="max_distance")
         return mode
 
-    def search(self, texts: list[str] | str, k: int = 10, rerank: int = 1, filter: str | None = None,
-               max_distance: int | None = None, mode: str | None = None,
-               fusion: Fusion | None = None) -> list[list[dict[str, Any]]]:
-        """The k best rows per text, each with its Hamming ``distance``. ``mode``: codes (``rerank`` m > 1
-        re-ranks k x m), text (BM25, ``bm25``) or hybrid (fused by ``fusion``; the default where the
-        collection keeps a text index). ``filter``: a boolean expression over stored fields;
-        ``max_distance`` R: rows within R bits, nearest first (codes only). See docs/ingest-and-search.md."""
-        request = SearchRequest(texts, k=k, rerank=rerank, filter=filter, max_distance=max_distance, mode=mode)
-        return self.run(request, fusion=fusion).hits
-
     def run(self, request: SearchRequest, encoded: tuple | None = None, fusion: Fusion | None = None) -> SearchResult:
-        """``request`` against this collection: the one search path of the library, the CLI and
-        the HTTP service. ``encoded``: the texts' (codes, scores), already made (the
-        service hashes concurrent requests together); else they are hashed here."""
+        """``request`` against this collection: the one search of the library, the CLI and the HTTP
+        service (``fusion``: how hybrid fuses the two lists). ``encoded``: the texts' (codes, scores),
+        already made (the service hashes concurrent requests together); else they are hashed here."""
         if request.filter is not None:
             request.filter.check_fields(self.filter_fields)
         if request.max_distance is not None:
             check_max_distance(request.max_distance, self.hasher.n_bits)
+        if request.fields is not None and (unknown := sorted(set(request.fields) - set(self.info.output_fields))):
+            raise ConfigError(f"fields: the collection has no field {unknown[0]!r}; it has "
+                              f"{', '.join(self.info.output_fields)}", field="fields")
         if request.like:
-            hits = self.like(**self.like_targets(list(request.like)), k=request.k, filter=request.filter,
-                             max_distance=request.max_distance)
+            hits = self._like(request, **self._like_targets(list(request.like)))
             return SearchResult([f"like {x}" for x in request.like], hits, "codes")
         texts, mode = list(request.texts), self.resolve_mode(request.mode, request.max_distance)
         if mode != "codes" and (work := text_work(texts, request.k)) > MAX_TEXT_WORK:
@@ -252,46 +248,25 @@ class Searcher:
             codes, scores = self.hasher.encode(texts), None
         else:
             codes, scores = self.hasher.encode(texts, scores=True)[:2]
-        hits = self.search_encoded(texts, codes, request.k, request.rerank, scores, request.filter,
-                                   request.max_distance, mode, fusion)
-        return SearchResult(texts, hits, mode)
+        return SearchResult(texts, self._encoded(texts, codes, scores, request, mode, fusion or Fusion()), mode)
 
-    def search_encoded(self, texts: list[str], codes: np.ndarray, k: int, rerank: int = 1,
-                       scores: np.ndarray | None = None,
-                       filter: str | Filter | None = None, max_distance: int | None = None, mode: str = "codes",
-                       fusion: Fusion | None = None,
-                       output_fields: tuple[str, ...] | None = None) -> list[list[dict[str, Any]]]:
-        """``search`` on texts already hashed (``codes``; ``scores`` where ``rerank`` > 1): the one
-        search path of the library, the CLI and the service."""
-        mode = check_mode(mode)
-        filter = self._filter(filter)
-        fusion = fusion or Fusion()
+    def _encoded(self, texts: list[str], codes: np.ndarray, scores: np.ndarray | None, request: SearchRequest,
+                 mode: str, fusion: Fusion) -> list[list[dict[str, Any]]]:
+        """The request's hits for texts already hashed (``scores`` where it re-ranks)."""
+        k, fields = request.k, self.info.output_fields if request.fields is None else list(request.fields)
         if mode != "text":
-            if check_rerank(rerank) == 1:
-                code_hits = self.search_codes(codes, k, output_fields, filter=filter, max_distance=max_distance)
-            else:
-                code_hits = self.search_reranked(codes, scores, k, rerank, output_fields, filter=filter,
-                                                 max_distance=max_distance)
+            code_hits = (self._codes(codes, k, fields, request) if request.rerank == 1 else
+                         self._reranked(codes, scores, fields, request))
             if mode == "codes":
                 return code_hits
-        fields = self.info.output_fields if output_fields is None else list(output_fields)
         depth = k if mode == "text" else fusion.text_hits_needed(k)
         read_text = mode == "hybrid" and fusion.method == "phrase" and "text" not in fields  # the gate reads it
         text_hits = self.collection.search_text(texts, depth, [*fields, *(["text"] if read_text else [])],
-                                                filter=filter, codes=codes)
+                                                filter=request.filter, codes=codes)
         out = text_hits if mode == "text" else [fuse(c, t, k, fusion, q) for c, t, q in zip(code_hits, text_hits, texts)]
         if read_text:
             out = [[{f: v for f, v in h.items() if f != "text"} for h in row] for row in out]
         return self._with_distances(codes, out)
-
-    def _filter(self, filter: str | Filter | None) -> Filter | None:
-        """A public method's filter: a string parsed and checked here; a ``Filter`` was checked by ``run``."""
-        if isinstance(filter, Filter):
-            return filter
-        parsed = parse_filter(filter)
-        if parsed is not None:
-            parsed.check_fields(self.filter_fields)
-        return parsed
 
     def _with_distances(self, codes: np.ndarray, hits: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
         """Every hit with its Hamming distance to its query's code (a text hit has none of its own)."""
@@ -304,20 +279,10 @@ class Searcher:
                         h["distance"] = hamming(stored[h["id"]], codes[i])
         return hits
 
-    def like(self, ids: list[int] | None = None, keys: list[str] | None = None, k: int = 10,
-             filter: str | Filter | None = None, max_distance: int | None = None,
-             include_self: bool = False) -> list[list[dict[str, Any]]]:
-        """More like these: search with the stored codes of rows ``ids`` (or of the documents
-        whose own ids, ``ingest --id-column``, are ``keys``), no re-encoding. Each row itself
-        is left out of its hits unless ``include_self``. One list of hits per row asked for;
-        an id or key the collection does not hold is a DataError naming it."""
-
-        check_search_k(k)
-        filter = self._filter(filter)
-        if (ids is None) == (keys is None):
-            raise ConfigError("like: give ids or keys (the rows whose codes to search with), not both or neither", field="like")
+    def _like(self, request: SearchRequest, ids: list[int] | None = None,
+              keys: list[str] | None = None) -> list[list[dict[str, Any]]]:
+        """More like rows ``ids`` (or documents ``keys``): their stored codes searched, each row not its own hit."""
         if keys is not None:
-            keys = [str(key) for key in keys]
             bad = next((key for key in keys if not key.strip() or any(ord(c) < 32 for c in key)), None)
             if bad is not None:
                 why = "is empty" if not bad.strip() else "holds a line break or another control character"
@@ -335,53 +300,42 @@ class Searcher:
                                 f"the id {shown(shared, 40)} (row ids {', '.join(map(str, found[shared][:5]))}); give "
                                 "one of those row ids", field="like")
             ids = [found[key][0] for key in keys]
-        ids = [int(i) for i in ids]
         held = self.collection.get(ids, ["id"])
         missing = [i for i in ids if i not in held]
         if missing:
             raise DataError(f"like: collection {self.target.collection!r} holds no row with id "
                             f"{', '.join(map(str, missing[:5]))}; take ids from a search's hits", field="like")
         codes = self.collection.fetch_codes(ids, self.hasher.n_bits)
-        limit = k if include_self else min(k + 1, MAX_SEARCH_K)
-        hits = self.search_codes(codes, limit, filter=filter, max_distance=max_distance)
-        if not include_self:
-            hits = [[h for h in row if h["id"] != own][:k] for row, own in zip(hits, ids)]
-        return hits
+        fields = self.info.output_fields if request.fields is None else list(request.fields)
+        hits = self._codes(codes, min(request.k + 1, MAX_SEARCH_K), fields, request)
+        return [[h for h in row if h["id"] != own][: request.k] for row, own in zip(hits, ids)]
 
-    def like_targets(self, values: list[int | str]) -> dict[str, list]:
-        """``like``'s arguments for values as a user gives them: row ids (a hit's ``id``) where
-        they are numbers the collection holds, else the documents' own ids (``key``)."""
+    def _like_targets(self, values: list[int | str]) -> dict[str, list]:
+        """Values as a user gives them: row ids where they are numbers the collection holds, else keys."""
         ids = [v if isinstance(v, int) else int(v) if re.fullmatch(r"-?[0-9]{1,19}", str(v)) else None
                for v in values]
-        if all(i is not None and -(2**63) < i < 2**63 for i in ids) and (
-                not self.info.keys or len(self.collection.get(ids, ["id"])) == len(set(ids))):
+        if all(i is not None and -(2**63) < i < 2**63 for i in ids) and \
+                len(self.collection.get(ids, ["id"])) == len(set(ids)):
             return {"ids": ids}
         return {"keys": [str(v) for v in values]}
 
-    def search_reranked(self, codes: np.ndarray, scores: np.ndarray, k: int, m: int,
-                        output_fields: tuple[str, ...] | None = None, filter: str | Filter | None = None,
-                        max_distance: int | None = None) -> list[list[dict[str, Any]]]:
-        """Fetch min(k x m, 16384) Hamming candidates per query and keep the k best by agreement
-        of their codes with the query's ``scores``. Equal scores keep Hamming order."""
-        fetch = min(k * check_rerank(m), MAX_SEARCH_K)
+    def _reranked(self, codes: np.ndarray, scores: np.ndarray, fields: list[str],
+                  request: SearchRequest) -> list[list[dict[str, Any]]]:
+        """k x rerank Hamming candidates per query, the k best by agreement with its ``scores`` kept."""
         out = []
-        for i, hits in enumerate(self.search_codes(codes, fetch, output_fields, filter=filter,
-                                                   max_distance=max_distance)):
+        for i, hits in enumerate(self._codes(codes, request.k * request.rerank, fields, request)):
             if not hits:
                 out.append([])
                 continue
             cand = self.collection.fetch_codes([h["id"] for h in hits], self.hasher.n_bits)
-            order, score = rerank(scores[i : i + 1], cand[None], k)
+            order, score = rerank(scores[i : i + 1], cand[None], request.k)
             out.append([{**hits[j], "rerank_score": round(float(a), 4)} for j, a in zip(order[0], score[0])])
         return out
 
-    def search_codes(self, codes: np.ndarray, k: int, output_fields: tuple[str, ...] | None = None,
-                     filter: str | Filter | None = None, max_distance: int | None = None):
-        """Top-k rows by Hamming distance per packed code; ``output_fields`` default to all the
-        collection has (label_name where its rows carry label names)."""
-        return self.collection.search(codes, self.hasher.n_bits, k, self.index,
-                                      self.info.output_fields if output_fields is None else output_fields,
-                                      filter=filter, max_distance=max_distance)
+    def _codes(self, codes: np.ndarray, k: int, fields: list[str], request: SearchRequest):
+        """Top-k rows by Hamming distance per packed code, under the request's filter and radius."""
+        return self.collection.search(codes, self.hasher.n_bits, k, self.index, fields, filter=request.filter,
+                                      max_distance=request.max_distance)
 
     def count(self) -> int:
         return self.collection.count()

@@ -19,10 +19,10 @@ from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.eval_in_memory import WindowSpec
 from dhim_ray.evaluation import EvalRequest, evaluate
 from dhim_ray.model.checkpoint import check_writable
-from dhim_ray.search import Searcher
+from dhim_ray.search import Searcher, SearchRequest
 from dhim_ray.training.pipeline import train_corpus
 
-from .ingest import ingest
+from .ingest import IngestRequest, run_ingest
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def run_demo(out_dir: str | Path, bits: int = 64, epochs: int = 100, progress: b
     level = ingest_log.level
     ingest_log.setLevel(logging.WARNING)  # its summary line: the demo's own table says what it ingested
     try:
-        ing = ingest(train_split, model_dir, target, workers=workers, overwrite=True, progress=progress)
+        ing = run_ingest(IngestRequest(train_split, model_dir, target, workers=workers, overwrite=True), progress=progress)
     finally:
         ingest_log.setLevel(level)
 
@@ -85,7 +85,7 @@ def run_demo(out_dir: str | Path, bits: int = 64, epochs: int = 100, progress: b
 
     logger.info("5/5 search: %r", QUERY)
     with Searcher(model_dir, target) as searcher:
-        hits = searcher.search(QUERY, k=5)[0]
+        hits = searcher.run(SearchRequest(QUERY, k=5)).hits[0]
 
     return {
         "model": str(model_dir),

@@ -33,7 +33,7 @@ from dhim_ray.encoding.encoder import load_tokenizer, token_ids
 from dhim_ray.errors import ConfigError, IngestInterrupted, NoSpaceError, check_range
 from dhim_ray.hasher import Hasher
 
-from .milvus_sink import CodeSink, CollectionSpec
+from .milvus_sink import Expected, MilvusDatasink, write_dataset
 from .ray_env import (
     actor_resources,
     check_capacity,
@@ -113,7 +113,6 @@ class IngestResult:
     rows_of_source: int
     seconds: float
     writers: int = 1  # processes that upserted (the driver alone on milvus-lite)
-    max_parallel_writes: int = 1  # write tasks running at the same moment
     stale_rows_removed: int = 0  # rows of an earlier version of the source that it no longer has
     rows_unchanged: int = 0  # rows an earlier run had stored as they are: not encoded again, not written
     alias: str = ""  # the alias now pointing at the collection (ingest --alias)
@@ -122,13 +121,11 @@ class IngestResult:
     keeps: str = "codes"  # what each row keeps beside its text: codes, a text index, columns
 
     @classmethod
-    def of(cls, sink: CodeSink, info, n_documents: int, seconds: float, verified: dict[str, Any]) -> IngestResult:
-        """The result of an ingest through ``sink`` into a collection keeping ``info``'s fields."""
-        keeps = ["codes"] + ["text index (BM25)"] * info.text_index + list(info.columns)
-        return cls(sink.target.collection, sink.target.uri, sink.source, n_documents, sink.rows_written,
-                   rows_unchanged=sink.rows_unchanged, seconds=seconds, writers=sink.writers,
-                   max_parallel_writes=sink.max_parallel_writes, text_index=info.text_index, keeps=", ".join(keeps),
-                   **verified)
+    def of(cls, sink: MilvusDatasink, n_documents: int, seconds: float, figures: dict[str, Any]) -> IngestResult:
+        """The result of an ingest through ``sink``, whose ``on_write_complete`` returned ``figures``."""
+        keeps = ["codes"] + ["text index (BM25)"] * sink.text_index + list(sink.columns)
+        return cls(sink.target.collection, sink.target.uri, sink.source, n_documents, seconds=seconds,
+                   text_index=sink.text_index, keeps=", ".join(keeps), **figures)
 
     @property
     def docs_per_second(self) -> float:
@@ -223,13 +220,6 @@ def default_collection(name: str, n_bits: int) -> str:
     return f"{base}_{n_bits}"
 
 
-def ingest(corpus: CorpusSpec, model_dir: str | Path, target: MilvusTarget, progress: bool = True,
-           **options) -> IngestResult:
-    """Encode one split of a corpus with a trained model and upsert it into Milvus:
-    ``run_ingest(IngestRequest(corpus, model_dir, target, **options))`` (the options: IngestRequest's)."""
-    return run_ingest(IngestRequest(corpus, model_dir, target, **options), progress)
-
-
 def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
     """``request``'s corpus through the model into its collection, verified; returns the
     IngestResult. Raises StoreError when the count differs from the source's,
@@ -238,16 +228,17 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
     corpus, target = r.corpus, r.target
     # Everything that can be wrong with the model or the data fails here, before a
     # collection is created: the model, the columns, then (in Ray) every row's text.
-    model, spec = _checked_model(r)
+    model = _checked_model(r)
     features = model.config.features
     plan = with_kept_columns(with_key_column(plan_split(corpus), r.id_column), r.keep_columns, RESERVED_FIELDS)
     source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")
     new_file = target.lite and not Path(target.uri).exists()
     if new_file:
-        check_lite_path(target.uri)  # created by the sink's start, once the rows have passed the scan
-    sink = CodeSink(target, model.n_bits, source)
+        check_lite_path(target.uri)  # created by the sink's on_write_start, once the rows have passed the scan
+    sink = MilvusDatasink(target, model.n_bits, model.model_id, source, model_dir=str(Path(r.model_dir).resolve()),
+                          index=r.index, overwrite=r.overwrite, keys=r.id_column is not None, alias=r.alias)
     try:  # milvus-lite: the sink holds one session from its check to its last write (one process per file)
-        text_index = sink.check(spec, plan.kept_columns, r.text_index, new_file)
+        existing = sink.check(plan.kept_columns, r.text_index, new_file)
         t0 = time.perf_counter()
         init_ray(r.address)
         check_capacity(r.workers, r.use_gpu)
@@ -258,67 +249,53 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
         n_rows, n_dropped = check_scan(plan, scanned, corpus.drop_empty, corpus.limit)
         names = label_vocabulary(corpus, {canonical_split(corpus.split): scanned.label_names})
         n_documents = n_rows - n_dropped
+        dropped = scanned.blank_rows[scanned.blank_rows < n_rows]  # empty texts left out (their ids may hold rows)
+        sink.columns = {name: scanned.columns[name] for name in plan.kept_columns}
         # ids carry a hash of the source: a clash with another source's shows on its first rows
-        first = plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)), scanned.blank_rows))
-        info = sink.start(spec, {name: scanned.columns[name] for name in plan.kept_columns}, text_index,
-                          document_ids(source, first))
+        sink.first_ids = document_ids(source, plan.id_rows(np.setdiff1d(np.arange(min(n_rows, 1000)),
+                                                                          scanned.blank_rows)))
+        sink.expected = Expected(n_documents, int(plan.id_rows([n_rows - 1])[0]), None if corpus.limit is not None
+                                 else document_ids(source, plan.id_rows(dropped)))
         # the collection's kinds: an existing string field takes this ingest's numbers as text
+        kinds = {name: kind for name, (kind, _) in (existing.columns if existing else sink.columns).items()}
         prepare = Prepare(source, tuple(scanned.offsets), n_rows, tuple(names) if names else None,
-                          corpus.drop_empty, plan.label_names,
-                          tuple((name, info.columns[name][0]) for name in plan.kept_columns), info.digests,
-                          stored_rows(sink))
+                          corpus.drop_empty, plan.label_names, tuple((name, kinds[name]) for name in plan.kept_columns),
+                          None if existing is None or r.overwrite else sink.stored_parts())
         # no more encoding actors than Ray batches: each actor costs seconds to load the model
         actors = min(r.workers, -(-n_documents // (r.batch_size * SORTED_BATCHES)) or 1)
-        ds = encoded(read_documents(plan, features.cleaning, prepare), spec.model_dir, features, actors,
+        ds = encoded(read_documents(plan, features.cleaning, prepare), sink.model_dir, features, actors,
                      r.batch_size, r.use_gpu, r.use_gpu if r.tokenise_apart is None else r.tokenise_apart)
-        _write(sink, ds, r, n_documents, progress)
+        figures = _write(sink, ds, r, n_documents, progress)
         seconds = time.perf_counter() - t0
-        dropped = scanned.blank_rows[scanned.blank_rows < n_rows]  # empty texts left out (their ids may hold rows)
-        verified = sink.complete(n_documents, int(plan.id_rows([n_rows - 1])[0]),
-                                 None if corpus.limit is not None else document_ids(source, plan.id_rows(dropped)),
-                                 r.alias)
     except NoSpaceError:
         sink.close()
-        if new_file and sink.rows_written == 0:  # refused before a row landed: leave no file behind
+        if new_file and sink.info is None:  # refused before a row landed: leave no file behind
             release(target.uri)
             for leftover in (Path(target.uri), Path(target.uri).with_name(f".{Path(target.uri).name}.lock")):
                 leftover.unlink(missing_ok=True)
         raise
     finally:
         sink.close()
-    result = IngestResult.of(sink, info, n_documents, seconds, verified)
+    result = IngestResult.of(sink, n_documents, seconds, figures)
     logger.info("ingested %d documents into %s at %s (%.0f docs/s)", n_documents, target.collection,
                 mask_uri(target.uri), result.docs_per_second)
     return result
 
 
-def stored_rows(sink: CodeSink) -> tuple[tuple[int, int, Any], ...] | None:
-    """The rows a rerun need not encode, for the read tasks: (first id, last id, a Ray reference
-    to their ids and digests) per part read (None: none stored); the driver holds only the references."""
-    held, sink.stored = sink.stored, []
-    return tuple(held) or None
-
-
-def _checked_model(r: IngestRequest) -> tuple[Hasher, CollectionSpec]:
-    """The checkpoint's fields the driver needs and what the collection keeps; local GPUs counted first."""
+def _checked_model(r: IngestRequest) -> Hasher:
+    """The checkpoint's fields the driver needs; local GPUs counted first."""
     if r.use_gpu and cluster_address(r.address) is None:
         import torch
 
         check_gpus(r.workers, True, available=torch.cuda.device_count())
-    model = r.checkpoint or Hasher.check(r.model_dir)
-    return model, CollectionSpec(model.n_bits, model.model_id, str(Path(r.model_dir).resolve()), r.index, r.overwrite,
-                                 keys=r.id_column is not None)
+    return r.checkpoint or Hasher.check(r.model_dir)
 
 
-def _write(sink: CodeSink, ds, r: IngestRequest, n_documents: int, progress: bool) -> None:
-    """The encoded rows into the sink: by the driver on milvus-lite, by Ray's write tasks on a server."""
+def _write(sink: MilvusDatasink, ds, r: IngestRequest, n_documents: int, progress: bool) -> dict[str, Any]:
+    """The encoded rows through the sink: by the driver on milvus-lite, by Ray's write tasks on a server."""
     try:
         with task_errors():
-            if r.target.lite:
-                sink.write_from(ds, n_documents, progress, r.write_batch)
-            else:  # upserts wait on the network, not the CPU, and must run whatever the encoders hold
-                # (after a node dies, its actors restart on the nodes left and can fill them): no CPU
-                ds.write_datasink(sink, concurrency=r.write_tasks or max(2, r.workers), ray_remote_args={"num_cpus": 0})
+            return write_dataset(ds, sink, progress, n_documents, r.write_tasks or max(2, r.workers), r.write_batch)
     except KeyboardInterrupt:
         raise IngestInterrupted(
             f"interrupted; rerun the same ingest to complete {r.target.collection!r}: a rerun writes the rows "

@@ -152,7 +152,6 @@ class Prepare:
     drop_empty: bool
     names_of_numbers: tuple[str, ...] | None = None  # names of integer labels (SourcePlan.label_names)
     kept: tuple[tuple[str, str], ...] = ()  # (name, kind) of each kept column (the scan's kinds)
-    digests: bool = False  # the collection keeps each row's digest: compute it
     stored: tuple | None = None  # the rows already stored: (first id, last id, Ray reference to (ids, digests)) parts
 
     def wants(self, shard: int) -> bool:
@@ -186,8 +185,6 @@ class Prepare:
             **{PREFIX + name: pa.array(convert(block.column(PREFIX + name).take(pa.array(idx)).to_pylist(), kind),
                                        _arrow_types()[kind]) for name, kind in self.kept},
         })
-        if not self.digests:
-            return table
         digests = row_digests(table.drop_columns(["id", "row"]).to_pydict())
         return table.append_column(DIGEST_FIELD, pa.array(digests)).append_column(
             "stored", pa.array(self._stored(table.column("id").to_numpy(), digests)))

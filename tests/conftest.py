@@ -157,10 +157,10 @@ def bbc16_collection(ray_session, bbc16, tmp_path_factory):
     that changes its rows ingests a collection of its own."""
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.corpus.spec import CorpusSpec
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     target = MilvusTarget(str(tmp_path_factory.mktemp("bbc16-db") / "codes.db"), "bbc16")
-    return target, ingest(CorpusSpec("bbc", "train", limit=BBC16_DOCS), bbc16, target, workers=2, progress=False)
+    return target, run_ingest(IngestRequest(CorpusSpec("bbc", "train", limit=BBC16_DOCS), bbc16, target, workers=2), progress=False)
 
 
 def shared_corpus(name: str) -> Path:

@@ -11,11 +11,10 @@ from dhim_ray.errors import ConfigError
 
 
 def test_an_alias_on_a_lite_file_is_refused_before_anything(tmp_path):
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     with pytest.raises(ConfigError, match="a milvus-lite file has no aliases; ingest into a Milvus server"):
-        ingest(CorpusSpec("bbc"), tmp_path / "no-model", MilvusTarget(str(tmp_path / "x.db"), "news_v1"),
-               alias="news")
+        run_ingest(IngestRequest(CorpusSpec("bbc"), tmp_path / "no-model", MilvusTarget(str(tmp_path / "x.db"), "news_v1"), alias="news"))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -29,7 +28,7 @@ def test_an_alias_milvus_cannot_name_is_refused(alias, message):
 
 
 def test_the_alias_and_its_collection_need_two_names(tmp_path):
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     with pytest.raises(ConfigError, match="the alias and the collection need two names"):
-        ingest(CorpusSpec("bbc"), tmp_path / "m", MilvusTarget("http://localhost:19530", "news"), alias="news")
+        run_ingest(IngestRequest(CorpusSpec("bbc"), tmp_path / "m", MilvusTarget("http://localhost:19530", "news"), alias="news"))

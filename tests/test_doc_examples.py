@@ -29,13 +29,12 @@ PAGES = sorted(p.name for p in DOCS.glob("*.md") if python_blocks(p.name))
 def folder(ray_session, bbc16, tmp_path_factory):
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.corpus.spec import CorpusSpec
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     root = tmp_path_factory.mktemp("docs")
     (root / "runs").mkdir()
     (root / "runs" / "bbc-64").symlink_to(bbc16, target_is_directory=True)
-    ingest(CorpusSpec("bbc", limit=400), root / "runs" / "bbc-64", MilvusTarget(str(root / "dhim_ray.db"), "bbc_64"),
-           workers=2, progress=False)
+    run_ingest(IngestRequest(CorpusSpec("bbc", limit=400), root / "runs" / "bbc-64", MilvusTarget(str(root / "dhim_ray.db"), "bbc_64"), workers=2), progress=False)
     return root
 
 

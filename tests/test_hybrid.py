@@ -19,6 +19,7 @@ from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError, ConfigError
 from dhim_ray.retrieval.fusion import Fusion, fuse
+from dhim_ray.search import SearchRequest
 
 N = BBC16_DOCS  # the session collection (conftest.bbc16_collection)
 BBC = CorpusSpec("bbc", "train", limit=N)
@@ -103,9 +104,9 @@ def test_an_exact_phrase_finds_its_document_first_where_the_codes_alone_do_not(i
         assert s.has_text_index and s.resolve_mode(None) == "hybrid"
         docs = range(0, N, 12)
         queries = [phrase(split.texts[i]) for i in docs]
-        fused = s.search(queries, k=10)
-        codes = s.search(queries, k=10, mode="codes")
-        text = s.search(queries, k=10, mode="text")
+        fused = s.run(SearchRequest(queries, k=10)).hits
+        codes = s.run(SearchRequest(queries, k=10, mode="codes")).hits
+        text = s.run(SearchRequest(queries, k=10, mode="text")).hits
     firsts = [row[0]["row"] for row in fused]
     assert firsts == [int(split.rows[i]) for i in docs]
     assert all("bm25" in row[0] and isinstance(row[0]["distance"], int) for row in fused)
@@ -129,7 +130,7 @@ def test_opening_a_big_collection_loads_it_once_and_says_so(ingested, model_dir,
     target, result = ingested
     monkeypatch.setattr(milvus, "LOAD_NOTICE_ROWS", result.rows_in_collection)  # as if it were big
     with caplog.at_level(logging.INFO, logger="dhim_ray"), Searcher(model_dir, target) as s:
-        assert s.search(["oil prices"], k=3)[0]
+        assert s.run(SearchRequest(["oil prices"], k=3)).hits[0]
         before = caplog.text
         s.collection.load()  # loaded: nothing more
     assert before.count("loading collection bbc16") == 1 and "rebuilds its text index" not in before
@@ -144,10 +145,10 @@ def test_a_topic_query_keeps_the_codes_order_below_the_lexical_head(ingested, mo
     target, _ = ingested
     queries = load_split(CorpusSpec("bbc", "val", limit=10)).texts
     with Searcher(model_dir, target) as s:
-        fused = s.search(queries, k=20)  # the default: phrase:5
-        codes = s.search(queries, k=20, mode="codes")
-        text = s.search(queries, k=5, mode="text")
-        head3 = s.search(queries, k=20, fusion=Fusion("head", 3))
+        fused = s.run(SearchRequest(queries, k=20)).hits  # the default: phrase:5
+        codes = s.run(SearchRequest(queries, k=20, mode="codes")).hits
+        text = s.run(SearchRequest(queries, k=5, mode="text")).hits
+        head3 = s.run(SearchRequest(queries, k=20), fusion=Fusion("head", 3)).hits
     for q, f, c, t, h in zip(queries, fused, codes, text, head3):
         first = [x["id"] for x in t if coverage(q, x["text"]) >= 0.8]  # a whole document: rarely any
         assert [x["id"] for x in f] == (first + [x["id"] for x in c if x["id"] not in first])[:20]
@@ -166,7 +167,7 @@ def test_a_filter_holds_on_both_lists(ingested, model_dir):
     split = load_split(BBC)
     inside, outside = 5, 200  # the rows the filter keeps are row < 120
     with Searcher(model_dir, target) as s:
-        rows = s.search([phrase(split.texts[outside]), phrase(split.texts[inside])], k=10, filter="row < 120")
+        rows = s.run(SearchRequest([phrase(split.texts[outside]), phrase(split.texts[inside])], k=10, filter="row < 120")).hits
     assert all(h["row"] < 120 for row in rows for h in row) and all(len(row) == 10 for row in rows)
     assert rows[1][0]["row"] == split.rows[inside]  # its own document passes the filter and comes first
     assert all(h["row"] != split.rows[outside] for h in rows[0])
@@ -180,31 +181,31 @@ def test_modes_the_collection_cannot_search_are_one_line(ingested, model_dir, tm
     target, _ = ingested
     with Searcher(model_dir, target) as s:
         with pytest.raises(ConfigError, match="max_distance=3: a radius in bits applies to the codes only"):
-            s.search(["oil prices"], k=5, max_distance=3, mode="hybrid")
-        near = s.search(["oil prices"], k=5, max_distance=16)[0]  # default + a radius: the codes
+            s.run(SearchRequest(["oil prices"], k=5, max_distance=3, mode="hybrid"))
+        near = s.run(SearchRequest(["oil prices"], k=5, max_distance=16)).hits[0]  # default + a radius: the codes
         assert near and all("bm25" not in h and h["distance"] <= 16 for h in near)
         with pytest.raises(ConfigError, match="mode='words'"):
-            s.search(["oil prices"], mode="words")
-    from dhim_ray.jobs.ingest import ingest
+            s.run(SearchRequest(["oil prices"], mode="words"))
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     bare = MilvusTarget(str(tmp_path / "bare.db"), "bare16")
-    assert not ingest(CorpusSpec("bbc", "train", limit=40), model_dir, bare, workers=1, progress=False, text_index=False).text_index
+    assert not run_ingest(IngestRequest(CorpusSpec("bbc", "train", limit=40), model_dir, bare, workers=1, text_index=False), progress=False).text_index
     with Searcher(model_dir, bare) as s:
         assert s.resolve_mode(None) == "codes"
         with pytest.raises(ConfigError, match="has no text index; search mode=codes"):
-            s.search(["oil prices"], mode="hybrid")
+            s.run(SearchRequest(["oil prices"], mode="hybrid"))
 
 
 @pytest_slow
 def test_a_rerun_keeps_the_index_and_one_that_adds_or_drops_it_is_refused(ingested, model_dir):
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
     from dhim_ray.search import Searcher
 
     target, _ = ingested
-    again = ingest(BBC, model_dir, target, workers=1, progress=False)
+    again = run_ingest(IngestRequest(BBC, model_dir, target, workers=1), progress=False)
     assert again.text_index and again.rows_in_collection == N and again.verified
     with pytest.raises(CollectionMismatchError, match="keeps a text index .* and this ingest has none"):
-        ingest(BBC, model_dir, target, workers=1, progress=False, text_index=False)
+        run_ingest(IngestRequest(BBC, model_dir, target, workers=1, text_index=False), progress=False)
     with Searcher(model_dir, target) as s:
         assert s.count() == N and s.has_text_index
 
@@ -216,7 +217,7 @@ def test_a_one_shot_search_loads_no_torch_and_finds_the_torch_hashers_hits(inges
     target, _ = ingested
     queries = [phrase(load_split(BBC).texts[30]), "oil prices rise as markets fall"]
     with Searcher(model_dir, target) as s:  # hashed by the torch Hasher
-        expected = [[(h["id"], h["distance"]) for h in hits] for hits in s.search(queries, k=10)]
+        expected = [[(h["id"], h["distance"]) for h in hits] for hits in s.run(SearchRequest(queries, k=10)).hits]
     argv = ["search", *queries, "--model", str(model_dir), "--uri", target.uri, "--collection", target.collection,
             "--json"]
     code = ("import json, sys\nfrom dhim_ray.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n"
@@ -305,11 +306,11 @@ def test_the_text_mode_ranks_by_bm25_on_a_corpus_whose_answer_is_known(tiny_mode
         collection.upsert(code_rows({"id": document_ids("k@1", rows), "code": hasher.encode(texts), "text": texts,
                                      "row": rows}, 16, "k@1"))
     with Searcher(tiny_model, target) as s:
-        text = s.search(["zephyr"], k=4, mode="text")[0]
+        text = s.run(SearchRequest(["zephyr"], k=4, mode="text")).hits[0]
         assert [h["row"] for h in text] == [0, 1, 2]  # the fourth shares no word: not found
-        head = s.search(["zephyr"], k=4, fusion=Fusion("head", 1))[0]
+        head = s.run(SearchRequest(["zephyr"], k=4), fusion=Fusion("head", 1)).hits[0]
         assert head[0]["row"] == 0 and {h["row"] for h in head} == {0, 1, 2, 3}
-        rrf = s.search(["zephyr"], k=4, fusion=Fusion("rrf"))[0]
+        rrf = s.run(SearchRequest(["zephyr"], k=4), fusion=Fusion("rrf")).hits[0]
         assert rrf[-1]["row"] == 3  # in one list only: below every row both lists hold
 
 
@@ -339,11 +340,11 @@ def test_the_same_rows_written_in_another_order_give_the_same_hits(model_dir, tm
                                              "text": [texts[i] for i in part], "row": part}, 16, "bbc@t"))
         with Searcher(model_dir, target) as searcher:
             queries = texts[:20]
-            found.append({mode: [[h["id"] for h in row] for row in searcher.search(queries, k=25, mode=mode)]
+            found.append({mode: [[h["id"] for h in row] for row in searcher.run(SearchRequest(queries, k=25, mode=mode)).hits]
                           for mode in ("codes", "text", "hybrid")})
     assert found[0] == found[1]
     distances = [h["distance"] for h in Searcher(model_dir, MilvusTarget(str(tmp_path / "forwards.db"), "bbc16"))
-                 .search(texts[:1], k=25, mode="codes")[0]]
+                 .run(SearchRequest(texts[:1], k=25, mode="codes")).hits[0]]
     assert len(set(distances)) < len(distances)  # ties there were
 
 
@@ -359,6 +360,6 @@ def test_the_first_k_hits_are_those_of_any_larger_k(ingested, model_dir):
     queries = [phrase(split.texts[i]) for i in (3, len(split.texts) // 2, -1)] + ["oil prices rise as markets fall", "the film"]
     with Searcher(model_dir, target) as s:
         for mode, fusion in (("codes", None), ("text", None), ("hybrid", Fusion("phrase", 5)), ("hybrid", Fusion("head", 5))):
-            small = s.search(queries, k=3, mode=mode, fusion=fusion)
-            large = s.search(queries, k=10, mode=mode, fusion=fusion)
+            small = s.run(SearchRequest(queries, k=3, mode=mode), fusion=fusion).hits
+            large = s.run(SearchRequest(queries, k=10, mode=mode), fusion=fusion).hits
             assert [[h["id"] for h in row] for row in small] == [[h["id"] for h in row[:3]] for row in large], mode

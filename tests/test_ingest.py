@@ -28,6 +28,7 @@ from dhim_ray.errors import (
     StoreError,
     StoreUnreachableError,
 )
+from dhim_ray.search import SearchRequest
 
 pytestmark = pytest.mark.slow  # real Ray, real Milvus, the packaged encoder: minutes
 
@@ -51,19 +52,6 @@ def stored(target: MilvusTarget, n_bits: int = 16):
     rows = sorted(rows, key=lambda r: (r["source"], r["row"]))
     codes = [r["code"][0] if isinstance(r["code"], list) else r["code"] for r in rows]
     return rows, bytes_to_codes([bytes(c) for c in codes], n_bits)
-
-
-def test_parallel_writes_count_the_tasks_running_at_one_moment():
-    """max_concurrent reads the write tasks' start and end times: back to back is one at a time."""
-    from dhim_ray.jobs.milvus_sink import WriteStats, max_concurrent
-
-    def task(start, end):
-        return WriteStats(1, f"host:{start}", start, end)
-
-    assert max_concurrent([]) == 0
-    assert max_concurrent([task(0, 1), task(1, 2), task(2, 3)]) == 1  # one ends as the next starts
-    assert max_concurrent([task(0, 4), task(1, 2), task(3, 5), task(6, 7)]) == 2
-    assert max_concurrent([task(0, 9), task(1, 8), task(2, 7)]) == 3
 
 
 def test_ingest_stores_exactly_the_encoded_codes(ingested, model_dir):
@@ -90,19 +78,19 @@ def test_stored_rows_are_marked_by_digest_and_not_encoded(ray_session, model_dir
 
     texts = load_split(BBC).texts[:4]
     block = pa.table({"row": np.arange(4), "text": texts, "label": [0, 1, 1, 2]})
-    fresh = Prepare("s@1", (0,), 4, None, False, digests=True)(block, 0, "unicode")
+    fresh = Prepare("s@1", (0,), 4, None, False)(block, 0, "unicode")
     ids, digests = fresh["id"].to_numpy(), fresh["digest"].to_numpy()
     assert not fresh["stored"].to_numpy().any() and len(set(digests.tolist())) == 4 and (digests != 0).all()
     order = np.argsort(ids[[1, 3]])
     part_ids, part_digests = ids[[1, 3]][order], digests[[1, 3]][order]
     held = ((int(part_ids[0]), int(part_ids[-1]), ray.put((part_ids, part_digests))),)  # one part of what is stored
-    again = Prepare("s@1", (0,), 4, None, False, digests=True, stored=held)(block, 0, "unicode")
+    again = Prepare("s@1", (0,), 4, None, False, stored=held)(block, 0, "unicode")
     assert again["stored"].to_pylist() == [False, True, False, True]
     assert again["digest"].to_pylist() == digests.tolist()  # the same rows read again: the same digests
     edited = block.set_column(1, "text", pa.array([texts[0], texts[1] + " More.", texts[2], texts[3]]))
     relabelled = block.set_column(2, "label", pa.array([0, 1, 1, 0]))
     for changed, marks in ((edited, [False, False, False, True]), (relabelled, [False, True, False, False])):
-        assert Prepare("s@1", (0,), 4, None, False, digests=True, stored=held)(changed, 0, "unicode")[
+        assert Prepare("s@1", (0,), 4, None, False, stored=held)(changed, 0, "unicode")[
             "stored"].to_pylist() == marks
     batch = {name: again[name].to_numpy(zero_copy_only=False) for name in again.column_names}
     codes = CodeEncoder(str(model_dir), threads=torch.get_num_threads())(batch)["code"]
@@ -145,13 +133,13 @@ def test_a_rerun_encodes_and_writes_only_what_is_missing_or_changed(ray_session,
     rerun now passes over the rows stored as they are, and writes the missing and changed ones
     with their codes."""
     from dhim_ray.hasher import Hasher
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     texts = load_split(BBC).texts[:30]
     path = tmp_path / "docs.jsonl"
     path.write_text("".join(json.dumps({"text": t, "label": i % 3}) + "\n" for i, t in enumerate(texts)))
     target = MilvusTarget(str(tmp_path / "c.db"), "docs")
-    first = ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False)
+    first = run_ingest(IngestRequest(CorpusSpec(str(path)), model_dir, target, workers=1), progress=False)
     with target.open() as collection:
         parts = list(collection.digests(first.source, batch_size=7))  # read a part at a time, each sorted
         ids, digests = np.concatenate([i for i, _ in parts]), np.concatenate([d for _, d in parts])
@@ -162,21 +150,21 @@ def test_a_rerun_encodes_and_writes_only_what_is_missing_or_changed(ray_session,
     texts[3] = "The striker scored twice in the cup final and the league title went to the wire."
     path.write_text("".join(json.dumps({"text": t, "label": 0 if i == 5 else i % 3}) + "\n"
                             for i, t in enumerate(texts)))
-    again = ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False)
+    again = run_ingest(IngestRequest(CorpusSpec(str(path)), model_dir, target, workers=1), progress=False)
     assert (again.rows_written, again.rows_unchanged, again.rows_in_collection) == (12, 18, 30)
     rows, codes = stored(target)
     assert [r["text"] for r in rows] == [t[:1024] for t in texts]
     assert np.array_equal(codes, Hasher.load(model_dir).encode(texts))
-    assert ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False).rows_unchanged == 30
+    assert run_ingest(IngestRequest(CorpusSpec(str(path)), model_dir, target, workers=1), progress=False).rows_unchanged == 30
 
 
 def test_tokenising_apart_from_the_encoders_stores_the_same_codes(ray_session, ingested, model_dir, tmp_path):
     """The GPU path's pipeline (CPU actors clean and tokenise, the encoding actors only
     encode), run here on the CPU: row for row the codes of the one-stage ingest."""
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     target = MilvusTarget(str(tmp_path / "apart.db"), "bbc16")
-    result = ingest(BBC, model_dir, target, workers=2, progress=False, tokenise_apart=True)
+    result = run_ingest(IngestRequest(BBC, model_dir, target, workers=2, tokenise_apart=True), progress=False)
     assert result.rows_in_collection == N
     rows, codes = stored(target)
     one_stage_rows, one_stage = stored(ingested[0])
@@ -191,7 +179,7 @@ def test_search_own_text_returns_it_at_distance_zero(ingested, model_dir):
     target, _ = ingested
     split = load_split(BBC)
     with Searcher(model_dir, target) as s:
-        hits = s.search([split.texts[7]], k=N)[0]  # 16 bits: several documents may share the code
+        hits = s.run(SearchRequest([split.texts[7]], k=N)).hits[0]  # 16 bits: several documents may share the code
     assert hits[0]["distance"] == 0
     own = [h for h in hits if h["row"] == split.rows[7]]
     assert own and own[0]["distance"] == 0
@@ -236,9 +224,9 @@ def test_queries_naming_some_of_the_classes_are_matched_by_name(ray_session, mod
 
 
 def ingest_job(corpus, model_dir, target, **kw):
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
-    return ingest(corpus, model_dir, target, workers=1, progress=False, **kw)
+    return run_ingest(IngestRequest(corpus, model_dir, target, workers=1, **kw), progress=False)
 
 
 def test_interrupted_ingest_rerun_ends_with_one_row_per_document(ray_session, model_dir, tmp_path, monkeypatch):
@@ -279,23 +267,23 @@ def test_interrupted_ingest_rerun_ends_with_one_row_per_document(ray_session, mo
 
 def test_limited_reingest_verifies_the_rows_it_covers(ray_session, ingested, model_dir):
     """Issue 11.7: after a full ingest, --limit 50 failed forever ('holds 300 ... source has 50')."""
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     target, _ = ingested
-    result = ingest(CorpusSpec("bbc", "train", limit=50), model_dir, target, workers=1, progress=False)
+    result = run_ingest(IngestRequest(CorpusSpec("bbc", "train", limit=50), model_dir, target, workers=1), progress=False)
     assert result.verified and result.rows_in_collection == 50 and result.rows_of_source == N
 
 
 def test_corpora_with_the_same_folder_name_keep_their_own_rows(ray_session, model_dir, tmp_path):
     """Issue 11.1: a different corpus whose folder had the same base name overwrote the first's rows."""
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     a, b = tmp_path / "a" / 'news"x', tmp_path / "b" / 'news"x'  # same base name, with a quote in it
     write_csv(a / "train.csv", [(1, f"oil prices rise number {i}") for i in range(30)], header=True)
     write_csv(b / "train.csv", [(2, f"football club wins match {i}") for i in range(20)], header=True)
     target = MilvusTarget(str(tmp_path / "same.db"), "same")
-    first = ingest(CorpusSpec(str(a)), model_dir, target, workers=1, progress=False)
-    second = ingest(CorpusSpec(str(b)), model_dir, target, workers=1, progress=False)
+    first = run_ingest(IngestRequest(CorpusSpec(str(a)), model_dir, target, workers=1), progress=False)
+    second = run_ingest(IngestRequest(CorpusSpec(str(b)), model_dir, target, workers=1), progress=False)
     assert first.source != second.source and first.verified and second.verified
     rows, _ = stored(target)
     assert len(rows) == 50 and len({r["source"] for r in rows}) == 2
@@ -324,7 +312,7 @@ def test_an_id_clash_with_another_source_is_refused(model_dir, tmp_path):
 
 def test_corrupt_model_is_refused_before_a_collection_exists(model_dir, tmp_path):
     """Issue 11.6: a corrupt model left an empty collection stamped with its id."""
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     bad = tmp_path / "bad"
     shutil.copytree(model_dir, bad)
@@ -333,17 +321,16 @@ def test_corrupt_model_is_refused_before_a_collection_exists(model_dir, tmp_path
     (bad / "model.safetensors").write_bytes(bytes(data))
     target = MilvusTarget(str(tmp_path / "fresh.db"), "fresh")
     with pytest.raises(CheckpointError, match="does not match the SHA-256"):
-        ingest(BBC, bad, target, progress=False)
+        run_ingest(IngestRequest(BBC, bad, target), progress=False)
     assert not (tmp_path / "fresh.db").exists()
 
 
 def test_bin_ivf_flat_on_milvus_lite_is_refused(model_dir, tmp_path):
     """Issue 11.8: --index BIN_IVF_FLAT on milvus-lite silently became BIN_FLAT."""
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     with pytest.raises(ConfigError, match="milvus-lite files take BIN_FLAT only"):
-        ingest(BBC, model_dir, MilvusTarget(str(tmp_path / "x.db"), "x"), index=IndexSpec("BIN_IVF_FLAT"),
-               progress=False)
+        run_ingest(IngestRequest(BBC, model_dir, MilvusTarget(str(tmp_path / "x.db"), "x"), index=IndexSpec("BIN_IVF_FLAT")), progress=False)
 
 
 def test_searching_a_missing_db_file_does_not_create_it(model_dir, tmp_path):
@@ -356,7 +343,7 @@ def test_searching_a_missing_db_file_does_not_create_it(model_dir, tmp_path):
 
 
 def test_collection_of_another_width_is_refused(ray_session, model_dir, tmp_path):
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     target = MilvusTarget(str(tmp_path / "w.db"), "wide")
     client = target.connect()
@@ -364,7 +351,7 @@ def test_collection_of_another_width_is_refused(ray_session, model_dir, tmp_path
     client.close()
     release(target.uri)
     with pytest.raises(CollectionMismatchError, match="its codes have 64 bits, these have 16.*overwrite=True"):
-        ingest(BBC, model_dir, target, progress=False)
+        run_ingest(IngestRequest(BBC, model_dir, target), progress=False)
 
 
 def test_wrong_length_code_refused_before_insert(tmp_path):
@@ -435,17 +422,17 @@ def test_unreachable_server_is_an_environment_error_and_credentials_in_a_uri_are
 
 
 def test_missing_split_and_bad_queries(ingested, model_dir):
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
     from dhim_ray.search import Searcher
 
     target, _ = ingested
     with pytest.raises(DataError, match="has no split 'holdout'; it has: train, val, test"):
-        ingest(CorpusSpec("bbc", "holdout"), model_dir, target, progress=False)
+        run_ingest(IngestRequest(CorpusSpec("bbc", "holdout"), model_dir, target), progress=False)
     with Searcher(model_dir, target) as s:
         with pytest.raises(DataError, match="text 0 .* is empty"):
-            s.search([""], k=5)
+            s.run(SearchRequest([""], k=5))
         with pytest.raises(ConfigError, match="k=20000: must be between 1 and 16384"):
-            s.search(["a query"], k=20000)
+            s.run(SearchRequest(["a query"], k=20000))
 
 
 def test_document_ids_are_deterministic_and_distinct():
@@ -515,7 +502,7 @@ def test_sharded_parquet_folder_streams_with_one_label_vocabulary(ray_session, m
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     texts = load_split(BBC).texts[:90]
     classes = ["sport", "tech"]  # "politics" (sorted between them) only in val
@@ -529,8 +516,8 @@ def test_sharded_parquet_folder_streams_with_one_label_vocabulary(ray_session, m
     write_csv(folder / "val.csv", [("politics", texts[0]), ("sport", texts[1])], header=True)
     spec = CorpusSpec(str(folder), "train", drop_empty=True)
     target = MilvusTarget(str(tmp_path / "c.db"), "news")
-    first = ingest(spec, model_dir, target, workers=2, progress=False)
-    again = ingest(spec, model_dir, target, workers=1, progress=False)
+    first = run_ingest(IngestRequest(spec, model_dir, target, workers=2), progress=False)
+    again = run_ingest(IngestRequest(spec, model_dir, target, workers=1), progress=False)
     assert first.n_documents == again.n_documents == again.rows_in_collection == again.rows_of_source == 89
     with target.open(create=False) as collection:
         rows = collection.query(["row", "label", "label_name", "source"])
@@ -560,9 +547,9 @@ def test_reranked_search_in_milvus_reorders_its_candidates_by_agreement(ingested
     queries = load_split(CorpusSpec("bbc", "val", limit=20)).texts
     codes, scores, _ = Hasher.load(model_dir).encode(queries, scores=True)
     with Searcher(model_dir, target) as s:
-        hits = s.search(queries, k=10, rerank=4, mode="codes")
-        candidates = s.search_codes(codes, 40, output_fields=("row",))
-        plain = s.search(queries[:1], k=10, mode="codes")
+        hits = s.run(SearchRequest(queries, k=10, rerank=4, mode="codes")).hits
+        candidates = s.collection.search(codes, s.hasher.n_bits, 40, s.index, ("row",))
+        plain = s.run(SearchRequest(queries[:1], k=10, mode="codes")).hits
     assert "rerank_score" not in plain[0][0]
     for q, (row_hits, cand) in enumerate(zip(hits, candidates)):
         cand = sorted(cand, key=lambda h: (h["distance"], h["id"]))
@@ -640,88 +627,30 @@ def test_ingest_keeps_ray_and_grpc_chatter_out_of_the_terminal(model_dir, tmp_pa
     assert not leaked, "\n".join(leaked)
 
 
-def test_a_collection_made_before_label_names_still_takes_ingests_and_searches(ray_session, model_dir, tmp_path):
-    """Collections ingested before rows carried label_name lack the field: a rerun upserts
-    into them without it, search returns the label number, and the CLI shows that number."""
-    import os
-    import subprocess
-    import sys
-
-    from pymilvus import DataType, MilvusClient
-
-    from dhim_ray.connectors.milvus import FORMAT, CodeCollection
-    from dhim_ray.connectors.rows import CODE_FIELD, TEXT_PREVIEW
+def test_a_collection_of_an_earlier_layout_is_refused_and_ingested_again_with_overwrite(ray_session, model_dir,
+                                                                                       tmp_path):
+    """A collection stamped with another layout (or none: before layouts were stamped) is refused in
+    one line by search and ingest, which say how to move it; overwrite=True ingests it again."""
+    from dhim_ray.connectors.milvus import FORMAT, FORMAT_VERSION, _schema, create_loaded
     from dhim_ray.hasher import Hasher
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
     from dhim_ray.search import Searcher
 
     target = MilvusTarget(str(tmp_path / "old.db"), "old16")
-    meta = {"format": FORMAT, "n_bits": 16, "model": Hasher.load(model_dir).model_id}
-    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False, description=json.dumps(meta))
-    schema.add_field("id", DataType.INT64, is_primary=True)
-    schema.add_field(CODE_FIELD, DataType.BINARY_VECTOR, dim=16)
-    schema.add_field("label", DataType.INT64)
-    schema.add_field("text", DataType.VARCHAR, max_length=TEXT_PREVIEW * 4)
-    schema.add_field("source", DataType.VARCHAR, max_length=256)
-    schema.add_field("row", DataType.INT64)
-    client = target.connect()
-    try:
-        index = client.prepare_index_params()
-        index.add_index(field_name=CODE_FIELD, index_type="BIN_FLAT", metric_type="HAMMING")
-        client.create_collection(target.collection, schema=schema, index_params=index, timeout=30)
-        assert not CodeCollection(client, target.collection).describe().label_names
-    finally:
-        client.close()
-        release(target.uri)
-    spec = CorpusSpec("bbc", "train", limit=40)
-    result = ingest(spec, model_dir, target, workers=1, progress=False)
-    assert result.rows_in_collection == 40
-    split = load_split(spec)
-    with Searcher(model_dir, target) as s:
-        assert not s.info.label_names
-        hits = s.search([split.texts[3]], k=40)[0]
-    own = next(h for h in hits if h["row"] == split.rows[3])
-    assert own["label"] == split.labels[3] and "label_name" not in own
-    env = dict(os.environ, COLUMNS="120", HF_HUB_OFFLINE="1")
-    run = subprocess.run([sys.executable, "-m", "dhim_ray.cli", "search", split.texts[3][:200], "--model",
-                          str(model_dir), "--uri", target.uri, "--collection", target.collection, "-k", "40", "--json"],
-                         capture_output=True, text=True, env=env, timeout=300)
-    assert run.returncode == 0, run.stderr
-    shown = next(h for h in json.loads(run.stdout)[0]["hits"] if h["row"] == split.rows[3])
-    assert shown["label"] == split.labels[3] and "label_name" not in shown and "key" not in shown
-    with pytest.raises(CollectionMismatchError, match="made before rows kept their own ids"):
-        ingest(spec, model_dir, target, workers=1, progress=False, id_column="source_row")
-
-
-def test_a_file_made_before_the_json_document_keeps_its_fields_apart(ray_session, model_dir, tmp_path):
-    """A milvus-lite collection made before the document's fields moved into one JSON field (each
-    a field of its own, the words in FTS5) takes a rerun that leaves its rows alone, and searches
-    and filters as it did."""
-    from dhim_ray.connectors.lexical import TextIndex
-    from dhim_ray.connectors.milvus import FORMAT, _schema, create_loaded
-    from dhim_ray.hasher import Hasher
-    from dhim_ray.jobs.ingest import ingest
-    from dhim_ray.search import Searcher
-
-    target = MilvusTarget(str(tmp_path / "apart.db"), "apart16")
-    meta = {"format": FORMAT, "n_bits": 16, "model": Hasher.load(model_dir).model_id, "text_index": "fts5"}
-    TextIndex(target.uri).create(target.collection)
+    meta = {"format": FORMAT, "n_bits": 16, "model": Hasher.load(model_dir).model_id}  # no version: layout 1
     with target.open() as collection:
         index = collection.client.prepare_index_params()
         index.add_index(field_name="code", index_type="BIN_FLAT", metric_type="HAMMING")
         create_loaded(collection.client, target.collection, _schema(16, meta), index, 30)
-        assert not collection.describe().in_doc
-    spec = CorpusSpec("bbc", "train", limit=40)
-    first = ingest(spec, model_dir, target, workers=1, progress=False)
-    again = ingest(spec, model_dir, target, workers=1, progress=False)
-    assert first.verified and (again.rows_written, again.rows_unchanged) == (0, 40)
-    split = load_split(spec)
-    texts = split.texts
+    spec = CorpusSpec("bbc", "train", limit=20)
+    said = f"collection 'old16': its rows have layout 1 and this dhim-ray reads {FORMAT_VERSION}; ingest it again"
+    with pytest.raises(CollectionMismatchError, match=re.escape(said)):
+        run_ingest(IngestRequest(spec, model_dir, target, workers=1), progress=False)
+    with pytest.raises(CollectionMismatchError, match="its rows have layout 1"):
+        Searcher(model_dir, target)
+    assert run_ingest(IngestRequest(spec, model_dir, target, workers=1, overwrite=True), progress=False).verified
     with Searcher(model_dir, target) as s:
-        assert "doc" not in [f["name"] for f in s.client.describe_collection(target.collection)["fields"]]
-        hits = s.search([texts[3]], k=40, filter='row < 20 and text like "%the%" and label_name != "x"')[0]
-        assert hits and all(h["row"] < 20 and "the" in h["text"] for h in hits)
-        assert s.search([texts[3][:80]], k=5, mode="text")[0][0]["row"] == split.rows[3]
+        assert s.info.version == FORMAT_VERSION and s.info.meta["version"] == FORMAT_VERSION
 
 
 def test_search_without_a_collection_name_finds_the_one_ingested_with_the_model(model_dir, tmp_path):
@@ -784,7 +713,7 @@ def test_id_column_is_kept_as_each_rows_key_and_returned_with_hits(ray_session, 
     import subprocess
     import sys
 
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
     from dhim_ray.search import Searcher
 
     texts = load_split(BBC).texts[:24]
@@ -799,26 +728,25 @@ def test_id_column_is_kept_as_each_rows_key_and_returned_with_hits(ray_session, 
         w.writerow(["doc_id", "text"])
         w.writerows([("007", texts[0]), ("12", texts[1])])
     target = MilvusTarget(str(tmp_path / "keys.db"), "docs")
-    result = ingest(CorpusSpec(str(jsonl), text_column="body"), model_dir, target, workers=1, progress=False,
-                    id_column="doc_id")
+    result = run_ingest(IngestRequest(CorpusSpec(str(jsonl), text_column="body"), model_dir, target, workers=1, id_column="doc_id"), progress=False)
     assert result.rows_in_collection == 24
     with Searcher(model_dir, target) as s:
         assert s.info.keys
-        hits = s.search([texts[2]], k=24)[0]
+        hits = s.run(SearchRequest([texts[2]], k=24)).hits[0]
     assert sorted(h["key"] for h in hits) == sorted(str(d) for d in ids)
     assert next(h for h in hits if h["row"] == 2)["key"] == "a-1"
     assert {h["row"]: h["key"] for h in hits}[0] == "7" and {h["row"]: h["key"] for h in hits}[1] == "007"
 
     # a rerun without the id column would erase every key: refused, the keys kept
     with pytest.raises(CollectionMismatchError, match="would erase them: pass the same id column again"):
-        ingest(CorpusSpec(str(jsonl), text_column="body"), model_dir, target, workers=1, progress=False)
+        run_ingest(IngestRequest(CorpusSpec(str(jsonl), text_column="body"), model_dir, target, workers=1), progress=False)
     with Searcher(model_dir, target) as s:
-        assert sorted(h["key"] for h in s.search([texts[2]], k=24)[0]) == sorted(str(d) for d in ids)
+        assert sorted(h["key"] for h in s.run(SearchRequest([texts[2]], k=24)).hits[0]) == sorted(str(d) for d in ids)
 
     other = MilvusTarget(str(tmp_path / "keys.db"), "docs_csv")
-    ingest(CorpusSpec(str(csv_path)), model_dir, other, workers=1, progress=False, id_column="doc_id")
+    run_ingest(IngestRequest(CorpusSpec(str(csv_path)), model_dir, other, workers=1, id_column="doc_id"), progress=False)
     with Searcher(model_dir, other) as s:
-        assert sorted(h["key"] for h in s.search([texts[0]], k=2)[0]) == ["007", "12"]
+        assert sorted(h["key"] for h in s.run(SearchRequest([texts[0]], k=2)).hits[0]) == ["007", "12"]
 
     env = dict(os.environ, COLUMNS="120", HF_HUB_OFFLINE="1")
     run = subprocess.run([sys.executable, "-m", "dhim_ray.cli", "search", texts[2][:200], "--model", str(model_dir),
@@ -834,9 +762,9 @@ def test_id_column_is_kept_as_each_rows_key_and_returned_with_hits(ray_session, 
                              for i, t in enumerate(texts[:8])) + json.dumps({"doc_id": " ", "text": texts[8]}) + "\n")
     fresh = MilvusTarget(str(tmp_path / "keys.db"), "holes")
     with pytest.raises(DataError, match=r"3 rows have no id in column 'doc_id' \(rows 3, 5, 8\); fill them in"):
-        ingest(CorpusSpec(str(holes)), model_dir, fresh, workers=1, progress=False, id_column="doc_id")
+        run_ingest(IngestRequest(CorpusSpec(str(holes)), model_dir, fresh, workers=1, id_column="doc_id"), progress=False)
     with pytest.raises(DataError, match=r"no id column 'key'; columns are \['doc_id', 'text'\]"):
-        ingest(CorpusSpec(str(holes)), model_dir, fresh, workers=1, progress=False, id_column="key")
+        run_ingest(IngestRequest(CorpusSpec(str(holes)), model_dir, fresh, workers=1, id_column="key"), progress=False)
     with fresh.open() as collection:
         assert collection.describe() is None
 
@@ -846,16 +774,16 @@ def test_reingesting_a_changed_source_leaves_exactly_its_rows(ray_session, model
     skipped with --drop-empty) used to keep the old rows, so search returned documents that
     were gone, and a deletion in the middle left the last document twice. A whole-source
     ingest now removes them; a limited one (--limit) leaves later rows alone, as before."""
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
     from dhim_ray.search import Searcher
 
     texts = load_split(BBC).texts[:12]
     path = tmp_path / "docs.jsonl"
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     target = MilvusTarget(str(tmp_path / "c.db"), "docs")
-    first = ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False)
+    first = run_ingest(IngestRequest(CorpusSpec(str(path)), model_dir, target, workers=1), progress=False)
     assert (first.rows_of_source, first.stale_rows_removed) == (12, 0)
-    limited = ingest(CorpusSpec(str(path), limit=5), model_dir, target, workers=1, progress=False)
+    limited = run_ingest(IngestRequest(CorpusSpec(str(path), limit=5), model_dir, target, workers=1), progress=False)
     assert (limited.rows_in_collection, limited.rows_of_source, limited.stale_rows_removed) == (5, 12, 0)
 
     assert (limited.rows_written, limited.rows_unchanged) == (0, 5)  # stored as they are: left alone
@@ -863,7 +791,7 @@ def test_reingesting_a_changed_source_leaves_exactly_its_rows(ray_session, model
     edited = "The striker scored twice in the cup final and the league title went to the wire."
     kept = texts[:1] + [edited] + texts[2:3] + [" "] + texts[4:9]  # row 1 edited, row 3 now empty, 9-11 gone
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in kept))
-    again = ingest(CorpusSpec(str(path), drop_empty=True), model_dir, target, workers=1, progress=False)
+    again = run_ingest(IngestRequest(CorpusSpec(str(path), drop_empty=True), model_dir, target, workers=1), progress=False)
     assert (again.n_documents, again.rows_in_collection, again.rows_of_source, again.stale_rows_removed) == (8, 8, 8, 4)
     assert (again.rows_written, again.rows_unchanged) == (1, 7)  # the edited row is written again, with its code
     rows, codes = stored(target)
@@ -873,7 +801,7 @@ def test_reingesting_a_changed_source_leaves_exactly_its_rows(ray_session, model
     assert (codes[[r["row"] for r in rows].index(1)] == Hasher.load(model_dir).encode([edited])[0]).all()
     with Searcher(model_dir, target) as s:
         assert s.count() == 8
-        hits = s.search([texts[10]], k=8)[0]
+        hits = s.run(SearchRequest([texts[10]], k=8)).hits[0]
     assert sorted(h["row"] for h in hits) == [0, 1, 2, 4, 5, 6, 7, 8]
     assert all(h["text"] != texts[10][:1024] for h in hits)
 
@@ -954,9 +882,31 @@ def test_a_rerun_finds_stored_rows_in_whichever_part_of_the_collection_holds_the
 
     ids = np.arange(100, 130, dtype=np.int64)
     parts = tuple((int(p[0]), int(p[-1]), ray.put((p, p * 7))) for p in (ids[:10], ids[10:20], ids[20:]))
-    prepare = Prepare("s", (0,), 30, None, False, digests=True, stored=parts)
+    prepare = Prepare("s", (0,), 30, None, False, stored=parts)
     block = np.array([95, 105, 115, 125, 135], dtype=np.int64)  # outside, in each part, outside
     changed = block * 7
     changed[2] += 1  # row 115 stored with another digest: not as stored
     assert prepare._stored(block, changed).tolist() == [False, True, False, True, False]
-    assert Prepare("s", (0,), 30, None, False, digests=True)._stored(block, changed).tolist() == [False] * 5
+    assert Prepare("s", (0,), 30, None, False)._stored(block, changed).tolist() == [False] * 5
+
+
+def test_the_milvus_datasink_writes_a_plain_ray_dataset_of_ids_and_codes(ray_session, tmp_path):
+    """Any Ray dataset with an id and a code column goes through MilvusDatasink, without dhim-ray's
+    ingest: its hooks make the collection, write and verify; the same rows again write nothing;
+    Ray's own write tasks are refused on a milvus-lite file (one process per file) in one line."""
+    import ray
+
+    from dhim_ray.jobs.milvus_sink import MilvusDatasink, write_dataset
+
+    rng = np.random.default_rng(0)
+    rows = [{"id": i, "code": rng.integers(0, 256, 2, dtype=np.uint8), "text": f"doc {i}"} for i in range(50)]
+    target = MilvusTarget(str(tmp_path / "plain.db"), "plain16")
+    figures = write_dataset(ray.data.from_items(rows), MilvusDatasink(target, 16, "mine", "items"))
+    assert (figures["rows_written"], figures["rows_in_collection"], figures["writers"]) == (50, 50, 1)
+    again = write_dataset(ray.data.from_items(rows), MilvusDatasink(target, 16, "mine", "items"))
+    assert (again["rows_written"], again["rows_unchanged"], again["rows_in_collection"]) == (0, 50, 50)
+    with target.open(create=False) as collection:
+        assert collection.get([7], ["text"])[7]["text"] == "doc 7"
+        assert (collection.fetch_codes([7], 16)[0] == rows[7]["code"]).all()
+    with pytest.raises(ConfigError, match="call write_dataset"):
+        ray.data.from_items(rows).write_datasink(MilvusDatasink(target, 16, "mine", "items"))

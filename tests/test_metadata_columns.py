@@ -13,6 +13,7 @@ from dhim_ray.corpus import columns
 from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError, ConfigError, DataError
+from dhim_ray.search import SearchRequest
 
 
 @pytest.mark.parametrize("values, kind", [
@@ -73,18 +74,18 @@ def corpus(tmp_path_factory):
 
 @pytest.mark.slow
 def test_kept_columns_come_back_typed_with_every_hit_and_filter(ray_session, model_dir, corpus, tmp_path):
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
     from dhim_ray.search import Searcher
 
     path, rows = corpus
     target = MilvusTarget(str(tmp_path / "meta.db"), "docs")
     kept = ("title", "year", "score", "flag", "date")
-    result = ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False, keep_columns=kept)
+    result = run_ingest(IngestRequest(CorpusSpec(str(path)), model_dir, target, workers=1, keep_columns=kept), progress=False)
     assert result.verified
     with Searcher(model_dir, target) as s:
         assert s.info.columns == {"title": ("string", 256), "year": ("int", 0), "score": ("float", 0),
                                   "flag": ("bool", 0), "date": ("string", 256)}
-        hits = s.search([rows[4]["text"]], k=N)[0]
+        hits = s.run(SearchRequest([rows[4]["text"]], k=N)).hits[0]
         assert len(hits) == N
         for h in hits:
             want = rows[h["row"]]
@@ -92,27 +93,27 @@ def test_kept_columns_come_back_typed_with_every_hit_and_filter(ray_session, mod
             assert type(h["year"]) is int and type(h["score"]) is float and type(h["flag"]) is bool
         # a filter over kept fields equals the same filter over the source
         expr = 'year >= 2005 and flag == true and date < "2024-05-20"'
-        filtered = s.search([rows[4]["text"]], k=N, filter=expr)[0]
+        filtered = s.run(SearchRequest([rows[4]["text"]], k=N, filter=expr)).hits[0]
         want = {i for i, r in enumerate(rows) if r["year"] >= 2005 and r["flag"] and r["date"] < "2024-05-20"}
         assert {h["row"] for h in filtered} == want and want
         # milvus-lite keeps the document's own fields in one JSON field; they filter as fields of their own
         fields = [f["name"] for f in s.client.describe_collection("docs")["fields"]]
         assert fields == ["id", "code", "label", "row", "doc", *kept]
-        near = s.search([rows[4]["text"]], k=N, filter='row % 7 == 2 or row in [9, 11] and text like "%the%" and '
-                                                        'label_name == ""')[0]
+        near = s.run(SearchRequest([rows[4]["text"]], k=N, filter='row % 7 == 2 or row in [9, 11] and text like "%the%" and '
+                                                        'label_name == ""')).hits[0]
         assert {h["row"] for h in near} == {2, 9, 16, 23, 30, 37, 44, 51, 58} | {
             i for i in (9, 11) if "the" in rows[i]["text"][:1024]}
         with pytest.raises(ConfigError, match="'not' before a 'like' or a function call, which milvus-lite"):
-            s.search([rows[4]["text"]], k=N, filter='not (text like "%the%")')
+            s.run(SearchRequest([rows[4]["text"]], k=N, filter='not (text like "%the%")'))
 
     # a rerun with the same columns finds every row stored as it is; with other columns it is refused in one line
-    again = ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False, keep_columns=kept)
+    again = run_ingest(IngestRequest(CorpusSpec(str(path)), model_dir, target, workers=1, keep_columns=kept), progress=False)
     assert again.verified and (again.rows_written, again.rows_unchanged) == (0, N)
     with pytest.raises(CollectionMismatchError, match=r"it keeps columns title, year, score, flag, date, this "
                                                       r"ingest title \(keep_columns=NAMES\)"):
-        ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False, keep_columns=("title",))
+        run_ingest(IngestRequest(CorpusSpec(str(path)), model_dir, target, workers=1, keep_columns=("title",)), progress=False)
     with pytest.raises(CollectionMismatchError, match="this ingest none"):
-        ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False)
+        run_ingest(IngestRequest(CorpusSpec(str(path)), model_dir, target, workers=1), progress=False)
 
 
 @pytest.mark.slow
@@ -147,7 +148,7 @@ def test_search_json_carries_the_kept_columns(ray_session, model_dir, corpus, tm
 ])
 def test_columns_that_cannot_be_kept_are_refused_before_a_collection_exists(ray_session, model_dir, tmp_path,
                                                                              keep, lines, message):
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     texts = load_split(CorpusSpec("bbc", "train", limit=8)).texts
     if lines == "twice" or "" in (lines or {}).values():
@@ -162,6 +163,6 @@ def test_columns_that_cannot_be_kept_are_refused_before_a_collection_exists(ray_
                                 for i, t in enumerate(texts)))
     target = MilvusTarget(str(tmp_path / "refused.db"), "docs")
     with pytest.raises(DataError, match=message):
-        ingest(CorpusSpec(str(path)), model_dir, target, workers=1, progress=False, keep_columns=keep)
+        run_ingest(IngestRequest(CorpusSpec(str(path)), model_dir, target, workers=1, keep_columns=keep), progress=False)
     with target.open() as collection:
         assert collection.describe() is None

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from dhim_ray.config import DHIMConfig, ModelConfig, TrainConfig, as_published, config_for_bits
+from dhim_ray.config import ModelConfig, TrainConfig, as_published, config_for_bits
 from dhim_ray.encoding.encoder import Features
 from dhim_ray.errors import ConfigError
 from dhim_ray.model.dhim import DHIM, bernoulli_straight_through
@@ -134,10 +134,7 @@ def test_one_label_cannot_pick_the_epoch_so_auto_selects_by_neighbours():
         fit(feats.take(tr), feats.take(va), cfg.replace(train={"select": "labels"}), one, labels[va], progress=False)
 
 
-def test_a_model_trained_with_the_retired_objective_criterion_loads_and_the_option_is_refused():
-    cfg = config_for_bits(16).to_dict()
-    cfg["train"]["select"] = "objective"  # it chose an epoch; the weights are a model like any other
-    assert DHIMConfig.from_dict(cfg).train.select == "auto"
+def test_the_retired_objective_criterion_is_refused():
     with pytest.raises(ConfigError, match="select='objective': choose one of auto, labels, neighbours"):
         config_for_bits(16, train={"select": "objective"})
 

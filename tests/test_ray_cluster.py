@@ -254,7 +254,7 @@ def test_ingest_into_a_milvus_server_on_its_own_host_writes_from_several_process
     # (a fresh CI machine once ran five writers one after another), so it is reported, not asserted
     assert summary["writers"] >= 2, summary
     print(json.dumps({"server_ingest_docs_per_s": summary["docs_per_second"], "seconds": summary["seconds"],
-                      "writers": summary["writers"], "parallel": summary["max_parallel_writes"]}))
+                      "writers": summary["writers"]}))
     assert actor_nodes(cluster, "MapWorker") == {cluster.ips[n] for n in cluster.nodes[1:]}
     rows = SAMPLED
     texts = load_split(CorpusSpec(str(big_corpus))).texts

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dhim_ray.errors import ConfigError, DataError
+from dhim_ray.search import SearchRequest
 
 pytestmark = pytest.mark.slow  # real milvus-lite
 
@@ -49,47 +50,47 @@ def test_a_filtered_search_equals_a_brute_force_filter(store):
     searcher, labels = store["searcher"], store["labels"]
     label = int(labels[0])
     query = store["texts"][3]
-    hits = searcher.search([query], k=10, filter=f"label == {label}")[0]
+    hits = searcher.run(SearchRequest([query], k=10, filter=f"label == {label}")).hits[0]
     want = exact(store, store["hasher"].encode([query])[0], labels == label)
     assert [h["distance"] for h in hits] == [d for d, _ in want[:10]]
     kth = want[9][0]
     assert {h["id"] for h in hits if h["distance"] < kth} == {i for d, i in want if d < kth}
     assert all(h["label"] == label for h in hits)
-    assert searcher.search([query], k=10, filter="label in [-5]") == [[]]
+    assert searcher.run(SearchRequest([query], k=10, filter="label in [-5]")).hits == [[]]
 
 
 @pytest.mark.parametrize("expr", ["lable == 3", "label ==", "label == 'x' and", "nosuch > 1"])
 def test_a_filter_milvus_cannot_use_is_one_clear_error(store, expr):
     with pytest.raises(ConfigError, match="filter="):
-        store["searcher"].search(["football"], k=5, filter=expr)
+        store["searcher"].run(SearchRequest(["football"], k=5, filter=expr))
 
 
 def test_a_radius_search_returns_every_row_within_the_radius(store):
     searcher = store["searcher"]
     code = store["codes"][5]
     for radius in (0, 2, 4):
-        hits = searcher.search_codes(code[None], 1000, max_distance=radius)[0]
+        hits = searcher.collection.search(code[None], searcher.hasher.n_bits, 1000, searcher.index, searcher.info.output_fields, max_distance=radius)[0]
         want = exact(store, code, np.ones(len(store["codes"]), bool))
         assert [(h["distance"], h["id"]) for h in hits] == [w for w in want if w[0] <= radius]
-    capped = searcher.search_codes(code[None], 3, max_distance=16)[0]
+    capped = searcher.collection.search(code[None], searcher.hasher.n_bits, 3, searcher.index, searcher.info.output_fields, max_distance=16)[0]
     assert len(capped) == 3 and [h["distance"] for h in capped] == sorted(h["distance"] for h in capped)
     with pytest.raises(ConfigError, match="max_distance=17"):
-        searcher.search(["football"], k=5, max_distance=17)
+        searcher.run(SearchRequest(["football"], k=5, max_distance=17))
 
 
 def test_more_like_a_stored_row_by_id_or_key_leaves_the_row_out(store):
     searcher, ids = store["searcher"], store["ids"]
-    by_id = searcher.like(ids=[int(ids[7])], k=5)[0]
-    by_key = searcher.like(keys=["doc-7"], k=5)[0]
+    by_id = searcher.run(SearchRequest(like=[int(ids[7])], k=5)).hits[0]
+    by_key = searcher.run(SearchRequest(like=["doc-7"], k=5)).hits[0]
     assert by_id == by_key and len(by_id) == 5 and int(ids[7]) not in {h["id"] for h in by_id}
-    with_self = searcher.like(ids=[int(ids[7])], k=5, include_self=True)[0]
+    with_self = searcher.run(SearchRequest(like=[int(ids[7])], k=5)).hits[0]
     assert with_self[0]["distance"] == 0 and int(ids[7]) in {h["id"] for h in with_self}
     want = [w for w in exact(store, store["codes"][7], np.ones(len(ids), bool)) if w[1] != int(ids[7])]
     assert [h["distance"] for h in by_id] == [d for d, _ in want[:5]]
     with pytest.raises(DataError, match="holds no document with id 'nope'"):
-        searcher.like(keys=["nope"])
+        searcher.run(SearchRequest(like=["nope"]))
     with pytest.raises(DataError, match="holds no row with id 12345"):
-        searcher.like(ids=[12345])
+        searcher.run(SearchRequest(like=[12345]))
 
 
 def test_more_like_an_id_two_documents_share_names_both_rows(store, tmp_path):
@@ -111,9 +112,9 @@ def test_more_like_an_id_two_documents_share_names_both_rows(store, tmp_path):
         with Searcher(store["model"], target) as searcher:
             with pytest.raises(DataError, match=f"2 documents in collection 'dup' have the id 'a' "
                                                 f"\\(row ids {ids[0]}, {ids[2]}\\)"):
-                searcher.like(keys=["a"], k=2)
-            assert [h["key"] for h in searcher.like(keys=["b"], k=2)[0]] != []
-            assert searcher.like(ids=[int(ids[2])], k=2)[0][0]["id"] in (int(ids[0]), int(ids[1]))
+                searcher.run(SearchRequest(like=["a"], k=2))
+            assert [h["key"] for h in searcher.run(SearchRequest(like=["b"], k=2)).hits[0]] != []
+            assert searcher.run(SearchRequest(like=[int(ids[2])], k=2)).hits[0][0]["id"] in (int(ids[0]), int(ids[1]))
     finally:
         release(target.uri)
 
@@ -154,5 +155,5 @@ def test_a_collection_with_sign_codes_from_an_earlier_version_searches_and_refus
     agree = agreement(q_scores, codes[candidates][None])[0]  # the re-rank's own score, over the candidates
     want = [candidates[j] for j in np.argsort(-agree, kind="stable")[:5]]
     with Searcher(store["model"], target) as searcher:
-        hits = searcher.search(query, k=5, rerank=4, mode="codes")[0]
+        hits = searcher.run(SearchRequest(query, k=5, rerank=4, mode="codes")).hits[0]
     assert [h["id"] for h in hits] == [int(ids[i]) for i in want]

@@ -24,6 +24,7 @@ from dhim_ray.connectors.milvus import MilvusTarget
 from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import ConfigError
+from dhim_ray.search import SearchRequest
 
 pytestmark = pytest.mark.slow  # real Ray, real Milvus, the packaged encoder: minutes
 
@@ -45,12 +46,13 @@ def service(ray_session, bbc16, bbc16_collection):
     the service opens the milvus-lite file), then the service itself, with a bearer token."""
 
     from dhim_ray.hasher import Hasher
-    from dhim_ray.jobs.serve import ServeOptions, start_service, stop_service, token_digest
+    from dhim_ray.jobs.serve import ServeOptions, token_digest
+    from dhim_ray.jobs.service_life import start_service, stop_service
     from dhim_ray.search import Searcher
 
     model, (target, _) = bbc16, bbc16_collection
     with Searcher(model, target) as s:
-        expected = {"search": s.search(QUERIES, k=5), "reranked": s.search(QUERIES, k=5, rerank=4)}
+        expected = {"search": s.run(SearchRequest(QUERIES, k=5)).hits, "reranked": s.run(SearchRequest(QUERIES, k=5, rerank=4)).hits}
     expected["codes"] = [c.tobytes().hex() for c in Hasher.load(model).encode(QUERIES)]
     release(target.uri)  # the session's file: earlier modules searched it from this process
     os.environ["DHIM_RAY_TEST_API_TOKEN"] = TOKEN
@@ -301,7 +303,8 @@ def test_abuse_gets_one_json_error_with_the_right_status(service, method, path, 
 
 
 def test_a_second_service_on_a_port_in_use_is_refused(service):
-    from dhim_ray.jobs.serve import ServeOptions, start_service
+    from dhim_ray.jobs.serve import ServeOptions
+    from dhim_ray.jobs.service_life import start_service
 
     port = int(service["url"].rsplit(":", 1)[1])
     options = ServeOptions(str(service["model"]), service["target"].uri, service["target"].collection)
@@ -312,7 +315,7 @@ def test_a_second_service_on_a_port_in_use_is_refused(service):
 
 
 def test_an_open_service_beyond_loopback_needs_allow_open():
-    from dhim_ray.jobs.serve import check_listen, is_loopback
+    from dhim_ray.jobs.service_life import check_listen, is_loopback
 
     assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
     assert not is_loopback("0.0.0.0")

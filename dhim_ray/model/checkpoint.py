@@ -23,10 +23,8 @@ if TYPE_CHECKING:  # reading a checkpoint's config needs no torch (a one-shot se
     from dhim_ray.model.dhim import DHIM
 
 FORMAT = "dhim-ray/checkpoint"
-# 2: config.json always records weights_sha256 (version 1 files may lack it and load unchecked).
-FORMAT_VERSION = 2
-#: The environment variable that lets a checkpoint without a recorded digest load (format 1).
-TRUST_UNVERIFIED = "DHIM_RAY_TRUST_UNVERIFIED"
+#: The layout of config.json (with weights_sha256) and its config; another is refused in one line.
+FORMAT_VERSION = 3
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 
@@ -166,11 +164,10 @@ def read_checkpoint(path: str | Path) -> CheckpointInfo:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} is not a dhim-ray checkpoint config")
     version = meta.get("format_version", 0)
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise CheckpointError(
-            f"checkpoint {path}: format version {version!r} is newer than this dhim-ray ({FORMAT_VERSION}); "
-            "upgrade dhim-ray"
-        )
+    if not isinstance(version, int) or version != FORMAT_VERSION:
+        raise CheckpointError(f"checkpoint {path}: format version {version!r} and this dhim-ray reads {FORMAT_VERSION}; "
+                              + ("upgrade dhim-ray" if isinstance(version, int) and version > FORMAT_VERSION else
+                                 "train the model again with this version (dhim-ray train)"))
     sections = meta.get("config")
     if not isinstance(sections, dict) or not all(isinstance(sections.get(s), dict) for s in ("model", "features")):
         raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} has no model/features config; train again")
@@ -178,11 +175,9 @@ def read_checkpoint(path: str | Path) -> CheckpointInfo:
         config = DHIMConfig.from_dict(sections)
     except (ConfigError, TypeError, ValueError) as exc:
         raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} holds an invalid config ({exc}); train again") from exc
-    if not (isinstance(meta.get("weights_sha256"), str) and len(meta["weights_sha256"]) == 64) and \
-            os.environ.get(TRUST_UNVERIFIED) != "1":  # an old format's claim is no reason to load unchecked weights
+    if not (isinstance(meta.get("weights_sha256"), str) and len(meta["weights_sha256"]) == 64):
         raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} has no weights_sha256, so its weights cannot be "
-                              f"checked; restore config.json from the run, train again, or set {TRUST_UNVERIFIED}=1 to "
-                              "load weights you trust unchecked")
+                              "checked; restore config.json from the run or train again")
     encoder = meta.get("encoder") if isinstance(meta.get("encoder"), dict) else {}
     summary = meta.get("summary") if isinstance(meta.get("summary"), dict) else {}
     return CheckpointInfo(path, config, str(encoder.get("name", config.features.encoder)),

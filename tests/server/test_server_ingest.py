@@ -21,6 +21,7 @@ from dhim_ray.connectors.milvus import CodeCollection, IndexSpec, MilvusTarget
 from dhim_ray.corpus.data import load_split
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import CollectionMismatchError
+from dhim_ray.search import SearchRequest
 
 pytestmark = pytest.mark.slow  # a real server and real Ray: run by tests/test_milvus_server.py
 
@@ -51,10 +52,10 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ingested(ray_session, milvus_uri, model_dir):
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     target = MilvusTarget(milvus_uri, "dbp16_ivf")
-    result = ingest(BBC, model_dir, target, workers=2, progress=False, index=IndexSpec("BIN_IVF_FLAT", nlist=NLIST), overwrite=True)
+    result = run_ingest(IngestRequest(BBC, model_dir, target, workers=2, index=IndexSpec("BIN_IVF_FLAT", nlist=NLIST), overwrite=True), progress=False)
     return target, result
 
 
@@ -97,10 +98,10 @@ def test_parallel_writers_fill_an_ivf_collection_exactly(ingested, model_dir):
 
 
 def test_rerun_upserts_and_the_count_stays_exact(ingested, model_dir):
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     target, _ = ingested
-    again = ingest(BBC, model_dir, target, workers=2, progress=False)
+    again = run_ingest(IngestRequest(BBC, model_dir, target, workers=2), progress=False)
     assert again.rows_in_collection == N
     assert (again.rows_written, again.rows_unchanged) == (0, N)  # stored as they are: not encoded, not written
     rows, _ = stored_codes(target)
@@ -113,21 +114,20 @@ def test_a_shrunk_source_reingested_on_the_server_keeps_exactly_its_rows_with_th
     by filter (source and row), the ids (--id-column) written by parallel Ray writers come back."""
     import json
 
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
     from dhim_ray.search import Searcher
 
     texts = load_split(BBC).texts[:30]
     path = tmp_path / "docs.jsonl"
     path.write_text("".join(json.dumps({"id": f"k{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
     target = MilvusTarget(milvus_uri, "shrink16")
-    first = ingest(CorpusSpec(str(path)), model_dir, target, workers=2, progress=False, overwrite=True,
-                   id_column="id")
+    first = run_ingest(IngestRequest(CorpusSpec(str(path)), model_dir, target, workers=2, overwrite=True, id_column="id"), progress=False)
     assert (first.rows_of_source, first.stale_rows_removed) == (30, 0)
     path.write_text("".join(json.dumps({"id": f"k{i}", "text": t}) + "\n" for i, t in enumerate(texts[:20])))
-    again = ingest(CorpusSpec(str(path)), model_dir, target, workers=2, progress=False, id_column="id")
+    again = run_ingest(IngestRequest(CorpusSpec(str(path)), model_dir, target, workers=2, id_column="id"), progress=False)
     assert (again.rows_in_collection, again.rows_of_source, again.stale_rows_removed) == (20, 20, 10)
     with Searcher(model_dir, target) as s:
-        hits = s.search([texts[3]], k=20)[0]
+        hits = s.run(SearchRequest([texts[3]], k=20)).hits[0]
     assert sorted(h["key"] for h in hits) == sorted(f"k{i}" for i in range(20))
 
 
@@ -139,7 +139,7 @@ def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus
 
     from dhim_ray.connectors.milvus import CodeCollection
     from dhim_ray.connectors.rows import document_ids
-    from dhim_ray.jobs.milvus_sink import CodeSink
+    from dhim_ray.jobs.milvus_sink import MilvusDatasink
     from dhim_ray.jobs.ray_env import split_table
 
     # Enough rows that the eight writes outlast the start of Ray's extra worker processes (about
@@ -152,14 +152,13 @@ def test_ray_workers_write_in_parallel_and_counts_stay_exact(ray_session, milvus
         "label": np.arange(n) % 7, "text": pa.array([f"doc {i}" for i in range(n)]), "row": np.arange(n),
     })
     target = MilvusTarget(milvus_uri, "parallel16")
-    for attempt in range(2):
-        with target.open() as collection:  # the sink writes into a collection the ingest made and checked
-            collection.ensure(16, "dhim:synthetic", IndexSpec("BIN_IVF_FLAT", nlist=NLIST), overwrite=attempt == 0)
-        sink = CodeSink(target, 16, "synthetic:train")
+    for attempt in range(2):  # Ray calls the sink's hooks: it makes the collection, writes, verifies
+        sink = MilvusDatasink(target, 16, "dhim:synthetic", "synthetic:train", overwrite=attempt == 0,
+                              index=IndexSpec("BIN_IVF_FLAT", nlist=NLIST))
         ray.data.from_arrow(split_table(table, 8)).write_datasink(
             sink, concurrency=4, ray_remote_args={"num_cpus": 0.25})
-        assert sink.rows_written == n
-        assert sink.writers >= 2 and sink.max_parallel_writes >= 2, sink.stats
+        assert sink.figures["rows_written"] == n and sink.figures["rows_in_collection"] == n
+        assert sink.figures["writers"] >= 2, sink.figures
         client = target.connect()
         try:
             assert CodeCollection(client, target.collection).count() == n
@@ -177,7 +176,7 @@ def test_search_through_the_ivf_index(ingested, model_dir):
     split = load_split(BBC)
     exact = IndexSpec("BIN_IVF_FLAT", nlist=NLIST, nprobe=NLIST)
     with Searcher(model_dir, target, index=exact) as s:
-        hits = s.search([split.texts[11]], k=N)[0]
+        hits = s.run(SearchRequest([split.texts[11]], k=N)).hits[0]
     own = [h for h in hits if h["row"] == split.rows[11]]
     assert hits[0]["distance"] == 0 and own and own[0]["distance"] == 0
     assert own[0]["label_name"] == split.label_names[split.labels[11]]  # written by the sink's workers
@@ -231,11 +230,11 @@ def test_filter_and_radius_on_the_server_equal_a_brute_force_scan(ingested, mode
         query = searcher.hasher.encode(["oil prices rise as markets fall"])
         d = np.bitwise_count(codes ^ query[0]).sum(1)
         label = int(labels[0])
-        hits = searcher.search_codes(query, 10, filter=f"label == {label}")[0]
+        hits = searcher.collection.search(query, searcher.hasher.n_bits, 10, searcher.index, searcher.info.output_fields, filter=f"label == {label}")[0]
         want = sorted((int(d[i]), int(ids[i])) for i in np.flatnonzero(labels == label))
         assert [h["distance"] for h in hits] == [x for x, _ in want[:10]]
         assert all(h["label"] == label for h in hits)
-        near = searcher.search_codes(query, 1000, max_distance=3)[0]
+        near = searcher.collection.search(query, searcher.hasher.n_bits, 1000, searcher.index, searcher.info.output_fields, max_distance=3)[0]
         assert sorted(h["id"] for h in near) == sorted(int(i) for i in ids[d <= 3])
 
 
@@ -266,8 +265,9 @@ def test_a_service_on_an_alias_follows_a_model_upgrade_without_an_error(ray_sess
     import httpx
     from ray import serve
 
-    from dhim_ray.jobs.ingest import ingest
-    from dhim_ray.jobs.serve import ServeOptions, start_service
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
+    from dhim_ray.jobs.serve import ServeOptions
+    from dhim_ray.jobs.service_life import start_service
     from dhim_ray.model.checkpoint import read_checkpoint
     from dhim_ray.search import Searcher
 
@@ -275,8 +275,7 @@ def test_a_service_on_an_alias_follows_a_model_upgrade_without_an_error(ray_sess
     old_id, new_id = read_checkpoint(model_dir).model_id, read_checkpoint(new_model).model_id
     assert old_id != new_id
     small = CorpusSpec("bbc", "train", limit=120)
-    first = ingest(small, model_dir, MilvusTarget(milvus_uri, "news_v1"), workers=1, progress=False, alias="news",
-                   overwrite=True)
+    first = run_ingest(IngestRequest(small, model_dir, MilvusTarget(milvus_uri, "news_v1"), workers=1, alias="news", overwrite=True), progress=False)
     assert (first.alias, first.alias_was) == ("news", "")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -298,8 +297,7 @@ def test_a_service_on_an_alias_follows_a_model_upgrade_without_an_error(ray_sess
             assert client.get(f"{url}/health").json()["model"] == old_id
         asker = threading.Thread(target=ask)
         asker.start()
-        second = ingest(small, new_model, MilvusTarget(milvus_uri, "news_v2"), workers=1, progress=False,
-                        alias="news", overwrite=True)
+        second = run_ingest(IngestRequest(small, new_model, MilvusTarget(milvus_uri, "news_v2"), workers=1, alias="news", overwrite=True), progress=False)
         assert (second.alias, second.alias_was) == ("news", "news_v1")
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and (not served or served[-1] != new_id):
@@ -311,7 +309,7 @@ def test_a_service_on_an_alias_follows_a_model_upgrade_without_an_error(ray_sess
         with httpx.Client(timeout=120) as client:
             got = client.post(f"{url}/search", json={"texts": ["oil prices rise"], "k": 3}).json()["results"][0]
         with Searcher(new_model, MilvusTarget(milvus_uri, "news_v2")) as searcher:
-            want = searcher.search(["oil prices rise"], k=3)[0]
+            want = searcher.run(SearchRequest(["oil prices rise"], k=3)).hits[0]
         assert [(h["id"], h["distance"]) for h in got] == [(h["id"], h["distance"]) for h in want]
         # a CLI search through the alias with the old model is refused: the alias names the new one
         with pytest.raises(CollectionMismatchError, match=f"holds codes of model {new_id}"):
@@ -324,25 +322,24 @@ def test_a_service_on_an_alias_follows_a_model_upgrade_without_an_error(ray_sess
 def test_a_text_index_asked_of_the_2_3_server_is_refused_before_anything_is_written(ray_session, milvus_uri,
                                                                                     model_dir):
     from dhim_ray.errors import ConfigError
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
 
     target = MilvusTarget(milvus_uri, "text_index_refused")
     with pytest.raises(ConfigError, match=r"text_index=True: .* cannot keep one \(Milvus v?2\.3\.\d+\S* has no BM25"):
-        ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False, text_index=True)
+        run_ingest(IngestRequest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, text_index=True), progress=False)
     with target.open() as collection:
         assert collection.describe() is None
 
 
 def test_by_default_the_2_3_server_keeps_codes_only_and_says_so(ray_session, milvus_uri, model_dir, caplog):
-    from dhim_ray.jobs.ingest import ingest
+    from dhim_ray.jobs.ingest import IngestRequest, run_ingest
     from dhim_ray.search import Searcher
 
     target = MilvusTarget(milvus_uri, "text_index_default")
     with caplog.at_level("WARNING", logger="dhim_ray"):
-        result = ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False,
-                        overwrite=True)
+        result = run_ingest(IngestRequest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, overwrite=True), progress=False)
     assert not result.text_index and result.verified
     said = [r.getMessage() for r in caplog.records if "no text index" in r.getMessage()]
     assert len(said) == 1 and "has no BM25 function" in said[0] and "keeps codes only" in said[0], said
     with Searcher(model_dir, target) as s:
-        assert s.resolve_mode(None) == "codes" and s.search(["oil prices"], k=3)[0]
+        assert s.resolve_mode(None) == "codes" and s.run(SearchRequest(["oil prices"], k=3)).hits[0]
