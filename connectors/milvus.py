@@ -28,7 +28,8 @@ from dhim_ray.connectors.connection import (
     looks_like_url,
     release,
 )
-from dhim_ray.connectors.filters import MAX_FILTER_CHARS, check_filter, refused_by_milvus, shown  # noqa: F401
+from dhim_ray.connectors.filter_words import MAX_FILTER_CHARS, shown  # noqa: F401  (the connector's names)
+from dhim_ray.connectors.filters import check_filter, refused_by_milvus
 from dhim_ray.connectors.lexical import TextIndex
 from dhim_ray.connectors.rows import (
     CODE_FIELD,

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from dhim_ray.connectors.connection import DEFAULT_TIMEOUT, is_lite
-from dhim_ray.connectors.filters import shown
+from dhim_ray.connectors.filter_words import shown
 from dhim_ray.connectors.rows import (
     CODE_FIELD,
     DIGEST_FIELD,

@@ -6,21 +6,15 @@ from __future__ import annotations
 
 import errno
 import functools
-import json
 import logging
-import os
-import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-# typer 0.29 vendors click and exports these under no public name (pyproject pins the minor version)
-from typer._click.core import ParameterSource
-from typer._click.exceptions import NoArgsIsHelpError, UsageError
-
-from dhim_ray.cli_tables import draw, json_default, print_result, print_results, show_demo, show_hits
+from dhim_ray.cli_tables import print_result, show_demo, show_eval, show_hits
+from dhim_ray.cli_words import FLAGS, as_flags, print_error
 from dhim_ray.errors import ConfigError, DHIMRayError, Interrupted, StoreBusyError
 from dhim_ray.jobs.service_client import ask_service, last_hits, remember_hits
 
@@ -36,67 +30,6 @@ app = typer.Typer(
 )
 
 DEFAULT_DB = "dhim_ray.db"
-
-
-def _plain_help() -> None:
-    """Usage lines as command lines read: ``CORPUS``, not ``{corpus}``; a flag shows no ``<bool>``."""
-    from typer import core
-
-    if hasattr(core.TyperArgument, "_usage_display_name"):
-        def usage_name(self) -> str:
-            name = self.display_name_raw.upper()
-            return (name if self.required else f"[{name}]") + ("..." if self.nargs != 1 else "")
-
-        core.TyperArgument._usage_display_name = usage_name
-    if hasattr(core.TyperOption, "display_type_rich"):
-        typed = core.TyperOption.display_type_rich
-        core.TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else typed(self, ctx)
-
-
-_plain_help()
-
-#: Library parameter names (in error messages) -> this CLI's flags.
-FLAGS = {
-    "n_bits": "--bits", "max_epochs": "--epochs", "batch_size": "--batch-size",
-    "max_words": "--max-words", "max_tokens": "--max-tokens",
-    "text_column": "--text-column", "label_column": "--label-column",
-    "max_failures": "--max-failures", "use_gpu": "--use-gpu", "token_env": "--token-env",
-    **{name: f"--{name}" for name in ("encoder", "lr", "patience", "k", "baseline", "index", "nlist", "nprobe", "collection", "uri",
-                                      "resume", "out", "workers", "limit", "address", "set", "split", "select",
-                                      "rerank", "epochs")},
-    "replicas": "--replicas", "cache_dir": "--cache-dir", "seed": "--seed", "port": "--port", "api_token_env": "--api-token-env", "max_batch_size": "--max-batch-size",
-    "host": "--host", "window_words": "--window-words", "n_windows": "--windows",
-    "filter": "--filter", "max_distance": "--max-distance", "keep_columns": "--keep-columns", "alias": "--alias", "mode": "--mode",
-    "fusion": "--fusion", "like": "--like", "feature_memory": "--feature-memory", "device": "--device", "bits": "--bits", "database": "--database",
-    "queries": "--queries", "task": "--task", "formulation": "--formulation", "id_column": "--id-column",
-    "model_dir": "--model", "allow_open": "--allow-open",
-}
-#: Switches: ``name=True`` (or False) is the flag itself.
-SWITCHES = {("drop_empty", "True"): "--drop-empty", ("overwrite", "True"): "--overwrite",
-            ("use_gpu", "True"): "--use-gpu", ("allow_open", "True"): "--allow-open",
-            ("text_index", "True"): "--text-index", ("text_index", "False"): "--no-text-index"}
-_SWITCH = re.compile(r"(?<![\w.-])(" + "|".join({n for n, _ in SWITCHES}) + r")=(True|False)\b")
-_PARAM = re.compile(r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")=")
-
-
-#: A config field (SECTION.FIELD=, the sections of dhim_ray.config.SECTIONS, written out: the
-#: CLI starts without importing config and numpy; tests/test_cli.py holds the two together).
-_FIELD = re.compile(r"(?<![\w.'\"-])(?<!--set )(?:set )?((?:features|model|train)\.\w+=)")
-
-
-def as_flags(message: str) -> str:
-    """'n_bits=100: must be ...' -> '--bits 100: must be ...'; '(set) model.init=random' ->
-    '--set model.init=random'."""
-    message = _SWITCH.sub(lambda m: SWITCHES.get((m.group(1), m.group(2)), m.group(0)), message)
-    return _PARAM.sub(lambda m: FLAGS[m.group(1)] + " ", _FIELD.sub(r"--set \1", message))
-
-
-def print_error(message: str) -> None:
-    """``error: MESSAGE`` as one line on stderr, no markup interpretation (brackets and colons
-    stay as given), credentials in any URL masked."""
-    from dhim_ray.connectors.connection import mask_urls
-
-    typer.echo(typer.style("error:", fg="red", bold=True) + " " + mask_urls(" ".join(message.split())), err=True)
 
 
 def fail(message: str, code: int) -> None:
@@ -282,7 +215,7 @@ def given_flags(ctx: typer.Context, overrides: dict[str, dict[str, Any]], fields
 
     flagged = set()
     for param, (section, name) in fields.items():
-        if ctx.get_parameter_source(param) in (None, ParameterSource.DEFAULT):
+        if getattr(ctx.get_parameter_source(param), "name", "DEFAULT") == "DEFAULT":
             continue
         if name in overrides[section]:
             flag = FLAGS.get(param, f"--{param.replace('_', '-')}")
@@ -296,7 +229,7 @@ def given_flags(ctx: typer.Context, overrides: dict[str, dict[str, Any]], fields
 @handle_errors
 def train(
     ctx: typer.Context,
-    corpus: Annotated[str, typer.Argument(help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id.")],
+    corpus: Annotated[str, typer.Argument(metavar="CORPUS", help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id.")],
     bits: Annotated[int, typer.Option("--bits", "-b", callback=code_length, rich_help_panel="Model", help="Code length: a multiple of 8 in 8..1024.")] = 64,
     encoder: Encoder = "all-MiniLM-L6-v2",
     max_words: Annotated[int, typer.Option(rich_help_panel="Model", help="Words kept per document (paper: 50 short, 400 long).")] = 50,
@@ -345,14 +278,13 @@ def train(
     out_dir = request.out_dir
     summary = run_training(request, progress=not as_json)
     result = {"out": str(out_dir), "n_bits": request.config.model.n_bits, **{k: v for k, v in summary.items() if k != "history"}}
-    result["curve"] = _training_curve(out_dir, summary)
     print_result(result, as_json, title=f"trained {out_dir}")
 
 
 @app.command("eval")
 @handle_errors
 def eval_(
-    model_dir: Annotated[Path | None, typer.Argument(help="Checkpoint folder from 'dhim-ray train'.")] = None,
+    model_dir: Annotated[Path | None, typer.Argument(metavar="MODEL", help="Checkpoint folder from 'dhim-ray train'.")] = None,
     queries: Annotated[str, typer.Option(rich_help_panel="Data", help="Query corpus and split, e.g. bbc:val or my-docs.csv.")] = "",
     database: Annotated[str | None, typer.Option(
         rich_help_panel="Data", help="Database corpus and split, e.g. bbc:train (not with --collection: "
@@ -415,58 +347,20 @@ def eval_(
     def spec(value: str | None):
         return corpus_spec(value, text_column, labels, drop_empty, limit) if value else None
 
-    if plot is not None:
-        from dhim_ray.plots import check_plot_path
-
-        check_plot_path(plot)
+    if plot is not None:  # refused before the work, not after
+        __import__("dhim_ray.plots", fromlist=["check_plot_path"]).check_plot_path(plot)
     request = EvalRequest(
         model_dir, tuple(baseline or ()), spec(database), spec(queries),
         MilvusTarget(uri, collection, token_env=token_env) if collection is not None else None, task, k, rerank,
         bits, encoder, max_words, nprobe, mode, None if fusion is None else Fusion.parse(fusion),
         WindowSpec(windows, window_words, check_seed(seed)), cache_dir, plot is not None)
-    results = evaluate(request, progress=not as_json)
-    first = results[0]
-    named = {"queries": _corpus_named(request.queries),
-             "database": _corpus_named(request.database) or f"collection {collection}"}
-    if task == "known-item":
-        what, title = "known-item recall@k", f"known-item retrieval ({window_words}-word windows)"
-        metrics = ("recall_at_1", "recall_at_10", "recall_at_100", "mrr")
-        caption = (f"{first['n_queries']:,} windows of {window_words} words (from {named['queries'] or named['database']})"
-                   f" among {named['database']}: {first['n_database']:,} documents")
-    else:
-        what = "precision@k"
-        title = f"precision@{k}" if "precision_at_k" in first else f"cosine-neighbour recall@{k} (no labels)"
-        metrics = ("precision_at_k", "precision_at_k_tie_aware", "neighbour_recall_at_k")
-        caption = (f"{named['queries']}: {first['n_queries']:,} queries against {named['database']}: "
-                   f"{first['n_database']:,} documents (tie-aware for codes)")
-    if plot is not None:
-        draw(results, plot, what, caption)
-    print_results(results, as_json, title, metrics)
-
-
-def _corpus_named(spec) -> str:
-    """A corpus as a caption names it: ``bbc:test``, a local one by its file or folder name."""
-    if spec is None:
-        return ""
-    name = Path(spec.name).name if Path(spec.name).exists() else spec.name
-    return f"{name}:{spec.split}" if spec.split else name
-
-
-def _training_curve(out_dir: Path, summary: dict[str, Any]) -> str | None:
-    """training.png beside the checkpoint: the selection score and the loss per epoch."""
-    from dhim_ray.plots import INSTALL, plotting_available, training_curve
-
-    if not plotting_available():
-        logger.info("no training curve: %s draws %s", INSTALL, out_dir / "training.png")
-        return None
-    drawn = training_curve(summary, out_dir / "training.png")
-    return None if drawn is None else str(drawn)
+    show_eval(evaluate(request, progress=not as_json), request, window_words, plot, as_json)
 
 
 @app.command()
 @handle_errors
 def ingest(
-    corpus: Annotated[str, typer.Argument(help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id.")],
+    corpus: Annotated[str, typer.Argument(metavar="CORPUS", help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id.")],
     model_dir: Annotated[Path, typer.Option("--model", "-m", parser=folder, rich_help_panel="Model", help="Checkpoint folder from 'dhim-ray train'.")],
     split: Annotated[str | None, typer.Option(rich_help_panel="Data", help="Split to ingest (or CORPUS:split) [train].")] = None,
     collection: Annotated[str | None, typer.Option(rich_help_panel="Milvus", help="Collection name [default: CORPUS_BITS].")] = None,
@@ -527,7 +421,7 @@ def column_names(value: str | None) -> tuple[str, ...]:
 @handle_errors
 def search(
     model_dir: Annotated[Path, typer.Option("--model", "-m", parser=folder, rich_help_panel="Model", help="Checkpoint folder the collection was ingested with.")],
-    text: Annotated[list[str] | None, typer.Argument(help="Query text(s) (none with --like).")] = None,
+    text: Annotated[list[str] | None, typer.Argument(metavar="TEXT", help="Query text(s) (none with --like).")] = None,
     collection: Annotated[str | None, typer.Option(
         rich_help_panel="Milvus", help="Collection to search [default: the one collection at --uri ingested with --model].")] = None,
     uri: Uri = DEFAULT_DB,
@@ -558,24 +452,18 @@ def search(
         MilvusTarget(uri, collection, token_env=token_env)  # a malformed name fails before the model loads
     try:
         with Searcher.open(model_dir, uri, collection, token_env=token_env, nprobe=nprobe) as searcher:
-            result = searcher.run(request)
-            collection = searcher.info.name
+            result, collection = searcher.run(request), searcher.info.name
     except StoreBusyError:  # `dhim-ray serve` holds the milvus-lite file: ask it, if it announced itself
-        result = ask_service(uri, collection, model_dir, request)
-        if result is None:
+        if (result := ask_service(uri, collection, model_dir, request)) is None:
             raise
     remember_hits(result.hits, uri, collection, model_dir)
-    if as_json:
-        typer.echo(json.dumps([{"query": q, "hits": h} for q, h in zip(result.queries, result.hits)],
-                              default=json_default))
-        return
-    show_hits(result.queries, result.hits)
+    show_hits(result.queries, result.hits, as_json)
 
 
 @app.command()
 @handle_errors
 def serve(
-    model_dir: Annotated[Path, typer.Argument(help="Checkpoint folder the collection was ingested with.")],
+    model_dir: Annotated[Path, typer.Argument(metavar="MODEL", help="Checkpoint folder the collection was ingested with.")],
     collection: Annotated[str, typer.Option(rich_help_panel="Milvus", help="Collection to search.")],
     uri: Uri = DEFAULT_DB,
     token_env: TokenEnv = "MILVUS_TOKEN",
@@ -595,48 +483,20 @@ def serve(
     """Serve search over HTTP with Ray Serve: a search page and a JSON API.
 
     A search page at /, POST /search, POST /hash, GET /health, GET /docs."""
-    import signal
-    import threading
-
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.jobs.serve import ServeOptions, token_digest
-    from dhim_ray.jobs.service_life import start_service, stop_service
+    from dhim_ray.jobs.service_life import serve_until_stopped
 
     MilvusTarget(uri, collection, token_env=token_env)  # a malformed name or URI fails before the model loads
-    api_token_sha256 = token_digest(api_token_env)
-    options = ServeOptions(str(model_dir.resolve()), uri, collection, token_env, nprobe, api_token_sha256,
+    options = ServeOptions(str(model_dir.resolve()), uri, collection, token_env, nprobe, token_digest(api_token_env),
                            max_batch_size, allowed_hosts=tuple(allow_host) if allow_host else None)
-    from dhim_ray.connectors.connection import is_lite
-    from dhim_ray.jobs.service_file import announce, withdraw
-
-    stop = threading.Event()
-    url = start_service(options, host, port, replicas, address, allow_open)
-    if is_lite(uri):  # `dhim-ray search` on the file it holds asks it
-        announce(uri, url, collection, str(model_dir), api_token_env, api_token_sha256)
-    # SIGTERM (systemd, docker stop, kill) stops the service as Ctrl-C does: cleanly, in one line.
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    typer.echo(f"serving {collection} at {url}: a search page at {url}/ (POST /search, POST /hash, GET /health, "
-               "GET /docs); Ctrl-C stops")
-    try:
-        while not stop.wait(1.0):
-            pass
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if is_lite(uri):
-            withdraw(uri)
-        ray_was_alive = stop_service(and_ray=True)
-    typer.echo(f"stopped serving {collection}", err=True)  # printed, not logged: ray.shutdown() has reset the loggers
-    if not ray_was_alive:  # Ray's core worker would hold the process 60 s for its dead cluster
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+    serve_until_stopped(options, host, port, replicas, address, allow_open, api_token_env, say=typer.echo)
 
 
 @app.command()
 @handle_errors
 def curve(
-    model_dir: Annotated[Path, typer.Argument(help="Checkpoint folder from 'dhim-ray train'.")],
+    model_dir: Annotated[Path, typer.Argument(metavar="MODEL", help="Checkpoint folder from 'dhim-ray train'.")],
     out: Annotated[Path | None, typer.Option("--out", "-o", parser=png_file, rich_help_panel="Output", help="The .png to write [MODEL/training.png].")] = None,
     as_json: AsJson = False,
 ):
@@ -657,7 +517,7 @@ def curve(
 @app.command()
 @handle_errors
 def export(
-    model_dir: Annotated[Path, typer.Argument(parser=folder, help="Checkpoint folder to export.")],
+    model_dir: Annotated[Path, typer.Argument(metavar="MODEL", parser=folder, help="Checkpoint folder to export.")],
     out: Annotated[Path, typer.Option("--out", "-o", parser=onnx_file, rich_help_panel="Output", help="The .onnx file to write; the tokenizer and "
                                       "<name>.json go beside it.")] = Path("model.onnx"),
     as_json: AsJson = False,
@@ -704,13 +564,13 @@ def main(argv: list[str] | None = None) -> None:
     command = _command()
     try:
         code = command.main(args=argv, prog_name="dhim-ray", standalone_mode=False)
-    except NoArgsIsHelpError as exc:
-        typer.echo(exc.ctx.get_help())
-        sys.exit(0)
-    except UsageError as exc:
-        where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
-        print_error(exc.format_message() + where)
-        sys.exit(2)
+    except typer.TyperException as exc:  # click's errors, by typer's public base of them
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError":  # the command alone: its help
+            typer.echo(ctx.get_help())
+            sys.exit(0)
+        print_error(exc.format_message() + (f" (see {ctx.command_path} --help)" if ctx is not None else ""))
+        sys.exit(getattr(exc, "exit_code", 2))
     except ConfigError as exc:  # an option checked as it is parsed (--bits)
         print_error(as_flags(str(exc)))
         sys.exit(2)

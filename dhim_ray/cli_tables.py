@@ -87,8 +87,11 @@ _HIT_FIELDS = {"id", "distance", "label", "label_name", "text", "source", "row",
 WIDE = 100
 
 
-def show_hits(queries: list[str], hits: list[list[dict[str, Any]]]) -> None:
+def show_hits(queries: list[str], hits: list[list[dict[str, Any]]], as_json: bool = False) -> None:
     """A table per query: from WIDE columns on it shows each hit's id; narrower, its rank (``--like @RANK``)."""
+    if as_json:
+        typer.echo(json.dumps([{"query": q, "hits": h} for q, h in zip(queries, hits)], default=json_default))
+        return
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -153,3 +156,33 @@ def show_demo(r: dict[str, Any]) -> None:
         h.add_row(str(hit["distance"]), hit["label"], Text(hit["text"]))
     console.print(h)
     console.print(f"done in {r['seconds']} s")
+
+
+def show_eval(results: list[dict[str, Any]], request: Any, window_words: int, plot: Path | None, as_json: bool) -> None:
+    """An evaluation's table (or JSON) and, with ``plot``, its curves: titled by its task, captioned
+    with what was searched."""
+    first, k = results[0], request.k
+    named = {"queries": _corpus_named(request.queries),
+             "database": _corpus_named(request.database) or f"collection {request.collection and request.collection.collection}"}
+    if request.task == "known-item":
+        what, title = "known-item recall@k", f"known-item retrieval ({window_words}-word windows)"
+        metrics = ("recall_at_1", "recall_at_10", "recall_at_100", "mrr")
+        caption = (f"{first['n_queries']:,} windows of {window_words} words (from {named['queries'] or named['database']})"
+                   f" among {named['database']}: {first['n_database']:,} documents")
+    else:
+        what = "precision@k"
+        title = f"precision@{k}" if "precision_at_k" in first else f"cosine-neighbour recall@{k} (no labels)"
+        metrics = ("precision_at_k", "precision_at_k_tie_aware", "neighbour_recall_at_k")
+        caption = (f"{named['queries']}: {first['n_queries']:,} queries against {named['database']}: "
+                   f"{first['n_database']:,} documents (tie-aware for codes)")
+    if plot is not None:
+        draw(results, plot, what, caption)
+    print_results(results, as_json, title, metrics)
+
+
+def _corpus_named(spec) -> str:
+    """A corpus as a caption names it: ``bbc:test``, a local one by its file or folder name."""
+    if spec is None:
+        return ""
+    name = Path(spec.name).name if Path(spec.name).exists() else spec.name
+    return f"{name}:{spec.split}" if spec.split else name

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
+import os
 import socket
 import sys
 import threading
@@ -16,7 +17,7 @@ from typing import Any
 
 from ray import serve
 
-from dhim_ray.connectors.connection import mask_uri
+from dhim_ray.connectors.connection import is_lite, mask_uri
 from dhim_ray.connectors.milvus import MilvusTarget
 from dhim_ray.errors import ConfigError, check_range
 from dhim_ray.search import Searcher
@@ -204,3 +205,34 @@ class _Without:
 
     def __getattr__(self, name):
         return getattr(self.stream, name)
+
+
+def serve_until_stopped(options: ServeOptions, host: str, port: int, replicas: int, address: str | None,
+                        allow_open: bool, api_token_env: str | None, say=print) -> None:
+    """``dhim-ray serve``: start the service, announce it beside a milvus-lite file (``dhim-ray search``
+    asks it), serve until Ctrl-C or SIGTERM, then stop it cleanly; ``say`` prints its two lines."""
+    import signal
+
+    from .service_file import announce, withdraw
+
+    stop = threading.Event()
+    url = start_service(options, host, port, replicas, address, allow_open)
+    if is_lite(options.uri):
+        announce(options.uri, url, options.collection, options.model_dir, api_token_env, options.api_token_sha256)
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # systemd, docker stop, kill: as Ctrl-C
+    say(f"serving {options.collection} at {url}: a search page at {url}/ (POST /search, POST /hash, GET /health, "
+        "GET /docs); Ctrl-C stops")
+    try:
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if is_lite(options.uri):
+            withdraw(options.uri)
+        ray_was_alive = stop_service(and_ray=True)
+    say(f"stopped serving {options.collection}", err=True)  # not logged: ray.shutdown() has reset the loggers
+    if not ray_was_alive:  # Ray's core worker would hold the process 60 s for its dead cluster
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

@@ -441,14 +441,29 @@ class TrainRequest:
 
 
 def run_training(request: TrainRequest, progress: bool = True) -> dict[str, Any]:
-    """``request`` trained, its best checkpoint saved in ``request.out_dir``: the run summary."""
+    """``request`` trained, its best checkpoint saved in ``request.out_dir`` with its curve
+    (training.png): the run summary, ``curve`` its path."""
     r = request
     if r.distributed:
-        return train_distributed(r, progress=progress)
-    from dhim_ray.training.pipeline import train_corpus
+        summary = train_distributed(r, progress=progress)
+    else:
+        from dhim_ray.training.pipeline import train_corpus
 
-    return train_corpus(r.corpus, r.config, r.out_dir, progress=progress, cache_dir=r.cache_dir,
-                        resume=r.resume is not None, device=r.device, feature_memory_gb=r.feature_memory_gb)
+        summary = train_corpus(r.corpus, r.config, r.out_dir, progress=progress, cache_dir=r.cache_dir,
+                               resume=r.resume is not None, device=r.device, feature_memory_gb=r.feature_memory_gb)
+    return {**summary, "curve": draw_training_curve(Path(r.out_dir), summary)}
+
+
+def draw_training_curve(out_dir: Path, summary: dict[str, Any]) -> str | None:
+    """training.png beside the checkpoint (the selection score and the loss per epoch): its path,
+    or None where matplotlib is missing (said in the log)."""
+    from dhim_ray.plots import INSTALL, plotting_available, training_curve
+
+    if not plotting_available():
+        logger.info("no training curve: %s draws %s", INSTALL, out_dir / "training.png")
+        return None
+    drawn = training_curve(summary, out_dir / "training.png")
+    return None if drawn is None else str(drawn)
 
 
 def train_distributed(request: TrainRequest, callbacks: tuple[TrainCallback, ...] = (), progress: bool = False,

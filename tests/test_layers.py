@@ -6,7 +6,7 @@ the source (module level and inside functions), and on what importing really loa
     connectors  connectors/ (dhim_ray.connectors)   pymilvus, numpy; never torch or Ray
     search      dhim_ray/search.py, evaluation.py, eval_in_milvus.py   core + connectors; never Ray
     jobs        jobs/ (dhim_ray.jobs)   Ray programs joining them
-    cli         dhim_ray/cli.py (its tables: cli_tables.py)   on top; imported by nothing
+    cli         dhim_ray/cli.py (cli_tables.py, cli_words.py)   on top; imported by nothing
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP = {"cli", "cli_tables", "search", "evaluation", "eval_in_milvus"}  # modules of dhim_ray/ above the core
+TOP = {"cli", "cli_tables", "cli_words", "search", "evaluation", "eval_in_milvus"}  # modules of dhim_ray/ above the core
 
 
 def layer_of(path: Path) -> str:
@@ -70,7 +70,7 @@ FORBIDDEN = {
     "connectors": ("ray", "torch", "transformers", "dhim_ray.model", "dhim_ray.encoding", "dhim_ray.training",
                    "dhim_ray.hasher", "dhim_ray.jobs", "dhim_ray.search", "dhim_ray.cli"),
     "search": ("ray", "dhim_ray.jobs", "dhim_ray.cli"),
-    "jobs": ("dhim_ray.cli", "dhim_ray.cli_tables"),
+    "jobs": ("dhim_ray.cli", "dhim_ray.cli_tables", "dhim_ray.cli_words"),
     "cli": (),
 }
 
@@ -200,8 +200,7 @@ def test_docstrings_fit_the_house(path):
 MAX_FILE_LINES, MAX_FUNCTION_LINES, MAX_COMMAND_LINES = 600, 60, 19
 #: Rooms still over a budget, at their size when the budget came: each may only shrink, and leaves
 #: this table (the test says so) once it fits.
-OVER_BUDGET = {"dhim_ray/cli.py": 726, "connectors/filters.py": 643, "dhim_ray/training/loop.py:fit": 85,
-               "dhim_ray/cli.py:eval_": 38, "dhim_ray/cli.py:search": 22, "dhim_ray/cli.py:serve": 36}
+OVER_BUDGET: dict[str, int] = {}
 
 
 def body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:

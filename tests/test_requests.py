@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from dhim_ray.cli import as_flags
+from dhim_ray.cli_words import as_flags
 from dhim_ray.config import FeatureConfig
 from dhim_ray.connectors.milvus import MilvusTarget
 from dhim_ray.corpus.spec import CorpusSpec

@@ -8,7 +8,7 @@ import dataclasses
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -479,28 +479,12 @@ def fit(
     state = LoopState(model, optimizer, config,
                       EarlyStopping(config.train.patience, selection_warmup(criterion, config.train)),
                       np.random.default_rng(config.train.seed), collective.rank, criterion, train=train)
-    if resume_from is not None:
-        from dhim_ray.model.checkpoint import load_training_state
-
-        state.restore(*load_training_state(resume_from, model, optimizer))
-        logger.info("resuming after epoch %d from %s", state.epoch, resume_from)
-    elif collective.is_chief:  # under DDP rank 0's weights and buffers reach every rank
-        fit_transforms(model, database, config.train.seed)
-        if config.model.init == "itq":
-            init_from_itq(model, database, config.train.seed)
+    _start(state, resume_from, database, collective)
     trained = wrap_model(model) if wrap_model is not None else model
     selection = None
     if criterion is not None:
         selection = Selection.build(database, database_labels if val_labels is not None else None, val, config)
-    table = None
-    if config.train.neighbours:
-        table = neighbour_table(train.mean[:], config.train.neighbours)
-    batch_size = max(2, config.train.batch_size // collective.world_size)
-    n_batches = None
-    if collective.world_size > 1:
-        # Every worker runs the same number of equal batches, so the all-gathers pair up.
-        per_batch = batch_size // 2 if table is not None else batch_size
-        n_batches = collective.agree_min(len(train) // max(1, per_batch))
+    batch_size, table, n_batches = _batching(train, config, collective)
     bar = tqdm(total=config.train.max_epochs, initial=state.epoch + 1, desc=f"train {config.model.n_bits}b",
                unit="epoch", disable=not (progress and collective.is_chief))
     for epoch in range(state.epoch + 1, config.train.max_epochs):
@@ -509,17 +493,8 @@ def fit(
         for cb in callbacks:
             cb.on_epoch_start(epoch, state)
         t0 = time.perf_counter()
-        sums = {"loss": 0.0, "mi_local": 0.0, "mi_regulariser": 0.0}
-        steps = 0
-        batches = epoch_batches(train, config, state.rng, device, batch_size, table)
-        for tokens, mask, target, pairs in itertools.islice(batches, n_batches):
-            stats = train_step(trained, optimizer, tokens, mask, target, config.train, collective.gather, pairs)
-            for key in sums:
-                sums[key] += stats[key]
-            steps += 1
-        if steps == 0:
-            raise DataError(f"{len(train)} training documents make no batch of 2; give at least 2 documents")
-        record = EpochRecord(epoch, steps, *(sums[key] / steps for key in ("loss", "mi_local", "mi_regulariser")))
+        batches = itertools.islice(epoch_batches(train, config, state.rng, device, batch_size, table), n_batches)
+        record = _train_epoch(epoch, trained, optimizer, batches, config, collective, len(train))
         if selection is not None:
             t_val = time.perf_counter()
             record.val_precision, record.val_neighbour_recall = selection.score(model, val, val_labels, device,
@@ -538,7 +513,6 @@ def fit(
         if stop:
             bar.total = bar.n  # done, not 11% of the way: the summary says it stopped early
             bar.set_description(f"train {config.model.n_bits}b (stopped early)")
-            bar.refresh()
             break
     bar.close()
     if state.best_state is not None:
@@ -546,6 +520,45 @@ def fit(
     model.eval()
     return FitResult.from_progress(model, config, state.progress(), state.best_state is not None,
                                    time.perf_counter() - start)
+
+
+def _start(state: LoopState, resume_from: str | Path | None, database: Features, collective: Collective) -> None:
+    """The state a run starts from: a checkpoint's (``resume_from``), else fitted transforms and init."""
+    model, config = state.model, state.config
+    if resume_from is not None:
+        from dhim_ray.model.checkpoint import load_training_state
+
+        state.restore(*load_training_state(resume_from, model, state.optimizer))
+        logger.info("resuming after epoch %d from %s", state.epoch, resume_from)
+    elif collective.is_chief:  # under DDP rank 0's weights and buffers reach every rank
+        fit_transforms(model, database, config.train.seed)
+        if config.model.init == "itq":
+            init_from_itq(model, database, config.train.seed)
+
+
+def _batching(train: Features, config: DHIMConfig, collective: Collective) -> tuple[int, Any, int | None]:
+    """This worker's batch size, the neighbour table (None: off) and, across workers, batches per epoch."""
+    table = neighbour_table(train.mean[:], config.train.neighbours) if config.train.neighbours else None
+    batch_size = max(2, config.train.batch_size // collective.world_size)
+    if collective.world_size == 1:
+        return batch_size, table, None
+    # Every worker runs the same number of equal batches, so the all-gathers pair up.
+    per_batch = batch_size // 2 if table is not None else batch_size
+    return batch_size, table, collective.agree_min(len(train) // max(1, per_batch))
+
+
+def _train_epoch(epoch: int, trained: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Iterable,
+                 config: DHIMConfig, collective: Collective, n_train: int) -> EpochRecord:
+    """One epoch's steps over ``batches``: its record (mean loss and MI terms); DataError if no batch."""
+    sums, steps = {"loss": 0.0, "mi_local": 0.0, "mi_regulariser": 0.0}, 0
+    for tokens, mask, target, pairs in batches:
+        stats = train_step(trained, optimizer, tokens, mask, target, config.train, collective.gather, pairs)
+        for key in sums:
+            sums[key] += stats[key]
+        steps += 1
+    if steps == 0:
+        raise DataError(f"{n_train} training documents make no batch of 2; give at least 2 documents")
+    return EpochRecord(epoch, steps, *(sums[key] / steps for key in ("loss", "mi_local", "mi_regulariser")))
 
 
 def _fmt(x: float | None) -> str:
