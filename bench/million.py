@@ -672,8 +672,9 @@ def bare_insert(n_docs: int, db: str, write_batch: int, text_index: bool) -> dic
     import pyarrow.parquet as pq
 
     from dhim_ray.connectors.connection import is_lite, release
-    from dhim_ray.connectors.milvus import MilvusTarget, default_index
+    from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.connectors.rows import code_rows, document_ids, source_label
+    from dhim_ray.connectors.schema import default_index
     from dhim_ray.corpus.spec import CorpusSpec
 
     model = tiny_model()

@@ -54,7 +54,7 @@ def main() -> None:
                                                    storage_path=Path(tmp) / "runs", cache_dir=cache))
             wall = time.perf_counter() - t0
         epochs = [h["seconds"] for h in s["history"]]
-        to_best = wall - sum(epochs[s["best_epoch"] + 1:])  # what stopping at the best epoch would have cost
+        to_best = wall - sum(epochs[s["best_epoch"]:])  # what stopping at the best epoch (counted from 1) would have cost
         validate = [h.get("validate_seconds") or 0.0 for h in s["history"]]
         results[kind] = ({k: v for k, v in s.items() if k not in ("history", "run_dir")}
                          | {"wall_seconds": wall, "wall_to_best_epoch_seconds": to_best,

@@ -41,35 +41,27 @@ from dhim_ray.connectors.rows import (
     Columns,
     take,
 )
-from dhim_ray.connectors.schema import (  # noqa: F401  (re-exported: the connector's public names)
+from dhim_ray.connectors.schema import (
     FORMAT,
     FORMAT_VERSION,
-    INDEX_TYPES,
     LITE_MIN_FREE_BYTES,
     LOAD_NOTICE_ROWS,
     LOAD_TIMEOUT,
     MAX_SEARCH_K,
-    TEXT_INDEX_SINCE,
     CollectionInfo,
     IndexSpec,
     _ahead,
     _column_problems,
-    _document_fields,
     _failed,
     _fields_are_ours,
     _filter_kinds,
     _filter_refusal,
     _schema,
-    check_alias_support,
     check_collection_name,
-    check_index_for,
     check_max_distance,
     check_search_k,
     create_loaded,
-    default_index,
-    describe_columns,
     quote,
-    text_index_support,
 )
 from dhim_ray.connectors.source_rows import SourceRows
 from dhim_ray.corpus.columns import string_bound

@@ -464,7 +464,8 @@ def search(
 @handle_errors
 def serve(
     model_dir: Annotated[Path, typer.Argument(metavar="MODEL", help="Checkpoint folder the collection was ingested with.")],
-    collection: Annotated[str, typer.Option(rich_help_panel="Milvus", help="Collection to search.")],
+    collection: Annotated[str | None, typer.Option(
+        rich_help_panel="Milvus", help="Collection to search [default: the one collection at --uri ingested with MODEL].")] = None,
     uri: Uri = DEFAULT_DB,
     token_env: TokenEnv = "MILVUS_TOKEN",
     host: Annotated[str, typer.Option(rich_help_panel="Service", help="Address to listen on (0.0.0.0 exposes it to the network).")] = "127.0.0.1",
@@ -482,12 +483,15 @@ def serve(
 ):
     """Serve search over HTTP with Ray Serve: a search page and a JSON API.
 
-    A search page at /, POST /search, POST /hash, GET /health, GET /docs."""
+    A search page at /, POST /search, POST /hash, GET /health, GET /openapi.json."""
     from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.jobs.serve import ServeOptions, token_digest
     from dhim_ray.jobs.service_life import serve_until_stopped
+    from dhim_ray.search import find_collection
 
-    MilvusTarget(uri, collection, token_env=token_env)  # a malformed name or URI fails before the model loads
+    if collection is not None:
+        MilvusTarget(uri, collection, token_env=token_env)  # a malformed name or URI fails before the model loads
+    collection = collection or find_collection(model_dir, uri, token_env)
     options = ServeOptions(str(model_dir.resolve()), uri, collection, token_env, nprobe, token_digest(api_token_env),
                            max_batch_size, allowed_hosts=tuple(allow_host) if allow_host else None)
     serve_until_stopped(options, host, port, replicas, address, allow_open, api_token_env, say=typer.echo)
@@ -518,8 +522,8 @@ def curve(
 @handle_errors
 def export(
     model_dir: Annotated[Path, typer.Argument(metavar="MODEL", parser=folder, help="Checkpoint folder to export.")],
-    out: Annotated[Path, typer.Option("--out", "-o", parser=onnx_file, rich_help_panel="Output", help="The .onnx file to write; the tokenizer and "
-                                      "<name>.json go beside it.")] = Path("model.onnx"),
+    out: Annotated[Path | None, typer.Option("--out", "-o", parser=onnx_file, rich_help_panel="Output", help="The .onnx file to write; the tokenizer and "
+                                      "<name>.json go beside it [default: MODEL-onnx/model.onnx, a folder of its own].")] = None,
     as_json: AsJson = False,
 ):
     """Write one ONNX graph from token ids to packed codes, to hash in any language.
@@ -527,7 +531,7 @@ def export(
     The graph holds the encoder, head, threshold and packing, for ONNX Runtime: docs/serve.md shows how."""
     from dhim_ray.export import export_codes_graph
 
-    path = export_codes_graph(model_dir, out)
+    path = export_codes_graph(model_dir, out or model_dir.parent / f"{model_dir.name}-onnx" / "model.onnx")
     print_result({"graph": str(path), "spec": str(path.with_suffix(".json")),
                   "tokenizer": str(path.parent / "tokenizer.json")}, as_json, title=f"exported {model_dir}")
 

@@ -124,6 +124,9 @@ def show_hits(queries: list[str], hits: list[list[dict[str, Any]]], as_json: boo
                           *((ids[rank - 1],) if with_ids else ()), *bm25, *(str(h.get(c, ""))[:30] for c in kept),
                           Text(" ".join(str(h.get("text", "")).split())[:300]))
         console.print(table)
+    if any("bm25" in h for row in hits for h in row):
+        console.print(Text("bm25: the words' score (higher matches more of them), on the hits put first; distance: "
+                           "bits apart from the query's code (lower is nearer), the order below them", style="dim"))
     if any(hits) and console.width < WIDE:
         console.print(Text("more like a hit: --like @RANK (@QUERY.RANK for another query); its id: --json",
                            style="dim"))

@@ -93,8 +93,8 @@ def training_curve(summary: dict[str, Any], path: str | Path) -> Path | None:
         score_ax.set_ylabel(name)
         score_ax.set_ylim(0, 1)  # a score's axis starts at zero: a rise of 0.01 looks like one
     best = summary.get("best_epoch")
-    if best is not None and best >= 0:
-        score_ax.axvline(best + 1, color="tab:green", linestyle="--", label=f"chosen: epoch {best + 1}")
+    if best:  # counted from 1
+        score_ax.axvline(best, color="tab:green", linestyle="--", label=f"chosen: epoch {best}")
     lines = loss_ax.get_legend_handles_labels(), score_ax.get_legend_handles_labels()
     fig.legend(lines[0][0] + lines[1][0], lines[0][1] + lines[1][1], fontsize=8, loc="lower center", ncol=3,
                frameon=False)  # under the axes: inside, it covered one of the two curves

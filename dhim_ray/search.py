@@ -255,7 +255,8 @@ class Searcher:
         """The request's hits for texts already hashed (``scores`` where it re-ranks)."""
         k, fields = request.k, self.info.output_fields if request.fields is None else list(request.fields)
         if mode != "text":
-            code_hits = (self._codes(codes, k, fields, request) if request.rerank == 1 else
+            depth = k if mode == "codes" else fusion.code_hits_needed(k)
+            code_hits = (self._codes(codes, depth, fields, request) if request.rerank == 1 else
                          self._reranked(codes, scores, fields, request))
             if mode == "codes":
                 return code_hits
@@ -292,8 +293,9 @@ class Searcher:
             missing = [key for key in keys if key not in found]
             if missing:
                 raise DataError(f"like: collection {self.target.collection!r} holds no document with id "
-                                f"{', '.join(shown(m, 40) for m in missing[:5])}; give a hit's id (the id column of "
-                                "search's table) or a document's own id (ingest --id-column)", field="like")
+                                f"{', '.join(shown(m, 40) for m in missing[:5])}; give @RANK (a hit of the last search, e.g. "
+                                "@1), a hit's id (--json shows it) or a document's own id (ingest --id-column)",
+                                field="like")
             shared = next((key for key in keys if len(found[key]) > 1), None)
             if shared is not None:
                 raise DataError(f"like: {len(found[shared])} documents in collection {self.target.collection!r} have "

@@ -33,7 +33,6 @@ ROUTES: dict[str, tuple[tuple[str, ...], bool]] = {
     "/": (("GET",), False),  # the search page: it holds no data, and asks for the token
     "/info": (("GET",), True),
     "/health": (("GET",), False),
-    "/docs": (("GET",), False),
     "/openapi.json": (("GET",), False),
 }
 
@@ -157,7 +156,7 @@ class RequestGuard:
         route = ROUTES.get(path.rstrip("/") or path)
         if route is None:
             await send_error(send, 404, f"{path}: no such route; the service has POST /search, POST /hash, "
-                                        "GET /, GET /info, GET /health and GET /docs", "path")
+                                        "GET /, GET /info, GET /health and GET /openapi.json", "path")
             return
         methods, protected = route
         if scope["method"] not in methods:

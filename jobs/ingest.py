@@ -18,15 +18,9 @@ import numpy as np
 
 from dhim_ray.config import FeatureConfig
 from dhim_ray.connectors.connection import check_lite_path, is_lite, mask_uri, release
-from dhim_ray.connectors.milvus import (
-    IndexSpec,
-    MilvusTarget,
-    check_alias_support,
-    check_collection_name,
-    check_index_for,
-    default_index,
-)
+from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget, check_collection_name
 from dhim_ray.connectors.rows import RESERVED_FIELDS, document_ids, source_label
+from dhim_ray.connectors.schema import check_alias_support, check_index_for, default_index
 from dhim_ray.corpus.sources import label_vocabulary, plan_split, with_kept_columns, with_key_column
 from dhim_ray.corpus.spec import CorpusSpec, canonical_split
 from dhim_ray.encoding.encoder import load_tokenizer, token_ids

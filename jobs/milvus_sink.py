@@ -21,8 +21,9 @@ from ray.data.datasource.datasink import WriteResult
 
 from dhim_ray.connectors import ledger
 from dhim_ray.connectors.connection import mask_uri
-from dhim_ray.connectors.milvus import CodeCollection, CollectionInfo, IndexSpec, MilvusTarget, text_index_support
+from dhim_ray.connectors.milvus import CodeCollection, CollectionInfo, IndexSpec, MilvusTarget
 from dhim_ray.connectors.rows import Columns, code_rows
+from dhim_ray.connectors.schema import text_index_support
 from dhim_ray.errors import ConfigError, StoreError
 
 logger = logging.getLogger(__name__)

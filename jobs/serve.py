@@ -1,6 +1,6 @@
 """Queries from any application: a Ray Serve HTTP service that hashes texts with a trained model
 and searches the collection ingested with it: ``POST /search``, ``POST /hash``, ``GET /`` (a
-search page), ``/info``, ``/health``, ``/docs`` (docs/serve.md). Concurrent requests share encoder
+search page), ``/info``, ``/health``, ``/openapi.json`` (docs/serve.md). Concurrent requests share encoder
 passes (``@serve.batch``); a bad request gets one JSON error (4xx), Milvus trouble a 503 with
 Retry-After. ``build_app`` is the import path for ``serve deploy``; jobs/service_life.py starts and stops it."""
 
@@ -168,7 +168,8 @@ def _error(status: int, message: str, field: str | None = None, headers: dict | 
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-app = FastAPI(title="dhim-ray query service",
+# No /docs: FastAPI's page loads Swagger UI from a CDN, blank offline; /openapi.json is the schema.
+app = FastAPI(title="dhim-ray query service", docs_url=None, redoc_url=None,
               description="Hash texts with a DHIM model and search its Milvus collection by Hamming distance.")
 #: What this process' guard checks: the replica fills it in (QueryService.__init__).
 REPLICA_GUARD: dict[str, Any] = {"api_token_sha256": "", "max_body_bytes": MAX_BODY_BYTES, "allowed_hosts": (),

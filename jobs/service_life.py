@@ -109,7 +109,7 @@ def start_service(options: ServeOptions, host: str = "127.0.0.1", port: int = 80
     serve.run(QueryService.options(num_replicas=replicas).bind(asdict(options)), name=APP_NAME, route_prefix="/",
               blocking=False)
     url = f"http://{host}:{port}"
-    logger.debug("serving %s (%s) at %s: POST /search, POST /hash, GET /health, GET /docs", options.collection,
+    logger.debug("serving %s (%s) at %s: POST /search, POST /hash, GET /health", options.collection,
                 mask_uri(options.uri), url)
     return url
 
@@ -221,7 +221,7 @@ def serve_until_stopped(options: ServeOptions, host: str, port: int, replicas: i
         announce(options.uri, url, options.collection, options.model_dir, api_token_env, options.api_token_sha256)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # systemd, docker stop, kill: as Ctrl-C
     say(f"serving {options.collection} at {url}: a search page at {url}/ (POST /search, POST /hash, GET /health, "
-        "GET /docs); Ctrl-C stops")
+        "GET /openapi.json); Ctrl-C stops")
     try:
         while not stop.wait(1.0):
             pass

@@ -451,7 +451,18 @@ def run_training(request: TrainRequest, progress: bool = True) -> dict[str, Any]
 
         summary = train_corpus(r.corpus, r.config, r.out_dir, progress=progress, cache_dir=r.cache_dir,
                                resume=r.resume is not None, device=r.device, feature_memory_gb=r.feature_memory_gb)
+    prepare_searches(Path(r.out_dir))
     return {**summary, "curve": draw_training_curve(Path(r.out_dir), summary)}
+
+
+def prepare_searches(out_dir: Path) -> None:
+    """The model's query graph made (and cached) now, at training's end, so its first search is as
+    fast as the next instead of paying for it (once per model and machine)."""
+    from dhim_ray.graph_hasher import load_query_hasher
+
+    t0 = time.perf_counter()
+    load_query_hasher(out_dir)
+    logger.info("prepared %s for searches (%.0f s)", out_dir, time.perf_counter() - t0)
 
 
 def draw_training_curve(out_dir: Path, summary: dict[str, Any]) -> str | None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from dhim_ray.connectors.milvus import MilvusTarget, check_alias_support
+from dhim_ray.connectors.milvus import MilvusTarget
+from dhim_ray.connectors.schema import check_alias_support
 from dhim_ray.corpus.spec import CorpusSpec
 from dhim_ray.errors import ConfigError
 

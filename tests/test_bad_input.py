@@ -309,7 +309,7 @@ CASES = [
     (["search", "--like", "a\nb", "--model", "{model}", "--uri", "{db}", "--collection", "toy_16"], 2,
      "holds a line break or another control character"),
     (["search", "--like", "x" * 100_000, "--model", "{model}", "--uri", "{db}", "--collection", "toy_16"], 2,
-     "(100,000 characters); give a hit's id (the id column of search's table)"),
+     "(100,000 characters); give @RANK (a hit of the last search, e.g. @1), a hit's id (--json shows it)"),
     (S("--filter", "lable == 3"), 2, "--filter 'lable == 3': the collection has no field 'lable' (its fields: id, label"),
     # filters checked before they reach Milvus (a zero divisor stops milvus-lite's server), or its refusal mapped
     (S("--filter", "label / 0 == 1"), 2, "'/' at character 7: a filter does no arithmetic but 'FIELD % N'"),

@@ -62,6 +62,12 @@ def test_missing_checkpoint(tmp_path):
         load_checkpoint(tmp_path / "nope")
 
 
+def test_the_folder_above_a_model_names_the_models_in_it(saved):
+    path, _ = saved
+    with pytest.raises(CheckpointError, match=rf"a folder of models \({path.name}\); pass one of them, e.g. "):
+        read_checkpoint(path.parent)
+
+
 def test_missing_weights(saved):
     path, _ = saved
     (path / "model.safetensors").unlink()

@@ -354,7 +354,7 @@ def test_the_curves_say_what_they_show(monkeypatch, tmp_path):
     monkeypatch.setattr(plots, "_save", lambda fig, plt, path: drawn.setdefault("fig", fig) and Path(path))
     history = [{"epoch": e, "loss": 1.0 - e / 10, "val_precision": 0.6 + e / 100} for e in range(4)]
     plots.training_curve({"history": history, "criterion": "labels", "selected_by": "val P@100 (tie-aware)",
-                          "best_epoch": 2, "corpus": "bbc"}, tmp_path / "t.png")
+                          "best_epoch": 3, "corpus": "bbc"}, tmp_path / "t.png")
     loss_ax, score_ax = drawn.pop("fig").axes
     assert list(loss_ax.lines[0].get_xdata()) == [1, 2, 3, 4]
     assert score_ax.get_ylabel() == "val P@100 (tie-aware)" and score_ax.get_ylim() == (0, 1)

@@ -350,16 +350,17 @@ def test_the_same_rows_written_in_another_order_give_the_same_hits(model_dir, tm
 
 @pytest_slow
 def test_the_first_k_hits_are_those_of_any_larger_k(ingested, model_dir):
-    """Paging (k=3, then k=10) never sees a hit appear or vanish: in every mode and for the
-    head and phrase fusions, the top 3 is the top 10's first three (BM25's depth is fetched
-    whatever k, ties cut by id)."""
+    """Paging (k=3, then k=10) never sees a hit appear or vanish: in every mode and for every
+    fusion, the top 3 is the top 10's first three (each list's depth is fetched whatever k,
+    rrf's up to RRF_DEPTH, ties cut by id)."""
     from dhim_ray.search import Searcher
 
     target, _ = ingested
     split = load_split(BBC)
     queries = [phrase(split.texts[i]) for i in (3, len(split.texts) // 2, -1)] + ["oil prices rise as markets fall", "the film"]
     with Searcher(model_dir, target) as s:
-        for mode, fusion in (("codes", None), ("text", None), ("hybrid", Fusion("phrase", 5)), ("hybrid", Fusion("head", 5))):
+        for mode, fusion in (("codes", None), ("text", None), ("hybrid", Fusion("phrase", 5)), ("hybrid", Fusion("head", 5)),
+                             ("hybrid", Fusion("rrf"))):
             small = s.run(SearchRequest(queries, k=3, mode=mode), fusion=fusion).hits
             large = s.run(SearchRequest(queries, k=10, mode=mode), fusion=fusion).hits
             assert [[h["id"] for h in row] for row in small] == [[h["id"] for h in row[:3]] for row in large], mode

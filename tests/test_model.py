@@ -350,7 +350,7 @@ def test_interrupted_in_process_training_keeps_the_best_epoch_and_resumes(tmp_pa
 
     corpus, out = CorpusSpec(str(toy_folder)), tmp_path / "run"
     cfg = tiny_config.replace(train={"max_epochs": 4, "patience": 10})
-    with pytest.raises(TrainingInterrupted, match="interrupted after epoch 1.*resume="):
+    with pytest.raises(TrainingInterrupted, match="interrupted after epoch 2.*resume="):
         train_corpus(corpus, cfg, out, progress=False, callbacks=(CtrlCAtEpoch(2),))
     info = read_checkpoint(out)
     assert has_training_state(out) and info.summary["epochs_run"] == 2

@@ -155,6 +155,20 @@ def run_exported_graph(path: Path, hasher: Hasher, texts: list[str]) -> np.ndarr
     return out
 
 
+def test_an_export_without_out_goes_to_a_folder_of_its_own_beside_the_model(tiny_bert, tmp_path, monkeypatch):
+    """``dhim-ray export MODEL`` leaves nothing in the current folder: MODEL-onnx/ holds its files."""
+    from dhim_ray.cli import main
+
+    ck = random_checkpoint(tmp_path / "ck", FeatureConfig(encoder=tiny_bert, max_words=12), n_bits=16, hidden=32)
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    with pytest.raises(SystemExit) as done:
+        main(["export", str(ck), "--json"])
+    assert done.value.code in (0, None) and not any(here.iterdir())
+    assert {"model.json", "model.onnx", "tokenizer.json"} <= {p.name for p in (tmp_path / "ck-onnx").iterdir()}
+
+
 @pytest.mark.parametrize("identity_bits", [0, 16])
 def test_the_exported_graph_gives_the_hashers_codes(tiny_bert, tmp_path, identity_bits, capsys, monkeypatch):
     from dhim_ray.cli import main

@@ -107,9 +107,11 @@ def test_health_names_model_collection_and_rows_without_a_token(service):
     assert h["complete"] is True and "warning" not in h  # the ingest verified it
 
 
-def test_the_openapi_schema_is_served(service):
+def test_the_openapi_schema_is_served_and_no_page_that_needs_a_cdn(service):
+    """The schema is served; /docs (Swagger UI, fetched from a CDN: blank offline) is not."""
     schema = httpx.get(service["url"] + "/openapi.json", timeout=30).json()
     assert {"/search", "/hash", "/health"} <= set(schema["paths"])
+    assert httpx.get(service["url"] + "/docs", timeout=30).status_code == 404
 
 
 @pytest.mark.parametrize("body, status, field, words", [

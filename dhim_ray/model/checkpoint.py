@@ -151,6 +151,10 @@ def read_checkpoint(path: str | Path) -> CheckpointInfo:
         raise CheckpointError(f"checkpoint {path}: no such folder; pass the folder a finished 'dhim-ray train' wrote (its out)")
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path}: is a file; pass the folder that holds {CONFIG_FILE} and {WEIGHTS_FILE}")
+    inside = sorted(p.name for p in path.iterdir() if (p / CONFIG_FILE).is_file() and (p / WEIGHTS_FILE).is_file())
+    if inside and not (path / CONFIG_FILE).exists():
+        raise CheckpointError(f"checkpoint {path}: a folder of models ({', '.join(inside[:5])}); pass one of them, "
+                              f"e.g. {path / inside[0]}")
     for name in (CONFIG_FILE, WEIGHTS_FILE):
         if not (path / name).is_file():
             raise CheckpointError(f"checkpoint {path}: missing {name}; the run may not have finished, train again")

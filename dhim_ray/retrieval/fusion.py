@@ -19,6 +19,8 @@ MODES = ("codes", "text", "hybrid")
 METHODS = ("head", "phrase", "rrf")
 #: The share of a query's distinct words a text hit must hold to go first (``phrase``).
 PHRASE_COVER = 0.8
+#: rrf fuses each list's first max(k, RRF_DEPTH): a page of k up to it is the first k of any larger one.
+RRF_DEPTH = 100
 _WORD = re.compile(r"\w+")
 
 Hits = Sequence[dict[str, Any]]
@@ -60,8 +62,12 @@ class Fusion:
 
     def text_hits_needed(self, k: int) -> int:
         """How many text hits a fused list of k takes: ``depth`` whatever k for head and phrase, so
-        the first k hits are those of any larger k."""
-        return k if self.method == "rrf" else self.depth
+        the first k hits are those of any larger k (rrf: of any larger k up to RRF_DEPTH)."""
+        return max(k, RRF_DEPTH) if self.method == "rrf" else self.depth
+
+    def code_hits_needed(self, k: int) -> int:
+        """How many code hits a fused list of k takes: k (rrf: as many as it takes text hits)."""
+        return self.text_hits_needed(k) if self.method == "rrf" else k
 
     def __str__(self) -> str:
         return f"{self.method}:{self.c if self.method == 'rrf' else self.depth}"

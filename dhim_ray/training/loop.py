@@ -407,7 +407,7 @@ class FitResult:
         epoch_seconds = [h.seconds for h in self.history]
         return {
             **context,
-            "best_epoch": self.best_epoch,
+            "best_epoch": self.best_epoch + 1,  # counted from 1, as the log says "kept epoch N" (0: none chosen)
             "epochs_run": len(self.history),
             "selected_by": self.selected_by,
             "criterion": self.criterion,

@@ -171,7 +171,7 @@ class CheckpointEachEpoch(TrainCallback):
             save_training_state(self.out, state.model, state.config, state.optimizer, state.best_state,
                                 state.progress(), self.fingerprint,
                                 {**self.context, "unfinished": True, "epochs_run": state.epoch + 1,
-                                 "best_epoch": best})
+                                 "best_epoch": best + 1})
 
 
 #: Settings a resumed run may change: the epoch budget and patience (the width comes from the encoder).
@@ -330,5 +330,5 @@ def _interrupted_message(out: Path) -> str:
     if not has_training_state(out):
         return f"interrupted before the first epoch finished; nothing was saved in {out}"
     info = read_checkpoint(out)
-    return (f"interrupted after epoch {info.summary.get('epochs_run', 0) - 1}; {out} holds the best epoch so far "
+    return (f"interrupted after epoch {info.summary.get('epochs_run', 0)}; {out} holds the best epoch so far "
             f"({info.summary.get('best_epoch')}); continue with the same command and resume={out}")
