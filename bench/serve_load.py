@@ -8,6 +8,10 @@ collection (the packaged BBC corpus, 64 bits, milvus-lite; built with the demo w
 2. Over HTTP on 127.0.0.1: 1, 8 and 32 concurrent clients, each sending its share of a fixed
    number of one-text POST /search requests, with dynamic batching (32) and without (1).
    Bounded: ``--requests`` per level, every request with a 60 s timeout.
+3. Mixed (``--only mixed`` runs it alone): 8 honest clients' one-text searches, alone and then
+   beside 8 hostile clients each sending the largest request the service takes in a loop (256
+   texts of common words at the most text work allowed, hybrid): the honest p50/p99 loaded over
+   unloaded, same run.
 """
 
 from __future__ import annotations
@@ -132,18 +136,73 @@ def over_http(model: Path, target: MilvusTarget, queries: list[str], requests: i
     return rows
 
 
+def mixed(model: Path, target: MilvusTarget, queries: list[str], requests: int = 160) -> dict:
+    """Honest one-text searches alone, then beside hostile clients sending the largest requests."""
+    import threading
+
+    import httpx
+    from ray import serve
+
+    from dhim_ray.connectors.lexical import MAX_TEXT_WORK
+    from dhim_ray.jobs.serve import MAX_TEXTS, ServeOptions
+    from dhim_ray.jobs.service_life import start_service
+
+    # the most a request may ask: 256 texts of 48 words (6 distinct, each in most documents) at the
+    # k that keeps texts x distinct words x k under MAX_TEXT_WORK
+    words = ["the", "and", "of", "to", "in", "a"]
+    hostile_body = {"texts": [" ".join(words * 8)] * MAX_TEXTS, "mode": "hybrid",
+                    "k": MAX_TEXT_WORK // (MAX_TEXTS * len(words))}
+    stop, done, failed = threading.Event(), [0], [0]
+
+    def hostile() -> None:
+        with httpx.Client(timeout=300) as http:
+            while not stop.is_set():
+                r = http.post(url + "/search", json=hostile_body)
+                done[0] += r.status_code == 200
+                failed[0] += r.status_code >= 500
+
+    url = start_service(ServeOptions(str(model.resolve()), target.uri, target.collection), port=free_port())
+    try:
+        load(url, queries, 4, 40)  # warm-up
+        alone = load(url, queries, 8, requests)
+        threads = [threading.Thread(target=hostile, daemon=True) for _ in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(5)  # the hostile requests under way
+        loaded = load(url, queries, 8, requests)
+        stop.set()
+        for t in threads:
+            t.join(timeout=600)
+    finally:
+        serve.delete("dhim-ray")
+        time.sleep(2)
+    out = {"honest_alone": alone, "honest_beside_8_hostile": loaded, "hostile_answered": done[0],
+           "hostile_5xx": failed[0], "p50_loaded_over_alone": round(loaded["p50_ms"] / alone["p50_ms"], 2),
+           "p99_loaded_over_alone": round(loaded["p99_ms"] / alone["p99_ms"], 2)}
+    print(out, flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--demo-dir", default=str(HERE / ".cache" / "demo"))
     ap.add_argument("--requests", type=int, default=320, help="requests per concurrency level")
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--cli-runs", type=int, default=5)
+    ap.add_argument("--only", choices=["mixed"], help="run one part, merged into the result file")
     args = ap.parse_args()
     from dhim_ray.jobs.ray_env import init_ray
 
     model, target = demo_collection(Path(args.demo_dir))
     queries = load_split(CorpusSpec("bbc", "val")).texts[:200]
     queries = [" ".join(q.split()[:12]) for q in queries]  # query-length texts: a headline's first words
+    if args.only == "mixed":
+        import json
+
+        init_ray(num_cpus=2)
+        result = json.loads((HERE / "serve_load.json").read_text()) if (HERE / "serve_load.json").exists() else {}
+        write_result("serve_load", {**result, "mixed": mixed(model, target, queries)})
+        return
     result = {"device": device_name("cpu"), "collection": asdict(target) | {"token_env": None},
               "in_process": in_process(model, target, queries)}
     print(result["in_process"], flush=True)
@@ -154,6 +213,7 @@ def main() -> None:
     by = {(r["max_batch_size"], r["clients"]): r["queries_per_s"] for r in result["http"]}
     top = max(args.clients)
     result["batching_gain_at_max_clients"] = round(by[(32, top)] / by[(1, top)], 2)
+    result["mixed"] = mixed(model, target, queries)
     write_result("serve_load", result)
 
 

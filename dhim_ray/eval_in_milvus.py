@@ -60,8 +60,8 @@ class InMilvus:
                               "or less", field="k")
         q = load_split(queries, "val")
         if q.labels is not None:
-            self.label_of = hit_labels(self.searcher.info.label_names, q.label_names, queries.display,
-                                       self.searcher.target.collection)
+            self.label_of = HitLabels(None if q.label_names is None else list(q.label_names),
+                                      f"queries {queries.display} against collection {self.searcher.target.collection!r}")
             return q, q.labels
         if self.mode != "codes":
             raise ConfigError(f"mode={self.mode}: without labels, eval scores the codes' neighbours; use mode=codes, "
@@ -201,9 +201,9 @@ class HitLabels:
     query file holding some of the classes still lines up; else the stored number. Names on
     one side and bare numbers on the other cannot be matched: a DataError."""
 
-    def __init__(self, names: list[str] | None = None, stored_names: bool = False, where: str = ""):
+    def __init__(self, names: list[str] | None = None, where: str = ""):
         self.index = None if names is None else {n: i for i, n in enumerate(names)}
-        self.fields = ("label", "label_name") if stored_names else ("label",)
+        self.fields = ("label", "label_name")
         self.where = where
 
     def __call__(self, hits: list[dict[str, Any]]) -> np.ndarray:
@@ -217,12 +217,3 @@ class HitLabels:
             raise DataError(f"{self.where}: the queries label by name but the collection's rows hold numbers "
                             "only, so they cannot be matched; give numbered queries, or re-ingest from named labels")
         return np.array([self.index.get(h["label_name"], -2) for h in hits])
-
-
-def hit_labels(stored_names: bool, query_names: list[str] | None, queries: str, collection: str) -> HitLabels:
-    """How to compare a collection's labels with the queries' (see HitLabels)."""
-    if query_names is not None and not stored_names:
-        raise DataError(f"queries {queries} label by name but collection {collection!r} keeps no label names "
-                        "(ingested before names were kept); give numbered queries, or re-ingest")
-    return HitLabels(None if query_names is None else list(query_names), stored_names,
-                     f"queries {queries} against collection {collection!r}")

@@ -106,6 +106,7 @@ class IngestResult:
     rows_in_collection: int
     rows_of_source: int
     seconds: float
+    start_seconds: float = 0.0  # of them, Ray's start: fixed, whatever the corpus (docs_per_second leaves it out)
     writers: int = 1  # processes that upserted (the driver alone on milvus-lite)
     stale_rows_removed: int = 0  # rows of an earlier version of the source that it no longer has
     rows_unchanged: int = 0  # rows an earlier run had stored as they are: not encoded again, not written
@@ -115,15 +116,19 @@ class IngestResult:
     keeps: str = "codes"  # what each row keeps beside its text: codes, a text index, columns
 
     @classmethod
-    def of(cls, sink: MilvusDatasink, n_documents: int, seconds: float, figures: dict[str, Any]) -> IngestResult:
-        """The result of an ingest through ``sink``, whose ``on_write_complete`` returned ``figures``."""
+    def of(cls, sink: MilvusDatasink, n_documents: int, seconds: tuple[float, float],
+           figures: dict[str, Any]) -> IngestResult:
+        """The result of an ingest through ``sink`` in ``seconds`` (all, Ray's start), whose
+        ``on_write_complete`` returned ``figures``."""
         keeps = ["codes"] + ["text index (BM25)"] * sink.text_index + list(sink.columns)
-        return cls(sink.target.collection, sink.target.uri, sink.source, n_documents, seconds=seconds,
-                   text_index=sink.text_index, keeps=", ".join(keeps), **figures)
+        return cls(sink.target.collection, sink.target.uri, sink.source, n_documents, seconds=seconds[0],
+                   start_seconds=seconds[1], text_index=sink.text_index, keeps=", ".join(keeps), **figures)
 
     @property
     def docs_per_second(self) -> float:
-        return self.n_documents / self.seconds if self.seconds else 0.0
+        """Documents read, encoded and written a second, Ray's start left out."""
+        work = self.seconds - self.start_seconds
+        return self.n_documents / work if work > 0 else 0.0
 
     @property
     def verified(self) -> bool:
@@ -236,6 +241,7 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
         t0 = time.perf_counter()
         init_ray(r.address)
         check_capacity(r.workers, r.use_gpu)
+        started = time.perf_counter() - t0
         # read tasks open the corpus and encoder actors the model on every node
         check_shared_paths({"--model": (Path(r.model_dir).resolve(), False),
                             **({"corpus": (Path(corpus.name).resolve(), False)} if Path(corpus.name).exists() else {})})
@@ -270,7 +276,7 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
         raise
     finally:
         sink.close()
-    result = IngestResult.of(sink, n_documents, seconds, figures)
+    result = IngestResult.of(sink, n_documents, (seconds, started), figures)
     logger.info("ingested %d documents into %s at %s (%.0f docs/s)", n_documents, target.collection,
                 mask_uri(target.uri), result.docs_per_second)
     return result

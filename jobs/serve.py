@@ -6,12 +6,14 @@ Retry-After. ``build_app`` is the import path for ``serve deploy``; jobs/service
 
 
 import asyncio
+import functools
 import hashlib
 import logging
 import os
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from typing import Any, Literal
@@ -241,6 +243,15 @@ class MilvusDown(Exception):
 MAX_ONGOING_REQUESTS = 256
 #: Seconds between asking which collection a served alias points at (ingest --alias).
 ALIAS_CHECK_S = 2.0
+#: A request of more texts than LANE_TEXTS, or of more than LANE_WORK texts x k, is large: it is
+#: hashed and searched in a lane of its own, one large request at a time per replica, so a small
+#: one never waits behind a large one's encoder pass or text search (bench/serve_load.py, mixed).
+LANE_TEXTS, LANE_WORK = 8, 2000
+
+
+def is_large(n_texts: int, k: int = 1) -> bool:
+    """Whether a request of ``n_texts`` texts (or ids) and ``k`` hits each goes to the large lane."""
+    return n_texts > LANE_TEXTS or n_texts * k > LANE_WORK
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=MAX_ONGOING_REQUESTS,
@@ -261,6 +272,7 @@ class QueryService:
         self.searcher: Searcher | None = None
         self._checked = 0.0  # when the served name was last resolved (aliases)
         self._lock = asyncio.Lock()
+        self._large = ThreadPoolExecutor(1, thread_name_prefix="dhim-ray-large")  # the large requests' lane
         self.passes = self.requests = 0  # encoder passes, and the requests they served
         self._encode_batch.set_max_batch_size(self.options.max_batch_size)
         self._encode_batch.set_batch_wait_timeout_s(self.options.batch_wait_s)
@@ -345,6 +357,14 @@ class QueryService:
                 start = stop
         return out
 
+    async def _encode(self, hasher: Hasher, texts: list[str], scores: bool, large: bool) -> tuple[Any, Any]:
+        """``texts``' codes (and scores): a small request's in the shared pass, a large one's alone in its lane."""
+        if not large:
+            return await self._encode_batch((hasher, texts, scores))
+        done = await asyncio.get_running_loop().run_in_executor(
+            self._large, functools.partial(hasher.encode, texts, scores=scores, prepared=True))
+        return (done[0], done[1]) if scores else (done, None)
+
     def _milvus_down(self, exc: Exception) -> JSONResponse:
         """A 503 that tells the client when to retry and nothing of where the store lives (the log has it)."""
         logger.warning("Milvus at %s is not answering: %s", mask_uri(self.options.uri), str(exc)[:200])
@@ -367,9 +387,11 @@ class QueryService:
             searcher = await self._searcher()  # the model comes with the collection (an alias may move)
             if texts and searcher.hasher is not hasher:  # moved to another model: cleaned by its rules
                 texts = check_texts(list(search.texts), searcher.hasher.config.features)
-            encoded = await self._encode_batch((searcher.hasher, texts, search.rerank > 1)) if texts else None
+            large = is_large(len(search.texts or search.like), search.k)
+            encoded = await self._encode(searcher.hasher, texts, search.rerank > 1, large) if texts else None
             t0 = time.perf_counter()
-            result = await asyncio.to_thread(searcher.run, search, encoded)
+            result = await asyncio.get_running_loop().run_in_executor(
+                self._large if large else None, searcher.run, search, encoded)
         except (ConfigError, DataError) as exc:  # a filter Milvus refuses, an id the collection lacks
             return _refused(exc)
         except (MilvusDown, StoreError) as exc:
@@ -386,8 +408,8 @@ class QueryService:
         if not self._authorised(request):
             return _error(401, "authorization: missing or wrong bearer token", "authorization")
         try:
-            codes, _ = await self._encode_batch((self.hasher, check_texts(body.texts, self.hasher.config.features),
-                                                 False))
+            codes, _ = await self._encode(self.hasher, check_texts(body.texts, self.hasher.config.features), False,
+                                          is_large(len(body.texts)))
         except DataError as exc:
             return _error(422, f"texts: {exc}", "texts")
         return {"n_bits": self.hasher.n_bits, "model": self.hasher.model_id, "codes": [c.tobytes().hex() for c in codes]}

@@ -104,10 +104,10 @@ def foreign_collections(db: str) -> None:
     from pymilvus import DataType, MilvusClient
 
     from dhim_ray.connectors.connection import release
-    from dhim_ray.connectors.milvus import FORMAT
+    from dhim_ray.connectors.milvus import FORMAT, FORMAT_VERSION
 
     client = MilvusClient(db)
-    ours = json.dumps({"format": FORMAT, "model": ""})
+    ours = json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "model": ""})
     for name, description, id_type, metric in (("foreign_list", "[1, 2]", DataType.INT64, "HAMMING"),
                                                ("foreign_jaccard", ours, DataType.INT64, "JACCARD"),
                                                ("foreign_varchar", ours, DataType.VARCHAR, "HAMMING")):

@@ -183,3 +183,13 @@ def test_a_float_baselines_curve_from_one_search_equals_its_precision_at_each_k(
                                                    out["curve"]["k"]], abs=1e-12)
     assert out["precision_at_k"] == out["precision_at_k_tie_aware"] == cosine_precision_at_k(db, db_labels, q,
                                                                                               q_labels, 50)
+
+
+def test_the_precision_ceiling_is_what_the_class_sizes_allow():
+    """Classes smaller than k cap P@k below 1 whatever the codes: 7 and 22 relevant of k=100."""
+    from dhim_ray.retrieval.metrics import precision_ceiling
+
+    db = np.array([0] * 7 + [1] * 22)
+    assert precision_ceiling(db, np.array([0, 1]), 100) == pytest.approx((0.07 + 0.22) / 2)
+    assert precision_ceiling(db, np.array([0, 1, 1]), 5) == 1.0
+    assert precision_ceiling(db, np.array([2]), 5) == 0.0  # a class the database lacks

@@ -31,7 +31,7 @@ def store(tmp_path_factory, toy_folder, tiny_model):
     ids = document_ids("toy@1", rows)
     target = MilvusTarget(str(root / "f.db"), "toy16")
     with target.open() as collection:
-        collection.ensure(16, hasher.model_id, keys=True)
+        collection.ensure(16, hasher.model_id)
         collection.upsert(code_rows({"id": ids, "code": codes, "label": split.labels, "text": split.texts, "row": rows,
                                      "key": [f"doc-{r}" for r in rows]}, 16, "toy@1"))
     searcher = Searcher(model, target)
@@ -83,13 +83,11 @@ def test_more_like_a_stored_row_by_id_or_key_leaves_the_row_out(store):
     by_id = searcher.run(SearchRequest(like=[int(ids[7])], k=5)).hits[0]
     by_key = searcher.run(SearchRequest(like=["doc-7"], k=5)).hits[0]
     assert by_id == by_key and len(by_id) == 5 and int(ids[7]) not in {h["id"] for h in by_id}
-    with_self = searcher.run(SearchRequest(like=[int(ids[7])], k=5)).hits[0]
-    assert with_self[0]["distance"] == 0 and int(ids[7]) in {h["id"] for h in with_self}
     want = [w for w in exact(store, store["codes"][7], np.ones(len(ids), bool)) if w[1] != int(ids[7])]
     assert [h["distance"] for h in by_id] == [d for d, _ in want[:5]]
     with pytest.raises(DataError, match="holds no document with id 'nope'"):
         searcher.run(SearchRequest(like=["nope"]))
-    with pytest.raises(DataError, match="holds no row with id 12345"):
+    with pytest.raises(DataError, match="holds no document with id '12345'"):  # neither a row id nor a key
         searcher.run(SearchRequest(like=[12345]))
 
 
@@ -105,7 +103,7 @@ def test_more_like_an_id_two_documents_share_names_both_rows(store, tmp_path):
     ids = document_ids("dup@1", rows)
     target = MilvusTarget(str(tmp_path / "dup.db"), "dup")
     with target.open() as collection:
-        collection.ensure(16, store["hasher"].model_id, keys=True)
+        collection.ensure(16, store["hasher"].model_id)
         collection.upsert(code_rows({"id": ids, "code": store["codes"][:3], "label": store["labels"][:3],
                                      "text": store["texts"][:3], "row": rows, "key": ["a", "b", "a"]}, 16, "dup@1"))
     try:
@@ -119,35 +117,22 @@ def test_more_like_an_id_two_documents_share_names_both_rows(store, tmp_path):
         release(target.uri)
 
 
-def test_a_collection_with_sign_codes_from_an_earlier_version_searches_and_refuses_an_ingest(store, tmp_path):
-    """Collections of an earlier version could keep sign codes (or float vectors) beside the
-    codes: they still search, --rerank ordering by the query's bit scores, and an ingest into
-    one is refused in one line (its rows would lack the field)."""
-    from pymilvus import DataType
-
-    from dhim_ray.connectors.milvus import FORMAT, MilvusTarget, _schema
+def test_rerank_orders_the_hamming_candidates_by_the_querys_bit_scores(store, tmp_path):
+    """--rerank M takes k x M Hamming candidates (ties by id) and orders them by how well their
+    codes agree with the query's pre-threshold scores."""
+    from dhim_ray.connectors.milvus import MilvusTarget
     from dhim_ray.connectors.rows import code_rows, document_ids
-    from dhim_ray.errors import CollectionMismatchError
     from dhim_ray.retrieval.rerank import agreement
     from dhim_ray.search import Searcher
 
     hasher, texts = store["hasher"], store["texts"]
-    codes, _, vectors = hasher.encode(texts, scores=True, vectors=True)
+    codes = hasher.encode(texts)
     rows = np.arange(len(texts))
     ids = document_ids("toy@2", rows)
     target = MilvusTarget(str(tmp_path / "s.db"), "toy16s")
     with target.open() as collection:
-        schema = _schema(16, {"format": FORMAT, "n_bits": 16, "model": hasher.model_id, "sign_bits": 32})
-        schema.add_field("sign", DataType.BINARY_VECTOR, dim=32)
-        index = collection.client.prepare_index_params()
-        index.add_index(field_name="code", index_type="BIN_FLAT", metric_type="HAMMING")
-        index.add_index(field_name="sign", index_type="BIN_FLAT", metric_type="HAMMING")
-        collection.client.create_collection("toy16s", schema=schema, index_params=index)
-        columns = code_rows({"id": ids, "code": codes, "text": texts, "row": rows}, 16, "toy@2")
-        columns["sign"] = [s.tobytes() for s in np.packbits(vectors > 0, axis=1)]
-        collection.upsert(columns)
-        with pytest.raises(CollectionMismatchError, match="keeps float vectors or sign codes beside its codes"):
-            collection.check(16, hasher.model_id, writing=True)
+        collection.ensure(16, hasher.model_id)
+        collection.upsert(code_rows({"id": ids, "code": codes, "text": texts, "row": rows}, 16, "toy@2"))
     query = ["football match goal"]
     q_codes, q_scores, _ = hasher.encode(query, scores=True)
     d_code = np.bitwise_count(codes ^ q_codes[0]).sum(1)

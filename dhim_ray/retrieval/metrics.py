@@ -281,3 +281,10 @@ def cosine_precision_at_k(
     q_labels = _check_labels(query_labels, len(queries), "queries")
     top = cosine_topk(database, queries, k, memory_mb)
     return float((db_labels[top] == q_labels[:, None]).mean())
+
+
+def precision_ceiling(db_labels: np.ndarray, query_labels: np.ndarray, k: int) -> float:
+    """The highest P@k any codes can score: per query, its class's documents in the database (at most k) over k."""
+    classes, sizes = np.unique(np.asarray(db_labels), return_counts=True)
+    held = dict(zip(classes.tolist(), sizes.tolist()))
+    return float(np.mean([min(k, held.get(y, 0)) / k for y in np.asarray(query_labels).tolist()])) if len(query_labels) else 1.0

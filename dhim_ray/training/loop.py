@@ -24,7 +24,7 @@ from dhim_ray.encoding.transforms import fitting_sample
 from dhim_ray.errors import ConfigError, DataError
 from dhim_ray.model.dhim import DHIM
 from dhim_ray.model.inference import hash_features, to_tensors, trim_margin
-from dhim_ray.retrieval.metrics import cosine_topk, neighbour_recall_at_k, precision_at_k
+from dhim_ray.retrieval.metrics import cosine_topk, neighbour_recall_at_k, precision_at_k, precision_ceiling
 from dhim_ray.training.distributed import Collective
 from dhim_ray.training.schedule import EarlyStopping, selection_warmup
 
@@ -94,11 +94,15 @@ class Selection:
     k: int
 
     @classmethod
-    def build(cls, database: Features, labels: np.ndarray | None, val: Features, config: DHIMConfig) -> Selection:
+    def build(cls, database: Features, labels: np.ndarray | None, val: Features, config: DHIMConfig,
+              val_labels: np.ndarray | None = None) -> Selection:
         idx = selection_database(len(database), config.train)
         db = database.take(idx)
         k = min(config.train.k, len(db))
         neighbours = cosine_topk(db.mean, val.mean[np.arange(len(val))], k)
+        if labels is not None and val_labels is not None and (top := precision_ceiling(labels[idx], val_labels, k)) < 1:
+            logger.info("val P@%d can reach at most %.4f here: the classes hold fewer than %d of the %s training "
+                        "documents selection searches", k, top, k, f"{len(db):,}")
         return cls(db, None if labels is None else labels[idx], neighbours, k)
 
     def score(self, model: DHIM, val: Features, val_labels: np.ndarray | None, device: torch.device,
@@ -483,7 +487,8 @@ def fit(
     trained = wrap_model(model) if wrap_model is not None else model
     selection = None
     if criterion is not None:
-        selection = Selection.build(database, database_labels if val_labels is not None else None, val, config)
+        selection = Selection.build(database, database_labels if val_labels is not None else None, val, config,
+                                    val_labels)
     batch_size, table, n_batches = _batching(train, config, collective)
     bar = tqdm(total=config.train.max_epochs, initial=state.epoch + 1, desc=f"train {config.model.n_bits}b",
                unit="epoch", disable=not (progress and collective.is_chief))
