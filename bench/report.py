@@ -213,7 +213,7 @@ def service() -> list[str] | None:
         return None
     ip = r["in_process"]
     out = ["| in process, one query at a time | p50 ms | p99 ms |", "|---|---|---|",
-           f"| `Searcher.search` ({ip['searcher_search']['queries_per_s']:.0f} q/s) | "
+           f"| `Searcher.run` ({ip['searcher_search']['queries_per_s']:.0f} q/s) | "
            f"{ip['searcher_search']['p50_ms']:.1f} | {ip['searcher_search']['p99_ms']:.1f} |",
            f"| of which hashing | {ip['hash']['p50_ms']:.1f} | |",
            f"| of which Milvus | {ip['milvus']['p50_ms']:.1f} | |",
@@ -224,6 +224,19 @@ def service() -> list[str] | None:
         out.append(f"| {'on (32)' if x['max_batch_size'] > 1 else 'off'} | {x['clients']} | {x['queries_per_s']:.1f} | "
                    f"{x['p50_ms']:.1f} | {x['p99_ms']:.1f} | {x['requests_per_encoder_pass']:.2f} |")
     return out
+
+
+def service_mixed() -> list[str] | None:
+    m = (_json("serve_load") or {}).get("mixed")
+    if m is None:
+        return None
+    a, b = m["honest_alone"], m["honest_beside_8_hostile"]
+    return ["| 8 honest clients, one-text searches | queries/s | p50 ms | p99 ms |", "|---|---|---|---|",
+            f"| alone | {a['queries_per_s']:.1f} | {a['p50_ms']:.1f} | {a['p99_ms']:.1f} |",
+            f"| beside 8 hostile clients (the largest request, in a loop) | {b['queries_per_s']:.1f} | "
+            f"{b['p50_ms']:.1f} | {b['p99_ms']:.1f} |",
+            f"| loaded over alone | | {m['p50_loaded_over_alone']:.2f}x | {m['p99_loaded_over_alone']:.2f}x |",
+            "", f"Hostile requests answered meanwhile: {m['hostile_answered']}; 5xx: {m['hostile_5xx']}."]
 
 
 def quality() -> list[str] | None:
@@ -760,6 +773,7 @@ TABLES: dict[str, Callable[[], list[str] | None]] = {
     "encode-speed": encode_speed, "onnx-speed": onnx_speed, "ingest-speed": ingest_speed,
     "ingest-rerun": ingest_rerun, "eval-methods": eval_methods,
     "service": service,
+    "service-mixed": service_mixed,
     "quality": quality, "million-search": million_search, "million-ingest": million_ingest,
     "million-hybrid": million_hybrid, "store": store, "store-server": store_server, "million-write": million_write,
     "million-reopen": million_reopen, "million-upsert": million_upsert, "million-columns": million_columns, "million-rerun": million_rerun,

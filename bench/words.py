@@ -5,7 +5,7 @@
 A collection made by the project's own ingest of the generated corpus (bench/million.py; the
 encoder bypassed: StoredCodes), then, one query at a time in one process (``Searcher.open``, as
 the CLI and an application open it: the query graph hashes each query), all engines
-alternating query by query: ``Searcher.search`` in text, hybrid and codes mode, and tantivy alone
+alternating query by query: ``Searcher.run`` in text, hybrid and codes mode, and tantivy alone
 (an index of the same texts with nothing stored, its top 10 ids read), for four kinds of query:
 an 8-word phrase of a document (known item: is it in the top 10?), 2-3 rare words, 3 common words,
 one common word. Also the ingest's rate and the words' bytes a document, and tantivy alone's build

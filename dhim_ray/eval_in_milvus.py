@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from dhim_ray.connectors.connection import mask_uri
+from dhim_ray.connectors.lexical import MAX_TEXT_WORK, text_work
 from dhim_ray.connectors.milvus import MAX_SEARCH_K, MilvusTarget
 from dhim_ray.corpus.data import Split, load_split
 from dhim_ray.corpus.spec import CorpusSpec
@@ -108,8 +109,12 @@ class StoredIndex:
 
     def _search(self, codes: np.ndarray, k: int, m: int = 1, scores: np.ndarray | None = None,
                 fields: tuple[str, ...] = ()) -> list[list[dict[str, Any]]]:
-        request = SearchRequest(self.texts, k=k, rerank=m, mode=self.place.mode, fields=fields)
-        return self.searcher.run(request, encoded=(codes, scores), fusion=self.place.fusion).hits
+        hits: list[list[dict[str, Any]]] = []
+        for a, b in _parts(self.texts, k if self.place.mode != "codes" else 0):  # each within a request's text work
+            request = SearchRequest(self.texts[a:b], k=k, rerank=m, mode=self.place.mode, fields=fields)
+            part = (codes[a:b], None if scores is None else scores[a:b])
+            hits += self.searcher.run(request, encoded=part, fusion=self.place.fusion).hits
+        return hits
 
     def _stored_codes(self, codes: np.ndarray, k: int, fields: tuple[str, ...]) -> list[list[dict[str, Any]]]:
         """Top-k by Hamming distance past a request's bounds (the tie-aware count reads up to Milvus' cap)."""
@@ -217,3 +222,15 @@ class HitLabels:
             raise DataError(f"{self.where}: the queries label by name but the collection's rows hold numbers "
                             "only, so they cannot be matched; give numbered queries, or re-ingest from named labels")
         return np.array([self.index.get(h["label_name"], -2) for h in hits])
+
+
+def _parts(texts: list[str], k: int) -> list[tuple[int, int]]:
+    """``texts`` cut into runs whose text work at ``k`` (0: none, codes only) fits one request's."""
+    out, start, work = [], 0, 0
+    for i, text in enumerate(texts):
+        cost = text_work([text], k)
+        if i > start and work + cost > MAX_TEXT_WORK:
+            out.append((start, i))
+            start, work = i, 0
+        work += cost
+    return [*out, (start, len(texts))] if texts else out

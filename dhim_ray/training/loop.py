@@ -490,7 +490,8 @@ def fit(
         selection = Selection.build(database, database_labels if val_labels is not None else None, val, config,
                                     val_labels)
     batch_size, table, n_batches = _batching(train, config, collective)
-    bar = tqdm(total=config.train.max_epochs, initial=state.epoch + 1, desc=f"train {config.model.n_bits}b",
+    # no total: early stopping ends most runs long before max_epochs, so an ETA over it would mislead
+    bar = tqdm(initial=state.epoch + 1, desc=f"train {config.model.n_bits}b (at most {config.train.max_epochs})",
                unit="epoch", disable=not (progress and collective.is_chief))
     for epoch in range(state.epoch + 1, config.train.max_epochs):
         if state.finished:
@@ -516,7 +517,6 @@ def fit(
         for cb in callbacks:
             cb.on_epoch_end(state)
         if stop:
-            bar.total = bar.n  # done, not 11% of the way: the summary says it stopped early
             bar.set_description(f"train {config.model.n_bits}b (stopped early)")
             break
     bar.close()
