@@ -186,6 +186,17 @@ Limit = Annotated[int | None, typer.Option(rich_help_panel="Data", help="Use onl
 CacheDir = Annotated[Path | None, typer.Option(parser=folder, rich_help_panel="Features and device", help="Cache frozen features here to reuse them across runs.")]
 Device = Annotated[str, typer.Option(rich_help_panel="Features and device", help="Torch device for in-process work: auto (cuda when present), cpu, cuda, cuda:1.")]
 AsJson = Annotated[bool, typer.Option("--json", rich_help_panel="Output", help="Print one JSON object.")]
+
+
+def _help(ctx: typer.Context, value: bool) -> None:
+    """``--help`` in the Output panel (a command's only loose option otherwise got a box of its own)."""
+    if value:
+        typer.echo(ctx.get_help())
+        raise typer.Exit()
+
+
+Help = Annotated[bool, typer.Option("--help", is_eager=True, expose_value=False, callback=_help,
+                                    rich_help_panel="Output", help="Show this message and exit.")]
 Uri = Annotated[str, typer.Option(rich_help_panel="Milvus", help="Milvus: a .db file (milvus-lite) or http://host:19530.")]
 TokenEnv = Annotated[str, typer.Option(rich_help_panel="Milvus", help="Env variable holding the server token or user:password.")]
 Rerank = Annotated[int, typer.Option(rich_help_panel="Search",
@@ -225,7 +236,7 @@ def given_flags(ctx: typer.Context, overrides: dict[str, dict[str, Any]], fields
     return frozenset(flagged)
 
 
-@app.command()
+@app.command(add_help_option=False)
 @handle_errors
 def train(
     ctx: typer.Context,
@@ -261,6 +272,7 @@ def train(
     max_failures: Annotated[int, typer.Option(rich_help_panel="Cluster", help="Worker failures Ray Train recovers from.")] = 2,
     out_dir: Annotated[Path | None, typer.Option("--out", "-o", parser=folder, rich_help_panel="Output", help="Checkpoint folder [default: runs/CORPUS-BITS].")] = None,
     as_json: AsJson = False,
+    help_: Help = False,
 ):
     """Train DHIM on a corpus and save the best checkpoint."""
 
@@ -281,7 +293,7 @@ def train(
     print_result(result, as_json, title=f"trained {out_dir}")
 
 
-@app.command("eval")
+@app.command("eval", add_help_option=False)
 @handle_errors
 def eval_(
     model_dir: Annotated[Path | None, typer.Argument(metavar="MODEL", help="Checkpoint folder from 'dhim-ray train'.")] = None,
@@ -330,6 +342,7 @@ def eval_(
         "Draw precision@k (known-item: recall@k) against k, 1 to 1,000, for the model and every --baseline into "
         "this PNG."))] = None,
     as_json: AsJson = False,
+    help_: Help = False,
 ):
     """Precision@k by Hamming distance of a model (or a baseline): database vs queries.
 
@@ -357,7 +370,7 @@ def eval_(
     show_eval(evaluate(request, progress=not as_json), request, window_words, plot, as_json)
 
 
-@app.command()
+@app.command(add_help_option=False)
 @handle_errors
 def ingest(
     corpus: Annotated[str, typer.Argument(metavar="CORPUS", help="Preset (bbc, dbpedia, agnews, 20ng), local folder/file, or hub id.")],
@@ -391,6 +404,7 @@ def ingest(
         "kept; an existing collection keeps its choice]"), show_default=False)] = None,
     drop_empty: DropEmpty = False,
     as_json: AsJson = False,
+    help_: Help = False,
 ):
     """Encode a corpus with Ray Data and upsert the codes into a Milvus binary collection.
 
@@ -417,7 +431,7 @@ def column_names(value: str | None) -> tuple[str, ...]:
     return names
 
 
-@app.command()
+@app.command(add_help_option=False)
 @handle_errors
 def search(
     model_dir: Annotated[Path, typer.Option("--model", "-m", parser=folder, rich_help_panel="Model", help="Checkpoint folder the collection was ingested with.")],
@@ -438,6 +452,7 @@ def search(
         "(ingest --id-column) or @RANK (a hit of the last search); repeatable. The row itself is left out."))] = None,
     mode: Mode = None,
     as_json: Annotated[bool, typer.Option("--json", rich_help_panel="Output", help="Print hits as JSON.")] = False,
+    help_: Help = False,
 ):
     """Hash query texts with the model and search the collection.
 
@@ -460,7 +475,7 @@ def search(
     show_hits(result.queries, result.hits, as_json)
 
 
-@app.command()
+@app.command(add_help_option=False)
 @handle_errors
 def serve(
     model_dir: Annotated[Path, typer.Argument(metavar="MODEL", help="Checkpoint folder the collection was ingested with.")],
@@ -480,6 +495,7 @@ def serve(
         rich_help_panel="Service", help="Serve without --api-token-env on an address other hosts can reach (off: refused).")] = False,
     allow_host: Annotated[list[str] | None, typer.Option(
         rich_help_panel="Service", help="A name clients reach an open service by, beyond its addresses and localhost (repeatable).")] = None,
+    help_: Help = False,
 ):
     """Serve search over HTTP with Ray Serve: a search page and a JSON API.
 
@@ -497,12 +513,13 @@ def serve(
     serve_until_stopped(options, host, port, replicas, address, allow_open, api_token_env, say=typer.echo)
 
 
-@app.command()
+@app.command(add_help_option=False)
 @handle_errors
 def curve(
     model_dir: Annotated[Path, typer.Argument(metavar="MODEL", help="Checkpoint folder from 'dhim-ray train'.")],
     out: Annotated[Path | None, typer.Option("--out", "-o", parser=png_file, rich_help_panel="Output", help="The .png to write [MODEL/training.png].")] = None,
     as_json: AsJson = False,
+    help_: Help = False,
 ):
     """Draw a trained model's training curve from the history its checkpoint recorded: no retraining."""
     from dhim_ray.errors import DataError
@@ -518,13 +535,14 @@ def curve(
         "best_epoch"), "stopped": info.summary.get("stopped", "")}, as_json, title=f"training curve of {model_dir}")
 
 
-@app.command()
+@app.command(add_help_option=False)
 @handle_errors
 def export(
     model_dir: Annotated[Path, typer.Argument(metavar="MODEL", parser=folder, help="Checkpoint folder to export.")],
     out: Annotated[Path | None, typer.Option("--out", "-o", parser=onnx_file, rich_help_panel="Output", help="The .onnx file to write; the tokenizer and "
                                       "<name>.json go beside it [default: MODEL-onnx/model.onnx, a folder of its own].")] = None,
     as_json: AsJson = False,
+    help_: Help = False,
 ):
     """Write one ONNX graph from token ids to packed codes, to hash in any language.
 
@@ -536,13 +554,14 @@ def export(
                   "tokenizer": str(path.parent / "tokenizer.json")}, as_json, title=f"exported {model_dir}")
 
 
-@app.command()
+@app.command(add_help_option=False)
 @handle_errors
 def demo(
     out_dir: Annotated[Path, typer.Option("--out", parser=folder, rich_help_panel="Output", help="Where the demo writes its model and database.")] = Path("runs/demo"),
     bits: Annotated[int, typer.Option(callback=code_length, rich_help_panel="Model", help="Code length.")] = 64,
     epochs: Annotated[int, typer.Option(rich_help_panel="Training", help="Maximum epochs (as train's).")] = 100,
     as_json: AsJson = False,
+    help_: Help = False,
 ):
     """End to end on the embedded defaults: train, evaluate, ingest and search.
 
