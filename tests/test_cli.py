@@ -58,6 +58,21 @@ def trained(tmp_path_factory, toy_folder, tiny_bert):
     return out
 
 
+def test_train_leaves_the_query_graph_ready_so_the_first_search_builds_nothing(tmp_path, toy_folder, tiny_bert):
+    """Training ends by preparing the model's query graph (cached once per model and machine):
+    a search opened next finds it whole, so its first query costs what the next one does."""
+    import onnxruntime
+
+    from dhim_ray.graph_hasher import GRAPH, graph_folder
+    from dhim_ray.model.checkpoint import read_checkpoint
+
+    out = tmp_path / "model"
+    r = run("train", toy_folder, "--bits", 16, "--out", out, "--encoder", tiny_bert, "--max-words", 12,
+            "--epochs", 1, "--set", "train.batch_size=32", "--seed", 7)
+    assert r.exit_code == 0, r.output
+    assert (graph_folder(read_checkpoint(out), onnxruntime.__version__) / GRAPH).is_file()
+
+
 def test_the_shipped_identity_bits_fit_a_narrow_encoder(tmp_path, toy_folder, tiny_bert):
     """128 bits ship 64 identity bits; ITQ of a 32-wide encoder gives 32 at most: 32 are used, and
     said; a value set by hand that the encoder cannot give is one clear error."""
