@@ -387,9 +387,7 @@ def run_ingest(n_docs: int, model: Path, uri: str, collection: str, workers: int
     Hasher.check(model)  # the model's check and its imports (transformers: ~2 s of CPU) once, before the clock
     t0, cpu0, own0 = time.perf_counter(), time.process_time(), time.thread_time()
     with PeakMemory() as peak:
-        result = job.ingest(corpus, model, MilvusTarget(uri, collection, timeout=3600), workers=workers,
-                            progress=False, batch_size=256, write_batch=write_batch, text_index=text_index,
-                            write_tasks=write_tasks)
+        result = job.run_ingest(job.IngestRequest(corpus, model, MilvusTarget(uri, collection, timeout=3600), workers=workers, batch_size=256, write_batch=write_batch, text_index=text_index, write_tasks=write_tasks), progress=False)
     driver_cpu = time.process_time() - cpu0  # every thread of the driver's process: Ray's own included
     writer_cpu = time.thread_time() - own0  # the thread that runs the ingest and writes the rows: the serial part
     return {"docs": n_docs, "workers": workers, "docs_per_s": result.docs_per_second, "seconds": result.seconds,

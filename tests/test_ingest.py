@@ -244,7 +244,7 @@ def test_interrupted_ingest_rerun_ends_with_one_row_per_document(ray_session, mo
 
     monkeypatch.setattr(CodeCollection, "upsert", upsert_then_ctrl_c)
     with pytest.raises(IngestInterrupted, match="rerun the same ingest"):
-        job.ingest(BBC, model_dir, target, workers=2, progress=False, write_batch=50)
+        job.run_ingest(job.IngestRequest(BBC, model_dir, target, workers=2, write_batch=50), progress=False)
     monkeypatch.undo()
     left = len(stored(target)[0])
     assert 0 < left < N  # the interruption left a partial collection
@@ -255,7 +255,7 @@ def test_interrupted_ingest_rerun_ends_with_one_row_per_document(ray_session, mo
     run = subprocess.run(["dhim-ray", "search", "oil prices", "--model", str(model_dir), "--uri", target.uri,
                           "--collection", "partial", "-k", "3"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "may be incomplete" in run.stderr, run.stderr[-2000:]
-    again = job.ingest(BBC, model_dir, target, workers=2, progress=False)
+    again = job.run_ingest(job.IngestRequest(BBC, model_dir, target, workers=2), progress=False)
     assert again.rows_in_collection == N
     # what the interrupted run stored is read back and left alone; only the rest is written
     assert (again.rows_unchanged, again.rows_written) == (left, N - left)
@@ -731,7 +731,6 @@ def test_id_column_is_kept_as_each_rows_key_and_returned_with_hits(ray_session, 
     result = run_ingest(IngestRequest(CorpusSpec(str(jsonl), text_column="body"), model_dir, target, workers=1, id_column="doc_id"), progress=False)
     assert result.rows_in_collection == 24
     with Searcher(model_dir, target) as s:
-        assert s.info.keys
         hits = s.run(SearchRequest([texts[2]], k=24)).hits[0]
     assert sorted(h["key"] for h in hits) == sorted(str(d) for d in ids)
     assert next(h for h in hits if h["row"] == 2)["key"] == "a-1"
@@ -843,33 +842,21 @@ def test_a_full_disk_is_said_at_once_and_a_rerun_with_room_completes(ray_session
 def test_a_lite_collection_past_the_advised_size_says_to_move_to_a_server(ray_session, model_dir, tmp_path,
                                                                           monkeypatch, caplog):
     """Past LITE_ADVISED_CODES (10 million, from bench/store.py) an ingest into milvus-lite says
-    once where a server serves better, and past LITE_TEXT_ADVISED_DOCS (1 million: bench million
-    upsert --text-index) so does one into a collection keeping milvus-lite's own BM25 index (made
-    before the words were kept beside the file), past LITE_OPEN_ADVISED_DOCS (5 million: a file
-    slow to open) any other; below them, nothing."""
+    once where a server serves better, and past LITE_OPEN_ADVISED_DOCS (5 million: a file slow to
+    open) that each process opening it waits; below them, nothing."""
     import dhim_ray.jobs.ingest as job
     import dhim_ray.jobs.milvus_sink as sink
-    from dhim_ray.model.checkpoint import read_checkpoint
 
     target = MilvusTarget(str(tmp_path / "big.db"), "big")
-    job.ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False)
+    job.run_ingest(job.IngestRequest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1), progress=False)
     assert "codes in milvus-lite" not in caplog.text and "waits over 30 s" not in caplog.text  # below them: nothing
     monkeypatch.setattr(sink, "LITE_ADVISED_CODES", 30)  # the same rules, at sizes a test can write
-    monkeypatch.setattr(sink, "LITE_TEXT_ADVISED_DOCS", 30)
     monkeypatch.setattr(sink, "LITE_OPEN_ADVISED_DOCS", 30)
-    job.ingest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1, progress=False)
+    job.run_ingest(job.IngestRequest(CorpusSpec("bbc", "train", limit=40), model_dir, target, workers=1), progress=False)
     assert "big holds 40 codes in milvus-lite" in caplog.text and "a Milvus server with BIN_IVF_FLAT" in caplog.text
     assert "own text index" not in caplog.text  # the default keeps its words beside the file: no limit at 1 million
     assert "big will hold 40 documents in milvus-lite: past 30, each process that opens the file waits over 30 s" \
         in caplog.text
-    caplog.clear()
-    model = read_checkpoint(model_dir)
-    old = MilvusTarget(str(tmp_path / "big.db"), "old")
-    with old.open() as collection:
-        collection.ensure(model.n_bits, model.model_id, text_index=True, text_store="milvus")
-    job.ingest(CorpusSpec("bbc", "train", limit=40), model_dir, old, workers=1, progress=False)
-    # said before the writes, counting what the collection will hold: its other rows and this source's
-    assert "old will hold 40 documents in milvus-lite with Milvus' own text index" in caplog.text
 
 
 def test_a_rerun_finds_stored_rows_in_whichever_part_of_the_collection_holds_them(ray_session):
