@@ -1,8 +1,8 @@
 """The product's code lines, as the house's budget counts them: every line of dhim_ray/,
 connectors/ and jobs/ holding a token, docstrings and comments left out (CONTRIBUTING.md, Budgets).
 
-    python -m bench.code_lines            # the working tree's committed HEAD
-    python -m bench.code_lines REV -v     # another commit, with its 25 largest files
+    python bench/code_lines.py            # HEAD
+    python bench/code_lines.py REV -v     # another commit, with its 25 largest files
 """
 
 from __future__ import annotations
