@@ -60,7 +60,11 @@ def test_a_pages_python_examples_run_as_written(folder, page, monkeypatch, capsy
         release(str(folder / "dhim_ray.db"))
     printed = capsys.readouterr().out
     if page == "ingest-and-search.md":
-        assert scope["result"].mode == "codes" and len(scope["result"].hits[0]) == 5
+        assert scope["result"].mode == "hybrid" and len(scope["result"].hits[0]) == 10
+        like = scope["like"].hits[0]  # only the fields asked for, the row itself left out
+        assert scope["like"].mode == "codes" and len(like) == 5 and set(like[0]) == {"id", "distance", "row", "text"}
+        assert scope["hit"]["id"] not in {h["id"] for h in like}
         assert len(scope["hits"][0]) == 10  # the pymilvus block's own search
+        assert scope["figures"]["rows_in_collection"] == 100  # the datasink's
     if page == "evaluation.md":
         assert [line.split()[0] for line in printed.splitlines()] == ["dhim", "itq"]
