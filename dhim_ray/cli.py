@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from dhim_ray.cli_tables import print_result, show_demo, show_eval, show_hits
-from dhim_ray.cli_words import FLAGS, as_flags, print_error
+from dhim_ray.cli_words import FLAGS, Help, as_flags, print_error
 from dhim_ray.errors import ConfigError, DHIMRayError, Interrupted, StoreBusyError
 from dhim_ray.jobs.service_client import ask_service, last_hits, remember_hits
 
@@ -188,15 +188,6 @@ Device = Annotated[str, typer.Option(rich_help_panel="Features and device", help
 AsJson = Annotated[bool, typer.Option("--json", rich_help_panel="Output", help="Print one JSON object.")]
 
 
-def _help(ctx: typer.Context, value: bool) -> None:
-    """``--help`` in the Output panel (a command's only loose option otherwise got a box of its own)."""
-    if value:
-        typer.echo(ctx.get_help())
-        raise typer.Exit()
-
-
-Help = Annotated[bool, typer.Option("--help", is_eager=True, expose_value=False, callback=_help,
-                                    rich_help_panel="Output", help="Show this message and exit.")]
 Uri = Annotated[str, typer.Option(rich_help_panel="Milvus", help="Milvus: a .db file (milvus-lite) or http://host:19530.")]
 TokenEnv = Annotated[str, typer.Option(rich_help_panel="Milvus", help="Env variable holding the server token or user:password.")]
 Rerank = Annotated[int, typer.Option(rich_help_panel="Search",

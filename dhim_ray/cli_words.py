@@ -1,10 +1,11 @@
 """The command's words: the library's parameter names as this command's flags (``FLAGS``,
 ``SWITCHES``, ``as_flags``: ``n_bits=100: ...`` reads ``--bits 100: ...``), and an error as the
-one line it prints (``print_error``)."""
+one line it prints (``print_error``); ``Help``, each command's ``--help`` in its Output panel."""
 
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
 import typer
 
@@ -50,3 +51,14 @@ def print_error(message: str) -> None:
     from dhim_ray.connectors.connection import mask_urls
 
     typer.echo(typer.style("error:", fg="red", bold=True) + " " + mask_urls(" ".join(message.split())), err=True)
+
+
+def show_help(ctx: typer.Context, value: bool) -> None:
+    """``--help`` in the Output panel (a command's only loose option otherwise got a box of its own)."""
+    if value:
+        typer.echo(ctx.get_help())
+        raise typer.Exit()
+
+
+Help = Annotated[bool, typer.Option("--help", is_eager=True, expose_value=False, callback=show_help,
+                                    rich_help_panel="Output", help="Show this message and exit.")]
