@@ -302,12 +302,7 @@ class Searcher:
                                 f"the id {shown(shared, 40)} (row ids {', '.join(map(str, found[shared][:5]))}); give "
                                 "one of those row ids", field="like")
             ids = [found[key][0] for key in keys]
-        held = self.collection.get(ids, ["id"])
-        missing = [i for i in ids if i not in held]
-        if missing:
-            raise DataError(f"like: collection {self.target.collection!r} holds no row with id "
-                            f"{', '.join(map(str, missing[:5]))}; take ids from a search's hits", field="like")
-        codes = self.collection.fetch_codes(ids, self.hasher.n_bits)
+        codes = self.collection.fetch_codes(ids, self.hasher.n_bits)  # held: _like_targets or ids_of_keys read them
         fields = self.info.output_fields if request.fields is None else list(request.fields)
         hits = self._codes(codes, min(request.k + 1, MAX_SEARCH_K), fields, request)
         return [[h for h in row if h["id"] != own][: request.k] for row, own in zip(hits, ids)]
