@@ -17,6 +17,7 @@ Results go to bench/lexical.json (one entry per corpus, replaced on a rerun).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import tempfile
 import time
@@ -26,7 +27,7 @@ import numpy as np
 
 from bench.harness import DATA, HERE
 from bench.hybrid import CORPORA, DEPTH, exact_bound, precision, recall
-from dhim_ray.connectors.milvus import MilvusTarget
+from dhim_ray.connectors.milvus import CodeCollection, MilvusTarget
 from dhim_ray.connectors.rows import code_rows, document_ids
 from dhim_ray.corpus.data import load_corpus
 from dhim_ray.retrieval import known_item
@@ -35,10 +36,17 @@ RESULTS = HERE / "lexical.json"
 STORES = ("file", "milvus")
 
 
+@contextlib.contextmanager
+def opened(target: MilvusTarget, store: str, create: bool = True):
+    """The target's collection; for the "milvus" store, bound as a server's (Milvus' BM25, no file)."""
+    with target.open(create) as collection:
+        yield collection if store == "file" else CodeCollection(collection.client, target.collection, target.timeout)
+
+
 def build(db: Path, store: str, labels: np.ndarray, texts: list[str], sources: np.ndarray) -> MilvusTarget:
     target = MilvusTarget(str(db), f"words_in_{store}", timeout=600)
-    with target.open() as collection:
-        collection.ensure(64, "bench:lexical", text_index=True, text_store=store)
+    with opened(target, store) as collection:
+        collection.ensure(64, "bench:lexical", text_index=True)
         for source in ("train", "val"):
             rows = np.flatnonzero(sources == source)
             for start in range(0, len(rows), 2000):
@@ -66,7 +74,7 @@ def run_corpus(name: str, windows: int, folder: Path) -> dict:
         t0 = time.perf_counter()
         target = build(folder / f"{store}.db", store, labels, texts, sources)
         out[f"build_s_{store}"] = round(time.perf_counter() - t0, 1)
-        with target.open(create=False) as c:
+        with opened(target, store, create=False) as c:
             t0 = time.perf_counter()
             topic = c.search_text(val.texts, DEPTH, output_fields=("label",), filter='source == "train"')
             short = c.search_text(shorts, DEPTH, output_fields=("label",), filter='source == "train"')

@@ -540,13 +540,14 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
     ``n_rows`` rows time ``probe`` rows through upsert and through insert (ids not yet held).
     ``uri``: a Milvus server's (whose write tasks upsert every row); else a new milvus-lite file.
     ``text_index``: the collection keeps a BM25 index over the text, as a new file does, in
-    ``text_store`` (file: tantivy beside the file, the default; milvus: milvus-lite's own). A step
+    ``text_store`` (file: tantivy beside the file, the default; milvus: the server's layout, Milvus'
+    BM25, on milvus-lite's own server: a collection bound with no file). A step
     that takes over ``max_step_s`` ends the growth there (the rows held, then the probes); a
     milvus-lite file is then opened in a fresh process and timed to its first answers."""
     import pyarrow.parquet as pq
 
     from dhim_ray.connectors.connection import release
-    from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget
+    from dhim_ray.connectors.milvus import CodeCollection, IndexSpec, MilvusTarget
     from dhim_ray.connectors.rows import code_rows
 
     texts = pq.read_table(sorted((make_corpus(1_000_000) / "train").glob("*.parquet"))[0],
@@ -578,7 +579,9 @@ def bench_upsert(n_rows: int, probe: int = 50_000, every: int = 1_000_000, uri: 
         out["text_store"] = text_store or ("file" if lite else "milvus")
     try:
         with MilvusTarget(uri, "docs", timeout=3600).open() as c:
-            c.ensure(64, "bench:upsert", IndexSpec(), text_index=text_index, text_store=text_store)
+            if text_index and text_store == "milvus":
+                c = CodeCollection(c.client, "docs", 3600)
+            c.ensure(64, "bench:upsert", IndexSpec(), text_index=text_index)
             out["at_0"] = {"upsert": rate(c, 10**12, probe, False)[1], "insert": rate(c, 2 * 10**12, probe, True)[1]}
             held = 0
             while held < n_rows:  # a step past max_step_s ends the growth where it got to

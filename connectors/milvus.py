@@ -221,6 +221,10 @@ class CodeCollection(CollectionWords, SourceRows):
                 f"collection {self.name!r}: its rows have layout {info.version} and this dhim-ray reads "
                 f"{FORMAT_VERSION}; " + ("ingest it again with overwrite=True (the codes are remade from the corpus)"
                                          if info.version < FORMAT_VERSION else "upgrade dhim-ray"))
+        elif self.lite_file and info.meta.get("text_index") == "bm25":
+            raise CollectionMismatchError(
+                f"collection {self.name!r}: its words are in milvus-lite's own BM25 index, which this dhim-ray does "
+                "not search in a file (it keeps them in tantivy beside it); ingest it again with overwrite=True")
         else:
             if info.n_bits != n_bits:
                 problems.append(f"its codes have {info.n_bits} bits, these have {n_bits}")
@@ -242,11 +246,11 @@ class CodeCollection(CollectionWords, SourceRows):
 
     def ensure(self, n_bits: int, model: str, index: IndexSpec = IndexSpec(), overwrite: bool = False,
                columns: dict[str, tuple[str, int]] | None = None, model_dir: str = "",
-               text_index: bool = False, text_store: str | None = None) -> CollectionInfo:
+               text_index: bool = False) -> CollectionInfo:
         """Create the collection, or check an existing one matches (``check``; ``overwrite``: drop and
         recreate it). ``columns``: name -> (bool, int, float or string; longest string in bytes);
         ``model_dir``: stamped beside the model's id, for a service following an alias; ``text_index``:
-        BM25 over the text, kept by ``text_store``: "file" (tantivy beside a milvus-lite file) or "milvus"."""
+        BM25 over the text (tantivy beside a milvus-lite file, Milvus' BM25 function on a server)."""
         client, name, timeout = self.client, self.name, self.timeout
         columns = columns or {}
         self._check_space()
@@ -257,9 +261,7 @@ class CodeCollection(CollectionWords, SourceRows):
         if info is not None:
             client.drop_collection(name, timeout=timeout)
         self._schema = None  # a new collection: its fields are described again at the next write
-        store = (text_store or ("file" if self.lite_file else "milvus")) if text_index else ""
-        if store not in ("", "file", "milvus") or (store == "file" and not self.lite_file):
-            raise ConfigError(f"text_store={store!r}: write file (beside a milvus-lite file) or milvus", field="text_store")
+        store = ("file" if self.lite_file else "milvus") if text_index else ""
         fields = {n: (kind, string_bound(longest) if kind == "string" else 0) for n, (kind, longest) in columns.items()}
         meta = {"format": FORMAT, "version": FORMAT_VERSION, "n_bits": n_bits, "model": model,
                 **({"columns": {n: list(v) for n, v in fields.items()}} if fields else {}),
@@ -271,7 +273,7 @@ class CodeCollection(CollectionWords, SourceRows):
             index_params.add_index(field_name=TEXT_SPARSE_FIELD, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
         if store == "file":  # first: a collection that says it keeps its words elsewhere finds them there
             self.words.create(name)
-        in_doc = bool(self.lite_file) and store != "milvus"  # Milvus' BM25 reads a text field of its own
+        in_doc = bool(self.lite_file)  # a server's BM25 reads a text field of its own
         self._text_store, self._in_doc = store, in_doc
         try:
             create_loaded(client, name, _schema(n_bits, meta, fields, store == "milvus", in_doc), index_params, timeout)

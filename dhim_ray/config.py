@@ -160,7 +160,6 @@ class TrainConfig:
     val_fraction: float = 0.1  # carved out of train when the corpus has no val split
     max_val: int = 1000  # ... but at most this many documents
     max_select_database: int = 4000  # selection searches at most this many train docs (fixed sample); 0 = all
-    feature_dropout: float = 0.0  # dropout on cached features: cheap stand-in for encoder dropout
     crop_tokens: int = 64  # >0: train on a random window of this many word positions (long documents only)
     neighbours: int = 10  # >0: a random one of each document's top-m cosine neighbours is also a positive
 
@@ -187,8 +186,6 @@ class TrainConfig:
                 or 0 < self.max_select_database <= self.k or self.max_select_database > 100_000_000):
             raise ConfigError(f"max_select_database={self.max_select_database}: 0 (all) or more than k={self.k} "
                               "and at most 100000000", field="max_select_database")
-        if not 0 <= self.feature_dropout < 1:
-            raise ConfigError(f"feature_dropout={self.feature_dropout}: must be in [0, 1)", field="feature_dropout")
         check_seed(self.seed)
 
 

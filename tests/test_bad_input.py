@@ -162,10 +162,9 @@ CASES = [
     (T("--set", "model.n_filters=0"), 2, "--set model.n_filters=0: must be between 1 and 4096"),
     (T("--set", "model.init=pca"), 2, "--set model.init='pca': choose random or itq"),
     (T("--set", "features.cleaning=latin"), 2, "--set features.cleaning='latin': choose unicode or ascii"),
-    (T("--set", "train.feature_dropout=1.5"), 2, "--set train.feature_dropout=1.5: must be in [0, 1)"),
     # --set and flags: one resolution, every value checked, every number bounded
     (T("--set", "train.seed=-1"), 2, "--set train.seed=-1: must be an integer between 0 and 4294967295"),
-    (T("--set", "train.feature_dropout=NaN"), 2, "--set train.feature_dropout=nan: must be in [0, 1)"),
+    (T("--set", "train.val_fraction=NaN"), 2, "--set train.val_fraction=nan: must be in (0, 1)"),
     (T("--set", "train.patience=0"), 2, "--set train.patience=0: must be between 1 and 100000"),
     (["train", "{toy}", "--encoder", "{bert}", "--out", "{root}/out", "--set", "features.max_words=0"], 2,
      "--set features.max_words=0: must be between 1 and 100000"),

@@ -226,12 +226,12 @@ def test_set_values_are_used_and_recorded(tmp_path, toy_folder, tiny_bert):
     out = tmp_path / "run" / "model"
     r = CliRunner().invoke(app, ["train", str(toy_folder), "--bits", "16", "--out", str(out), "--encoder", tiny_bert,
                                  "--epochs", "1", "--set", "features.max_words=12", "--set", "train.seed=5",
-                                 "--set", "train.patience=3", "--set", "train.feature_dropout=0.25",
+                                 "--set", "train.patience=3", "--set", "train.val_fraction=0.25",
                                  "--set", "train.batch_size=32", "--json"])
     assert r.exit_code == 0, r.output
     config = json.loads((out / "config.json").read_text())["config"]
     assert config["train"]["seed"] == 5 and config["train"]["patience"] == 3
-    assert config["train"]["feature_dropout"] == 0.25 and config["features"]["max_words"] == 12
+    assert config["train"]["val_fraction"] == 0.25 and config["features"]["max_words"] == 12
     assert config["train"]["max_epochs"] == 1  # the flag, given once
 
 

@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
 from conftest import build_tiny_bert, make_toy_corpus
 
 from dhim_ray.encoding.encoder import FrozenEncoder
@@ -214,8 +215,8 @@ def test_a_resume_asks_for_the_identity_bits_the_encoder_gave(tmp_path, tiny_con
         resume_config(path, requested.replace(model={"identity_bits": 16}))
 
 
-@pytest.mark.parametrize("version, says", [(2, "train the model again"), (4, "upgrade dhim-ray"),
-                                            ("3", "train the model again")])
+@pytest.mark.parametrize("version, says", [(2, "train the model again"), (5, "upgrade dhim-ray"),
+                                            ("4", "train the model again")])
 def test_a_checkpoint_of_another_format_version_is_refused_in_one_line(saved, version, says):
     """An older format (its config may hold retired fields, its weights no digest) is not read
     field by field: refused, saying how to move on; so is a newer one."""
@@ -223,8 +224,19 @@ def test_a_checkpoint_of_another_format_version_is_refused_in_one_line(saved, ve
     meta = json.loads((path / "config.json").read_text())
     meta["format_version"] = version
     (path / "config.json").write_text(json.dumps(meta))
-    with pytest.raises(CheckpointError, match=f"format version {version!r} and this dhim-ray reads 3; {says}"):
+    with pytest.raises(CheckpointError, match=f"format version {version!r} and this dhim-ray reads 4; {says}"):
         read_checkpoint(path)
+
+
+def test_a_format_3_checkpoint_is_read_without_its_retired_lever(saved, tiny_config):
+    """Format 3 differs from 4 only by train.feature_dropout: it loads, the same model."""
+    path, model = saved
+    meta = json.loads((path / "config.json").read_text())
+    meta["format_version"], meta["config"]["train"]["feature_dropout"] = 3, 0.25
+    (path / "config.json").write_text(json.dumps(meta))
+    loaded, config, _ = load_checkpoint(path)
+    assert config == tiny_config
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), model.state_dict().values()))
 
 
 def test_a_config_without_the_weights_digest_is_refused(saved):

@@ -12,9 +12,9 @@ import pytest
 
 from dhim_ray.connectors.connection import release
 from dhim_ray.connectors.lexical import MAX_QUERY_WORDS, parse_query, text_file
-from dhim_ray.connectors.milvus import IndexSpec, MilvusTarget
+from dhim_ray.connectors.milvus import CodeCollection, IndexSpec, MilvusTarget
 from dhim_ray.connectors.rows import TEXT_SPARSE_FIELD, code_rows
-from dhim_ray.errors import StoreError
+from dhim_ray.errors import CollectionMismatchError, StoreError
 
 TOPICS = ["oil prices rose sharply in asian markets", "the football club signed a striker from spain",
           "a new phone was unveiled at the fair", "parliament voted on the budget bill"]
@@ -147,12 +147,13 @@ def test_bm25_orders_the_hits_best_first_ties_by_id(lite):
 
 
 def test_milvus_own_bm25_the_servers_path_still_runs_on_milvus_lite(lite):
-    """A 2.5+ server keeps BM25 in Milvus; milvus-lite 2.5.1 runs the same calls: the same rows
-    in both stores find the same document first."""
+    """A 2.5+ server keeps BM25 in Milvus; milvus-lite 2.5.1 runs the same calls (its collection
+    bound as a server's, with no file): the same rows in both stores find the same document first."""
     texts = [f"{TOPICS[i % 4]} story {i}" for i in range(40)]
-    with MilvusTarget(lite, "in_milvus").open() as m, MilvusTarget(lite, "in_file").open() as s:
-        info = m.ensure(64, "m", IndexSpec(), text_index=True, text_store="milvus")
-        assert (info.text_store, info.meta["text_index"]) == ("milvus", "bm25")
+    with MilvusTarget(lite, "in_file").open() as s:
+        m = CodeCollection(s.client, "in_milvus")  # the server's layout: Milvus' BM25 function
+        info = m.ensure(64, "m", IndexSpec(), text_index=True)
+        assert (info.text_store, info.meta["text_index"], info.in_doc) == ("milvus", "bm25", False)
         s.ensure(64, "m", IndexSpec(), text_index=True)
         for c in (m, s):
             c.upsert(rows(range(40), texts), new=True)
@@ -160,6 +161,11 @@ def test_milvus_own_bm25_the_servers_path_still_runs_on_milvus_lite(lite):
         queries = ["football club story 13", "parliament budget story 22", "phone fair story 6"]
         assert [h[0]["id"] for h in m.search_text(queries, 3)] == [h[0]["id"] for h in s.search_text(queries, 3)] \
             == [13, 22, 6]
+    with MilvusTarget(lite, "in_milvus").open() as c, pytest.raises(CollectionMismatchError) as err:
+        c.ensure(64, "m", IndexSpec(), text_index=True)  # in a file, such words are not searched: refused
+    assert str(err.value) == ("collection 'in_milvus': its words are in milvus-lite's own BM25 index, which this "
+                              "dhim-ray does not search in a file (it keeps them in tantivy beside it); ingest it "
+                              "again with overwrite=True")
 
 
 def _ingested(lite, texts):

@@ -278,14 +278,14 @@ def test_neighbour_table_and_pair_batches():
 
 
 def test_trimming_padding_does_not_change_codes():
-    from dhim_ray.model.inference import to_tensors, trim_margin
+    from dhim_ray.model.inference import to_tensors
 
     feats, _ = toy_features(n=40, t=12)
     feats.mask[:, 6:] = False  # every document ends by position 6: the batch can be trimmed
     model = DHIM(ModelConfig(n_bits=16, hidden_size=24, n_filters=8, windows=(1, 3, 5)))
     idx = np.arange(40)
     full_t, full_m, _ = to_tensors(feats, idx, "none", torch.device("cpu"))
-    trim_t, trim_m, _ = to_tensors(feats, idx, "none", torch.device("cpu"), trim_margin(model.config))
+    trim_t, trim_m, _ = to_tensors(feats, idx, "none", torch.device("cpu"), model.config.pad_reach)
     assert trim_t.shape[1] == 6 + 2
     assert torch.allclose(model.global_logits(full_t, full_m), model.global_logits(trim_t, trim_m), atol=1e-5)
 

@@ -62,7 +62,6 @@ class RowFile:
             raise IndexError(f"rows [{start}, {stop}) outside {self.path} ({self._file_rows} rows)")
         self.start, self.stop = start, stop
         self._fd: int | None = None
-        self.rows_read = 0  # rows this object has read, for tests and diagnostics
 
     # ---- array-like surface -----------------------------------------------------------
     @property
@@ -144,7 +143,6 @@ class RowFile:
                 if got <= 0:
                     raise OSError(f"{self.path}: short read at row {row} (a truncated feature store?)")
                 done += got
-        self.rows_read += len(idx)
         return out
 
     def write(self, start: int, rows: np.ndarray) -> None:

@@ -24,7 +24,9 @@ if TYPE_CHECKING:  # reading a checkpoint's config needs no torch (a one-shot se
 
 FORMAT = "dhim-ray/checkpoint"
 #: The layout of config.json (with weights_sha256) and its config; another is refused in one line.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
+#: The one older format read, and how: 3 also held train.feature_dropout, a retired training lever.
+UPGRADES = {3: lambda sections: sections.get("train", {}).pop("feature_dropout", None)}
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 
@@ -168,13 +170,15 @@ def read_checkpoint(path: str | Path) -> CheckpointInfo:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} is not a dhim-ray checkpoint config")
     version = meta.get("format_version", 0)
-    if not isinstance(version, int) or version != FORMAT_VERSION:
+    if not isinstance(version, int) or version != FORMAT_VERSION and version not in UPGRADES:
         raise CheckpointError(f"checkpoint {path}: format version {version!r} and this dhim-ray reads {FORMAT_VERSION}; "
                               + ("upgrade dhim-ray" if isinstance(version, int) and version > FORMAT_VERSION else
                                  "train the model again with this version (dhim-ray train)"))
     sections = meta.get("config")
     if not isinstance(sections, dict) or not all(isinstance(sections.get(s), dict) for s in ("model", "features")):
         raise CheckpointError(f"checkpoint {path}: {CONFIG_FILE} has no model/features config; train again")
+    if version in UPGRADES and isinstance(sections.get("train", {}), dict):
+        UPGRADES[version](sections)
     try:
         config = DHIMConfig.from_dict(sections)
     except (ConfigError, TypeError, ValueError) as exc:

@@ -9,7 +9,6 @@ import numpy as np
 import torch
 
 from dhim_ray.codes import pack_codes
-from dhim_ray.config import ModelConfig
 from dhim_ray.encoding.encoder import Features
 from dhim_ray.model.dhim import DHIM
 
@@ -17,12 +16,6 @@ from dhim_ray.model.dhim import DHIM
 def query_scores(logits: np.ndarray, alpha: float) -> np.ndarray:
     """Pre-threshold global logits (n, bits) -> scores in (-1, 1): 2 sigmoid(logit / alpha) - 1."""
     return np.tanh(np.asarray(logits, dtype=np.float32) / (2 * alpha))
-
-
-def trim_margin(config: ModelConfig) -> int | None:
-    """Positions past the last word that the convolutions read (None: do not trim,
-    because the paper's formulation counts padding positions as words)."""
-    return max(config.windows) // 2 if config.mask_padding else None
 
 
 def to_tensors(
@@ -64,7 +57,7 @@ def global_logits(model: DHIM, feats: Features, batch_size: int,
     if isinstance(feats.tokens, torch.Tensor):  # one encoder batch, still on the encoder's device
         yield np.arange(len(feats)), model.global_logits(feats.tokens.to(device).float(), feats.mask.to(device))
         return
-    trim = trim_margin(model.config)
+    trim = model.config.pad_reach
     # Shortest documents first, so trimmed batches carry little padding.
     order = np.argsort(feats.mask.sum(1), kind="stable") if trim is not None else np.arange(len(feats))
     for start in range(0, len(feats), batch_size):

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from dhim_ray.config import DHIMConfig, TrainConfig
@@ -23,7 +22,7 @@ from dhim_ray.encoding.encoder import Features
 from dhim_ray.encoding.transforms import fitting_sample
 from dhim_ray.errors import ConfigError, DataError
 from dhim_ray.model.dhim import DHIM
-from dhim_ray.model.inference import hash_features, to_tensors, trim_margin
+from dhim_ray.model.inference import hash_features, to_tensors
 from dhim_ray.retrieval.metrics import cosine_topk, neighbour_recall_at_k, precision_at_k, precision_ceiling
 from dhim_ray.training.distributed import Collective
 from dhim_ray.training.schedule import EarlyStopping, selection_warmup
@@ -248,7 +247,7 @@ def epoch_batches(
     ``neighbours`` table (see neighbour_table), anchor/neighbour pairs whose ``pairs``
     matrix marks the extra positives. Crops and padding trims follow the config.
     """
-    trim = trim_margin(config.model)
+    trim = config.model.pad_reach
     for idx, pairs in batch_plan(len(feats), batch_size or config.train.batch_size, rng, neighbours):
         tokens, mask, target = to_tensors(feats, idx, config.model.regulariser, device, trim,
                                           config.train.crop_tokens, rng)
@@ -276,8 +275,6 @@ def train_step(
 ) -> dict[str, float]:
     """One optimiser step on one batch; returns the loss and both MI terms."""
     model.train()
-    if config.feature_dropout:
-        tokens = F.dropout(tokens, config.feature_dropout)
     out = model(tokens, mask, target, config.beta, gather=gather, pairs=pairs)
     optimizer.zero_grad(set_to_none=True)
     out.loss.backward()
