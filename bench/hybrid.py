@@ -1,9 +1,9 @@
-"""One search for both tasks, through milvus-lite: the codes, Milvus' BM25 over the stored text,
-and the two fused, on the dev corpora.
+"""One search for both tasks, through milvus-lite: the codes, BM25 over the stored text (tantivy
+beside the file), and the two fused, on the dev corpora.
 
 Per corpus: the shipped 64-bit model trained by the quality protocol (bench/protocol.py: model
 selection on a slice of train, never on val); one collection of train + val rows with the text
-index (Milvus' BM25 function, SPARSE_INVERTED_INDEX), the codes hashed here and upserted through
+index (the words in tantivy beside the file), the codes hashed here and upserted through
 the connector, and a second collection of the same rows without the index for the bytes. Three
 query sets, each searched once per list (top 100 of the codes, top 100 of BM25), every fusion
 then applied to the same two lists:

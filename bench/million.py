@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness import DATA, file_bytes, record_key, remove
+from bench.harness import DATA, busy_cpu_s, file_bytes, record_key, remove
 from dhim_ray.search import SearchRequest
 
 CACHE = Path(__file__).resolve().parent / ".cache" / "million"
@@ -702,14 +702,16 @@ def bare_insert(n_docs: int, db: str, write_batch: int, text_index: bool) -> dic
             stored = [c._stored(r) for r in built]  # the fields as the collection keeps them (a JSON doc in a file)
             by_row = [[dict(zip(r, values)) for values in zip(*r.values())] for r in stored] \
                 if way == "public_rows" else None
-            t0 = time.perf_counter()
+            t0, busy = time.perf_counter(), busy_cpu_s()
             for i, r in enumerate(built):
                 if by_row is not None:
                     c.client.insert(c.name, by_row[i], timeout=3600)
                 else:
                     c.upsert(r, new=True)
             seconds = time.perf_counter() - t0
-            out[way] = {"rows_per_s": n_docs / seconds, "seconds": seconds, "count": c.count()}
+            cpu = busy_cpu_s() - busy
+            out[way] = {"rows_per_s": n_docs / seconds, "seconds": seconds, "count": c.count(),
+                        "machine_cpu_us_per_row": cpu / n_docs * 1e6, "machine_cores_busy": cpu / seconds}
             if not is_lite(db):  # a server keeps it: the next way starts empty too
                 c.client.drop_collection(c.name)
         release(db)
@@ -731,14 +733,23 @@ def bench_pipeline(n_docs: int, workers: int, write_batch: int = 500) -> dict:
     runs = {}
     for n in (n_docs // 2, n_docs):  # two sizes: the driver's CPU per row is the slope, its fixed part apart
         make_corpus(n)
+        busy, t0 = busy_cpu_s(), time.perf_counter()
         runs[n] = child([str(n), str(db), "docs", "--workers", str(workers), "--precomputed",
                          "--write-batch", str(write_batch)])
+        runs[n]["machine_cpu_us_per_row"] = (busy_cpu_s() - busy) / n * 1e6
+        runs[n]["machine_cores_busy"] = (busy_cpu_s() - busy) / (time.perf_counter() - t0)
         for f in CACHE.glob(f"{db.name}*"):
             remove(f)
     ingest, half = runs[n_docs], runs[n_docs // 2]
     ingest["driver_cpu_us_per_row_marginal"] = ((ingest["driver_cpu_s"] - half["driver_cpu_s"])
                                                 / (n_docs - n_docs // 2) * 1e6)
     ingest["driver_cpu_fixed_s"] = ingest["driver_cpu_s"] - ingest["driver_cpu_us_per_row_marginal"] * n_docs / 1e6
+    # the wall time's slope between the two sizes: the rate each further row goes at, the fixed part apart
+    ingest["machine_cpu_us_per_row_marginal"] = ((ingest["machine_cpu_us_per_row"] * n_docs
+                                                  - half["machine_cpu_us_per_row"] * (n_docs // 2)) / (n_docs - n_docs // 2))
+    ingest["half"] = {k: half[k] for k in ("seconds", "docs_per_s", "machine_cpu_us_per_row", "machine_cores_busy")}
+    slope = (ingest["seconds"] - half["seconds"]) / (n_docs - n_docs // 2)
+    ingest["rows_per_s_marginal"], ingest["fixed_s"] = 1 / slope, ingest["seconds"] - slope * n_docs
     ingest["writer_cpu_us_per_row_marginal"] = ((ingest["writer_cpu_s"] - half["writer_cpu_s"])
                                                 / (n_docs - n_docs // 2) * 1e6)
     done = subprocess.run([sys.executable, "-m", "bench.million", "_bare", str(n_docs), str(db), str(write_batch)],
@@ -746,7 +757,8 @@ def bench_pipeline(n_docs: int, workers: int, write_batch: int = 500) -> dict:
     bare = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
     out = {"docs": n_docs, "workers": workers, "write_batch": write_batch, "ingest": ingest, "bare": bare,
            "over_public_rows": ingest["docs_per_s"] / bare["public_rows"]["rows_per_s"],
-           "over_connector_columns": ingest["docs_per_s"] / bare["connector_columns"]["rows_per_s"]}
+           "over_connector_columns": ingest["docs_per_s"] / bare["connector_columns"]["rows_per_s"],
+           "marginal_over_connector_columns": ingest["rows_per_s_marginal"] / bare["connector_columns"]["rows_per_s"]}
     logger.info("%s", out)
     return out
 

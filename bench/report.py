@@ -698,7 +698,7 @@ def hybrid() -> list[str] | None:
     if not rows:
         return None
     shipped = _shipped_fusion()
-    names = {"codes": "DHIM 64 codes alone", "bm25": "Milvus BM25 alone", shipped: f"hybrid ({shipped}, shipped)",
+    names = {"codes": "DHIM 64 codes alone", "bm25": "BM25 alone (tantivy)", shipped: f"hybrid ({shipped}, shipped)",
              "rrf:60": "RRF(60) of the two lists"}
     body = []
     for corpus in ("dbpedia", "agnews", "r8", "20ng"):
