@@ -11,7 +11,7 @@ import sys
 BENCHES: dict[str, tuple[str, str]] = {
     "headline": ("ubinary and float cosine beside DHIM and ITQ", "What a user gets"),
     "item_level": ("known-item recall and P@100 for every method, and DHIM's training variants", "Two tasks"),
-    "hybrid": ("codes, Milvus' BM25 and their fusions through milvus-lite, both tasks, bytes per document",
+    "hybrid": ("codes, BM25 (tantivy beside the file) and their fusions through milvus-lite, both tasks, bytes per document",
                "One search for both tasks"),
     "lexical": ("BM25 through tantivy beside the file against milvus-lite's own, the same queries",
                 "One search for both tasks"),
@@ -35,6 +35,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "ray_train": ("in-process training against 1 and 2 Ray Train workers", "Ray Train"),
     "ray_poll": ("Ray Train polling its workers every 2 s (Ray's default) against every 0.25 s", "Ray Train"),
     "gpu_path": ("encoding and training on one GPU (needs one)", "Training at scale"),
+    "device_ingest": ("the ingest on a device machine in one command: the encoder alone, the store alone, the "
+                      "pipeline without the encoder, end to end (--dry-run: on CPU, small)", "Training at scale"),
     "figures": ("the docs' pictures: the search page, the training and precision@k curves", "docs/images"),
     "report": ("refresh the generated tables (--check: exit 1 when one is out of date)", "every table"),
 }
