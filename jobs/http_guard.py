@@ -101,34 +101,23 @@ class _CutOff(Exception):
 class RequestGuard:
     """ASGI middleware: ``RequestGuard(app, api_token_sha256=..., max_body_bytes=..., allowed_hosts=..., ...)``.
 
-    ``settings_from`` ("module:NAME"), when given, names a dict read at each request
-    instead: a replica fills it in once it knows its token. (Serve ships the app to its
-    replicas by value, so a dict handed over here would be a copy the replica never sees;
-    the module, imported by name, is the same object in the replica's process.)"""
+    ``settings``, when given, is called at each request for the settings instead: a Serve
+    replica's own (it knows its token only once made)."""
 
     def __init__(self, app, api_token_sha256: str = "", max_body_bytes: int = MAX_BODY_BYTES,
-                 settings_from: str | None = None, allowed_hosts: tuple[str, ...] | None = None,
+                 settings: Callable[[], dict[str, Any]] | None = None, allowed_hosts: tuple[str, ...] | None = None,
                  body_deadline_s: float = BODY_DEADLINE_S, max_client_requests: int = MAX_CLIENT_REQUESTS):
         self.app = app
-        self._fixed = {"api_token_sha256": api_token_sha256, "max_body_bytes": max_body_bytes,
-                       "allowed_hosts": allowed_hosts, "body_deadline_s": body_deadline_s,
-                       "max_client_requests": max_client_requests}
-        self.settings_from = settings_from
-
-    @property
-    def settings(self) -> dict[str, Any]:
-        if self.settings_from is None:
-            return self._fixed
-        import importlib
-
-        module, _, name = self.settings_from.partition(":")
-        return getattr(importlib.import_module(module), name)
+        fixed = {"api_token_sha256": api_token_sha256, "max_body_bytes": max_body_bytes,
+                 "allowed_hosts": allowed_hosts, "body_deadline_s": body_deadline_s,
+                 "max_client_requests": max_client_requests}
+        self.settings = settings or (lambda: fixed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        settings = self.settings
+        settings = self.settings()
         if settings.get("draining"):  # a load balancer or client retries elsewhere, or here once it is back
             retry = str(settings.get("retry_after_s", 5))
             await send_error(send, 503, f"the service is stopping; retry in {retry} s", None,
@@ -170,7 +159,7 @@ class RequestGuard:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         host = headers.get("host", "")
-        if not host_allowed(host, self.settings.get("allowed_hosts")):
+        if not host_allowed(host, self.settings().get("allowed_hosts")):
             await send_error(send, 403, f"host: the service is not known as {host[:80]!r}; use its address, or "
                                         "start it with --allow-host NAME", "host")
             return
@@ -178,7 +167,7 @@ class RequestGuard:
             await send_error(send, 403, "origin: a page on another site may not use this service", "origin")
             return
         if protected and not token_matches(headers.get("authorization", ""),
-                                           self.settings.get("api_token_sha256", "")):
+                                           self.settings().get("api_token_sha256", "")):
             await send_error(send, 401, "authorization: missing or wrong bearer token", "authorization",
                              {"WWW-Authenticate": "Bearer"})
             return
@@ -187,7 +176,7 @@ class RequestGuard:
             await send_error(send, 415, f"content-encoding: {encoding!r} is not accepted; send plain JSON",
                              "content-encoding")
             return
-        limit = int(self.settings.get("max_body_bytes", MAX_BODY_BYTES))
+        limit = int(self.settings().get("max_body_bytes", MAX_BODY_BYTES))
         declared = headers.get("content-length")
         if declared is not None:
             if not declared.strip().isdigit():
@@ -201,7 +190,7 @@ class RequestGuard:
     async def _counted(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         """The app with a receive that stops a body at the limit (413) or at its deadline (408)."""
         seen, started, cut, done = 0, False, None, False
-        deadline = asyncio.get_running_loop().time() + float(self.settings.get("body_deadline_s", BODY_DEADLINE_S))
+        deadline = asyncio.get_running_loop().time() + float(self.settings().get("body_deadline_s", BODY_DEADLINE_S))
 
         async def counted_receive() -> Message:
             nonlocal seen, cut, done
@@ -210,7 +199,7 @@ class RequestGuard:
             try:
                 message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
             except TimeoutError:
-                cut = (408, f"body: not received within {self.settings.get('body_deadline_s', BODY_DEADLINE_S):g} "
+                cut = (408, f"body: not received within {self.settings().get('body_deadline_s', BODY_DEADLINE_S):g} "
                                   "s; send the whole request at once", "body")
                 raise _CutOff from None
             if message["type"] == "http.request":

@@ -15,21 +15,25 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
+from dataclasses import fields as dataclass_fields
 from importlib import resources
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dhim_ray.connectors.connection import is_lite, mask_uri
+from dhim_ray.connectors.filters import Filter
 from dhim_ray.connectors.milvus import MilvusTarget
 from dhim_ray.corpus.text import check_texts, not_text
 from dhim_ray.errors import ConfigError, DataError, DHIMRayError, StoreError, check_range
 from dhim_ray.hasher import Hasher
+from dhim_ray.retrieval.fusion import MODES
 from dhim_ray.retrieval.rerank import MAX_RERANK
 from dhim_ray.search import Searcher, SearchRequest
 
@@ -107,6 +111,13 @@ def token_digest(token_env: str | None) -> str:
 
 
 # ---- requests -----------------------------------------------------------------------------
+def _text_bound(texts: list[str] | None) -> list[str] | None:
+    for i, t in enumerate(texts or ()):
+        if len(t) > MAX_TEXT_CHARS:
+            raise ValueError(f"texts[{i}] has {len(t)} characters: at most {MAX_TEXT_CHARS}")
+    return texts
+
+
 class HashRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -117,44 +128,65 @@ class HashRequest(BaseModel):
     @classmethod
     def _each_text(cls, texts: list[str]) -> list[str]:
         for i, t in enumerate(texts):
-            if why := not_text(t, f"texts[{i}]"):
+            if why := not_text(t, f"texts[{i}]") or (not t.strip() and f"texts[{i}] is empty or whitespace: give some words"):
                 raise ValueError(why)
-            if not t.strip():
-                raise ValueError(f"texts[{i}] is empty or whitespace: give some words")
-            if len(t) > MAX_TEXT_CHARS:
-                raise ValueError(f"texts[{i}] has {len(t)} characters: at most {MAX_TEXT_CHARS}")
-        return texts
+        return _text_bound(texts)
 
 
-class SearchBody(HashRequest):
-    """``SearchRequest``'s fields as JSON; the request checks them (and says which was wrong)."""
+class _ServiceBounds(BaseModel):
+    """What the service bounds on top of ``SearchRequest``'s own checks: a text's length and k."""
 
-    texts: list[str] | None = Field(None, min_length=1, max_length=MAX_TEXTS,
-                                    description=f"1 to {MAX_TEXTS} texts, each 1 to {MAX_TEXT_CHARS} characters "
-                                                "(or like)")
-    k: int = Field(10, description=f"hits per text, 1 to {MAX_K}")
-    rerank: int = Field(1, description=f"re-rank k x rerank Hamming candidates (1 = off), at most {MAX_RERANK}")
-    filter: str | None = Field(None, max_length=4096,
-                               description="a Milvus boolean expression over the stored fields, e.g. label == 3")
-    max_distance: int | None = Field(None, description="every row within this many bits (up to k)")
-    like: list[int | str] | None = Field(None, min_length=1, max_length=MAX_TEXTS, description=(
-        "more like these stored rows: their ids (a hit's id) or their own ids (ingest --id-column), instead of "
-        "texts; each row itself is left out"))
-    mode: Literal["codes", "text", "hybrid"] | None = Field(None, description=(
-        "codes (Hamming distance), text (BM25 over the stored text) or hybrid (both fused); default: hybrid where "
-        "the collection has a text index"))
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    @field_validator("texts")
+    @field_validator("texts", check_fields=False)
     @classmethod
     def _each_text(cls, texts: list[str] | None) -> list[str] | None:
-        return None if texts is None else HashRequest._each_text(texts)
+        return _text_bound(texts)
 
-    @field_validator("k")
+    @field_validator("k", check_fields=False)
     @classmethod
     def _k(cls, k: int) -> int:
         if not 1 <= k <= MAX_K:
             raise ValueError(f"must be between 1 and {MAX_K:,} (hits per text), not {k}")
         return k
+
+
+#: The service's words and bounds on ``SearchRequest``'s fields; a field not named here travels as its type says.
+_FIELD_POLICY: dict[str, dict[str, Any]] = {
+    "texts": dict(min_length=1, max_length=MAX_TEXTS,
+                  description=f"1 to {MAX_TEXTS} texts, each 1 to {MAX_TEXT_CHARS} characters (or like)"),
+    "like": dict(min_length=1, max_length=MAX_TEXTS, description=(
+        "more like these stored rows: their ids (a hit's id) or their own ids (ingest --id-column), instead of "
+        "texts; each row itself is left out")),
+    "k": dict(description=f"hits per text, 1 to {MAX_K}"),
+    "rerank": dict(description=f"re-rank k x rerank Hamming candidates (1 = off), at most {MAX_RERANK}"),
+    "filter": dict(max_length=4096, description="a Milvus boolean expression over the stored fields, e.g. label == 3"),
+    "max_distance": dict(description="every row within this many bits (up to k)"),
+    "mode": dict(json_schema_extra={"enum": list(MODES)}, description=(
+        "codes (Hamming distance), text (BM25 over the stored text) or hybrid (both fused); default: hybrid where "
+        "the collection has a text index")),
+    "fields": dict(description="the stored fields each hit carries (default: all)"),
+}
+
+
+def _as_json(hint: Any) -> Any:
+    """A ``SearchRequest`` field's type as JSON carries it: a tuple is a list, a parsed Filter its text."""
+    if get_origin(hint) is tuple:
+        return list[get_args(hint)[0]] | None
+    if get_origin(hint) in (Union, UnionType):
+        return Union[tuple(_as_json(a) for a in get_args(hint) if a is not Filter)]
+    return hint
+
+
+def _body_of(request: type) -> type[BaseModel]:
+    """A request dataclass's JSON body: its fields, types and defaults, the service's policy on top."""
+    hints = get_type_hints(request)
+    return create_model("SearchBody", __base__=_ServiceBounds, __doc__="``SearchRequest``'s fields as JSON.", **{
+        f.name: (_as_json(hints[f.name]), Field(None if get_origin(hints[f.name]) is tuple else f.default,
+                                                **_FIELD_POLICY.get(f.name, {}))) for f in dataclass_fields(request)})
+
+
+SearchBody = _body_of(SearchRequest)
 
 
 def _refused(exc: Exception) -> JSONResponse:
@@ -173,10 +205,14 @@ def _error(status: int, message: str, field: str | None = None, headers: dict | 
 # No /docs: FastAPI's page loads Swagger UI from a CDN, blank offline; /openapi.json is the schema.
 app = FastAPI(title="dhim-ray query service", docs_url=None, redoc_url=None,
               description="Hash texts with a DHIM model and search its Milvus collection by Hamming distance.")
-#: What this process' guard checks: the replica fills it in (QueryService.__init__).
-REPLICA_GUARD: dict[str, Any] = {"api_token_sha256": "", "max_body_bytes": MAX_BODY_BYTES, "allowed_hosts": (),
-                                 "draining": False, "in_flight": 0, "retry_after_s": RETRY_AFTER_S}
-app.add_middleware(RequestGuard, settings_from="dhim_ray.jobs.serve:REPLICA_GUARD")
+
+
+def _replica_guard() -> dict[str, Any]:
+    """What the guard checks: the settings of the replica serving this process (Serve's replica context)."""
+    return serve.get_replica_context().servable_object.guard
+
+
+app.add_middleware(RequestGuard, settings=_replica_guard)
 
 
 @app.exception_handler(StarletteHTTPException)
@@ -263,10 +299,9 @@ class QueryService:
 
     def __init__(self, options: dict):
         self.options = ServeOptions(**options)
-        from dhim_ray.jobs import serve as this_module  # the module this process serves from, by name
-
-        this_module.REPLICA_GUARD["api_token_sha256"] = self.options.api_token_sha256
-        this_module.REPLICA_GUARD["allowed_hosts"] = self.options.allowed_hosts
+        self.guard = {"api_token_sha256": self.options.api_token_sha256, "max_body_bytes": MAX_BODY_BYTES,
+                      "allowed_hosts": self.options.allowed_hosts, "draining": False, "in_flight": 0,
+                      "retry_after_s": RETRY_AFTER_S}
         self.hasher = Hasher.load(self.options.model_dir)
         self.target = MilvusTarget(self.options.uri, self.options.collection, token_env=self.options.token_env)
         self.searcher: Searcher | None = None
@@ -276,7 +311,7 @@ class QueryService:
         self.passes = self.requests = 0  # encoder passes, and the requests they served
         self._encode_batch.set_max_batch_size(self.options.max_batch_size)
         self._encode_batch.set_batch_wait_timeout_s(self.options.batch_wait_s)
-        threading.Thread(target=_watch_for_drain, args=(this_module.REPLICA_GUARD,), daemon=True).start()
+        threading.Thread(target=_watch_for_drain, args=(self.guard,), daemon=True).start()
 
     # ---- plumbing ------------------------------------------------------------------------
     def _authorised(self, request: Request) -> bool:

@@ -120,8 +120,8 @@ def test_the_openapi_schema_is_served_and_no_page_that_needs_a_cdn(service):
     ({}, 422, "texts", "give query texts or like=ID"),
     ({"texts": "one string"}, 422, "texts", "valid list"),
     ({"texts": []}, 422, "texts", "at least 1"),
-    ({"texts": [""]}, 422, "texts", "texts[0] is empty"),
-    ({"texts": ["fine", "   "]}, 422, "texts", "texts[1] is empty"),
+    ({"texts": [""]}, 422, "texts", "text 0 ('') is empty"),
+    ({"texts": ["fine", "   "]}, 422, "texts", "text 1 ('   ') is empty"),
     ({"texts": ["---"]}, 422, "texts", "empty after cleaning"),
     ({"texts": [3]}, 422, "texts.0", "valid string"),
     ({"texts": ["q"] * 257}, 422, "texts", "at most 256"),
@@ -138,6 +138,8 @@ def test_the_openapi_schema_is_served_and_no_page_that_needs_a_cdn(service):
     ({"like": [1], "rerank": 4}, 422, "rerank", "a stored row has no query scores"),
     ({"texts": ["q"], "max_distance": -1}, 422, "max_distance", "0 or more"),
     ({"texts": ["q"], "topk": 5}, 422, "topk", "Extra inputs"),
+    ({"texts": ["q"], "mode": "fast"}, 422, "mode", "choose codes, text or hybrid"),
+    ({"texts": ["q"], "fields": ["nope"]}, 422, "fields", "the collection has no field 'nope'"),
 ])
 def test_a_bad_request_gets_one_json_error_naming_the_field(service, body, status, field, words):
     r = post(service, "/search", body)
@@ -145,6 +147,29 @@ def test_a_bad_request_gets_one_json_error_naming_the_field(service, body, statu
     err = r.json()
     assert set(err) == {"error", "field"} and err["field"] == field and words in err["error"]
     assert post(service, "/search", {"texts": ["still answering"], "k": 1}).status_code == 200
+
+
+def test_the_search_body_is_made_from_the_request_s_fields():
+    """Every SearchRequest field is a body field, a tuple as a list (None: the request's default);
+    a field the request gains reaches the body without a line of the service's."""
+    from dataclasses import dataclass, fields
+
+    from dhim_ray.jobs.serve import SearchBody, _body_of
+
+    assert list(SearchBody.model_fields) == [f.name for f in fields(SearchRequest)]
+
+    @dataclass(frozen=True)
+    class Later:
+        texts: tuple[str, ...] = ()
+        depth: int = 3
+
+    assert _body_of(Later).model_validate({"depth": 4}).model_dump() == {"texts": None, "depth": 4}
+
+
+def test_a_body_s_fields_choose_what_a_hit_carries(service):
+    r = post(service, "/search", {"texts": QUERIES[:1], "k": 3, "fields": ["label"]})
+    assert r.status_code == 200, r.text
+    assert all(set(hit) <= {"id", "distance", "label", "bm25"} and "label" in hit for hit in r.json()["results"][0])
 
 
 @pytest.mark.parametrize("token", [None, "wrong"])
