@@ -111,37 +111,18 @@ def token_digest(token_env: str | None) -> str:
 
 
 # ---- requests -----------------------------------------------------------------------------
-def _text_bound(texts: list[str] | None) -> list[str] | None:
-    for i, t in enumerate(texts or ()):
-        if len(t) > MAX_TEXT_CHARS:
-            raise ValueError(f"texts[{i}] has {len(t)} characters: at most {MAX_TEXT_CHARS}")
-    return texts
-
-
-class HashRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    texts: list[str] = Field(min_length=1, max_length=MAX_TEXTS,
-                             description=f"1 to {MAX_TEXTS} texts, each 1 to {MAX_TEXT_CHARS} characters")
-
-    @field_validator("texts")
-    @classmethod
-    def _each_text(cls, texts: list[str]) -> list[str]:
-        for i, t in enumerate(texts):
-            if why := not_text(t, f"texts[{i}]") or (not t.strip() and f"texts[{i}] is empty or whitespace: give some words"):
-                raise ValueError(why)
-        return _text_bound(texts)
-
-
 class _ServiceBounds(BaseModel):
-    """What the service bounds on top of ``SearchRequest``'s own checks: a text's length and k."""
+    """What the service bounds on top of the library's own checks: a text's length and k."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     @field_validator("texts", check_fields=False)
     @classmethod
     def _each_text(cls, texts: list[str] | None) -> list[str] | None:
-        return _text_bound(texts)
+        for i, t in enumerate(texts or ()):
+            if len(t) > MAX_TEXT_CHARS:
+                raise ValueError(f"texts[{i}] has {len(t)} characters: at most {MAX_TEXT_CHARS}")
+        return texts
 
     @field_validator("k", check_fields=False)
     @classmethod
@@ -149,6 +130,19 @@ class _ServiceBounds(BaseModel):
         if not 1 <= k <= MAX_K:
             raise ValueError(f"must be between 1 and {MAX_K:,} (hits per text), not {k}")
         return k
+
+
+class HashRequest(_ServiceBounds):
+    texts: list[str] = Field(min_length=1, max_length=MAX_TEXTS,
+                             description=f"1 to {MAX_TEXTS} texts, each 1 to {MAX_TEXT_CHARS} characters")
+
+    @field_validator("texts")
+    @classmethod
+    def _words(cls, texts: list[str]) -> list[str]:
+        for i, t in enumerate(texts):
+            if why := not_text(t, f"texts[{i}]") or (not t.strip() and f"texts[{i}] is empty or whitespace: give some words"):
+                raise ValueError(why)
+        return texts
 
 
 #: The service's words and bounds on ``SearchRequest``'s fields; a field not named here travels as its type says.
