@@ -3,6 +3,9 @@
     python -m bench device_ingest --model runs/bbc-64            # on a GPU machine: 6-8 minutes
     python -m bench device_ingest --model M --dry-run            # any machine, on CPU: every step, small
 
+What the device image lacks (Ray, pymilvus, milvus-lite, tantivy, the packaged encoder) travels
+first, in calls of at most 64 MiB: bench/device_carry.py.
+
 Each step in the same run, on the same corpus (the packaged BBC corpus cycled to --docs
 documents: a device machine has no ../shared): the encoder alone (ingest's encoding actor fed
 token ids, at each precision), the store's own rate (the connector's column write of rows built
