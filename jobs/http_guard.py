@@ -133,14 +133,14 @@ class RequestGuard:
         settings["in_flight"] = settings.get("in_flight", 0) + 1
         per_client[client] = per_client.get(client, 0) + 1
         try:
-            await self._checked(scope, receive, send)
+            await self._checked(scope, receive, send, settings)
         finally:
             settings["in_flight"] -= 1
             per_client[client] -= 1
             if not per_client[client]:
                 del per_client[client]
 
-    async def _checked(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _checked(self, scope: Scope, receive: Receive, send: Send, settings: dict[str, Any]) -> None:
         path = scope.get("path", "")
         route = ROUTES.get(path.rstrip("/") or path)
         if route is None:
@@ -159,7 +159,7 @@ class RequestGuard:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         host = headers.get("host", "")
-        if not host_allowed(host, self.settings().get("allowed_hosts")):
+        if not host_allowed(host, settings.get("allowed_hosts")):
             await send_error(send, 403, f"host: the service is not known as {host[:80]!r}; use its address, or "
                                         "start it with --allow-host NAME", "host")
             return
@@ -167,7 +167,7 @@ class RequestGuard:
             await send_error(send, 403, "origin: a page on another site may not use this service", "origin")
             return
         if protected and not token_matches(headers.get("authorization", ""),
-                                           self.settings().get("api_token_sha256", "")):
+                                           settings.get("api_token_sha256", "")):
             await send_error(send, 401, "authorization: missing or wrong bearer token", "authorization",
                              {"WWW-Authenticate": "Bearer"})
             return
@@ -176,7 +176,7 @@ class RequestGuard:
             await send_error(send, 415, f"content-encoding: {encoding!r} is not accepted; send plain JSON",
                              "content-encoding")
             return
-        limit = int(self.settings().get("max_body_bytes", MAX_BODY_BYTES))
+        limit = int(settings.get("max_body_bytes", MAX_BODY_BYTES))
         declared = headers.get("content-length")
         if declared is not None:
             if not declared.strip().isdigit():
@@ -185,12 +185,12 @@ class RequestGuard:
             if int(declared) > limit:
                 await send_error(send, 413, f"body: {int(declared)} bytes; at most {limit}", "body")
                 return
-        await self._counted(scope, receive, send, limit)
+        await self._counted(scope, receive, send, limit, float(settings.get("body_deadline_s", BODY_DEADLINE_S)))
 
-    async def _counted(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+    async def _counted(self, scope: Scope, receive: Receive, send: Send, limit: int, deadline_s: float) -> None:
         """The app with a receive that stops a body at the limit (413) or at its deadline (408)."""
         seen, started, cut, done = 0, False, None, False
-        deadline = asyncio.get_running_loop().time() + float(self.settings().get("body_deadline_s", BODY_DEADLINE_S))
+        deadline = asyncio.get_running_loop().time() + deadline_s
 
         async def counted_receive() -> Message:
             nonlocal seen, cut, done
@@ -199,7 +199,7 @@ class RequestGuard:
             try:
                 message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
             except TimeoutError:
-                cut = (408, f"body: not received within {self.settings().get('body_deadline_s', BODY_DEADLINE_S):g} "
+                cut = (408, f"body: not received within {deadline_s:g} "
                                   "s; send the whole request at once", "body")
                 raise _CutOff from None
             if message["type"] == "http.request":
