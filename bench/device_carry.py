@@ -63,13 +63,15 @@ def _name(wheel: str) -> str:
     return _norm(wheel.split("-")[0])
 
 
-def requirements(pyproject: Path) -> list[str]:
-    """CARRIED's pins from pyproject.toml (ray with its data extra alone)."""
+def requirements(pyproject: Path) -> list:
+    """CARRIED's pins from pyproject.toml as ``packaging`` Requirements (ray with its data extra alone)."""
     import tomllib
 
-    pins = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
-    by_name = {_norm(re.split(r"[\[=<>!~; ]", p)[0]): p for p in pins}
-    return [re.sub(r"\[.*?\]", "[data]", by_name[n]) if n == "ray" else by_name[n] for n in CARRIED]
+    from packaging.requirements import Requirement
+
+    pins = {_norm(r.name): r for r in map(Requirement, tomllib.loads(pyproject.read_text())["project"]["dependencies"])}
+    pins["ray"].extras = {"data"}
+    return [pins[name] for name in CARRIED]
 
 
 def split_into_calls(wheels: list[Path], out: Path, call_bytes: int = CALL_BYTES) -> list[Path]:
@@ -123,17 +125,17 @@ def join(dest: Path) -> list[Path]:
     return wheels
 
 
-def _download(spec: str, folder: Path) -> Path:
-    """The one wheel of ``spec`` for the device's Python 3.12 (its dependencies: ``lacking``)."""
+def _download(req, folder: Path) -> Path:
+    """The one wheel of Requirement ``req`` for the device's Python 3.12 (its dependencies: ``lacking``)."""
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                     "--python-version", "3.12", "--implementation", "cp",
-                    *[a for p in PLATFORMS for a in ("--platform", p)], "-d", str(folder), spec], check=True)
-    name = _norm(re.split(r"[\[=<>!~; ]", spec)[0])
-    return next(w for w in folder.glob("*.whl") if _name(w.name) == name)
+                    *[a for p in PLATFORMS for a in ("--platform", p)], "-d", str(folder), f"{req.name}{req.specifier}"],
+                   check=True)
+    return next(w for w in folder.glob("*.whl") if _name(w.name) == _norm(req.name))
 
 
-def lacking(specs: list[str], folder: Path) -> list[Path]:
-    """The wheels of ``specs`` and of what they need, on the device's Python, less what its image
+def lacking(reqs: list, folder: Path) -> list[Path]:
+    """The wheels of Requirements ``reqs`` and of what they need, on the device's Python, less what its image
     has (DEVICE_HAS): their Requires-Dist walked, each marker read for Linux x86-64 and 3.12."""
     import zipfile
 
@@ -141,14 +143,14 @@ def lacking(specs: list[str], folder: Path) -> list[Path]:
 
     env = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
            "platform_system": "Linux", "platform_machine": "x86_64", "implementation_name": "cpython"}
-    todo, seen, wheels = [Requirement(s) for s in specs], set(), []
+    todo, seen, wheels = list(reqs), set(), []
     while todo:
         req = todo.pop()
         name = _norm(req.name)
         if name in seen or name in DEVICE_HAS:
             continue
         seen.add(name)
-        wheels.append(_download(f"{req.name}{req.specifier}", folder))
+        wheels.append(_download(req, folder))
         with zipfile.ZipFile(wheels[-1]) as z:
             meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
         for line in re.findall(r"^Requires-Dist: (.+)$", meta, flags=re.M):
