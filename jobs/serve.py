@@ -140,8 +140,10 @@ class HashRequest(_ServiceBounds):
     @classmethod
     def _words(cls, texts: list[str]) -> list[str]:
         for i, t in enumerate(texts):
-            if why := not_text(t, f"texts[{i}]") or (not t.strip() and f"texts[{i}] is empty or whitespace: give some words"):
+            if why := not_text(t, f"texts[{i}]"):
                 raise ValueError(why)
+            if not t.strip():
+                raise ValueError(f"texts[{i}] is empty or whitespace: give some words")
         return texts
 
 
