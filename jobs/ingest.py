@@ -38,7 +38,7 @@ from .ray_env import (
     task_errors,
     tokeniser_resources,
 )
-from .read_tasks import Prepare, check_scan, read_documents, scan
+from .read_tasks import Prepare, check_first_block, check_scan, read_documents, scan
 
 logger = logging.getLogger(__name__)
 
@@ -226,10 +226,11 @@ def run_ingest(request: IngestRequest, progress: bool = True) -> IngestResult:
     r = request
     corpus, target = r.corpus, r.target
     # Everything that can be wrong with the model or the data fails here, before a
-    # collection is created: the model, the columns, then (in Ray) every row's text.
+    # collection is created: the model, the columns, the first block here, then (in Ray) every row.
     model = _checked_model(r)
     features = model.config.features
     plan = with_kept_columns(with_key_column(plan_split(corpus), r.id_column), r.keep_columns, RESERVED_FIELDS)
+    check_first_block(plan)
     source = source_label(f"{corpus.source_id}:{corpus.split}", f"{Path(corpus.name).name}:{corpus.split}")
     new_file = target.lite and not Path(target.uri).exists()
     if new_file:

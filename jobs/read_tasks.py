@@ -121,6 +121,13 @@ def summarise(block, shard: int, cleaning: str):
                      "string_labels": [found["string_labels"]], "columns": [json.dumps(found["columns"])]})
 
 
+def check_first_block(plan: SourcePlan) -> None:
+    """The first block of the first shard read here, before Ray starts: a source that cannot be
+    parsed there is refused without waiting for Ray, as training refuses it (the scan reads the rest)."""
+    next(read_shard(plan.shards[0], plan.text_column, plan.label_column, key_column=plan.key_column,
+                    kept=plan.kept_columns), None)
+
+
 def scan(plan: SourcePlan, cleaning: str) -> ScanResult:
     """Count rows per shard, find empty texts and label names, in parallel read tasks."""
 

@@ -73,9 +73,15 @@ def world(tmp_path_factory, toy_folder, tiny_bert, tiny_model):
     write_csv(root / "one_label" / "train.csv", [("a", f"story number {i}") for i in range(8)], header=True)
     write_csv(root / "latin1" / "train.csv", [("a", "x")], header=True)
     (root / "latin1" / "train.csv").write_bytes("label,text\na,caf\xe9\n".encode("latin-1"))
-    # files broken in the ways a streaming read meets them inside Ray Data's read tasks
+    # files broken in the ways a streaming read meets them: in a source's first block (read before
+    # Ray starts), and in a later shard (met inside Ray Data's read tasks)
     (root / "ragged.csv").write_text('label,text\n1,"football goal"\n2,"vote party",extra\n')
     (root / "broken.jsonl").write_text('{"label": 1, "text": "football goal"}\n{"label": 2, "text": "vote\n')
+    for name, suffix in (("ragged", "csv"), ("broken", "jsonl")):
+        (root / f"{name}-parts" / "train").mkdir(parents=True)
+        (root / f"{name}-parts" / "train" / f"a.{suffix}").write_text(
+            'label,text\n1,"chip data"\n' if suffix == "csv" else '{"label": 1, "text": "chip data"}\n')
+        shutil.copy(root / f"{name}.{suffix}", root / f"{name}-parts" / "train" / f"b.{suffix}")
     (root / "mixed.jsonl").write_text('{"label": 1, "text": "football goal"}\n{"label": [2], "text": "vote party"}\n')
     (root / "bom.csv").write_bytes("\ufefflabel,text\nsport,football goal\npolitics,vote party\n".encode("utf-8"))
     big = "football goal " * 400_000  # one 5.6 MB document: above the csv module's 128 KB field limit
@@ -397,11 +403,16 @@ CASES = [
     (["search", "x", "--model", "{model}", "--uri", "{db}", "--collection", "foreign_varchar"], 2,
      "it was not made by dhim-ray"),
     (ING("--collection", "foreign_varchar"), 2, "it was not made by dhim-ray"),
-    # files broken inside Ray Data's read tasks: the file, the row or line, what was wrong; one line
+    # broken files: the file, the row or line, what was wrong; one line (the parts' second file
+    # is met inside Ray Data's read tasks)
     (["ingest", "{root}/ragged.csv", "--model", "{model}", "--uri", "{db}", "--collection", "c2"], 2,
      "ragged.csv: cannot be read as csv (CSV parse error: Row #3: Expected 2 columns, got 3"),
     (["ingest", "{root}/broken.jsonl", "--model", "{model}", "--uri", "{db}", "--collection", "c2"], 2,
      "broken.jsonl: line 2 is not valid JSON"),
+    (["ingest", "{root}/ragged-parts", "--model", "{model}", "--uri", "{db}", "--collection", "c2"], 2,
+     "b.csv: cannot be read as csv (CSV parse error: Row #3: Expected 2 columns, got 3"),
+    (["ingest", "{root}/broken-parts", "--model", "{model}", "--uri", "{db}", "--collection", "c2"], 2,
+     "b.jsonl: line 2 is not valid JSON"),
     (["ingest", "{root}/mixed.jsonl", "--model", "{model}", "--uri", "{db}", "--collection", "c2"], 2,
      "mixed.jsonl: cannot be read as json"),
     (["ingest", "{toy}", "--model", "{model}", "--uri", "{root}/with space/my codes.db", "--collection", "c2"], 2,
@@ -464,8 +475,24 @@ def test_bad_input_is_one_line_and_changes_nothing(world, forked, args, code, me
 
 #: Mistakes found only inside Ray Data's read tasks: Ray starts for them, which on a busy
 #: machine printed Ray's own dashboard errors and a start-up retry before the one line.
-IN_RAY = [case for case in CASES if case[0][:2] == ["ingest", "{root}/ragged.csv"]
-          or case[0][:2] == ["ingest", "{root}/broken.jsonl"]]
+IN_RAY = [case for case in CASES if case[0][:2] in (["ingest", "{root}/ragged-parts"], ["ingest", "{root}/broken-parts"])]
+
+
+@pytest.mark.parametrize("name", ["ragged.csv", "broken.jsonl", "mixed.jsonl", "structtext.parquet"])
+def test_a_source_whose_first_rows_cannot_be_read_is_refused_before_ray_starts(world, monkeypatch, name):
+    from dhim_ray.connectors.milvus import MilvusTarget
+    from dhim_ray.corpus.spec import CorpusSpec
+    from dhim_ray.errors import DataError
+    from dhim_ray.jobs import ingest
+
+    def started(*args, **kwargs):
+        raise AssertionError(f"Ray started for {name}, which its first block refuses")
+
+    monkeypatch.setattr(ingest, "init_ray", started)
+    target = MilvusTarget(str(world["root"] / "first-block.db"), "c")
+    with pytest.raises(DataError, match=name.replace(".", r"\.")):
+        ingest.run_ingest(ingest.IngestRequest(CorpusSpec(str(world["root"] / name)), world["model"], target))
+    assert not Path(target.uri).exists()
 
 
 def test_the_one_line_holds_on_a_busy_machine(world):

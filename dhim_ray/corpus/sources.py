@@ -484,8 +484,9 @@ def _batches(shard: Shard, columns: list[str], block_rows: int, strings: tuple[s
         elif shard.format == "csv":
             import pyarrow.csv as pc
 
+            # serial: a parse error then names its row (and newlines_in_values parses serially anyway)
             read = pc.ReadOptions(column_names=list(shard.column_names) if shard.column_names else None,
-                                  block_size=CSV_BLOCK_BYTES)
+                                  block_size=CSV_BLOCK_BYTES, use_threads=False)
             types = {c: pa.string() for c in columns}  # labels too: a CSV reader's float64 loses 2**70's digits
             types.update({c: pa.string() for c in strings})
             convert = pc.ConvertOptions(include_columns=columns, column_types=types,
