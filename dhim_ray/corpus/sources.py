@@ -454,13 +454,14 @@ def _with_typed_label(batch, label: str):
 
     from dhim_ray.corpus.columns import kind_of_strings
 
-    values = [v if v is None or v.strip() else None for v in batch.column(label).to_pylist()]
+    encoded = batch.column(label).dictionary_encode()  # a block holds a few classes: each is read once
+    values = [v if v is None or v.strip() else None for v in encoded.dictionary.to_pylist()]
     present = [v for v in values if v is not None]
     kind = kind_of_strings(present) if present else "int"
     typed = {"int": lambda: pa.array([None if v is None else int(v) for v in values], pa.int64()),
              "float": lambda: pa.array([None if v is None else float(v) for v in values], pa.float64())}
     column = typed[kind]() if kind in typed else pa.array(values, pa.string())
-    return batch.set_column(batch.schema.get_field_index(label), label, column)
+    return batch.set_column(batch.schema.get_field_index(label), label, column.take(encoded.indices))
 
 
 def _batches(shard: Shard, columns: list[str], block_rows: int, strings: tuple[str, ...] = (),
