@@ -407,6 +407,8 @@ CASES = [
     # is met inside Ray Data's read tasks)
     (["ingest", "{root}/ragged.csv", "--model", "{model}", "--uri", "{db}", "--collection", "c2"], 2,
      "ragged.csv: cannot be read as csv (CSV parse error: Row #3: Expected 2 columns, got 3"),
+    (["train", "{root}/ragged.csv", "--encoder", "{bert}", "--out", "{root}/o6"], 2,
+     "ragged.csv: cannot be read as csv (CSV parse error: Row #3: Expected 2 columns, got 3"),
     (["ingest", "{root}/broken.jsonl", "--model", "{model}", "--uri", "{db}", "--collection", "c2"], 2,
      "broken.jsonl: line 2 is not valid JSON"),
     (["ingest", "{root}/ragged-parts", "--model", "{model}", "--uri", "{db}", "--collection", "c2"], 2,
