@@ -391,7 +391,7 @@ def ingest(
         "digits]."))] = None,
     text_index: Annotated[bool | None, typer.Option("--text-index/--no-text-index", rich_help_panel="Milvus", help=(
         "Keep a BM25 index over the text, so search finds a phrase's document as well as the topic (hybrid): "
-        "SQLite's FTS5 beside a milvus-lite file, Milvus' own on a server from 2.5. [default: on where it can be "
+        "tantivy beside a milvus-lite file, Milvus' own on a server from 2.5. [default: on where it can be "
         "kept; an existing collection keeps its choice]"), show_default=False)] = None,
     drop_empty: DropEmpty = False,
     as_json: AsJson = False,
